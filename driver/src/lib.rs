@@ -1,0 +1,18 @@
+//! # ringflow-driver: planning, scheduling and watching jobs
+//!
+//! The driver owns a job from submission to summary. Its [`planner`] checks the spec, lists the
+//! data and reads Parquet footers (never rows) to split each epoch into per-rank partitions; its
+//! [`scheduler`] registers executors, holds the rendezvous, assigns ranks and watches health;
+//! [`service`] serves both over gRPC; [`progress`] combines the executors' reports into epochs
+//! and a final [`summary`].
+
+pub mod error;
+pub mod planner;
+pub mod progress;
+pub mod scheduler;
+pub mod service;
+pub mod summary;
+
+pub use error::{DriverError, Result};
+pub use planner::JobPlan;
+pub use summary::{JobStatus, JobSummary};

@@ -1,0 +1,147 @@
+//! Combining the ranks' reports into a job's progress and final summary.
+
+use std::collections::BTreeMap;
+
+use ringflow_proto::pb::{EpochReport, EvalReport, PhaseTimes, TaskOutcome};
+use serde::{Deserialize, Serialize};
+
+/// One epoch over all ranks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EpochSummary {
+    /// 0-based epoch.
+    pub epoch: u64,
+    /// Steps every rank took.
+    pub steps: u64,
+    /// Rows trained on, all ranks together.
+    pub samples: u64,
+    /// Mean training loss (mean over ranks of each rank's mean).
+    pub loss: f64,
+    /// Wall time of the slowest rank.
+    pub seconds: f64,
+    /// `samples / seconds`.
+    pub samples_per_s: f64,
+    /// Mean over ranks of the time per phase, in seconds.
+    pub phases: PhaseSeconds,
+}
+
+/// Seconds per step phase (serializable mirror of the protocol message).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSeconds {
+    /// Waiting for data.
+    pub data: f64,
+    /// Forward pass.
+    pub forward: f64,
+    /// Backward pass.
+    pub backward: f64,
+    /// Gradient all-reduce wait.
+    pub allreduce: f64,
+    /// Optimizer step.
+    pub optimizer: f64,
+}
+
+impl From<&PhaseTimes> for PhaseSeconds {
+    fn from(p: &PhaseTimes) -> Self {
+        PhaseSeconds {
+            data: p.data,
+            forward: p.forward,
+            backward: p.backward,
+            allreduce: p.allreduce,
+            optimizer: p.optimizer,
+        }
+    }
+}
+
+/// Collects per-rank reports of one job.
+#[derive(Debug)]
+pub struct JobProgress {
+    world: usize,
+    epochs: BTreeMap<u64, Vec<Option<EpochReport>>>,
+    eval: Vec<Option<EvalReport>>,
+    outcomes: Vec<Option<TaskOutcome>>,
+    finished_epochs: Vec<EpochSummary>,
+}
+
+impl JobProgress {
+    /// Progress of a job on `world` ranks.
+    pub fn new(world: usize) -> Self {
+        JobProgress {
+            world,
+            epochs: BTreeMap::new(),
+            eval: vec![None; world],
+            outcomes: vec![None; world],
+            finished_epochs: Vec::new(),
+        }
+    }
+
+    /// Records a rank's epoch; returns the epoch's summary once every rank has reported it.
+    pub fn epoch_done(&mut self, rank: usize, report: EpochReport) -> Option<EpochSummary> {
+        let epoch = report.epoch;
+        let slots = self
+            .epochs
+            .entry(epoch)
+            .or_insert_with(|| vec![None; self.world]);
+        slots[rank] = Some(report);
+        if slots.iter().any(Option::is_none) {
+            return None;
+        }
+        let reports: Vec<EpochReport> = self.epochs.remove(&epoch)?.into_iter().flatten().collect();
+        let n = reports.len() as f64;
+        let samples = reports.iter().map(|r| r.samples).sum();
+        let seconds = reports.iter().map(|r| r.seconds).fold(0.0, f64::max);
+        let mut phases = PhaseSeconds::default();
+        for r in &reports {
+            let p = PhaseSeconds::from(&r.phases.unwrap_or_default());
+            phases.data += p.data / n;
+            phases.forward += p.forward / n;
+            phases.backward += p.backward / n;
+            phases.allreduce += p.allreduce / n;
+            phases.optimizer += p.optimizer / n;
+        }
+        let summary = EpochSummary {
+            epoch,
+            steps: reports[0].steps,
+            samples,
+            loss: reports.iter().map(|r| r.loss).sum::<f64>() / n,
+            seconds,
+            samples_per_s: samples as f64 / seconds.max(1e-9),
+            phases,
+        };
+        self.finished_epochs.push(summary.clone());
+        Some(summary)
+    }
+
+    /// Records a rank's evaluation.
+    pub fn evaluated(&mut self, rank: usize, report: EvalReport) {
+        self.eval[rank] = Some(report);
+    }
+
+    /// Records a rank's outcome.
+    pub fn outcome(&mut self, rank: usize, outcome: TaskOutcome) {
+        self.outcomes[rank] = Some(outcome);
+    }
+
+    /// The finished epochs so far.
+    pub fn epochs(&self) -> &[EpochSummary] {
+        &self.finished_epochs
+    }
+
+    /// The test split's evaluation, once every rank has reported it.
+    pub fn evaluation(&self) -> Option<EvalReport> {
+        if self.eval.iter().any(Option::is_none) {
+            return None;
+        }
+        let mut total = EvalReport::default();
+        for r in self.eval.iter().flatten() {
+            total.rows += r.rows;
+            total.loss_sum += r.loss_sum;
+            total.correct += r.correct;
+            total.squared_error += r.squared_error;
+        }
+        Some(total)
+    }
+
+    /// The ranks' outcomes, once all have finished.
+    pub fn outcomes(&self) -> Option<Vec<&TaskOutcome>> {
+        self.outcomes.iter().map(Option::as_ref).collect()
+    }
+}

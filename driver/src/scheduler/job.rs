@@ -1,0 +1,434 @@
+//! One job's lifecycle: queued, waiting for executors, running, and how it ended.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ringflow_proto::pb::{self, JobState};
+use serde::Serialize;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::planner::JobPlan;
+use crate::progress::JobProgress;
+use crate::summary::JobSummary;
+
+/// What a job does.
+#[derive(Debug)]
+pub enum JobKind {
+    /// Train the planned job.
+    Train(Box<JobPlan>),
+    /// Time ring all-reduces on `executors` executors.
+    Bench {
+        /// Ranks in the ring.
+        executors: usize,
+        /// Sizes and counts.
+        spec: pb::BenchSpec,
+    },
+}
+
+impl JobKind {
+    /// The job's name.
+    pub fn name(&self) -> String {
+        match self {
+            JobKind::Train(plan) => plan.spec.name.clone(),
+            JobKind::Bench { .. } => "bench-allreduce".into(),
+        }
+    }
+}
+
+/// The summary of a benchmark job.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchSummary {
+    /// The job id.
+    pub job_id: String,
+    /// `"succeeded"` or `"failed"`.
+    pub status: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Ranks in the ring.
+    pub executors: usize,
+    /// Floats per all-reduce.
+    pub floats: u64,
+    /// Seconds of each timed all-reduce on rank 0.
+    pub seconds: Vec<f64>,
+}
+
+/// A job and everything that happened to it.
+pub struct Job {
+    /// The job's id.
+    pub id: String,
+    /// What it does.
+    pub kind: JobKind,
+    /// Where it is in its lifecycle.
+    pub state: JobState,
+    /// When it was submitted.
+    pub submitted: Instant,
+    ended: Option<Instant>,
+    ranks: Vec<pb::ExecutorInfo>,
+    secret: [u8; 32],
+    progress: JobProgress,
+    finished: Vec<bool>,
+    error: Option<String>,
+    bench_seconds: Vec<f64>,
+    last_step: Vec<Option<pb::StepReport>>,
+    events: Vec<pb::JobEvent>,
+    event_count: watch::Sender<usize>,
+    plans: Mutex<Option<(u64, Vec<pb::EpochPlan>)>>,
+    epochs_done: u64,
+}
+
+impl Job {
+    /// A queued job.
+    pub fn new(id: String, kind: JobKind, now: Instant) -> Job {
+        let (event_count, _) = watch::channel(0);
+        let mut job = Job {
+            id,
+            kind,
+            state: JobState::Queued,
+            submitted: now,
+            ended: None,
+            ranks: Vec::new(),
+            secret: [0; 32],
+            progress: JobProgress::new(1),
+            finished: Vec::new(),
+            error: None,
+            bench_seconds: Vec::new(),
+            last_step: Vec::new(),
+            events: Vec::new(),
+            event_count,
+            plans: Mutex::new(None),
+            epochs_done: 0,
+        };
+        let intro = match &job.kind {
+            JobKind::Train(plan) => format!(
+                "job {}: {} training rows in {} row groups, {} steps per epoch on each of {} executors",
+                job.id,
+                plan.train_rows(),
+                plan.train.len(),
+                plan.steps_per_epoch(plan.spec.cluster.executors),
+                plan.spec.cluster.executors
+            ),
+            JobKind::Bench { executors, spec } => format!(
+                "job {}: {} timed all-reduces of {} floats on {executors} executors",
+                job.id, spec.iters, spec.floats
+            ),
+        };
+        job.message(intro);
+        job.set_state(JobState::Waiting);
+        job.message(format!("waiting for {} executors", job.executors_needed()));
+        job
+    }
+
+    /// Executors the job trains on.
+    pub fn executors_needed(&self) -> usize {
+        match &self.kind {
+            JobKind::Train(plan) => plan.spec.cluster.executors,
+            JobKind::Bench { executors, .. } => *executors,
+        }
+    }
+
+    /// How long the job may wait for its executors.
+    pub fn rendezvous_timeout(&self) -> Duration {
+        match &self.kind {
+            JobKind::Train(plan) => Duration::from_secs(plan.spec.cluster.rendezvous_timeout_s),
+            JobKind::Bench { .. } => Duration::from_secs(60),
+        }
+    }
+
+    fn comm_timeout(&self) -> Duration {
+        match &self.kind {
+            JobKind::Train(plan) => Duration::from_secs(plan.spec.cluster.comm_timeout_s),
+            JobKind::Bench { .. } => Duration::from_secs(60),
+        }
+    }
+
+    /// True once the job succeeded, failed or was cancelled.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self.state,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    /// True when running tasks should stop.
+    pub fn should_stop(&self) -> bool {
+        self.is_finished()
+    }
+
+    /// Why it failed.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Epochs completed by every rank.
+    pub fn epochs_done(&self) -> u64 {
+        self.epochs_done
+    }
+
+    /// Seconds since submission (or until the end).
+    pub fn age(&self, now: Instant) -> f64 {
+        self.ended
+            .unwrap_or(now)
+            .duration_since(self.submitted)
+            .as_secs_f64()
+    }
+
+    /// The executors of the running job, by rank.
+    pub fn ranks(&self) -> &[pb::ExecutorInfo] {
+        &self.ranks
+    }
+
+    /// Events from `from` on, and a receiver that changes when more arrive.
+    pub fn events_since(&self, from: usize) -> (Vec<pb::JobEvent>, watch::Receiver<usize>) {
+        (
+            self.events.get(from..).unwrap_or_default().to_vec(),
+            self.event_count.subscribe(),
+        )
+    }
+
+    fn push(&mut self, event: pb::job_event::Event) {
+        let at_s = self.submitted.elapsed().as_secs_f64();
+        self.events.push(pb::JobEvent {
+            job_id: self.id.clone(),
+            at_s,
+            event: Some(event),
+        });
+        self.event_count.send_replace(self.events.len());
+    }
+
+    /// Adds a line for people to the job's events.
+    pub fn message(&mut self, text: String) {
+        self.push(pb::job_event::Event::Message(text));
+    }
+
+    fn set_state(&mut self, state: JobState) {
+        self.state = state;
+        self.push(pb::job_event::Event::State(state as i32));
+    }
+
+    /// Starts the job on `ranks` (index = rank).
+    pub fn start(&mut self, ranks: Vec<pb::ExecutorInfo>, _now: Instant) {
+        let n = ranks.len();
+        rand::fill(&mut self.secret);
+        for (rank, e) in ranks.iter().enumerate() {
+            let line = format!(
+                "rank {rank}: executor {} on {} (ring {})",
+                e.executor_id, e.host, e.ring_address
+            );
+            self.message(line);
+        }
+        info!(job = %self.id, executors = n, "job started");
+        self.ranks = ranks;
+        self.progress = JobProgress::new(n);
+        self.finished = vec![false; n];
+        self.last_step = vec![None; n];
+        self.set_state(JobState::Running);
+    }
+
+    /// The task of `rank`.
+    pub fn task_for(&self, rank: u32) -> pb::Task {
+        let ring = self.ranks.iter().map(|e| e.ring_address.clone()).collect();
+        let base = pb::Task {
+            job_id: self.id.clone(),
+            rank,
+            ring,
+            secret: self.secret.to_vec(),
+            ring_timeout_ms: self.comm_timeout().as_millis() as u64,
+            ..Default::default()
+        };
+        match &self.kind {
+            JobKind::Train(plan) => pb::Task {
+                kind: pb::TaskKind::Train as i32,
+                spec_json: plan.spec.to_json(),
+                steps_per_epoch: plan.steps_per_epoch(self.ranks.len()),
+                model_dir: plan
+                    .spec
+                    .checkpoint_dir()
+                    .join("model")
+                    .display()
+                    .to_string(),
+                ..base
+            },
+            JobKind::Bench { spec, .. } => pb::Task {
+                kind: pb::TaskKind::BenchAllreduce as i32,
+                bench: Some(*spec),
+                ..base
+            },
+        }
+    }
+
+    /// `rank`'s partitions of `split` for `epoch`.
+    pub fn epoch_plan(&self, rank: usize, split: pb::Split, epoch: u64) -> Option<pb::EpochPlan> {
+        let JobKind::Train(plan) = &self.kind else {
+            return None;
+        };
+        let world = self.ranks.len();
+        if rank >= world {
+            return None;
+        }
+        if split == pb::Split::Test {
+            return plan.test_split(world).into_iter().nth(rank);
+        }
+        let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            *cache = Some((epoch, plan.train_epoch(epoch, world)));
+        }
+        cache
+            .as_ref()
+            .and_then(|(_, plans)| plans.get(rank).cloned())
+    }
+
+    /// Progress from a rank.
+    pub fn report(
+        &mut self,
+        rank: usize,
+        report: Option<pb::report_request::Report>,
+        _now: Instant,
+    ) {
+        if self.is_finished() || rank >= self.ranks.len() {
+            return;
+        }
+        let epochs = match &self.kind {
+            JobKind::Train(plan) => plan.spec.train.epochs,
+            JobKind::Bench { .. } => 0,
+        };
+        match report {
+            Some(pb::report_request::Report::Step(s)) => {
+                self.last_step[rank] = Some(s);
+                if rank == 0 {
+                    let latest: Vec<&pb::StepReport> = self
+                        .last_step
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.epoch == s.epoch)
+                        .collect();
+                    let loss = latest.iter().map(|r| r.loss).sum::<f64>() / latest.len() as f64;
+                    let rate: f64 = latest.iter().map(|r| r.samples_per_s).sum::<f64>()
+                        * self.ranks.len() as f64
+                        / latest.len() as f64;
+                    self.push(pb::job_event::Event::Step(pb::StepProgress {
+                        epoch: s.epoch,
+                        epochs,
+                        step: s.step,
+                        steps: s.steps,
+                        loss,
+                        samples_per_s: rate,
+                    }));
+                }
+            }
+            Some(pb::report_request::Report::Epoch(e)) => {
+                if let Some(done) = self.progress.epoch_done(rank, e) {
+                    self.epochs_done = done.epoch + 1;
+                    self.push(pb::job_event::Event::Epoch(pb::EpochDone {
+                        epoch: done.epoch,
+                        epochs,
+                        steps: done.steps,
+                        samples: done.samples,
+                        loss: done.loss,
+                        seconds: done.seconds,
+                        samples_per_s: done.samples_per_s,
+                        phases: Some(pb::PhaseTimes {
+                            data: done.phases.data,
+                            forward: done.phases.forward,
+                            backward: done.phases.backward,
+                            allreduce: done.phases.allreduce,
+                            optimizer: done.phases.optimizer,
+                        }),
+                    }));
+                }
+            }
+            Some(pb::report_request::Report::Eval(e)) => self.progress.evaluated(rank, e),
+            None => {}
+        }
+    }
+
+    /// A rank ended with `result`; `who` names its executor in errors.
+    pub fn finish_rank(
+        &mut self,
+        rank: usize,
+        result: Option<pb::finish_task_request::Result>,
+        who: &str,
+        now: Instant,
+    ) {
+        if rank >= self.finished.len() || self.is_finished() {
+            return;
+        }
+        use pb::finish_task_request::Result as R;
+        match result {
+            Some(R::Outcome(o)) => self.progress.outcome(rank, o),
+            Some(R::Bench(b)) => {
+                if rank == 0 {
+                    self.bench_seconds = b.seconds;
+                }
+            }
+            Some(R::Error(e)) => {
+                self.fail(format!("{who} failed: {e}"), now);
+                return;
+            }
+            None => {
+                self.fail(format!("{who} ended without a result"), now);
+                return;
+            }
+        }
+        self.finished[rank] = true;
+        if self.finished.iter().all(|&f| f) {
+            self.end(JobState::Succeeded, now);
+        }
+    }
+
+    /// Fails the job (once; later failures are consequences and are only logged).
+    pub fn fail(&mut self, error: String, now: Instant) {
+        if self.is_finished() {
+            warn!(job = %self.id, "after the job ended: {error}");
+            return;
+        }
+        warn!(job = %self.id, "job failed: {error}");
+        self.error = Some(error);
+        self.end(JobState::Failed, now);
+    }
+
+    /// Cancels the job.
+    pub fn cancel(&mut self, now: Instant) {
+        if !self.is_finished() {
+            self.message("cancelled".into());
+            self.end(JobState::Cancelled, now);
+        }
+    }
+
+    fn end(&mut self, state: JobState, now: Instant) {
+        self.ended = Some(now);
+        let wall_s = now.duration_since(self.submitted).as_secs_f64();
+        let json = match &self.kind {
+            JobKind::Train(plan) => {
+                let s = JobSummary::new(
+                    &plan.spec.name,
+                    &self.id,
+                    self.ranks.len().max(plan.spec.cluster.executors),
+                    plan.spec.train.loss.is_classification(),
+                    &self.progress,
+                    wall_s,
+                    self.error.clone(),
+                    state == JobState::Cancelled,
+                );
+                serde_json::to_string(&s)
+            }
+            JobKind::Bench { executors, spec } => serde_json::to_string(&BenchSummary {
+                job_id: self.id.clone(),
+                status: match state {
+                    JobState::Succeeded => "succeeded",
+                    JobState::Cancelled => "cancelled",
+                    _ => "failed",
+                }
+                .into(),
+                error: self.error.clone(),
+                executors: *executors,
+                floats: spec.floats,
+                seconds: self.bench_seconds.clone(),
+            }),
+        };
+        self.set_state(state);
+        self.push(pb::job_event::Event::SummaryJson(
+            json.expect("summaries serialize"),
+        ));
+    }
+}

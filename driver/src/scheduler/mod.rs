@@ -1,0 +1,413 @@
+//! The driver's state: registered executors, jobs, rendezvous, ranks, health.
+//!
+//! [`Scheduler`] is a plain state machine driven by the RPC handlers and by a periodic
+//! [`Scheduler::tick`]; it never blocks and takes the current time as an argument, so every rule
+//! (rendezvous deadlines, heartbeat deadlines, rank assignment) is testable without a clock.
+//!
+//! - **Registration.** Executors register and then heartbeat with their full registration, so a
+//!   restarted driver learns them again from their next heartbeat. A protocol version other than
+//!   [`ringflow_proto::PROTOCOL_VERSION`] is refused with a message naming both.
+//! - **Rendezvous.** A queued job waits for `cluster.executors` idle executors. The chosen ones
+//!   are sorted by host, ring address and id, and take ranks 0..N−1 in that order. A job that
+//!   waits longer than `cluster.rendezvous_timeout_s` fails with a message that says how many
+//!   executors registered and from where.
+//! - **Health.** An executor that misses heartbeats for `executor_timeout` is dropped; a job it
+//!   was training fails with a message naming it.
+
+mod job;
+mod registry;
+
+pub use job::{Job, JobKind};
+pub use registry::ExecutorEntry;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::pb;
+use ringflow_proto::spec::JobSpec;
+use tracing::{info, warn};
+
+use crate::error::{DriverError, Result};
+use crate::planner::JobPlan;
+
+/// Timing rules of a driver.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// How often executors heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which an executor is considered lost.
+    pub executor_timeout: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            heartbeat_interval: Duration::from_millis(1000),
+            executor_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Everything the driver knows.
+pub struct Scheduler {
+    config: SchedulerConfig,
+    registry: ModelRegistry,
+    /// This driver process's id (changes on restart).
+    pub driver_id: String,
+    executors: BTreeMap<String, ExecutorEntry>,
+    jobs: BTreeMap<String, Job>,
+    queue: VecDeque<String>,
+    next_job: u64,
+}
+
+/// A refusal of an RPC, mapped to a gRPC status by the service.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// The caller speaks another protocol version.
+    Version(String),
+    /// The request names something unknown or is malformed.
+    Invalid(String),
+    /// No such job or executor.
+    NotFound(String),
+}
+
+impl Scheduler {
+    /// A scheduler with no executors and no jobs.
+    pub fn new(config: SchedulerConfig, registry: ModelRegistry) -> Scheduler {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        Scheduler {
+            config,
+            registry,
+            driver_id: format!("driver-{:x}", stamp & 0xffff_ffff_ffff),
+            executors: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            queue: VecDeque::new(),
+            next_job: 1,
+        }
+    }
+
+    /// The timing rules.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    fn check_version(who: &str, version: u32) -> std::result::Result<(), Refusal> {
+        if version != ringflow_proto::PROTOCOL_VERSION {
+            return Err(Refusal::Version(format!(
+                "{who} speaks ringflow protocol version {version}, this driver speaks version {}; \
+                 run the same ringflow version everywhere",
+                ringflow_proto::PROTOCOL_VERSION
+            )));
+        }
+        Ok(())
+    }
+
+    /// Registers (or re-registers) an executor.
+    pub fn register(
+        &mut self,
+        info: pb::ExecutorInfo,
+        now: Instant,
+    ) -> std::result::Result<(), Refusal> {
+        let who = format!("executor {} on {}", info.executor_id, info.host);
+        Self::check_version(&who, info.protocol_version)?;
+        if info.executor_id.is_empty() || info.ring_address.is_empty() {
+            return Err(Refusal::Invalid(format!(
+                "{who} registered without an id or a ring address"
+            )));
+        }
+        match self.executors.get_mut(&info.executor_id) {
+            Some(e) => {
+                e.info = info;
+                e.last_seen = now;
+            }
+            None => {
+                info!(executor = %info.executor_id, host = %info.host, ring = %info.ring_address, "executor registered");
+                self.broadcast_message(&format!(
+                    "executor {} registered from {} (ring {})",
+                    info.executor_id, info.host, info.ring_address
+                ));
+                self.executors
+                    .insert(info.executor_id.clone(), ExecutorEntry::new(info, now));
+            }
+        }
+        Ok(())
+    }
+
+    /// A heartbeat; returns whether the executor's current task should stop.
+    pub fn heartbeat(
+        &mut self,
+        info: pb::ExecutorInfo,
+        job_id: &str,
+        now: Instant,
+    ) -> std::result::Result<bool, Refusal> {
+        let id = info.executor_id.clone();
+        self.register(info, now)?;
+        let entry = self.executors.get_mut(&id).expect("just registered");
+        // An executor that says it is idle while we think it busy has finished (or restarted).
+        if job_id.is_empty()
+            && let Some(a) = &entry.assigned
+            && entry.delivered
+            && self.jobs.get(&a.job_id).is_none_or(|j| j.is_finished())
+        {
+            entry.assigned = None;
+        }
+        Ok(!job_id.is_empty() && self.jobs.get(job_id).is_none_or(|j| j.should_stop()))
+    }
+
+    /// The task waiting for `executor_id`, if any (marks it delivered).
+    pub fn take_task(&mut self, executor_id: &str) -> Option<pb::Task> {
+        let entry = self.executors.get_mut(executor_id)?;
+        if entry.delivered {
+            return None;
+        }
+        let assigned = entry.assigned.as_ref()?;
+        let job = self.jobs.get(&assigned.job_id)?;
+        if job.is_finished() {
+            return None;
+        }
+        let task = job.task_for(assigned.rank);
+        entry.delivered = true;
+        Some(task)
+    }
+
+    /// Checks, plans and queues a training job (planning reads Parquet footers).
+    pub fn plan_job(registry: &ModelRegistry, spec_json: &str) -> Result<JobPlan> {
+        let spec = JobSpec::from_json(spec_json)?;
+        spec.validate(std::path::Path::new("<submitted spec>"))?;
+        JobPlan::new(spec, registry)
+    }
+
+    /// The model registry jobs are checked against.
+    pub fn registry(&self) -> &ModelRegistry {
+        &self.registry
+    }
+
+    /// Queues a planned job; returns its id.
+    pub fn submit(&mut self, kind: JobKind, now: Instant) -> String {
+        let name = kind.name();
+        let id = format!("{name}-{:04}", self.next_job);
+        self.next_job += 1;
+        let job = Job::new(id.clone(), kind, now);
+        info!(job = %id, "job submitted");
+        self.jobs.insert(id.clone(), job);
+        self.queue.push_back(id.clone());
+        id
+    }
+
+    /// A job by id.
+    pub fn job(&self, id: &str) -> Option<&Job> {
+        self.jobs.get(id)
+    }
+
+    /// A job by id, mutable.
+    pub fn job_mut(&mut self, id: &str) -> Option<&mut Job> {
+        self.jobs.get_mut(id)
+    }
+
+    /// All jobs, oldest first.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    /// All executors.
+    pub fn executors(&self) -> impl Iterator<Item = &ExecutorEntry> {
+        self.executors.values()
+    }
+
+    /// Cancels a job; false if it had already ended.
+    pub fn cancel(&mut self, job_id: &str, now: Instant) -> std::result::Result<bool, Refusal> {
+        let job = self
+            .jobs
+            .get_mut(job_id)
+            .ok_or_else(|| Refusal::NotFound(format!("no job {job_id:?}")))?;
+        if job.is_finished() {
+            return Ok(false);
+        }
+        job.cancel(now);
+        self.queue.retain(|j| j != job_id);
+        self.release_finished(now);
+        Ok(true)
+    }
+
+    /// A rank's report; returns whether the rank should stop.
+    pub fn report(
+        &mut self,
+        req: pb::ReportRequest,
+        now: Instant,
+    ) -> std::result::Result<bool, Refusal> {
+        let job = self
+            .jobs
+            .get_mut(&req.job_id)
+            .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
+        job.report(req.rank as usize, req.report, now);
+        Ok(job.should_stop())
+    }
+
+    /// A rank's end.
+    pub fn finish_task(
+        &mut self,
+        req: pb::FinishTaskRequest,
+        now: Instant,
+    ) -> std::result::Result<(), Refusal> {
+        let executor = self
+            .executors
+            .get(&req.executor_id)
+            .map(|e| e.describe(req.rank));
+        let job = self
+            .jobs
+            .get_mut(&req.job_id)
+            .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
+        let who = executor.unwrap_or_else(|| format!("rank {} ({})", req.rank, req.executor_id));
+        job.finish_rank(req.rank as usize, req.result, &who, now);
+        if let Some(e) = self.executors.get_mut(&req.executor_id)
+            && e.assigned.as_ref().is_some_and(|a| a.job_id == req.job_id)
+        {
+            e.assigned = None;
+        }
+        self.release_finished(now);
+        Ok(())
+    }
+
+    /// Periodic work: drop silent executors, fail jobs that lost one or waited too long, and
+    /// start queued jobs that now have enough idle executors.
+    pub fn tick(&mut self, now: Instant) {
+        self.drop_lost_executors(now);
+        self.expire_waiting_jobs(now);
+        self.start_jobs(now);
+        self.release_finished(now);
+    }
+
+    fn drop_lost_executors(&mut self, now: Instant) {
+        let timeout = self.config.executor_timeout;
+        let lost: Vec<String> = self
+            .executors
+            .values()
+            .filter(|e| now.duration_since(e.last_seen) > timeout)
+            .map(|e| e.info.executor_id.clone())
+            .collect();
+        for id in lost {
+            let entry = self.executors.remove(&id).expect("listed above");
+            let silent = now.duration_since(entry.last_seen).as_secs_f64();
+            warn!(executor = %id, "executor lost: no heartbeat for {silent:.0} s");
+            self.broadcast_message(&format!(
+                "executor {id} on {} lost: no heartbeat for {silent:.0} s",
+                entry.info.host
+            ));
+            if let Some(a) = &entry.assigned
+                && let Some(job) = self.jobs.get_mut(&a.job_id)
+                && !job.is_finished()
+            {
+                let who = entry.describe(a.rank);
+                job.fail(
+                    format!("{who} stopped sending heartbeats {silent:.0} s ago (killed, hung, or cut off)"),
+                    now,
+                );
+            }
+        }
+    }
+
+    fn expire_waiting_jobs(&mut self, now: Instant) {
+        let registered = self.describe_executors();
+        let count = self.executors.len();
+        for id in self.queue.clone() {
+            let job = self.jobs.get_mut(&id).expect("queued jobs exist");
+            let limit = job.rendezvous_timeout();
+            if now.duration_since(job.submitted) > limit {
+                let need = job.executors_needed();
+                job.fail(
+                    format!(
+                        "waited {:.0} s for {need} executors, but {count} registered{}",
+                        limit.as_secs_f64(),
+                        if count == 0 {
+                            String::from(" (start executors with `ringflow executor --driver URL`)")
+                        } else {
+                            format!(": {registered}")
+                        }
+                    ),
+                    now,
+                );
+                self.queue.retain(|j| *j != id);
+            }
+        }
+    }
+
+    fn describe_executors(&self) -> String {
+        self.executors
+            .values()
+            .map(|e| {
+                format!(
+                    "{} from {} ({})",
+                    e.info.executor_id,
+                    e.info.host,
+                    if e.assigned.is_some() { "busy" } else { "idle" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn start_jobs(&mut self, now: Instant) {
+        while let Some(id) = self.queue.front().cloned() {
+            let need = self.jobs[&id].executors_needed();
+            let mut idle: Vec<&ExecutorEntry> = self
+                .executors
+                .values()
+                .filter(|e| e.assigned.is_none())
+                .collect();
+            if idle.len() < need {
+                return;
+            }
+            idle.sort_by(|a, b| {
+                (&a.info.host, &a.info.ring_address, &a.info.executor_id).cmp(&(
+                    &b.info.host,
+                    &b.info.ring_address,
+                    &b.info.executor_id,
+                ))
+            });
+            let chosen: Vec<pb::ExecutorInfo> =
+                idle.iter().take(need).map(|e| e.info.clone()).collect();
+            self.queue.pop_front();
+            for (rank, info) in chosen.iter().enumerate() {
+                let e = self
+                    .executors
+                    .get_mut(&info.executor_id)
+                    .expect("chosen from the registry");
+                e.assign(&id, rank as u32);
+            }
+            self.jobs
+                .get_mut(&id)
+                .expect("queued jobs exist")
+                .start(chosen, now);
+        }
+    }
+
+    /// Frees executors whose job has ended but that are still marked as assigned and have not
+    /// yet received their task.
+    fn release_finished(&mut self, _now: Instant) {
+        for e in self.executors.values_mut() {
+            if let Some(a) = &e.assigned
+                && !e.delivered
+                && self.jobs.get(&a.job_id).is_none_or(|j| j.is_finished())
+            {
+                e.assigned = None;
+            }
+        }
+    }
+
+    fn broadcast_message(&mut self, text: &str) {
+        for id in self.queue.clone() {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.message(text.to_string());
+            }
+        }
+    }
+}
+
+/// Maps a planning failure to what the submitter sees.
+pub fn planning_refusal(e: DriverError) -> Refusal {
+    Refusal::Invalid(e.to_string())
+}

@@ -1,0 +1,56 @@
+//! What the driver knows about each executor.
+
+use std::time::Instant;
+
+use ringflow_proto::pb;
+
+/// The job and rank an executor was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The job.
+    pub job_id: String,
+    /// Its rank in that job.
+    pub rank: u32,
+}
+
+/// One registered executor.
+#[derive(Clone, Debug)]
+pub struct ExecutorEntry {
+    /// Its registration (refreshed by every heartbeat).
+    pub info: pb::ExecutorInfo,
+    /// When it was last heard from.
+    pub last_seen: Instant,
+    /// Its current task, if any.
+    pub assigned: Option<Assignment>,
+    /// Whether it has picked that task up.
+    pub delivered: bool,
+}
+
+impl ExecutorEntry {
+    /// A newly registered, idle executor.
+    pub fn new(info: pb::ExecutorInfo, now: Instant) -> Self {
+        ExecutorEntry {
+            info,
+            last_seen: now,
+            assigned: None,
+            delivered: false,
+        }
+    }
+
+    /// Gives the executor rank `rank` of `job_id`.
+    pub fn assign(&mut self, job_id: &str, rank: u32) {
+        self.assigned = Some(Assignment {
+            job_id: job_id.to_string(),
+            rank,
+        });
+        self.delivered = false;
+    }
+
+    /// "executor ID (rank R) on HOST": how errors name it.
+    pub fn describe(&self, rank: u32) -> String {
+        format!(
+            "executor {} (rank {rank}) on {}",
+            self.info.executor_id, self.info.host
+        )
+    }
+}

@@ -1,0 +1,114 @@
+//! The service executors call.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringflow_proto::pb::{self, executors_server::Executors};
+use tonic::{Request, Response, Status};
+
+use super::{Shared, status};
+
+/// The longest a task poll may wait.
+const MAX_POLL: Duration = Duration::from_secs(30);
+
+pub(crate) struct ExecutorsService(pub Arc<Shared>);
+
+#[tonic::async_trait]
+impl Executors for ExecutorsService {
+    async fn register(
+        &self,
+        req: Request<pb::ExecutorInfo>,
+    ) -> Result<Response<pb::RegisterReply>, Status> {
+        let mut s = self.0.lock();
+        s.register(req.into_inner(), Instant::now())
+            .map_err(status)?;
+        let reply = pb::RegisterReply {
+            heartbeat_interval_ms: s.config().heartbeat_interval.as_millis() as u64,
+            driver_id: s.driver_id.clone(),
+        };
+        drop(s);
+        self.0.tick();
+        Ok(Response::new(reply))
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatReply>, Status> {
+        let req = req.into_inner();
+        let info = req
+            .info
+            .ok_or_else(|| Status::invalid_argument("a heartbeat must carry the registration"))?;
+        let mut s = self.0.lock();
+        let cancel = s
+            .heartbeat(info, &req.job_id, Instant::now())
+            .map_err(status)?;
+        Ok(Response::new(pb::HeartbeatReply {
+            cancel,
+            heartbeat_interval_ms: s.config().heartbeat_interval.as_millis() as u64,
+        }))
+    }
+
+    async fn poll_task(
+        &self,
+        req: Request<pb::PollTaskRequest>,
+    ) -> Result<Response<pb::PollTaskReply>, Status> {
+        let req = req.into_inner();
+        let deadline = Instant::now() + Duration::from_millis(req.wait_ms).min(MAX_POLL);
+        loop {
+            let notified = self.0.task_ready.notified();
+            if let Some(task) = self.0.lock().take_task(&req.executor_id) {
+                return Ok(Response::new(pb::PollTaskReply { task: Some(task) }));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Response::new(pb::PollTaskReply { task: None }));
+            }
+            let _ = tokio::time::timeout(left, notified).await;
+        }
+    }
+
+    async fn get_epoch_plan(
+        &self,
+        req: Request<pb::EpochPlanRequest>,
+    ) -> Result<Response<pb::EpochPlan>, Status> {
+        let req = req.into_inner();
+        let s = self.0.lock();
+        let job = s
+            .job(&req.job_id)
+            .ok_or_else(|| Status::not_found(format!("no job {:?}", req.job_id)))?;
+        let split = pb::Split::try_from(req.split).unwrap_or(pb::Split::Train);
+        job.epoch_plan(req.rank as usize, split, req.epoch)
+            .map(Response::new)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "job {} has no plan for rank {} (epoch {})",
+                    req.job_id, req.rank, req.epoch
+                ))
+            })
+    }
+
+    async fn report(
+        &self,
+        req: Request<pb::ReportRequest>,
+    ) -> Result<Response<pb::ReportReply>, Status> {
+        let cancel = self
+            .0
+            .lock()
+            .report(req.into_inner(), Instant::now())
+            .map_err(status)?;
+        Ok(Response::new(pb::ReportReply { cancel }))
+    }
+
+    async fn finish_task(
+        &self,
+        req: Request<pb::FinishTaskRequest>,
+    ) -> Result<Response<pb::FinishTaskReply>, Status> {
+        self.0
+            .lock()
+            .finish_task(req.into_inner(), Instant::now())
+            .map_err(status)?;
+        self.0.tick();
+        Ok(Response::new(pb::FinishTaskReply {}))
+    }
+}

@@ -1,0 +1,161 @@
+//! The service the command line calls.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringflow_proto::pb::{self, jobs_server::Jobs};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use super::{Shared, status};
+use crate::scheduler::{JobKind, Scheduler};
+
+pub(crate) struct JobsService(pub Arc<Shared>);
+
+#[tonic::async_trait]
+impl Jobs for JobsService {
+    async fn submit(
+        &self,
+        req: Request<pb::SubmitRequest>,
+    ) -> Result<Response<pb::SubmitReply>, Status> {
+        let req = req.into_inner();
+        if req.protocol_version != ringflow_proto::PROTOCOL_VERSION {
+            return Err(Status::failed_precondition(format!(
+                "this client speaks ringflow protocol version {}, the driver speaks version {}; \
+                 use the same ringflow version for both",
+                req.protocol_version,
+                ringflow_proto::PROTOCOL_VERSION
+            )));
+        }
+        let kind = match pb::TaskKind::try_from(req.kind) {
+            Ok(pb::TaskKind::BenchAllreduce) => {
+                let spec = req.bench.unwrap_or_default();
+                if req.bench_executors == 0 || spec.iters == 0 {
+                    return Err(Status::invalid_argument(
+                        "a benchmark needs at least one executor and one iteration",
+                    ));
+                }
+                JobKind::Bench {
+                    executors: req.bench_executors as usize,
+                    spec,
+                }
+            }
+            _ => {
+                let registry = self.0.registry.clone();
+                let json = req.spec_json;
+                let file = req.spec_file;
+                // Planning reads Parquet footers: keep it off the async workers.
+                let plan =
+                    tokio::task::spawn_blocking(move || Scheduler::plan_job(&registry, &json))
+                        .await
+                        .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
+                        .map_err(|e| {
+                            let prefix = if file.is_empty() {
+                                String::new()
+                            } else {
+                                format!("{file}: ")
+                            };
+                            Status::invalid_argument(format!("{prefix}{e}"))
+                        })?;
+                JobKind::Train(Box::new(plan))
+            }
+        };
+        let job_id = self.0.lock().submit(kind, Instant::now());
+        self.0.tick();
+        Ok(Response::new(pb::SubmitReply { job_id }))
+    }
+
+    type WatchStream = ReceiverStream<Result<pb::JobEvent, Status>>;
+
+    async fn watch(
+        &self,
+        req: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let job_id = req.into_inner().job_id;
+        if self.0.lock().job(&job_id).is_none() {
+            return Err(Status::not_found(format!("no job {job_id:?}")));
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(64);
+        let shared = self.0.clone();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            loop {
+                let (events, mut changed) = match shared.lock().job(&job_id) {
+                    Some(job) => job.events_since(seen),
+                    None => return,
+                };
+                seen += events.len();
+                for e in events {
+                    let last = matches!(e.event, Some(pb::job_event::Event::SummaryJson(_)));
+                    if tx.send(Ok(e)).await.is_err() || last {
+                        return;
+                    }
+                }
+                if changed.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn cancel(
+        &self,
+        req: Request<pb::CancelRequest>,
+    ) -> Result<Response<pb::CancelReply>, Status> {
+        let cancelled = self
+            .0
+            .lock()
+            .cancel(&req.into_inner().job_id, Instant::now())
+            .map_err(status)?;
+        Ok(Response::new(pb::CancelReply { cancelled }))
+    }
+
+    async fn list_jobs(
+        &self,
+        _: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsReply>, Status> {
+        let now = Instant::now();
+        let s = self.0.lock();
+        let jobs = s
+            .jobs()
+            .map(|j| pb::JobInfo {
+                job_id: j.id.clone(),
+                name: j.kind.name(),
+                state: j.state as i32,
+                executors: j.executors_needed() as u32,
+                epoch: j.epochs_done(),
+                epochs: match &j.kind {
+                    JobKind::Train(p) => p.spec.train.epochs,
+                    JobKind::Bench { .. } => 0,
+                },
+                age_s: j.age(now),
+                error: j.error().unwrap_or_default().to_string(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListJobsReply { jobs }))
+    }
+
+    async fn list_executors(
+        &self,
+        _: Request<pb::ListExecutorsRequest>,
+    ) -> Result<Response<pb::ListExecutorsReply>, Status> {
+        let now = Instant::now();
+        let s = self.0.lock();
+        let executors = s
+            .executors()
+            .map(|e| pb::ExecutorStatus {
+                info: Some(e.info.clone()),
+                state: if e.assigned.is_some() { "busy" } else { "idle" }.into(),
+                job_id: e
+                    .assigned
+                    .as_ref()
+                    .map(|a| a.job_id.clone())
+                    .unwrap_or_default(),
+                rank: e.assigned.as_ref().map(|a| a.rank).unwrap_or(0),
+                last_heartbeat_s: now.duration_since(e.last_seen).as_secs_f64(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListExecutorsReply { executors }))
+    }
+}

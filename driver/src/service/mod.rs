@@ -1,0 +1,152 @@
+//! The driver's gRPC server: the [`executors`] service for executors, the [`jobs`] service for
+//! the command line, and a ticker that drives the [`Scheduler`]'s timed rules.
+
+mod executors;
+mod jobs;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::pb::executors_server::ExecutorsServer;
+use ringflow_proto::pb::jobs_server::JobsServer;
+use tokio::sync::{Notify, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::error::{DriverError, Result};
+use crate::scheduler::{Refusal, Scheduler, SchedulerConfig};
+
+/// How often the scheduler's timed rules run.
+const TICK: Duration = Duration::from_millis(100);
+
+/// State shared by the services and the ticker.
+pub(crate) struct Shared {
+    scheduler: Mutex<Scheduler>,
+    /// Woken when tasks may have become available.
+    task_ready: Notify,
+    registry: ModelRegistry,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Scheduler> {
+        self.scheduler.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs the scheduler's rules now and wakes pollers.
+    pub(crate) fn tick(&self) {
+        self.lock().tick(Instant::now());
+        self.task_ready.notify_waiters();
+    }
+}
+
+pub(crate) fn status(r: Refusal) -> tonic::Status {
+    match r {
+        Refusal::Version(m) => tonic::Status::failed_precondition(m),
+        Refusal::Invalid(m) => tonic::Status::invalid_argument(m),
+        Refusal::NotFound(m) => tonic::Status::not_found(m),
+    }
+}
+
+/// How a driver listens and times its rules.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    /// The control-plane address (port 0 lets the OS choose).
+    pub bind: SocketAddr,
+    /// Heartbeat and loss timing.
+    pub scheduler: SchedulerConfig,
+}
+
+/// A running driver.
+pub struct DriverHandle {
+    /// The address it serves on.
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+    ticker: JoinHandle<()>,
+}
+
+impl DriverHandle {
+    /// The driver's URL, `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Cancels every unfinished job (used on Ctrl-C).
+    pub fn cancel_all(&self) {
+        let now = Instant::now();
+        let mut s = self.shared.lock();
+        let ids: Vec<String> = s
+            .jobs()
+            .filter(|j| !j.is_finished())
+            .map(|j| j.id.clone())
+            .collect();
+        for id in ids {
+            let _ = s.cancel(&id, now);
+        }
+    }
+
+    /// Stops serving and waits for the server to end.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.ticker.abort();
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+    }
+}
+
+/// Starts a driver on the current tokio runtime.
+pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<DriverHandle> {
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|e| DriverError::Data(format!("cannot listen on {}: {e}", config.bind)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| DriverError::Data(format!("cannot read the bound address: {e}")))?;
+    let shared = Arc::new(Shared {
+        scheduler: Mutex::new(Scheduler::new(config.scheduler.clone(), registry.clone())),
+        task_ready: Notify::new(),
+        registry,
+    });
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(ExecutorsServer::new(executors::ExecutorsService(
+                    shared.clone(),
+                )))
+                .add_service(JobsServer::new(jobs::JobsService(shared)))
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                    let _ = rx.await;
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::error!("the driver's server stopped: {e}");
+            }
+        })
+    };
+    let ticker = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            loop {
+                interval.tick().await;
+                shared.tick();
+            }
+        })
+    };
+    tracing::info!(%addr, "driver listening");
+    Ok(DriverHandle {
+        addr,
+        shared,
+        shutdown: Some(tx),
+        server: Some(server),
+        ticker,
+    })
+}

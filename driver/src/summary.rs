@@ -1,0 +1,162 @@
+//! The summary of a finished job, printed by the CLI and written by `--summary-json`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::progress::{EpochSummary, JobProgress};
+
+/// How a job ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Every epoch ran and the model was saved.
+    Succeeded,
+    /// It stopped on an error.
+    Failed,
+    /// A user cancelled it.
+    Cancelled,
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JobStatus::Succeeded => "succeeded",
+            JobStatus::Failed => "failed",
+            JobStatus::Cancelled => "cancelled",
+        })
+    }
+}
+
+/// Everything worth knowing about a finished job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// The job's name.
+    pub job: String,
+    /// The driver's id for this run.
+    pub job_id: String,
+    /// How it ended.
+    pub status: JobStatus,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Executors that trained together.
+    pub executors: usize,
+    /// Epochs completed.
+    pub epochs: u64,
+    /// Optimizer steps per rank.
+    pub steps: u64,
+    /// Rows trained on, all ranks and epochs together.
+    pub samples: u64,
+    /// Wall time from submission to the end, in seconds.
+    pub wall_s: f64,
+    /// Training throughput: samples over the training loop's time (slowest rank), excluding
+    /// setup and evaluation.
+    pub train_samples_per_s: f64,
+    /// Mean training loss of the last epoch.
+    pub final_train_loss: Option<f64>,
+    /// Test accuracy (classification).
+    pub test_accuracy: Option<f64>,
+    /// Test mean squared error (regression).
+    pub test_mse: Option<f64>,
+    /// Mean test loss.
+    pub test_loss: Option<f64>,
+    /// Rows evaluated.
+    pub test_rows: Option<u64>,
+    /// Where the model was saved.
+    pub model_path: Option<String>,
+    /// Whether every rank ended with bit-identical parameters (compared by checksum).
+    pub replicas_identical: Option<bool>,
+    /// Per-epoch figures.
+    pub history: Vec<EpochSummary>,
+}
+
+impl JobSummary {
+    /// Builds the summary from a job's collected progress.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        job: &str,
+        job_id: &str,
+        executors: usize,
+        classification: bool,
+        progress: &JobProgress,
+        wall_s: f64,
+        error: Option<String>,
+        cancelled: bool,
+    ) -> JobSummary {
+        let outcomes = progress.outcomes().unwrap_or_default();
+        let samples = outcomes.iter().map(|o| o.samples).sum();
+        let train_seconds = outcomes.iter().map(|o| o.train_seconds).fold(0.0, f64::max);
+        let eval = progress.evaluation();
+        let status = match (&error, cancelled) {
+            (_, true) => JobStatus::Cancelled,
+            (Some(_), false) => JobStatus::Failed,
+            (None, false) => JobStatus::Succeeded,
+        };
+        let checksums: Vec<u64> = outcomes.iter().map(|o| o.param_checksum).collect();
+        JobSummary {
+            job: job.to_string(),
+            job_id: job_id.to_string(),
+            status,
+            error,
+            executors,
+            epochs: progress.epochs().len() as u64,
+            steps: outcomes.first().map(|o| o.steps).unwrap_or(0),
+            samples,
+            wall_s,
+            train_samples_per_s: if train_seconds > 0.0 {
+                samples as f64 / train_seconds
+            } else {
+                0.0
+            },
+            final_train_loss: progress.epochs().last().map(|e| e.loss),
+            test_accuracy: eval
+                .filter(|_| classification)
+                .map(|e| e.correct as f64 / e.rows.max(1) as f64),
+            test_mse: eval
+                .filter(|_| !classification)
+                .map(|e| e.squared_error / e.rows.max(1) as f64),
+            test_loss: eval.map(|e| e.loss_sum / e.rows.max(1) as f64),
+            test_rows: eval.map(|e| e.rows),
+            model_path: outcomes
+                .iter()
+                .find(|o| !o.model_dir.is_empty())
+                .map(|o| o.model_dir.clone()),
+            replicas_identical: (!checksums.is_empty())
+                .then(|| checksums.iter().all(|&c| c == checksums[0])),
+            history: progress.epochs().to_vec(),
+        }
+    }
+}
+
+impl fmt::Display for JobSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = if self.executors == 1 { "" } else { "s" };
+        writeln!(
+            f,
+            "job {} {} in {:.1} s on {} executor{plural}",
+            self.job, self.status, self.wall_s, self.executors
+        )?;
+        if let Some(e) = &self.error {
+            writeln!(f, "  error: {e}")?;
+        }
+        writeln!(
+            f,
+            "  epochs {}, steps {}, samples {}, training {:.0} samples/s",
+            self.epochs, self.steps, self.samples, self.train_samples_per_s
+        )?;
+        if let Some(loss) = self.final_train_loss {
+            write!(f, "  final train loss {loss:.4}")?;
+            if let (Some(acc), Some(rows)) = (self.test_accuracy, self.test_rows) {
+                write!(f, ", test accuracy {acc:.4} ({rows} rows)")?;
+            }
+            if let (Some(mse), Some(rows)) = (self.test_mse, self.test_rows) {
+                write!(f, ", test mse {mse:.4} ({rows} rows)")?;
+            }
+            writeln!(f)?;
+        }
+        if let Some(p) = &self.model_path {
+            writeln!(f, "  model saved to {p}")?;
+        }
+        Ok(())
+    }
+}

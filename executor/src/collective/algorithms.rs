@@ -1,0 +1,282 @@
+//! The ring algorithms, pipelined chunk by chunk.
+//!
+//! A [`Link`] is one rank's view of the ring: it receives from its left neighbour on the
+//! calling (communication) thread and sends to its right neighbour through a writer thread, so
+//! that sending, receiving and reducing overlap and no rank can block another by filling a
+//! socket buffer. Each chunk received is reduced (or stored) and, where the algorithm forwards
+//! it, queued for sending at once: the next step starts before the current one ends.
+//!
+//! All-reduce is reduce-scatter followed by all-gather (Patarasuk & Yuan; Horovod, NCCL): the
+//! buffer is cut into N segments, and each rank sends and receives 2(N−1)/N of it.
+
+use std::net::TcpStream;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::collective::ReduceOp;
+use crate::collective::wire::{describe, read_f32s};
+use crate::error::{ExecutorError, Result};
+
+/// Floats per pipelined chunk (128 KiB).
+pub const CHUNK: usize = 32 * 1024;
+
+/// What the writer thread sends to the right neighbour.
+pub enum Outgoing {
+    /// An operation header.
+    Header([u64; 3]),
+    /// Payload.
+    Floats(Vec<f32>),
+}
+
+/// One rank's connections in the ring.
+pub struct Link {
+    pub rank: usize,
+    pub world: usize,
+    pub left: TcpStream,
+    pub left_name: String,
+    pub right_name: String,
+    pub outgoing: Sender<Outgoing>,
+    pub writer_error: Arc<Mutex<Option<String>>>,
+    pub deadline: Duration,
+    pub sequence: u64,
+    scratch: Vec<f32>,
+}
+
+/// Operation codes in headers.
+#[derive(Clone, Copy)]
+pub enum OpCode {
+    AllReduce = 1,
+    Broadcast = 2,
+    AllGather = 3,
+}
+
+fn op_name(code: u64) -> &'static str {
+    match code & 0xff {
+        1 => "all-reduce",
+        2 => "broadcast",
+        3 => "all-gather",
+        _ => "an unknown operation",
+    }
+}
+
+impl Link {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        rank: usize,
+        world: usize,
+        left: TcpStream,
+        left_name: String,
+        right_name: String,
+        outgoing: Sender<Outgoing>,
+        writer_error: Arc<Mutex<Option<String>>>,
+        deadline: Duration,
+    ) -> Link {
+        Link {
+            rank,
+            world,
+            left,
+            left_name,
+            right_name,
+            outgoing,
+            writer_error,
+            deadline,
+            sequence: 0,
+            scratch: vec![0.0; CHUNK],
+        }
+    }
+
+    fn send(&self, item: Outgoing) -> Result<()> {
+        if let Some(e) = self
+            .writer_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Err(ExecutorError::Comm(e));
+        }
+        self.outgoing.send(item).map_err(|_| {
+            ExecutorError::Comm(format!("the connection to {} is closed", self.right_name))
+        })
+    }
+
+    fn send_range(&self, buf: &[f32]) -> Result<()> {
+        for chunk in buf.chunks(CHUNK) {
+            self.send(Outgoing::Floats(chunk.to_vec()))?;
+        }
+        Ok(())
+    }
+
+    fn recv_error(&self, e: std::io::Error, what: &str) -> ExecutorError {
+        // A failure to receive is often caused by the writer failing first; prefer its story.
+        if let Some(w) = self
+            .writer_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return ExecutorError::Comm(w);
+        }
+        ExecutorError::Comm(describe(&e, &self.left_name, what, self.deadline))
+    }
+
+    /// Sends this operation's header right and checks that the left neighbour's matches, so
+    /// that ranks calling different collectives fail loudly instead of exchanging garbage.
+    fn agree(&mut self, code: OpCode, len: usize, root: usize) -> Result<()> {
+        self.sequence += 1;
+        let header = [
+            code as u64 | ((root as u64) << 8),
+            self.sequence,
+            len as u64,
+        ];
+        self.send(Outgoing::Header(header))?;
+        let mut theirs = [0u64; 3];
+        std::io::Read::read_exact(&mut self.left, bytemuck::cast_slice_mut(&mut theirs))
+            .map_err(|e| self.recv_error(e, "starting a collective"))?;
+        if theirs != header {
+            return Err(ExecutorError::Comm(format!(
+                "collective mismatch: {} started {} #{} of {} values (root {}), rank {} \
+                 started {} #{} of {len} values (root {root})",
+                self.left_name,
+                op_name(theirs[0]),
+                theirs[1],
+                theirs[2],
+                theirs[0] >> 8,
+                self.rank,
+                op_name(header[0]),
+                header[1],
+            )));
+        }
+        Ok(())
+    }
+
+    /// Receives `dst.len()` floats from the left, chunk by chunk, handing each to `each`.
+    fn receive(
+        &mut self,
+        dst_len: usize,
+        what: &str,
+        mut each: impl FnMut(std::ops::Range<usize>, &[f32], &Link) -> Result<()>,
+    ) -> Result<()> {
+        let mut at = 0;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        while at < dst_len {
+            let n = CHUNK.min(dst_len - at);
+            if let Err(e) = read_f32s(&mut self.left, &mut scratch[..n]) {
+                self.scratch = scratch;
+                return Err(self.recv_error(e, what));
+            }
+            if let Err(e) = each(at..at + n, &scratch[..n], self) {
+                self.scratch = scratch;
+                return Err(e);
+            }
+            at += n;
+        }
+        self.scratch = scratch;
+        Ok(())
+    }
+}
+
+/// Start of segment `i` of `n` over a buffer of `len` (segments differ in size by at most 1).
+fn seg_start(i: usize, n: usize, len: usize) -> usize {
+    (i as u128 * len as u128 / n as u128) as usize
+}
+
+fn segment(i: usize, n: usize, len: usize) -> std::ops::Range<usize> {
+    seg_start(i, n, len)..seg_start(i + 1, n, len)
+}
+
+/// Ring all-reduce of `buf` in place.
+pub fn all_reduce(link: &mut Link, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+    let (r, n, len) = (link.rank, link.world, buf.len());
+    if n == 1 {
+        return Ok(());
+    }
+    link.agree(OpCode::AllReduce, len, 0)?;
+    let scale = 1.0 / n as f32;
+    // Reduce-scatter: step s sends segment r−s and receives segment r−s−1, adding it in.
+    link.send_range(&buf[segment(r, n, len)])?;
+    for s in 0..n - 1 {
+        let seg = segment((r + 2 * n - s - 1) % n, n, len);
+        let last = s == n - 2;
+        let base = seg.start;
+        link.receive(seg.len(), "reducing gradients", |range, incoming, link| {
+            let dst = &mut buf[base + range.start..base + range.end];
+            for (d, &x) in dst.iter_mut().zip(incoming) {
+                *d += x;
+            }
+            if last && op == ReduceOp::Average {
+                dst.iter_mut().for_each(|d| *d *= scale);
+            }
+            // Forward at once: to the next reduce-scatter step, or (when final) to all-gather.
+            link.send(Outgoing::Floats(dst.to_vec()))
+        })?;
+    }
+    // All-gather: step s receives the final segment r−s and forwards it, except in the last step.
+    for s in 0..n - 1 {
+        let seg = segment((r + n - s) % n, n, len);
+        let forward = s < n - 2;
+        let base = seg.start;
+        link.receive(
+            seg.len(),
+            "gathering reduced gradients",
+            |range, incoming, link| {
+                let dst = &mut buf[base + range.start..base + range.end];
+                dst.copy_from_slice(incoming);
+                if forward {
+                    link.send(Outgoing::Floats(incoming.to_vec()))?;
+                }
+                Ok(())
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Ring broadcast of `root`'s `buf`, pipelined along the ring.
+pub fn broadcast(link: &mut Link, buf: &mut [f32], root: usize) -> Result<()> {
+    let (r, n) = (link.rank, link.world);
+    if n == 1 {
+        return Ok(());
+    }
+    link.agree(OpCode::Broadcast, buf.len(), root)?;
+    if r == root {
+        return link.send_range(buf);
+    }
+    let forward = (r + 1) % n != root;
+    link.receive(
+        buf.len(),
+        "receiving a broadcast",
+        |range, incoming, link| {
+            buf[range.clone()].copy_from_slice(incoming);
+            if forward {
+                link.send(Outgoing::Floats(incoming.to_vec()))?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Ring all-gather: every rank's `mine` in rank order.
+pub fn all_gather(link: &mut Link, mine: &[f32]) -> Result<Vec<f32>> {
+    let (r, n, m) = (link.rank, link.world, mine.len());
+    let mut out = vec![0.0; n * m];
+    out[r * m..(r + 1) * m].copy_from_slice(mine);
+    if n == 1 {
+        return Ok(out);
+    }
+    link.agree(OpCode::AllGather, m, 0)?;
+    link.send_range(mine)?;
+    for s in 0..n - 1 {
+        let piece = (r + 2 * n - s - 1) % n;
+        let forward = s < n - 2;
+        let base = piece * m;
+        link.receive(m, "gathering values", |range, incoming, link| {
+            out[base + range.start..base + range.end].copy_from_slice(incoming);
+            if forward {
+                link.send(Outgoing::Floats(incoming.to_vec()))?;
+            }
+            Ok(())
+        })?;
+    }
+    Ok(out)
+}

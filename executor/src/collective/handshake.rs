@@ -1,0 +1,167 @@
+//! Authenticating ring connections.
+//!
+//! The driver gives every job a random 32-byte secret. When rank `a` connects to its right
+//! neighbour `b`, both prove that they hold it without sending it, and `b` checks that the
+//! connection belongs to the job it is in and comes from its left neighbour:
+//!
+//! ```text
+//! a → b   "RFLW" version, job id, rank a, nonce_a
+//! b → a   nonce_b, HMAC(secret, "acceptor" | job | b | nonce_a)
+//! a → b   HMAC(secret, "connector" | job | a | nonce_b)
+//! b → a   1 (accepted)
+//! ```
+//!
+//! Anything else — another job, a wrong rank, a bad MAC, garbage, silence — is dropped and
+//! logged by the acceptor. Every read has a deadline.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+const MAGIC: &[u8; 4] = b"RFLW";
+const VERSION: u8 = 1;
+const MAX_JOB_ID: usize = 1024;
+
+/// A job's ring secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobSecret(pub [u8; 32]);
+
+impl std::fmt::Debug for JobSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JobSecret(…)")
+    }
+}
+
+impl JobSecret {
+    /// A fresh random secret.
+    pub fn random() -> JobSecret {
+        let mut s = [0u8; 32];
+        rand::fill(&mut s);
+        JobSecret(s)
+    }
+
+    /// The secret from bytes sent by the driver.
+    pub fn from_bytes(bytes: &[u8]) -> Option<JobSecret> {
+        bytes.try_into().ok().map(JobSecret)
+    }
+
+    fn keyed(&self, role: &str, job: &str, rank: u32, nonce: &[u8; 16]) -> Hmac<Sha256> {
+        let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("any key length");
+        for part in [
+            b"ringflow-ring-v1|".as_slice(),
+            role.as_bytes(),
+            b"|",
+            job.as_bytes(),
+        ] {
+            m.update(part);
+        }
+        m.update(&rank.to_le_bytes());
+        m.update(nonce);
+        m
+    }
+
+    fn mac(&self, role: &str, job: &str, rank: u32, nonce: &[u8; 16]) -> Vec<u8> {
+        self.keyed(role, job, rank, nonce)
+            .finalize()
+            .into_bytes()
+            .to_vec()
+    }
+
+    fn verify(&self, role: &str, job: &str, rank: u32, nonce: &[u8; 16], tag: &[u8]) -> bool {
+        self.keyed(role, job, rank, nonce).verify_slice(tag).is_ok()
+    }
+}
+
+fn nonce() -> [u8; 16] {
+    let mut n = [0u8; 16];
+    rand::fill(&mut n);
+    n
+}
+
+/// Runs the connector's side (rank `rank` connecting to its right neighbour `peer_rank`).
+pub fn connect(
+    stream: &mut TcpStream,
+    job: &str,
+    rank: u32,
+    peer_rank: u32,
+    secret: &JobSecret,
+) -> Result<(), String> {
+    let my_nonce = nonce();
+    let mut hello = Vec::with_capacity(32 + job.len());
+    hello.extend_from_slice(MAGIC);
+    hello.push(VERSION);
+    hello.extend_from_slice(&(job.len() as u16).to_le_bytes());
+    hello.extend_from_slice(job.as_bytes());
+    hello.extend_from_slice(&rank.to_le_bytes());
+    hello.extend_from_slice(&my_nonce);
+    stream.write_all(&hello).map_err(|e| e.to_string())?;
+    let mut reply = [0u8; 48];
+    stream.read_exact(&mut reply).map_err(|e| e.to_string())?;
+    let peer_nonce: [u8; 16] = reply[..16].try_into().expect("16 bytes");
+    if !secret.verify("acceptor", job, peer_rank, &my_nonce, &reply[16..]) {
+        return Err("the peer could not prove it holds this job's secret".into());
+    }
+    let proof = secret.mac("connector", job, rank, &peer_nonce);
+    stream.write_all(&proof).map_err(|e| e.to_string())?;
+    let mut ok = [0u8; 1];
+    stream.read_exact(&mut ok).map_err(|e| e.to_string())?;
+    if ok[0] != 1 {
+        return Err("the peer refused the connection".into());
+    }
+    Ok(())
+}
+
+/// Runs the acceptor's side for `job` as rank `rank`, expecting rank `expected_peer`.
+pub fn accept(
+    stream: &mut TcpStream,
+    job: &str,
+    rank: u32,
+    expected_peer: u32,
+    secret: &JobSecret,
+) -> Result<(), String> {
+    let mut head = [0u8; 7];
+    stream.read_exact(&mut head).map_err(|e| e.to_string())?;
+    if &head[..4] != MAGIC {
+        return Err("not a ringflow ring connection".into());
+    }
+    if head[4] != VERSION {
+        return Err(format!(
+            "ring protocol version {} (this executor speaks {VERSION})",
+            head[4]
+        ));
+    }
+    let len = u16::from_le_bytes([head[5], head[6]]) as usize;
+    if len > MAX_JOB_ID {
+        return Err("job id too long".into());
+    }
+    let mut rest = vec![0u8; len + 4 + 16];
+    stream.read_exact(&mut rest).map_err(|e| e.to_string())?;
+    let their_job = String::from_utf8_lossy(&rest[..len]).into_owned();
+    let their_rank = u32::from_le_bytes(rest[len..len + 4].try_into().expect("4 bytes"));
+    let their_nonce: [u8; 16] = rest[len + 4..].try_into().expect("16 bytes");
+    if their_job != job {
+        return Err(format!(
+            "it is for job {their_job:?}, this executor runs {job:?}"
+        ));
+    }
+    if their_rank != expected_peer {
+        return Err(format!(
+            "it claims rank {their_rank}, the left neighbour is rank {expected_peer}"
+        ));
+    }
+    let my_nonce = nonce();
+    let mut reply = Vec::with_capacity(48);
+    reply.extend_from_slice(&my_nonce);
+    reply.extend_from_slice(&secret.mac("acceptor", job, rank, &their_nonce));
+    stream.write_all(&reply).map_err(|e| e.to_string())?;
+    let mut proof = [0u8; 32];
+    stream.read_exact(&mut proof).map_err(|e| e.to_string())?;
+    if !secret.verify("connector", job, their_rank, &my_nonce, &proof) {
+        let _ = stream.write_all(&[0]);
+        return Err("bad MAC: the peer does not hold this job's secret".into());
+    }
+    stream.write_all(&[1]).map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! Collective operations among the executors of one job.
+//!
+//! [`Collective`] is what the train loop needs from its peers: all-reduce (sum or average),
+//! broadcast, all-gather and barrier over f32 buffers. [`Solo`] is the world of one, where every
+//! collective is the identity; [`RingCollective`] connects the executors of a job in a ring over
+//! raw TCP and runs Horovod's bandwidth-optimal ring algorithms on a background communication
+//! thread ([`ring`]).
+
+mod algorithms;
+mod handshake;
+mod ring;
+mod wire;
+
+pub use handshake::JobSecret;
+pub use ring::{RingCollective, RingConfig, RingListener};
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use crate::error::{ExecutorError, Result};
+
+/// How an all-reduce combines the ranks' buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// Elementwise sum.
+    Sum,
+    /// Elementwise mean over the ranks.
+    Average,
+}
+
+/// An all-reduce that was started and may still be running on the communication thread.
+pub struct PendingReduce {
+    state: PendingState,
+}
+
+enum PendingState {
+    Ready(Result<Vec<f32>>),
+    Waiting {
+        reply: Receiver<Result<Vec<f32>>>,
+        deadline: Duration,
+    },
+}
+
+impl PendingReduce {
+    /// A result that is already known.
+    pub fn ready(result: Result<Vec<f32>>) -> Self {
+        PendingReduce {
+            state: PendingState::Ready(result),
+        }
+    }
+
+    pub(crate) fn waiting(reply: Receiver<Result<Vec<f32>>>, deadline: Duration) -> Self {
+        PendingReduce {
+            state: PendingState::Waiting { reply, deadline },
+        }
+    }
+
+    /// Blocks until the reduced buffer is back (or the collective's deadline passes).
+    pub fn wait(self) -> Result<Vec<f32>> {
+        match self.state {
+            PendingState::Ready(r) => r,
+            PendingState::Waiting { reply, deadline } => {
+                let start = Instant::now();
+                match reply.recv_timeout(deadline) {
+                    Ok(r) => r,
+                    Err(RecvTimeoutError::Timeout) => Err(ExecutorError::Comm(format!(
+                        "an all-reduce did not finish within {:.0} s",
+                        start.elapsed().as_secs_f64()
+                    ))),
+                    Err(RecvTimeoutError::Disconnected) => Err(ExecutorError::Comm(
+                        "the communication thread stopped".into(),
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// Collective communication among `world()` ranks; every rank must make the same calls in the
+/// same order with buffers of the same length.
+pub trait Collective: Send {
+    /// This executor's rank, `0..world()`.
+    fn rank(&self) -> usize;
+
+    /// The number of ranks.
+    fn world(&self) -> usize;
+
+    /// Combines `buf` across all ranks in place.
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) -> Result<()> {
+        let reduced = self.start_all_reduce(buf.to_vec(), op)?.wait()?;
+        buf.copy_from_slice(&reduced);
+        Ok(())
+    }
+
+    /// Starts combining `buf` across all ranks and returns at once; operations complete in the
+    /// order they were started. This is how gradient buckets overlap with the backward pass.
+    fn start_all_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce>;
+
+    /// Replaces `buf` on every rank by `root`'s.
+    fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()>;
+
+    /// Every rank's `mine`, concatenated in rank order (all of the same length).
+    fn all_gather(&mut self, mine: &[f32]) -> Result<Vec<f32>>;
+
+    /// Returns once every rank has called it.
+    fn barrier(&mut self) -> Result<()>;
+}
+
+/// The collective of a job with one executor.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Solo;
+
+impl Collective for Solo {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn world(&self) -> usize {
+        1
+    }
+
+    fn start_all_reduce(&mut self, buf: Vec<f32>, _: ReduceOp) -> Result<PendingReduce> {
+        Ok(PendingReduce::ready(Ok(buf)))
+    }
+
+    fn broadcast(&mut self, _: &mut [f32], _: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn all_gather(&mut self, mine: &[f32]) -> Result<Vec<f32>> {
+        Ok(mine.to_vec())
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

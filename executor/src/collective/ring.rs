@@ -1,0 +1,390 @@
+//! Forming a job's ring and running collectives on its communication thread.
+//!
+//! Every executor binds a [`RingListener`] when it starts and registers its address with the
+//! driver. For a job, the driver sends each rank the ring's addresses and a per-job secret
+//! ([`RingConfig`]); [`RingCollective::connect`] then connects to the right neighbour and
+//! accepts the left one, both through the authenticated handshake, before a deadline.
+//!
+//! After that, one background thread owns the sockets (Horovod's design): the train loop only
+//! enqueues operations and waits for their results. A writer thread beside it sends to the right
+//! neighbour while the communication thread receives from the left. Every read and write has a
+//! deadline, so a dead or stuck peer turns into an error that names it, never a hang.
+
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+use crate::collective::algorithms::{self, Link, Outgoing};
+use crate::collective::handshake::{self, JobSecret};
+use crate::collective::wire::{configure, describe, write_f32s};
+use crate::collective::{Collective, PendingReduce, ReduceOp};
+use crate::error::{ExecutorError, Result};
+
+/// Deadline for one incoming connection to complete its handshake.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The socket on which an executor accepts ring connections, bound once for its lifetime.
+#[derive(Debug)]
+pub struct RingListener {
+    listener: TcpListener,
+}
+
+impl RingListener {
+    /// Binds `addr` (port 0 lets the OS choose).
+    pub fn bind(addr: SocketAddr) -> std::io::Result<RingListener> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(RingListener { listener })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+}
+
+/// What a rank needs to join its job's ring.
+#[derive(Clone, Debug)]
+pub struct RingConfig {
+    /// The job (connections for other jobs are refused).
+    pub job_id: String,
+    /// This executor's rank.
+    pub rank: usize,
+    /// Every rank's ring address (`host:port`), indexed by rank.
+    pub peers: Vec<String>,
+    /// The job's secret.
+    pub secret: JobSecret,
+    /// Deadline for forming the ring and for every read and write afterwards.
+    pub timeout: Duration,
+}
+
+enum Request {
+    AllReduce(Vec<f32>, ReduceOp, Sender<Result<Vec<f32>>>),
+    Broadcast(Vec<f32>, usize, Sender<Result<Vec<f32>>>),
+    AllGather(Vec<f32>, Sender<Result<Vec<f32>>>),
+}
+
+/// A job's ring of executors, with its communication thread.
+pub struct RingCollective {
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    requests: Option<Sender<Request>>,
+    comm: Option<JoinHandle<()>>,
+}
+
+fn peer_name(cfg: &RingConfig, rank: usize) -> String {
+    format!("rank {rank} ({})", cfg.peers[rank])
+}
+
+impl RingCollective {
+    /// Joins the ring described by `cfg`, accepting the left neighbour on `listener`.
+    pub fn connect(listener: &RingListener, cfg: RingConfig) -> Result<RingCollective> {
+        let world = cfg.peers.len();
+        if cfg.rank >= world {
+            return Err(ExecutorError::Comm(format!(
+                "rank {} is outside a ring of {world}",
+                cfg.rank
+            )));
+        }
+        if world == 1 {
+            return Ok(RingCollective {
+                rank: 0,
+                world: 1,
+                timeout: cfg.timeout,
+                requests: None,
+                comm: None,
+            });
+        }
+        let deadline = Instant::now() + cfg.timeout;
+        let right_rank = (cfg.rank + 1) % world;
+        let left_rank = (cfg.rank + world - 1) % world;
+        let connector = {
+            let cfg = cfg.clone();
+            std::thread::Builder::new()
+                .name("ringflow-ring-connect".into())
+                .spawn(move || connect_right(&cfg, right_rank, deadline))
+                .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?
+        };
+        let left = accept_left(listener, &cfg, left_rank, deadline);
+        let right = connector
+            .join()
+            .unwrap_or_else(|_| Err(ExecutorError::Comm("the ring connector failed".into())));
+        let (left, right) = (left?, right?);
+        for s in [&left, &right] {
+            configure(s, cfg.timeout)
+                .map_err(|e| ExecutorError::Comm(format!("cannot configure a ring socket: {e}")))?;
+        }
+        debug!(rank = cfg.rank, world, "ring formed");
+
+        let (out_tx, out_rx) = channel::<Outgoing>();
+        let writer_error = Arc::new(Mutex::new(None));
+        {
+            let right_name = peer_name(&cfg, right_rank);
+            let writer_error = writer_error.clone();
+            let timeout = cfg.timeout;
+            std::thread::Builder::new()
+                .name("ringflow-ring-writer".into())
+                .spawn(move || write_loop(right, out_rx, &right_name, timeout, &writer_error))
+                .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?;
+        }
+        let link = Link::new(
+            cfg.rank,
+            world,
+            left,
+            peer_name(&cfg, left_rank),
+            peer_name(&cfg, right_rank),
+            out_tx,
+            writer_error,
+            cfg.timeout,
+        );
+        let (req_tx, req_rx) = channel();
+        let comm = std::thread::Builder::new()
+            .name("ringflow-comm".into())
+            .spawn(move || comm_loop(link, req_rx))
+            .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?;
+        Ok(RingCollective {
+            rank: cfg.rank,
+            world,
+            timeout: cfg.timeout,
+            requests: Some(req_tx),
+            comm: Some(comm),
+        })
+    }
+
+    /// How long a caller waits for an operation: every read inside it has `timeout`, and an
+    /// operation waits behind at most a few queued ones.
+    fn wait_limit(&self) -> Duration {
+        self.timeout * (4 * self.world as u32 + 4)
+    }
+
+    fn submit(
+        &mut self,
+        make: impl FnOnce(Sender<Result<Vec<f32>>>) -> Request,
+    ) -> Result<PendingReduce> {
+        let (tx, rx) = channel();
+        let requests = self
+            .requests
+            .as_ref()
+            .ok_or_else(|| ExecutorError::Comm("the ring is closed".into()))?;
+        requests
+            .send(make(tx))
+            .map_err(|_| ExecutorError::Comm("the communication thread stopped".into()))?;
+        Ok(PendingReduce::waiting(rx, self.wait_limit()))
+    }
+}
+
+impl Collective for RingCollective {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    fn start_all_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce> {
+        if self.world == 1 {
+            return Ok(PendingReduce::ready(Ok(buf)));
+        }
+        self.submit(|tx| Request::AllReduce(buf, op, tx))
+    }
+
+    fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
+        if self.world == 1 {
+            return Ok(());
+        }
+        let data = buf.to_vec();
+        let out = self
+            .submit(|tx| Request::Broadcast(data, root, tx))?
+            .wait()?;
+        buf.copy_from_slice(&out);
+        Ok(())
+    }
+
+    fn all_gather(&mut self, mine: &[f32]) -> Result<Vec<f32>> {
+        if self.world == 1 {
+            return Ok(mine.to_vec());
+        }
+        let data = mine.to_vec();
+        self.submit(|tx| Request::AllGather(data, tx))?.wait()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        let mut token = [1.0f32];
+        self.all_reduce(&mut token, ReduceOp::Sum)?;
+        if token[0] as usize != self.world {
+            return Err(ExecutorError::Comm(format!(
+                "barrier counted {} ranks, expected {}",
+                token[0], self.world
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RingCollective {
+    fn drop(&mut self) {
+        // Closing the request channel ends the communication thread, which closes the sockets.
+        self.requests.take();
+        if let Some(h) = self.comm.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn comm_loop(mut link: Link, requests: Receiver<Request>) {
+    let mut broken: Option<String> = None;
+    for request in requests {
+        let fail = |b: &Option<String>| b.clone().map(ExecutorError::Comm);
+        match request {
+            Request::AllReduce(mut buf, op, reply) => {
+                let r = match fail(&broken) {
+                    Some(e) => Err(e),
+                    None => algorithms::all_reduce(&mut link, &mut buf, op).map(|_| buf),
+                };
+                note_failure(&r, &mut broken);
+                let _ = reply.send(r);
+            }
+            Request::Broadcast(mut buf, root, reply) => {
+                let r = match fail(&broken) {
+                    Some(e) => Err(e),
+                    None => algorithms::broadcast(&mut link, &mut buf, root).map(|_| buf),
+                };
+                note_failure(&r, &mut broken);
+                let _ = reply.send(r);
+            }
+            Request::AllGather(mine, reply) => {
+                let r = match fail(&broken) {
+                    Some(e) => Err(e),
+                    None => algorithms::all_gather(&mut link, &mine),
+                };
+                note_failure(&r, &mut broken);
+                let _ = reply.send(r);
+            }
+        }
+    }
+}
+
+/// After a failure the ring's byte streams are out of step; every later operation fails too.
+fn note_failure(r: &Result<Vec<f32>>, broken: &mut Option<String>) {
+    if let (Err(e), None) = (r, &broken) {
+        *broken = Some(format!("the ring is broken: {e}"));
+    }
+}
+
+fn write_loop(
+    mut right: TcpStream,
+    items: Receiver<Outgoing>,
+    right_name: &str,
+    timeout: Duration,
+    error: &Mutex<Option<String>>,
+) {
+    for item in items {
+        let r = match &item {
+            Outgoing::Header(h) => std::io::Write::write_all(&mut right, bytemuck::cast_slice(h)),
+            Outgoing::Floats(f) => write_f32s(&mut right, f),
+        };
+        if let Err(e) = r {
+            let msg = describe(&e, right_name, "sending", timeout);
+            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
+            let _ = right.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+    let _ = right.shutdown(std::net::Shutdown::Write);
+}
+
+fn connect_right(cfg: &RingConfig, right_rank: usize, deadline: Instant) -> Result<TcpStream> {
+    let addr = &cfg.peers[right_rank];
+    let name = peer_name(cfg, right_rank);
+    let mut last = String::from("no attempt");
+    while Instant::now() < deadline {
+        let targets: Vec<SocketAddr> = match addr.to_socket_addrs() {
+            Ok(a) => a.collect(),
+            Err(e) => {
+                last = format!("cannot resolve {addr}: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        for target in targets {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match TcpStream::connect_timeout(&target, left.max(Duration::from_millis(1))) {
+                Ok(mut stream) => {
+                    let _ = configure(&stream, HANDSHAKE_DEADLINE);
+                    match handshake::connect(
+                        &mut stream,
+                        &cfg.job_id,
+                        cfg.rank as u32,
+                        right_rank as u32,
+                        &cfg.secret,
+                    ) {
+                        Ok(()) => return Ok(stream),
+                        Err(e) => last = format!("handshake failed: {e}"),
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(ExecutorError::Comm(format!(
+        "rank {} could not connect to its right neighbour {name} within {:.0} s: {last}",
+        cfg.rank,
+        cfg.timeout.as_secs_f64()
+    )))
+}
+
+fn accept_left(
+    listener: &RingListener,
+    cfg: &RingConfig,
+    left_rank: usize,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    while Instant::now() < deadline {
+        match listener.listener.accept() {
+            Ok((mut stream, from)) => {
+                let ok = stream.set_nonblocking(false).is_ok()
+                    && configure(&stream, HANDSHAKE_DEADLINE).is_ok();
+                if !ok {
+                    continue;
+                }
+                match handshake::accept(
+                    &mut stream,
+                    &cfg.job_id,
+                    cfg.rank as u32,
+                    left_rank as u32,
+                    &cfg.secret,
+                ) {
+                    Ok(()) => return Ok(stream),
+                    Err(e) => warn!(
+                        rank = cfg.rank,
+                        %from,
+                        "dropped a ring connection that failed the handshake: {e}"
+                    ),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => {
+                return Err(ExecutorError::Comm(format!(
+                    "cannot accept ring connections: {e}"
+                )));
+            }
+        }
+    }
+    Err(ExecutorError::Comm(format!(
+        "rank {} waited {:.0} s for its left neighbour {} to connect",
+        cfg.rank,
+        cfg.timeout.as_secs_f64(),
+        peer_name(cfg, left_rank)
+    )))
+}

@@ -1,0 +1,42 @@
+//! Bytes on a ring connection: deadlines on every read and write, f32 payloads without copies.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Why a ring read or write failed, in words that name the peer.
+pub fn describe(e: &std::io::Error, peer: &str, what: &str, deadline: Duration) -> String {
+    match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => format!(
+            "{peer} sent nothing for {:.0} s while {what} (it is stuck, or the network is)",
+            deadline.as_secs_f64()
+        ),
+        ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
+            format!("{peer} closed the ring connection while {what} (did it exit?)")
+        }
+        _ => format!("ring connection to {peer} failed while {what}: {e}"),
+    }
+}
+
+/// Prepares a ring socket: no Nagle delay, and a deadline on every blocking read and write.
+pub fn configure(stream: &TcpStream, deadline: Duration) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(deadline))?;
+    stream.set_write_timeout(Some(deadline))?;
+    Ok(())
+}
+
+/// Reads exactly `buf.len()` floats (little-endian on the wire, as on every supported target).
+pub fn read_f32s(stream: &mut TcpStream, buf: &mut [f32]) -> std::io::Result<()> {
+    stream.read_exact(bytemuck::cast_slice_mut(buf))
+}
+
+/// Writes all of `buf`.
+pub fn write_f32s(stream: &mut TcpStream, buf: &[f32]) -> std::io::Result<()> {
+    stream.write_all(bytemuck::cast_slice(buf))
+}
+
+#[cfg(not(target_endian = "little"))]
+compile_error!(
+    "ringflow's ring protocol sends f32 in native order and assumes a little-endian host"
+);

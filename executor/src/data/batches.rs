@@ -1,0 +1,252 @@
+//! An epoch's partitions streamed into a bounded shuffle buffer and cut into mini-batches.
+//!
+//! A background thread reads the partitions of an [`EpochPlan`] in order (the driver shuffles
+//! that order each epoch), converts each record batch to numbers and hands it over through a
+//! channel of two chunks. The training thread keeps a shuffle buffer of `shuffle_buffer` rows:
+//! each row of a batch is drawn uniformly from the buffer and its place is refilled from the
+//! stream (TensorFlow's `shuffle(buffer_size)` semantics). Memory therefore stays at the buffer
+//! plus a few read chunks, whatever the size of the data set; with a buffer at least as large
+//! as the executor's share of an epoch the order is a uniform random permutation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rand::RngExt;
+use ringflow_ml::rng::Rng;
+use ringflow_proto::pb::EpochPlan;
+
+use crate::data::features::{Converter, Rows};
+use crate::data::reader::PartitionReader;
+use crate::error::{ExecutorError, Result};
+
+/// How long the training thread waits for the next chunk before declaring the reader stuck.
+const READ_DEADLINE: Duration = Duration::from_secs(600);
+
+/// One mini-batch: `rows × width` features (row-major) and `rows` labels.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    /// Row-major feature values.
+    pub features: Vec<f32>,
+    /// Labels.
+    pub labels: Vec<f32>,
+    /// Number of rows.
+    pub rows: usize,
+}
+
+/// The rows of one epoch plan, in shuffled (training) or file (evaluation) order.
+pub struct EpochStream {
+    chunks: Receiver<Result<Rows>>,
+    reader: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    width: usize,
+    shuffle: Option<(ShuffleBuffer, Rng)>,
+    current: Rows,
+    cursor: usize,
+    exhausted: bool,
+}
+
+struct ShuffleBuffer {
+    features: Vec<f32>,
+    labels: Vec<f32>,
+    capacity: usize,
+}
+
+impl EpochStream {
+    /// Starts reading `plan`. With `shuffle = Some((buffer_rows, rng))` batches draw from a
+    /// shuffle buffer; with `None` rows come in plan order.
+    pub fn start(
+        plan: &EpochPlan,
+        converter: Arc<Converter>,
+        width: usize,
+        shuffle: Option<(usize, Rng)>,
+    ) -> EpochStream {
+        let (tx, rx) = sync_channel(2);
+        let stop = Arc::new(AtomicBool::new(false));
+        let partitions = plan.partitions.clone();
+        let reader_stop = stop.clone();
+        let reader = std::thread::Builder::new()
+            .name("ringflow-reader".into())
+            .spawn(move || read_partitions(&partitions, &converter, &tx, &reader_stop))
+            .expect("the OS can start a reader thread");
+        EpochStream {
+            chunks: rx,
+            reader: Some(reader),
+            stop,
+            width,
+            shuffle: shuffle.map(|(capacity, rng)| {
+                let capacity = capacity.max(1);
+                (
+                    ShuffleBuffer {
+                        features: Vec::with_capacity(capacity.min(1 << 20) * width),
+                        labels: Vec::with_capacity(capacity.min(1 << 20)),
+                        capacity,
+                    },
+                    rng,
+                )
+            }),
+            current: Rows::default(),
+            cursor: 0,
+            exhausted: false,
+        }
+    }
+
+    /// The next batch of at most `max_rows` rows; `None` once the epoch's rows are used up.
+    pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<Batch>> {
+        let w = self.width;
+        let mut batch = Batch {
+            features: Vec::with_capacity(max_rows * w),
+            labels: Vec::with_capacity(max_rows),
+            rows: 0,
+        };
+        while batch.rows < max_rows {
+            let got = if self.shuffle.is_some() {
+                self.take_shuffled(&mut batch, max_rows)?
+            } else {
+                self.take_in_order(&mut batch, max_rows)?
+            };
+            if !got {
+                break;
+            }
+        }
+        Ok((batch.rows > 0).then_some(batch))
+    }
+
+    /// Makes `current` hold unread rows; false when the stream has ended.
+    fn ensure_rows(&mut self) -> Result<bool> {
+        while self.cursor >= self.current.rows {
+            if self.exhausted {
+                return Ok(false);
+            }
+            match self.chunks.recv_timeout(READ_DEADLINE) {
+                Ok(Ok(rows)) => {
+                    self.current = rows;
+                    self.cursor = 0;
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.exhausted = true;
+                    return Ok(false);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    return Err(ExecutorError::Comm(format!(
+                        "reading this executor's partitions produced nothing for {} s",
+                        READ_DEADLINE.as_secs()
+                    )));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn take_in_order(&mut self, batch: &mut Batch, max_rows: usize) -> Result<bool> {
+        if !self.ensure_rows()? {
+            return Ok(false);
+        }
+        let w = self.width;
+        let n = (self.current.rows - self.cursor).min(max_rows - batch.rows);
+        let (a, b) = (self.cursor, self.cursor + n);
+        batch
+            .features
+            .extend_from_slice(&self.current.features[a * w..b * w]);
+        batch.labels.extend_from_slice(&self.current.labels[a..b]);
+        batch.rows += n;
+        self.cursor = b;
+        Ok(true)
+    }
+
+    fn take_shuffled(&mut self, batch: &mut Batch, max_rows: usize) -> Result<bool> {
+        let w = self.width;
+        // Top the buffer up from the stream.
+        loop {
+            let (buf, _) = self.shuffle.as_ref().expect("shuffling");
+            let room = buf.capacity - buf.labels.len();
+            if room == 0 || !self.ensure_rows()? {
+                break;
+            }
+            let n = room.min(self.current.rows - self.cursor);
+            let (a, b) = (self.cursor, self.cursor + n);
+            let (buf, _) = self.shuffle.as_mut().expect("shuffling");
+            buf.features
+                .extend_from_slice(&self.current.features[a * w..b * w]);
+            buf.labels.extend_from_slice(&self.current.labels[a..b]);
+            self.cursor = b;
+        }
+        let (buf, rng) = self.shuffle.as_mut().expect("shuffling");
+        let len = buf.labels.len();
+        if len == 0 {
+            return Ok(false);
+        }
+        // Draw as many rows as the batch still needs or the buffer can give before refilling.
+        let refill_pending = self.cursor < self.current.rows || !self.exhausted;
+        let take = if refill_pending {
+            1
+        } else {
+            (max_rows - batch.rows).min(len)
+        };
+        for _ in 0..take {
+            let len = buf.labels.len();
+            let i = rng.random_range(0..len);
+            batch
+                .features
+                .extend_from_slice(&buf.features[i * w..(i + 1) * w]);
+            batch.labels.push(buf.labels[i]);
+            // Move the last row into the hole.
+            let last = len - 1;
+            if i != last {
+                buf.features.copy_within(last * w..len * w, i * w);
+                buf.labels[i] = buf.labels[last];
+            }
+            buf.features.truncate(last * w);
+            buf.labels.truncate(last);
+            batch.rows += 1;
+        }
+        Ok(true)
+    }
+}
+
+impl Drop for EpochStream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Unblock a reader waiting on a full channel, then wait for it to notice.
+        while self.chunks.try_recv().is_ok() {}
+        if let Some(h) = self.reader.take() {
+            drop(std::mem::replace(&mut self.chunks, sync_channel(1).1));
+            let _ = h.join();
+        }
+    }
+}
+
+fn read_partitions(
+    partitions: &[ringflow_proto::pb::Partition],
+    converter: &Converter,
+    tx: &SyncSender<Result<Rows>>,
+    stop: &AtomicBool,
+) {
+    let columns = converter.columns();
+    for p in partitions {
+        let mut reader = match PartitionReader::open(p, &columns) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let item = match reader.next_batch() {
+                Ok(None) => break,
+                Ok(Some((batch, first_row))) => converter.convert(&batch, &p.path, first_row),
+                Err(e) => Err(e),
+            };
+            let failed = item.is_err();
+            if tx.send(item).is_err() || failed {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,683 @@
+//! Record batches to feature matrices and label vectors.
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, FixedSizeListArray, GenericListArray, OffsetSizeTrait,
+};
+use datafusion::arrow::datatypes::{
+    DataType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{ExecutorError, Result};
+
+/// What the label column must hold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LabelKind {
+    /// An integer class index in `0..classes` (cross-entropy).
+    Classes(usize),
+    /// A number in [0, 1] (binary cross-entropy).
+    Binary,
+    /// Any finite number (regression).
+    Regression,
+}
+
+/// Rows converted to numbers: `features` is row-major `rows × width`.
+#[derive(Clone, Debug, Default)]
+pub struct Rows {
+    /// Row-major feature values.
+    pub features: Vec<f32>,
+    /// One label per row (class indices as integer-valued floats).
+    pub labels: Vec<f32>,
+    /// Number of rows.
+    pub rows: usize,
+}
+
+/// Converts record batches with the configured feature and label columns.
+#[derive(Clone, Debug)]
+pub struct Converter {
+    features: Vec<String>,
+    label: String,
+    label_kind: LabelKind,
+    multiplier: f32,
+    inputs: usize,
+}
+
+/// Values of one numeric Arrow type as f32.
+trait AsF32: Copy {
+    fn as_f32(self) -> f32;
+}
+
+macro_rules! as_f32 {
+    ($($t:ty),*) => {$(
+        impl AsF32 for $t {
+            #[inline(always)]
+            fn as_f32(self) -> f32 { self as f32 }
+        }
+    )*};
+}
+as_f32!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+// Arrow's half-precision type (the `half` crate, same version as Arrow's).
+impl AsF32 for half::f16 {
+    #[inline(always)]
+    fn as_f32(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// Calls `$body` with `$arr` bound to the concrete primitive array for a numeric data type.
+macro_rules! with_numeric {
+    ($array:expr, $arr:ident => $body:expr, $other:expr) => {
+        match $array.data_type() {
+            DataType::Int8 => {
+                let $arr = $array.as_primitive::<Int8Type>();
+                $body
+            }
+            DataType::Int16 => {
+                let $arr = $array.as_primitive::<Int16Type>();
+                $body
+            }
+            DataType::Int32 => {
+                let $arr = $array.as_primitive::<Int32Type>();
+                $body
+            }
+            DataType::Int64 => {
+                let $arr = $array.as_primitive::<Int64Type>();
+                $body
+            }
+            DataType::UInt8 => {
+                let $arr = $array.as_primitive::<UInt8Type>();
+                $body
+            }
+            DataType::UInt16 => {
+                let $arr = $array.as_primitive::<UInt16Type>();
+                $body
+            }
+            DataType::UInt32 => {
+                let $arr = $array.as_primitive::<UInt32Type>();
+                $body
+            }
+            DataType::UInt64 => {
+                let $arr = $array.as_primitive::<UInt64Type>();
+                $body
+            }
+            DataType::Float16 => {
+                let $arr = $array.as_primitive::<Float16Type>();
+                $body
+            }
+            DataType::Float32 => {
+                let $arr = $array.as_primitive::<Float32Type>();
+                $body
+            }
+            DataType::Float64 => {
+                let $arr = $array.as_primitive::<Float64Type>();
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+
+fn is_numeric(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Float16
+            | DataType::Float32
+            | DataType::Float64
+    )
+}
+
+/// Where the error happened, for messages.
+struct Site<'a> {
+    file: &'a str,
+    column: &'a str,
+    first_row: u64,
+}
+
+impl Site<'_> {
+    fn error(&self, row: usize, what: impl std::fmt::Display) -> ExecutorError {
+        ExecutorError::data(
+            self.file,
+            format!(
+                "column `{}` row {} (0-based): {what}",
+                self.column,
+                self.first_row + row as u64
+            ),
+        )
+    }
+
+    fn column_error(&self, what: impl std::fmt::Display) -> ExecutorError {
+        ExecutorError::data(self.file, format!("column `{}` {what}", self.column))
+    }
+}
+
+/// The shape of one feature column in one batch.
+enum ColumnShape<'a> {
+    Scalar(&'a ArrayRef),
+    Fixed(&'a FixedSizeListArray, usize),
+    List32(&'a GenericListArray<i32>, usize),
+    List64(&'a GenericListArray<i64>, usize),
+}
+
+impl Converter {
+    /// A converter for `features` and `label`, scaling features by `1 / scale`, for a model
+    /// with `inputs` inputs.
+    pub fn new(
+        features: &[String],
+        label: &str,
+        label_kind: LabelKind,
+        scale: Option<f32>,
+        inputs: usize,
+    ) -> Converter {
+        Converter {
+            features: features.to_vec(),
+            label: label.to_string(),
+            label_kind,
+            multiplier: scale.map(|s| 1.0 / s).unwrap_or(1.0),
+            inputs,
+        }
+    }
+
+    /// The columns a reader must provide.
+    pub fn columns(&self) -> Vec<String> {
+        let mut c = self.features.clone();
+        c.push(self.label.clone());
+        c
+    }
+
+    /// Converts `batch`, whose first row is row `first_row` of `file`.
+    pub fn convert(&self, batch: &RecordBatch, file: &str, first_row: u64) -> Result<Rows> {
+        let rows = batch.num_rows();
+        let mut shapes = Vec::with_capacity(self.features.len());
+        let mut width = 0;
+        for name in &self.features {
+            let site = Site {
+                file,
+                column: name,
+                first_row,
+            };
+            let col = batch
+                .column_by_name(name)
+                .ok_or_else(|| site.column_error("is missing from the data"))?;
+            let shape = column_shape(col, &site)?;
+            width += match &shape {
+                ColumnShape::Scalar(_) => 1,
+                ColumnShape::Fixed(_, w)
+                | ColumnShape::List32(_, w)
+                | ColumnShape::List64(_, w) => *w,
+            };
+            shapes.push(shape);
+        }
+        if width != self.inputs {
+            let detail: Vec<String> = self
+                .features
+                .iter()
+                .zip(&shapes)
+                .map(|(n, s)| {
+                    let w = match s {
+                        ColumnShape::Scalar(_) => 1,
+                        ColumnShape::Fixed(_, w)
+                        | ColumnShape::List32(_, w)
+                        | ColumnShape::List64(_, w) => *w,
+                    };
+                    format!("`{n}`: {w}")
+                })
+                .collect();
+            return Err(ExecutorError::data(
+                file,
+                format!(
+                    "data.features give {width} values per row ({}), but the model takes {} inputs",
+                    detail.join(", "),
+                    self.inputs
+                ),
+            ));
+        }
+        let mut features = vec![0.0f32; rows * width];
+        let mut offset = 0;
+        for (name, shape) in self.features.iter().zip(&shapes) {
+            let site = Site {
+                file,
+                column: name,
+                first_row,
+            };
+            offset += self.write_column(shape, &mut features, width, offset, &site)?;
+        }
+        let label_site = Site {
+            file,
+            column: &self.label,
+            first_row,
+        };
+        let label_col = batch
+            .column_by_name(&self.label)
+            .ok_or_else(|| label_site.column_error("(data.label) is missing from the data"))?;
+        let labels = self.labels(label_col, &label_site)?;
+        Ok(Rows {
+            features,
+            labels,
+            rows,
+        })
+    }
+
+    /// Writes one column's values at `offset` of each row; returns its width.
+    fn write_column(
+        &self,
+        shape: &ColumnShape<'_>,
+        out: &mut [f32],
+        stride: usize,
+        offset: usize,
+        site: &Site<'_>,
+    ) -> Result<usize> {
+        let mul = self.multiplier;
+        match shape {
+            ColumnShape::Scalar(col) => {
+                with_numeric!(col, arr => {
+                    let values = arr.values();
+                    for (r, v) in values.iter().enumerate() {
+                        out[r * stride + offset] = v.as_f32() * mul;
+                    }
+                }, unreachable!("checked numeric"));
+                check_finite(out, stride, offset, 1, site)?;
+                Ok(1)
+            }
+            ColumnShape::Fixed(list, w) => {
+                let child = list.values();
+                let start = list.offset() * w;
+                with_numeric!(child, arr => {
+                    let values = &arr.values()[start..start + list.len() * w];
+                    copy_rows(values, *w, out, stride, offset, mul);
+                }, unreachable!("checked numeric"));
+                check_finite(out, stride, offset, *w, site)?;
+                Ok(*w)
+            }
+            ColumnShape::List32(list, w) => write_list(list, *w, out, stride, offset, mul, site),
+            ColumnShape::List64(list, w) => write_list(list, *w, out, stride, offset, mul, site),
+        }
+    }
+
+    fn labels(&self, col: &ArrayRef, site: &Site<'_>) -> Result<Vec<f32>> {
+        if let Some(i) = first_null(col.as_ref()) {
+            return Err(site.error(i, "the label is null"));
+        }
+        let values: Vec<f64> = with_numeric!(col, arr => {
+            arr.values().iter().map(|v| v.as_f32() as f64).collect()
+        }, {
+            return Err(site.column_error(format!(
+                "(data.label) has type {}, but a label must be a number",
+                col.data_type()
+            )));
+        });
+        let mut out = Vec::with_capacity(values.len());
+        for (r, &v) in values.iter().enumerate() {
+            let ok = match self.label_kind {
+                LabelKind::Classes(n) => v.fract() == 0.0 && v >= 0.0 && v < n as f64,
+                LabelKind::Binary => (0.0..=1.0).contains(&v),
+                LabelKind::Regression => v.is_finite(),
+            };
+            if !ok {
+                let why = match self.label_kind {
+                    LabelKind::Classes(n) => format!(
+                        "label {v} is not one of the model's {n} classes (integers 0..={})",
+                        n.saturating_sub(1)
+                    ),
+                    LabelKind::Binary => {
+                        format!("label {v} is outside [0, 1] (binary cross-entropy)")
+                    }
+                    LabelKind::Regression => format!("label {v} is not a finite number"),
+                };
+                return Err(site.error(r, why));
+            }
+            out.push(v as f32);
+        }
+        Ok(out)
+    }
+}
+
+fn column_shape<'a>(col: &'a ArrayRef, site: &Site<'_>) -> Result<ColumnShape<'a>> {
+    if let Some(i) = first_null(col.as_ref()) {
+        return Err(site.error(i, "the value is null"));
+    }
+    let not_numeric = |t: &DataType| {
+        site.column_error(format!(
+            "has type {t}; a feature must be a number or a list of numbers"
+        ))
+    };
+    match col.data_type() {
+        t if is_numeric(t) => Ok(ColumnShape::Scalar(col)),
+        DataType::FixedSizeList(field, w) if is_numeric(field.data_type()) => {
+            let list = col.as_fixed_size_list();
+            check_child_nulls(
+                list.values().as_ref(),
+                list.offset() * *w as usize,
+                *w as usize,
+                list.len(),
+                site,
+            )?;
+            Ok(ColumnShape::Fixed(list, *w as usize))
+        }
+        DataType::List(field) if is_numeric(field.data_type()) => {
+            let list = col.as_list::<i32>();
+            Ok(ColumnShape::List32(list, list_width(list, site)?))
+        }
+        DataType::LargeList(field) if is_numeric(field.data_type()) => {
+            let list = col.as_list::<i64>();
+            Ok(ColumnShape::List64(list, list_width(list, site)?))
+        }
+        t => Err(not_numeric(t)),
+    }
+}
+
+fn first_null(a: &dyn Array) -> Option<usize> {
+    if a.null_count() == 0 {
+        return None;
+    }
+    (0..a.len()).find(|&i| a.is_null(i))
+}
+
+fn check_child_nulls(
+    child: &dyn Array,
+    start: usize,
+    width: usize,
+    rows: usize,
+    site: &Site<'_>,
+) -> Result<()> {
+    if child.null_count() == 0 {
+        return Ok(());
+    }
+    for i in start..start + rows * width {
+        if child.is_null(i) {
+            return Err(site.error(
+                (i - start) / width.max(1),
+                format!("element {} of the list is null", (i - start) % width.max(1)),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The common length of every row of a variable-length list column.
+fn list_width<O: OffsetSizeTrait>(list: &GenericListArray<O>, site: &Site<'_>) -> Result<usize> {
+    let offsets = list.value_offsets();
+    let width = if list.is_empty() {
+        0
+    } else {
+        (offsets[1] - offsets[0]).as_usize()
+    };
+    for r in 0..list.len() {
+        let len = (offsets[r + 1] - offsets[r]).as_usize();
+        if len != width {
+            return Err(site.error(
+                r,
+                format!("the list has {len} values, but earlier rows have {width}; every row needs the same length"),
+            ));
+        }
+    }
+    Ok(width)
+}
+
+fn write_list<O: OffsetSizeTrait>(
+    list: &GenericListArray<O>,
+    w: usize,
+    out: &mut [f32],
+    stride: usize,
+    offset: usize,
+    mul: f32,
+    site: &Site<'_>,
+) -> Result<usize> {
+    let child = list.values();
+    let start = list.value_offsets()[0].as_usize();
+    check_child_nulls(child.as_ref(), start, w, list.len(), site)?;
+    with_numeric!(child, arr => {
+        let values = &arr.values()[start..start + list.len() * w];
+        copy_rows(values, w, out, stride, offset, mul);
+    }, unreachable!("checked numeric"));
+    check_finite(out, stride, offset, w, site)?;
+    Ok(w)
+}
+
+/// Copies `w` values per row into `out` at `offset` of each `stride`-wide row, times `mul`.
+fn copy_rows<T: AsF32>(
+    values: &[T],
+    w: usize,
+    out: &mut [f32],
+    stride: usize,
+    offset: usize,
+    mul: f32,
+) {
+    if w == 0 {
+        return;
+    }
+    for (r, src) in values.chunks_exact(w).enumerate() {
+        let dst = &mut out[r * stride + offset..r * stride + offset + w];
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = s.as_f32() * mul;
+        }
+    }
+}
+
+/// Fails on the first NaN or infinity among this column's values.
+fn check_finite(
+    out: &[f32],
+    stride: usize,
+    offset: usize,
+    w: usize,
+    site: &Site<'_>,
+) -> Result<()> {
+    if stride == 0 || w == 0 {
+        return Ok(());
+    }
+    for (r, row) in out.chunks_exact(stride).enumerate() {
+        if let Some(j) = row[offset..offset + w].iter().position(|v| !v.is_finite()) {
+            let at = if w > 1 {
+                format!(
+                    "element {j} of the list is {} (not finite)",
+                    row[offset + j]
+                )
+            } else {
+                format!("the value is {} (not finite)", row[offset + j])
+            };
+            return Err(site.error(r, at));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{
+        FixedSizeListArray, Float16Array, Float32Array, Float64Array, Int8Array, Int32Array,
+        Int64Array, ListArray, StringArray, UInt8Array, UInt64Array,
+    };
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+            .collect();
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            columns.into_iter().map(|(_, a)| a).collect(),
+        )
+        .unwrap()
+    }
+
+    fn conv(features: &[&str], kind: LabelKind, scale: Option<f32>, inputs: usize) -> Converter {
+        let f: Vec<String> = features.iter().map(|s| s.to_string()).collect();
+        Converter::new(&f, "y", kind, scale, inputs)
+    }
+
+    fn fixed_u8(rows: &[[u8; 3]]) -> ArrayRef {
+        let values: Vec<u8> = rows.iter().flatten().copied().collect();
+        Arc::new(FixedSizeListArray::new(
+            Arc::new(Field::new("item", DataType::UInt8, false)),
+            3,
+            Arc::new(UInt8Array::from(values)),
+            None,
+        ))
+    }
+
+    #[test]
+    fn columns_of_every_kind_concatenate_in_order_and_scale() {
+        let list = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0), Some(2.0)]),
+            Some(vec![Some(3.0), Some(4.0)]),
+        ]);
+        let b = batch(vec![
+            ("i8", Arc::new(Int8Array::from(vec![-1, 2]))),
+            ("u64", Arc::new(UInt64Array::from(vec![10, 20]))),
+            (
+                "f16",
+                Arc::new(Float16Array::from(vec![
+                    half::f16::from_f32(0.5),
+                    half::f16::from_f32(1.5),
+                ])),
+            ),
+            ("f64", Arc::new(Float64Array::from(vec![0.25, -0.75]))),
+            ("fixed", fixed_u8(&[[1, 2, 3], [4, 5, 6]])),
+            ("list", Arc::new(list)),
+            ("y", Arc::new(Int64Array::from(vec![0, 2]))),
+        ]);
+        let c = conv(
+            &["fixed", "i8", "u64", "f16", "f64", "list"],
+            LabelKind::Classes(3),
+            Some(2.0),
+            9,
+        );
+        let rows = c.convert(&b, "t.parquet", 0).unwrap();
+        assert_eq!(rows.rows, 2);
+        assert_eq!(
+            rows.features,
+            vec![
+                0.5, 1.0, 1.5, -0.5, 5.0, 0.25, 0.125, 0.5, 1.0, //
+                2.0, 2.5, 3.0, 1.0, 10.0, 0.75, -0.375, 1.5, 2.0
+            ]
+        );
+        assert_eq!(rows.labels, vec![0.0, 2.0]);
+    }
+
+    fn error(c: &Converter, b: &RecordBatch) -> String {
+        c.convert(b, "data/t.parquet", 100).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn nulls_name_file_column_and_row() {
+        let b = batch(vec![
+            ("x", Arc::new(Float32Array::from(vec![Some(1.0), None]))),
+            ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+        ]);
+        let msg = error(&conv(&["x"], LabelKind::Classes(2), None, 1), &b);
+        assert!(
+            msg.contains("data/t.parquet") && msg.contains("`x`") && msg.contains("row 101"),
+            "{msg}"
+        );
+        assert!(msg.contains("null"), "{msg}");
+
+        let list = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0), Some(2.0)]),
+            Some(vec![Some(3.0), None]),
+        ]);
+        let b = batch(vec![
+            ("v", Arc::new(list)),
+            ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+        ]);
+        let msg = error(&conv(&["v"], LabelKind::Classes(2), None, 2), &b);
+        assert!(
+            msg.contains("`v` row 101") && msg.contains("element 1"),
+            "{msg}"
+        );
+
+        let b = batch(vec![
+            ("x", Arc::new(Float32Array::from(vec![1.0, 2.0]))),
+            ("y", Arc::new(Int32Array::from(vec![Some(0), None]))),
+        ]);
+        let msg = error(&conv(&["x"], LabelKind::Classes(2), None, 1), &b);
+        assert!(
+            msg.contains("`y` row 101") && msg.contains("label is null"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn non_finite_values_are_refused() {
+        let b = batch(vec![
+            ("x", Arc::new(Float64Array::from(vec![1.0, f64::NAN, 3.0]))),
+            ("y", Arc::new(Int32Array::from(vec![0, 1, 0]))),
+        ]);
+        let msg = error(&conv(&["x"], LabelKind::Classes(2), None, 1), &b);
+        assert!(
+            msg.contains("`x` row 101") && msg.contains("not finite"),
+            "{msg}"
+        );
+        let b = batch(vec![
+            ("x", Arc::new(Float64Array::from(vec![1.0, 2.0]))),
+            ("y", Arc::new(Float64Array::from(vec![0.5, f64::INFINITY]))),
+        ]);
+        let msg = error(&conv(&["x"], LabelKind::Regression, None, 1), &b);
+        assert!(msg.contains("`y` row 101"), "{msg}");
+    }
+
+    #[test]
+    fn labels_must_fit_the_model() {
+        let b = batch(vec![
+            ("x", Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0]))),
+            ("y", Arc::new(Int64Array::from(vec![0, 9, 10]))),
+        ]);
+        let msg = error(&conv(&["x"], LabelKind::Classes(10), None, 1), &b);
+        assert!(
+            msg.contains("`y` row 102") && msg.contains("label 10"),
+            "{msg}"
+        );
+        let b = batch(vec![
+            ("x", Arc::new(Float32Array::from(vec![1.0]))),
+            ("y", Arc::new(Float32Array::from(vec![1.5]))),
+        ]);
+        let msg = error(&conv(&["x"], LabelKind::Classes(3), None, 1), &b);
+        assert!(msg.contains("label 1.5"), "{msg}");
+        let msg = error(&conv(&["x"], LabelKind::Binary, None, 1), &b);
+        assert!(msg.contains("[0, 1]"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_types_widths_and_missing_columns() {
+        let b = batch(vec![
+            ("s", Arc::new(StringArray::from(vec!["a"]))),
+            ("x", Arc::new(Float32Array::from(vec![1.0]))),
+            ("y", Arc::new(Int32Array::from(vec![0]))),
+        ]);
+        let msg = error(&conv(&["s"], LabelKind::Classes(2), None, 1), &b);
+        assert!(msg.contains("`s`") && msg.contains("Utf8"), "{msg}");
+        let msg = error(&conv(&["x"], LabelKind::Classes(2), None, 5), &b);
+        assert!(
+            msg.contains("1 values per row") && msg.contains("5 inputs"),
+            "{msg}"
+        );
+        let msg = error(&conv(&["nope"], LabelKind::Classes(2), None, 1), &b);
+        assert!(msg.contains("`nope`") && msg.contains("missing"), "{msg}");
+        let list = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0), Some(2.0)]),
+            Some(vec![Some(3.0)]),
+        ]);
+        let b = batch(vec![
+            ("v", Arc::new(list)),
+            ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+        ]);
+        let msg = error(&conv(&["v"], LabelKind::Classes(2), None, 2), &b);
+        assert!(
+            msg.contains("row 101") && msg.contains("same length"),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,16 @@
+//! # ringflow-executor: where training happens
+//!
+//! An executor trains one replica of a job's model. It reads its own partitions of the data
+//! straight from storage ([`data`]), runs the train loop ([`train`]) on its tensor engine, and
+//! keeps its replica identical to the others' through collective operations ([`collective`]).
+//! It learns everything about a job — spec, rank, partitions — from the driver, through the
+//! [`train::TaskContext`] interface; [`worker`] is the process that registers with the driver
+//! and runs the tasks of successive jobs.
+
+pub mod collective;
+pub mod data;
+pub mod error;
+pub mod train;
+pub mod worker;
+
+pub use error::{ExecutorError, Result};

@@ -1,0 +1,125 @@
+//! What the train loop needs from the driver, and what it reports back.
+
+use ringflow_proto::pb::EpochPlan;
+
+use crate::error::Result;
+
+/// Which part of the data a plan covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    /// `data.train`
+    Train,
+    /// `data.test`
+    Test,
+}
+
+/// Seconds spent in each phase of training steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Waiting for the next batch.
+    pub data: f64,
+    /// Forward pass and loss.
+    pub forward: f64,
+    /// Backward pass.
+    pub backward: f64,
+    /// Waiting for the gradient all-reduce.
+    pub allreduce: f64,
+    /// Optimizer update (and clipping).
+    pub optimizer: f64,
+}
+
+impl PhaseTimes {
+    /// The sum of all phases.
+    pub fn total(&self) -> f64 {
+        self.data + self.forward + self.backward + self.allreduce + self.optimizer
+    }
+}
+
+/// One epoch of one rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochStats {
+    /// 0-based epoch.
+    pub epoch: u64,
+    /// Steps taken.
+    pub steps: u64,
+    /// Rows trained on.
+    pub samples: u64,
+    /// Mean training loss over the epoch's steps.
+    pub loss: f64,
+    /// Wall time of the epoch's steps.
+    pub seconds: f64,
+    /// Where that time went.
+    pub phases: PhaseTimes,
+}
+
+/// Evaluation of one rank's share of the test split; ranks' stats add up.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EvalStats {
+    /// Rows evaluated.
+    pub rows: u64,
+    /// Sum of per-row losses.
+    pub loss_sum: f64,
+    /// Correct predictions (classification).
+    pub correct: u64,
+    /// Sum of squared errors (regression).
+    pub squared_error: f64,
+}
+
+impl EvalStats {
+    /// Adds another rank's stats.
+    pub fn merge(&mut self, other: &EvalStats) {
+        self.rows += other.rows;
+        self.loss_sum += other.loss_sum;
+        self.correct += other.correct;
+        self.squared_error += other.squared_error;
+    }
+
+    /// Fraction of correct predictions.
+    pub fn accuracy(&self) -> f64 {
+        self.correct as f64 / self.rows.max(1) as f64
+    }
+
+    /// Mean squared error.
+    pub fn mse(&self) -> f64 {
+        self.squared_error / self.rows.max(1) as f64
+    }
+
+    /// Mean loss.
+    pub fn loss(&self) -> f64 {
+        self.loss_sum / self.rows.max(1) as f64
+    }
+}
+
+/// Progress that a rank reports while it works.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrainEvent {
+    /// Periodic progress within an epoch (about once a second).
+    Step {
+        /// 0-based epoch.
+        epoch: u64,
+        /// Steps done in this epoch.
+        step: u64,
+        /// Steps in this epoch.
+        steps: u64,
+        /// Mean loss of the steps since the last report.
+        loss: f64,
+        /// Rows per second since the last report.
+        samples_per_s: f64,
+    },
+    /// An epoch finished.
+    EpochEnd(EpochStats),
+    /// The rank evaluated its share of the test split.
+    Evaluated(EvalStats),
+}
+
+/// The train loop's view of the driver.
+pub trait TaskContext: Send {
+    /// This rank's partitions of `split` for `epoch` (the test split uses epoch 0).
+    fn epoch_plan(&mut self, split: Split, epoch: u64) -> Result<EpochPlan>;
+
+    /// Reports progress.
+    fn report(&mut self, event: TrainEvent) -> Result<()>;
+
+    /// True once the job was cancelled; the loop stops at the next step.
+    fn cancelled(&self) -> bool;
+}

@@ -1,0 +1,78 @@
+//! Evaluation of a rank's share of the test split.
+
+use std::sync::Arc;
+
+use ringflow_ml::loss::LossKind;
+use ringflow_ml::nn::Model;
+use ringflow_ml::rng::Rng;
+use ringflow_ml::{Tensor, no_grad};
+use ringflow_proto::pb::EpochPlan;
+
+use crate::data::batches::EpochStream;
+use crate::data::features::Converter;
+use crate::error::Result;
+use crate::train::context::EvalStats;
+
+/// Rows per evaluation batch.
+const EVAL_BATCH: usize = 1024;
+
+/// Loss, accuracy (classification) or squared error (regression) of `model` on `plan`'s rows.
+pub fn evaluate(
+    model: &Model,
+    loss_kind: LossKind,
+    plan: &EpochPlan,
+    converter: Arc<Converter>,
+    rng: &mut Rng,
+) -> Result<EvalStats> {
+    let shape = model.shape();
+    let device = model.params().iter().next().map(|p| p.tensor.device());
+    let device = device.unwrap_or(ringflow_ml::Device::Cpu);
+    let mut stream = EpochStream::start(plan, converter, shape.inputs, None);
+    let mut stats = EvalStats::default();
+    no_grad(|| -> Result<()> {
+        while let Some(batch) = stream.next_batch(EVAL_BATCH)? {
+            let rows = batch.rows;
+            let labels = batch.labels;
+            let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
+            let y = Tensor::from_vec(labels.clone(), &[rows], device)?;
+            let output = model.forward(&x, false, rng)?;
+            let loss = loss_kind.compute(&output, &y)?.item()? as f64;
+            stats.rows += rows as u64;
+            stats.loss_sum += loss * rows as f64;
+            let out = output.to_vec();
+            match loss_kind {
+                LossKind::CrossEntropy => {
+                    for (row, &label) in out.chunks_exact(shape.outputs).zip(&labels) {
+                        if argmax(row) == label as usize {
+                            stats.correct += 1;
+                        }
+                    }
+                }
+                LossKind::BinaryCrossEntropy => {
+                    for (&logit, &label) in out.iter().zip(&labels) {
+                        if (logit > 0.0) == (label >= 0.5) {
+                            stats.correct += 1;
+                        }
+                    }
+                }
+                LossKind::Mse => {
+                    for (&p, &label) in out.iter().zip(&labels) {
+                        stats.squared_error += ((p - label) as f64).powi(2);
+                    }
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(stats)
+}
+
+fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}

@@ -1,0 +1,143 @@
+//! Tensor fusion: gradients packed into buckets and all-reduced while backward still runs.
+//!
+//! Parameters are grouped, in the order their gradients become ready (the reverse of creation
+//! order: the last layer's first), into a small first bucket (1 MiB) and then buckets of about
+//! 25 MiB (PyTorch DDP's and Horovod's sizes). During the backward pass the autodiff hook
+//! reports each finished parameter; when a bucket's last gradient arrives it is copied into the
+//! bucket's buffer and handed to the communication thread, which reduces it while the training
+//! thread continues backward. The loop waits only before the optimizer step, then copies the
+//! averaged gradients back. Bucket buffers are allocated once and reused every step.
+
+use std::collections::HashMap;
+
+use ringflow_ml::nn::ParamStore;
+use ringflow_ml::{Tensor, TensorKey};
+
+use crate::collective::{Collective, PendingReduce, ReduceOp};
+use crate::error::Result;
+
+/// Bytes in the first bucket, which is reduced while most of backward is still ahead.
+pub const FIRST_BUCKET_BYTES: usize = 1 << 20;
+/// Bytes in the other buckets.
+pub const BUCKET_BYTES: usize = 25 << 20;
+
+struct Bucket {
+    params: Vec<Tensor>,
+    numel: usize,
+    waiting_for: usize,
+    buffer: Option<Vec<f32>>,
+    pending: Option<PendingReduce>,
+}
+
+/// The buckets of one model's gradients.
+pub struct GradientBuckets {
+    buckets: Vec<Bucket>,
+    bucket_of: HashMap<TensorKey, usize>,
+}
+
+impl GradientBuckets {
+    /// Plans the buckets for `params`.
+    pub fn new(params: &ParamStore) -> GradientBuckets {
+        Self::with_sizes(params, FIRST_BUCKET_BYTES, BUCKET_BYTES)
+    }
+
+    /// Plans the buckets with explicit size limits (in bytes).
+    pub fn with_sizes(params: &ParamStore, first: usize, rest: usize) -> GradientBuckets {
+        let mut buckets: Vec<Bucket> = Vec::new();
+        let mut bucket_of = HashMap::new();
+        let ordered: Vec<&Tensor> = params.iter().map(|p| &p.tensor).collect();
+        for t in ordered.into_iter().rev() {
+            // While the first bucket is being filled its smaller limit applies.
+            let limit = if buckets.len() <= 1 { first } else { rest };
+            let start_new = match buckets.last() {
+                None => true,
+                Some(b) => (b.numel + t.numel()) * 4 > limit && b.numel > 0,
+            };
+            if start_new {
+                buckets.push(Bucket {
+                    params: Vec::new(),
+                    numel: 0,
+                    waiting_for: 0,
+                    buffer: None,
+                    pending: None,
+                });
+            }
+            let b = buckets.last_mut().expect("just ensured");
+            b.params.push(t.clone());
+            b.numel += t.numel();
+            bucket_of.insert(t.key(), buckets.len() - 1);
+        }
+        for b in &mut buckets {
+            b.buffer = Some(vec![0.0; b.numel]);
+        }
+        GradientBuckets { buckets, bucket_of }
+    }
+
+    /// The number of buckets.
+    pub fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// True if there are no parameters.
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    /// Sizes of the buckets in floats, in reduction order.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.buckets.iter().map(|b| b.numel).collect()
+    }
+
+    /// Resets the readiness counters before a backward pass.
+    pub fn begin(&mut self) {
+        for b in &mut self.buckets {
+            b.waiting_for = b.params.len();
+        }
+    }
+
+    /// Called by the backward hook when `param`'s gradient is complete.
+    pub fn ready(&mut self, param: &Tensor, comm: &mut dyn Collective) -> Result<()> {
+        let Some(&i) = self.bucket_of.get(&param.key()) else {
+            return Ok(());
+        };
+        let b = &mut self.buckets[i];
+        b.waiting_for = b.waiting_for.saturating_sub(1);
+        if b.waiting_for == 0 && b.pending.is_none() {
+            start(b, comm)?;
+        }
+        Ok(())
+    }
+
+    /// Starts any bucket whose parameters the backward pass did not reach, waits for all, and
+    /// writes the averaged gradients back.
+    pub fn finish(&mut self, comm: &mut dyn Collective) -> Result<()> {
+        for b in &mut self.buckets {
+            if b.pending.is_none() {
+                start(b, comm)?;
+            }
+        }
+        for b in &mut self.buckets {
+            let reduced = b.pending.take().expect("started above").wait()?;
+            let mut at = 0;
+            for p in &b.params {
+                let n = p.numel();
+                p.copy_grad_from_slice(&reduced[at..at + n])?;
+                at += n;
+            }
+            b.buffer = Some(reduced);
+        }
+        Ok(())
+    }
+}
+
+fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<()> {
+    let mut buf = b.buffer.take().unwrap_or_else(|| vec![0.0; b.numel]);
+    let mut at = 0;
+    for p in &b.params {
+        let n = p.numel();
+        p.copy_grad_to_slice(&mut buf[at..at + n])?;
+        at += n;
+    }
+    b.pending = Some(comm.start_all_reduce(buf, ReduceOp::Average)?);
+    Ok(())
+}

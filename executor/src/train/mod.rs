@@ -1,0 +1,32 @@
+//! The train loop that every executor runs, alone or as one rank of many.
+//!
+//! [`run_task`] builds the model from the job spec, makes every replica start from rank 0's
+//! weights, then for each epoch asks its [`TaskContext`] (the driver) for this rank's
+//! partitions, streams them through the shuffle buffer, and runs forward, backward, gradient
+//! averaging through the [`Collective`], and the optimizer step. After training it evaluates its
+//! share of the test split, and rank 0 saves the model.
+//!
+//! [`Collective`]: crate::collective::Collective
+
+mod context;
+mod eval;
+pub mod fusion;
+mod report;
+mod trainer;
+
+pub use context::{EpochStats, EvalStats, PhaseTimes, Split, TaskContext, TrainEvent};
+pub use report::Report;
+pub use trainer::{TrainOutcome, TrainTask, label_kind, run_task};
+
+/// Runs `f` with a compute pool of `threads` threads (GEMM and other data-parallel kernels use
+/// the current pool), so that executors sharing a machine do not oversubscribe its cores.
+pub fn with_compute_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .thread_name(|i| format!("ringflow-compute-{i}"))
+        .build()
+    {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
+}

@@ -1,0 +1,93 @@
+//! Converting the train loop's reports to protocol messages for the driver.
+
+use ringflow_proto::pb;
+
+use crate::train::context::{EpochStats, EvalStats, PhaseTimes, TrainEvent};
+use crate::train::trainer::TrainOutcome;
+
+impl From<&PhaseTimes> for pb::PhaseTimes {
+    fn from(p: &PhaseTimes) -> Self {
+        pb::PhaseTimes {
+            data: p.data,
+            forward: p.forward,
+            backward: p.backward,
+            allreduce: p.allreduce,
+            optimizer: p.optimizer,
+        }
+    }
+}
+
+impl From<&EpochStats> for pb::EpochReport {
+    fn from(e: &EpochStats) -> Self {
+        pb::EpochReport {
+            epoch: e.epoch,
+            steps: e.steps,
+            samples: e.samples,
+            loss: e.loss,
+            seconds: e.seconds,
+            phases: Some((&e.phases).into()),
+        }
+    }
+}
+
+impl From<&EvalStats> for pb::EvalReport {
+    fn from(e: &EvalStats) -> Self {
+        pb::EvalReport {
+            rows: e.rows,
+            loss_sum: e.loss_sum,
+            correct: e.correct,
+            squared_error: e.squared_error,
+        }
+    }
+}
+
+impl From<&TrainOutcome> for pb::TaskOutcome {
+    fn from(o: &TrainOutcome) -> Self {
+        pb::TaskOutcome {
+            epochs: o.epochs,
+            steps: o.steps,
+            samples: o.samples,
+            train_seconds: o.train_seconds,
+            final_train_loss: o.final_train_loss,
+            param_checksum: o.param_checksum,
+            model_dir: o
+                .model_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A [`TrainEvent`] as the protocol message the driver receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Report {
+    /// Progress within an epoch.
+    Step(pb::StepReport),
+    /// An epoch ended.
+    Epoch(pb::EpochReport),
+    /// Evaluation finished.
+    Eval(pb::EvalReport),
+}
+
+impl From<&TrainEvent> for Report {
+    fn from(e: &TrainEvent) -> Self {
+        match e {
+            TrainEvent::Step {
+                epoch,
+                step,
+                steps,
+                loss,
+                samples_per_s,
+            } => Report::Step(pb::StepReport {
+                epoch: *epoch,
+                step: *step,
+                steps: *steps,
+                loss: *loss,
+                samples_per_s: *samples_per_s,
+            }),
+            TrainEvent::EpochEnd(s) => Report::Epoch(s.into()),
+            TrainEvent::Evaluated(s) => Report::Eval(s.into()),
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! [`run_task`]: training, evaluation and the final save, for one rank.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ringflow_ml::checkpoint::{self, TrainingState};
+use ringflow_ml::loss::LossKind;
+use ringflow_ml::nn::{Model, ModelRegistry};
+use ringflow_ml::optim::Optimizer;
+use ringflow_ml::rng::{self, streams};
+use ringflow_ml::{Device, MlError, Tensor};
+use ringflow_proto::spec::JobSpec;
+
+use crate::collective::Collective;
+use crate::data::batches::EpochStream;
+use crate::data::features::{Converter, LabelKind};
+use crate::error::{ExecutorError, Result};
+use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
+use crate::train::eval::evaluate;
+use crate::train::fusion::GradientBuckets;
+
+/// Seconds between [`TrainEvent::Step`] reports.
+const REPORT_INTERVAL_S: f64 = 1.0;
+
+/// One rank's assignment within a job.
+#[derive(Clone, Debug)]
+pub struct TrainTask {
+    /// The job's id (for logs and checkpoints).
+    pub job_id: String,
+    /// The job spec, as checked by the driver.
+    pub spec: JobSpec,
+    /// Optimizer steps in every epoch (identical on every rank).
+    pub steps_per_epoch: u64,
+    /// Where rank 0 saves the trained model (`<checkpoint_dir>/model`).
+    pub model_dir: PathBuf,
+}
+
+/// What one rank did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainOutcome {
+    /// Epochs trained.
+    pub epochs: u64,
+    /// Optimizer steps taken.
+    pub steps: u64,
+    /// Rows trained on by this rank.
+    pub samples: u64,
+    /// Seconds spent in the training loop (steps only, no evaluation or setup).
+    pub train_seconds: f64,
+    /// Mean training loss of this rank's last epoch.
+    pub final_train_loss: f64,
+    /// FNV-1a checksum of the final parameters (equal on every rank when replicas agree).
+    pub param_checksum: u64,
+    /// Where the model was saved (rank 0 only).
+    pub model_dir: Option<PathBuf>,
+}
+
+/// What the labels must hold for `loss` on a model with `outputs` outputs.
+pub fn label_kind(loss: LossKind, outputs: usize) -> LabelKind {
+    match loss {
+        LossKind::CrossEntropy => LabelKind::Classes(outputs),
+        LossKind::BinaryCrossEntropy => LabelKind::Binary,
+        LossKind::Mse => LabelKind::Regression,
+    }
+}
+
+/// Trains the job's model as rank `comm.rank()` of `comm.world()`, evaluates this rank's share
+/// of the test split, and (on rank 0) saves the model.
+pub fn run_task(
+    task: &TrainTask,
+    registry: &ModelRegistry,
+    ctx: &mut dyn TaskContext,
+    comm: &mut dyn Collective,
+) -> Result<TrainOutcome> {
+    let spec = &task.spec;
+    let (rank, world) = (comm.rank(), comm.world());
+    let device: Device = spec.cluster.device;
+    let model = Model::build(&spec.model, registry, spec.train.seed, device)?;
+    let shape = model.shape();
+    if spec.train.loss == LossKind::BinaryCrossEntropy && shape.outputs != 1 {
+        return Err(ExecutorError::Spec(format!(
+            "train.loss = \"binary_cross_entropy\" needs a model with 1 output, this one has {}",
+            shape.outputs
+        )));
+    }
+    if spec.train.loss == LossKind::Mse && shape.outputs != 1 {
+        return Err(ExecutorError::Spec(format!(
+            "train.loss = \"mse\" needs a model with 1 output, this one has {}",
+            shape.outputs
+        )));
+    }
+
+    // Every replica starts from rank 0's weights.
+    let mut flat = model.params().flatten_values()?;
+    comm.broadcast(&mut flat, 0)?;
+    model.params().load_flat_values(&flat)?;
+
+    let mut optimizer = Optimizer::new(spec.train.optimizer.clone(), model.params())?;
+    let mut buckets = (world > 1).then(|| GradientBuckets::new(model.params()));
+    let converter = Arc::new(Converter::new(
+        &spec.data.features,
+        &spec.data.label,
+        label_kind(spec.train.loss, shape.outputs),
+        spec.data.scale,
+        shape.inputs,
+    ));
+    let mut dropout = rng::seeded(spec.train.seed, streams::DROPOUT + ((rank as u64) << 32));
+    let total_steps = task.steps_per_epoch * spec.train.epochs;
+    let base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
+    let batch_size = spec.train.batch_size;
+
+    let mut global_step = 0u64;
+    let mut samples = 0u64;
+    let mut train_seconds = 0.0;
+    let mut last_loss = f64::NAN;
+    for epoch in 0..spec.train.epochs {
+        let plan = ctx.epoch_plan(Split::Train, epoch)?;
+        if plan.steps != task.steps_per_epoch {
+            return Err(ExecutorError::Spec(format!(
+                "the driver planned {} steps for epoch {epoch}, the task {}",
+                plan.steps, task.steps_per_epoch
+            )));
+        }
+        let shuffle_rng = rng::seeded(
+            spec.train.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            streams::SHUFFLE + ((rank as u64) << 32),
+        );
+        let mut stream = EpochStream::start(
+            &plan,
+            converter.clone(),
+            shape.inputs,
+            Some((spec.data.shuffle_buffer, shuffle_rng)),
+        );
+        let mut phases = PhaseTimes::default();
+        let mut epoch_loss = 0.0;
+        let mut epoch_samples = 0u64;
+        let epoch_start = Instant::now();
+        let (mut window_loss, mut window_steps, mut window_samples) = (0.0, 0u64, 0u64);
+        let mut window_start = Instant::now();
+        for step in 0..plan.steps {
+            if ctx.cancelled() {
+                return Err(ExecutorError::Cancelled);
+            }
+            let t0 = Instant::now();
+            let batch = stream.next_batch(batch_size)?.ok_or_else(|| {
+                ExecutorError::Spec(format!(
+                    "rank {rank} ran out of rows at step {step} of {} in epoch {epoch}: the \
+                     partitions hold fewer rows than planned",
+                    plan.steps
+                ))
+            })?;
+            let rows = batch.rows;
+            let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
+            let y = Tensor::from_vec(batch.labels, &[rows], device)?;
+            let t1 = Instant::now();
+            model.params().zero_grad();
+            let output = model.forward(&x, true, &mut dropout)?;
+            let loss = spec.train.loss.compute(&output, &y)?;
+            let t2 = Instant::now();
+            match buckets.as_mut() {
+                Some(b) => {
+                    b.begin();
+                    let mut comm_error = None;
+                    let r = loss.backward_with(|p| {
+                        b.ready(p, comm).map_err(|e| {
+                            comm_error = Some(e);
+                            MlError::Backward("a gradient all-reduce failed".into())
+                        })
+                    });
+                    if let Some(e) = comm_error {
+                        return Err(e);
+                    }
+                    r?;
+                }
+                None => loss.backward()?,
+            }
+            let t3 = Instant::now();
+            if let Some(b) = buckets.as_mut() {
+                b.finish(comm)?;
+            }
+            let t4 = Instant::now();
+            if let Some(max_norm) = spec.train.clip_grad_norm {
+                model.params().clip_grad_norm(max_norm);
+            }
+            let lr = spec.train.schedule.lr_at(base_lr, global_step, total_steps);
+            optimizer.step(lr)?;
+            let loss_value = loss.item()? as f64;
+            let t5 = Instant::now();
+            drop((output, loss));
+            phases.data += (t1 - t0).as_secs_f64();
+            phases.forward += (t2 - t1).as_secs_f64();
+            phases.backward += (t3 - t2).as_secs_f64();
+            phases.allreduce += (t4 - t3).as_secs_f64();
+            phases.optimizer += (t5 - t4).as_secs_f64();
+            if !loss_value.is_finite() {
+                return Err(ExecutorError::Spec(format!(
+                    "the training loss became {loss_value} at epoch {epoch} step {step}; lower \
+                     train.optimizer.lr or set train.clip_grad_norm"
+                )));
+            }
+            global_step += 1;
+            epoch_loss += loss_value;
+            epoch_samples += rows as u64;
+            window_loss += loss_value;
+            window_steps += 1;
+            window_samples += rows as u64;
+            let window = window_start.elapsed().as_secs_f64();
+            if window >= REPORT_INTERVAL_S && step + 1 < plan.steps {
+                ctx.report(TrainEvent::Step {
+                    epoch,
+                    step: step + 1,
+                    steps: plan.steps,
+                    loss: window_loss / window_steps as f64,
+                    samples_per_s: window_samples as f64 / window,
+                })?;
+                (window_loss, window_steps, window_samples) = (0.0, 0, 0);
+                window_start = Instant::now();
+            }
+        }
+        let seconds = epoch_start.elapsed().as_secs_f64();
+        train_seconds += seconds;
+        samples += epoch_samples;
+        last_loss = epoch_loss / plan.steps.max(1) as f64;
+        ctx.report(TrainEvent::EpochEnd(EpochStats {
+            epoch,
+            steps: plan.steps,
+            samples: epoch_samples,
+            loss: last_loss,
+            seconds,
+            phases,
+        }))?;
+    }
+
+    if spec.data.test.is_some() {
+        let plan = ctx.epoch_plan(Split::Test, 0)?;
+        let stats = evaluate(
+            &model,
+            spec.train.loss,
+            &plan,
+            converter.clone(),
+            &mut dropout,
+        )?;
+        ctx.report(TrainEvent::Evaluated(stats))?;
+    }
+
+    let param_checksum = model.params().checksum()?;
+    let model_dir = if rank == 0 {
+        let state = TrainingState {
+            epoch: spec.train.epochs,
+            step: global_step,
+            rng: None,
+            extra: serde_json::json!({ "job_id": task.job_id, "job": spec }),
+        };
+        checkpoint::save(&task.model_dir, &model, Some(&optimizer), &state)?;
+        Some(task.model_dir.clone())
+    } else {
+        None
+    };
+    Ok(TrainOutcome {
+        epochs: spec.train.epochs,
+        steps: global_step,
+        samples,
+        train_seconds,
+        final_train_loss: last_loss,
+        param_checksum,
+        model_dir,
+    })
+}

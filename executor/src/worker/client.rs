@@ -1,0 +1,194 @@
+//! The executor's RPC client for the driver, with a deadline on every call.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ringflow_proto::pb::{self, executors_client::ExecutorsClient};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request};
+use tracing::warn;
+
+use crate::error::{ExecutorError, Result};
+
+/// Deadline of an ordinary call.
+const CALL: Duration = Duration::from_secs(20);
+/// How long a call is retried while the driver is unreachable.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// A cloneable connection to the driver's executor service.
+#[derive(Clone)]
+pub struct DriverClient {
+    inner: ExecutorsClient<Channel>,
+    url: String,
+    give_up: Option<Duration>,
+}
+
+fn comm(url: &str, what: &str, e: impl std::fmt::Display) -> ExecutorError {
+    ExecutorError::Comm(format!("{what} at the driver {url} failed: {e}"))
+}
+
+fn with_deadline<T>(msg: T, deadline: Duration) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.set_timeout(deadline);
+    r
+}
+
+impl DriverClient {
+    /// A client for `url`; the connection is made on first use, so the driver may start later.
+    pub async fn connect(
+        url: &str,
+        _stop: &AtomicBool,
+        give_up: Option<Duration>,
+    ) -> Result<DriverClient> {
+        let endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| ExecutorError::Comm(format!("bad driver URL {url:?}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true);
+        Ok(DriverClient {
+            inner: ExecutorsClient::new(endpoint.connect_lazy()),
+            url: url.to_string(),
+            give_up,
+        })
+    }
+
+    /// Registers, retrying while the driver is unreachable; returns the heartbeat interval.
+    pub async fn register(
+        &mut self,
+        info: &pb::ExecutorInfo,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Duration> {
+        let start = Instant::now();
+        let mut last_note = Instant::now();
+        loop {
+            match self.inner.register(with_deadline(info.clone(), CALL)).await {
+                Ok(r) => {
+                    return Ok(Duration::from_millis(
+                        r.into_inner().heartbeat_interval_ms.max(50),
+                    ));
+                }
+                Err(s)
+                    if s.code() == Code::FailedPrecondition
+                        || s.code() == Code::InvalidArgument =>
+                {
+                    return Err(ExecutorError::Comm(format!(
+                        "the driver at {} refused this executor: {}",
+                        self.url,
+                        s.message()
+                    )));
+                }
+                Err(s) => {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(ExecutorError::Cancelled);
+                    }
+                    if let Some(limit) = self.give_up
+                        && start.elapsed() > limit
+                    {
+                        return Err(comm(&self.url, "registering", s.message()));
+                    }
+                    if last_note.elapsed() > Duration::from_secs(10) {
+                        warn!(
+                            "still waiting for the driver at {}: {}",
+                            self.url,
+                            s.message()
+                        );
+                        last_note = Instant::now();
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+        }
+    }
+
+    /// One heartbeat.
+    pub async fn heartbeat(
+        &mut self,
+        info: &pb::ExecutorInfo,
+        job_id: &str,
+    ) -> Result<pb::HeartbeatReply> {
+        let req = pb::HeartbeatRequest {
+            info: Some(info.clone()),
+            job_id: job_id.to_string(),
+        };
+        self.inner
+            .heartbeat(with_deadline(req, Duration::from_secs(5)))
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|s| comm(&self.url, "heartbeat", s.message()))
+    }
+
+    /// Waits up to `wait` for a task.
+    pub async fn poll_task(
+        &mut self,
+        executor_id: &str,
+        wait: Duration,
+    ) -> Result<Option<pb::Task>> {
+        let req = pb::PollTaskRequest {
+            executor_id: executor_id.to_string(),
+            wait_ms: wait.as_millis() as u64,
+        };
+        self.inner
+            .poll_task(with_deadline(req, wait + CALL))
+            .await
+            .map(|r| r.into_inner().task)
+            .map_err(|s| comm(&self.url, "polling for tasks", s.message()))
+    }
+
+    /// Retries `call` on transient failures for up to [`RETRY_FOR`].
+    async fn retrying<T, F, Fut>(&mut self, what: &str, mut call: F) -> Result<T>
+    where
+        F: FnMut(ExecutorsClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let start = Instant::now();
+        loop {
+            match call(self.inner.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(s)
+                    if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded)
+                        && start.elapsed() < RETRY_FOR =>
+                {
+                    warn!("{what}: {}; retrying", s.message());
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(s) => return Err(comm(&self.url, what, s.message())),
+            }
+        }
+    }
+
+    /// This rank's plan for a split and epoch.
+    pub async fn epoch_plan(&mut self, req: pb::EpochPlanRequest) -> Result<pb::EpochPlan> {
+        self.retrying("asking for partitions", |mut c| {
+            let req = req.clone();
+            async move {
+                c.get_epoch_plan(with_deadline(req, CALL))
+                    .await
+                    .map(|r| r.into_inner())
+            }
+        })
+        .await
+    }
+
+    /// Sends progress; returns whether the task should stop.
+    pub async fn report(&mut self, req: pb::ReportRequest) -> Result<bool> {
+        self.retrying("reporting progress", |mut c| {
+            let req = req.clone();
+            async move {
+                c.report(with_deadline(req, CALL))
+                    .await
+                    .map(|r| r.into_inner().cancel)
+            }
+        })
+        .await
+    }
+
+    /// Reports a task's end.
+    pub async fn finish_task(&self, req: pb::FinishTaskRequest) -> Result<()> {
+        let mut me = self.clone();
+        me.retrying("reporting the task's end", |mut c| {
+            let req = req.clone();
+            async move { c.finish_task(with_deadline(req, CALL)).await.map(|_| ()) }
+        })
+        .await
+    }
+}

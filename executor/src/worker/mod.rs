@@ -1,0 +1,318 @@
+//! The executor process: registers with the driver, heartbeats, and runs the tasks of
+//! successive jobs until it is stopped.
+//!
+//! An executor needs only the driver's URL. It binds its ring listener, registers (retrying
+//! until the driver answers), and then loops: poll for a task, join the job's ring, train (or
+//! benchmark), report the outcome. A heartbeat task runs beside it, carrying the full
+//! registration so that a restarted driver learns the executor again; a heartbeat reply that
+//! says the job ended stops the running task at its next step.
+
+mod bench;
+mod client;
+mod context;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::pb;
+use ringflow_proto::spec::JobSpec;
+use tracing::{error, info, warn};
+
+use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
+use crate::error::{ExecutorError, Result};
+use crate::train::{TrainTask, run_task, with_compute_threads};
+use client::DriverClient;
+use context::RemoteContext;
+
+/// How an executor process runs.
+#[derive(Clone, Debug)]
+pub struct ExecutorConfig {
+    /// The driver's URL, e.g. `http://10.0.0.1:7077`.
+    pub driver: String,
+    /// Compute threads.
+    pub threads: usize,
+    /// Where to accept ring connections (port 0 lets the OS choose).
+    pub ring_bind: SocketAddr,
+    /// The host other executors use to reach this one (default: the address this machine uses
+    /// to reach the driver).
+    pub advertise: Option<String>,
+    /// Exit when the driver has been unreachable this long (for executors started by
+    /// `ringflow local`, which must never outlive it). `None`: keep retrying.
+    pub exit_with_driver: Option<Duration>,
+    /// Print nothing but errors.
+    pub quiet: bool,
+}
+
+/// The state the heartbeat task shares with the task loop.
+#[derive(Default)]
+struct Current {
+    job_id: Mutex<String>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Runs an executor until `stop` is set (by a signal) or, with `exit_with_driver`, until the
+/// driver is gone.
+pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool>) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ringflow-rpc")
+        .enable_all()
+        .build()
+        .map_err(|e| ExecutorError::Comm(format!("cannot start the RPC runtime: {e}")))?;
+    let listener = RingListener::bind(config.ring_bind).map_err(|e| {
+        ExecutorError::Comm(format!(
+            "cannot listen for ring connections on {}: {e}",
+            config.ring_bind
+        ))
+    })?;
+    let host = advertise_host(&config)?;
+    let ring_address = format!("{host}:{}", listener.local_addr().port());
+    let info = pb::ExecutorInfo {
+        executor_id: executor_id(),
+        host: hostname(),
+        ring_address,
+        cores: config.threads as u32,
+        devices: vec!["cpu".into()],
+        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+    };
+    let mut client = rt.block_on(DriverClient::connect(
+        &config.driver,
+        &stop,
+        config.exit_with_driver,
+    ))?;
+    let interval = rt.block_on(client.register(&info, &stop))?;
+    info!(executor = %info.executor_id, ring = %info.ring_address, "registered with {}", config.driver);
+    if !config.quiet {
+        eprintln!(
+            "executor {} registered with {} (ring {})",
+            info.executor_id, config.driver, info.ring_address
+        );
+    }
+
+    let current = Arc::new(Current::default());
+    let heartbeat = rt.spawn(heartbeat_loop(
+        client.clone(),
+        info.clone(),
+        interval,
+        current.clone(),
+        stop.clone(),
+        config.exit_with_driver,
+    ));
+
+    while !stop.load(Ordering::Relaxed) {
+        let task = match rt.block_on(client.poll_task(&info.executor_id, Duration::from_secs(2))) {
+            Ok(Some(task)) => task,
+            Ok(None) => continue,
+            Err(e) => {
+                warn!("polling the driver for tasks failed: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+        };
+        *current.job_id.lock().unwrap_or_else(|p| p.into_inner()) = task.job_id.clone();
+        current.cancel.store(false, Ordering::Relaxed);
+        info!(job = %task.job_id, rank = task.rank, "task received");
+        let result = run_one(
+            &rt, &client, &listener, &config, &registry, &task, &current, &info,
+        );
+        *current.job_id.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
+        if let Err(e) = result {
+            error!(job = %task.job_id, "could not report the task's end: {e}");
+        }
+    }
+    heartbeat.abort();
+    Ok(())
+}
+
+/// Runs one task and reports its end (before the ring closes, so that the failing rank's own
+/// error reaches the driver ahead of its neighbours' "connection closed").
+#[allow(clippy::too_many_arguments)]
+fn run_one(
+    rt: &tokio::runtime::Runtime,
+    client: &DriverClient,
+    listener: &RingListener,
+    config: &ExecutorConfig,
+    registry: &ModelRegistry,
+    task: &pb::Task,
+    current: &Current,
+    info: &pb::ExecutorInfo,
+) -> Result<()> {
+    use pb::finish_task_request::Result as R;
+    let secret = JobSecret::from_bytes(&task.secret)
+        .ok_or_else(|| ExecutorError::Comm("the task's ring secret is not 32 bytes".into()))?;
+    let ring_cfg = RingConfig {
+        job_id: task.job_id.clone(),
+        rank: task.rank as usize,
+        peers: task.ring.clone(),
+        secret,
+        timeout: Duration::from_millis(task.ring_timeout_ms.max(1000)),
+    };
+    let mut ring = None;
+    let result: Result<R> = (|| {
+        ring = Some(RingCollective::connect(listener, ring_cfg)?);
+        let comm = ring.as_mut().expect("just connected");
+        match pb::TaskKind::try_from(task.kind) {
+            Ok(pb::TaskKind::BenchAllreduce) => {
+                let spec = task.bench.unwrap_or_default();
+                bench::all_reduce(comm, &spec).map(|seconds| R::Bench(pb::BenchResult { seconds }))
+            }
+            _ => {
+                let spec = JobSpec::from_json(&task.spec_json)
+                    .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+                let train = TrainTask {
+                    job_id: task.job_id.clone(),
+                    spec,
+                    steps_per_epoch: task.steps_per_epoch,
+                    model_dir: task.model_dir.clone().into(),
+                };
+                let mut ctx = RemoteContext::new(
+                    rt.handle().clone(),
+                    client.clone(),
+                    task.job_id.clone(),
+                    task.rank,
+                    current.cancel.clone(),
+                );
+                let outcome = with_compute_threads(config.threads, || {
+                    run_task(&train, registry, &mut ctx, comm)
+                })?;
+                Ok(R::Outcome((&outcome).into()))
+            }
+        }
+    })();
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if !matches!(e, ExecutorError::Cancelled) {
+                warn!(job = %task.job_id, rank = task.rank, "task failed: {e}");
+            }
+            R::Error(e.to_string())
+        }
+    };
+    let finish = pb::FinishTaskRequest {
+        job_id: task.job_id.clone(),
+        rank: task.rank,
+        executor_id: info.executor_id.clone(),
+        result: Some(result),
+    };
+    let sent = rt.block_on(client.finish_task(finish));
+    drop(ring);
+    sent
+}
+
+async fn heartbeat_loop(
+    mut client: DriverClient,
+    info: pb::ExecutorInfo,
+    mut interval: Duration,
+    current: Arc<Current>,
+    stop: Arc<AtomicBool>,
+    exit_with_driver: Option<Duration>,
+) {
+    let mut last_ok = Instant::now();
+    loop {
+        tokio::time::sleep(interval).await;
+        let job_id = current
+            .job_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match client.heartbeat(&info, &job_id).await {
+            Ok(reply) => {
+                last_ok = Instant::now();
+                if reply.cancel {
+                    current.cancel.store(true, Ordering::Relaxed);
+                }
+                if reply.heartbeat_interval_ms > 0 {
+                    interval = Duration::from_millis(reply.heartbeat_interval_ms);
+                }
+            }
+            Err(e) => {
+                let silent = last_ok.elapsed();
+                warn!(
+                    "heartbeat to the driver failed ({:.0} s without one): {e}",
+                    silent.as_secs_f64()
+                );
+                if let Some(limit) = exit_with_driver
+                    && silent > limit
+                {
+                    error!(
+                        "the driver has been unreachable for {:.0} s; exiting",
+                        silent.as_secs_f64()
+                    );
+                    current.cancel.store(true, Ordering::Relaxed);
+                    stop.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A process-unique executor id: `exec-<host>-<pid>-<random>`.
+fn executor_id() -> String {
+    let mut r = [0u8; 3];
+    rand::fill(&mut r);
+    let host = hostname();
+    let short = host.split('.').next().unwrap_or("host");
+    format!(
+        "exec-{short}-{}-{:02x}{:02x}{:02x}",
+        std::process::id(),
+        r[0],
+        r[1],
+        r[2]
+    )
+}
+
+/// The machine's host name.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The host other executors should dial: `--advertise`, or the local address of the route to
+/// the driver (loopback when the driver is local).
+fn advertise_host(config: &ExecutorConfig) -> Result<String> {
+    if let Some(h) = &config.advertise {
+        return Ok(h.clone());
+    }
+    if !config.ring_bind.ip().is_unspecified() {
+        return Ok(config.ring_bind.ip().to_string());
+    }
+    let authority = config
+        .driver
+        .split("://")
+        .nth(1)
+        .unwrap_or(&config.driver)
+        .trim_end_matches('/');
+    let target = std::net::ToSocketAddrs::to_socket_addrs(authority)
+        .ok()
+        .and_then(|mut a| a.next());
+    let Some(target) = target else {
+        return Ok(Ipv4Addr::LOCALHOST.to_string());
+    };
+    if target.ip().is_loopback() {
+        return Ok(target.ip().to_string());
+    }
+    let bind: SocketAddr = match target.ip() {
+        IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        IpAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let ip = UdpSocket::bind(bind)
+        .and_then(|s| s.connect(target).and_then(|_| s.local_addr()))
+        .map(|a| a.ip())
+        .map_err(|e| {
+            ExecutorError::Comm(format!(
+                "cannot find a route to the driver at {target}: {e}"
+            ))
+        })?;
+    Ok(ip.to_string())
+}

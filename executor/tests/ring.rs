@@ -1,0 +1,239 @@
+//! The ring collectives over real TCP sockets on loopback, one thread per rank.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use ringflow_executor::collective::{
+    Collective, JobSecret, ReduceOp, RingCollective, RingConfig, RingListener,
+};
+
+fn listeners(n: usize) -> Vec<RingListener> {
+    (0..n)
+        .map(|_| RingListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap())
+        .collect()
+}
+
+fn config(
+    job: &str,
+    rank: usize,
+    peers: &[String],
+    secret: &JobSecret,
+    timeout: Duration,
+) -> RingConfig {
+    RingConfig {
+        job_id: job.into(),
+        rank,
+        peers: peers.to_vec(),
+        secret: secret.clone(),
+        timeout,
+    }
+}
+
+/// Forms a ring of `n` and runs `f(rank, collective)` on one thread per rank.
+fn with_ring<T: Send + 'static>(
+    n: usize,
+    timeout: Duration,
+    f: impl Fn(usize, RingCollective) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let ls = listeners(n);
+    let peers: Vec<String> = ls.iter().map(|l| l.local_addr().to_string()).collect();
+    let secret = JobSecret::random();
+    let handles: Vec<_> = ls
+        .into_iter()
+        .enumerate()
+        .map(|(rank, l)| {
+            let cfg = config("job-1", rank, &peers, &secret, timeout);
+            let f = f.clone();
+            std::thread::spawn(move || {
+                let ring = RingCollective::connect(&l, cfg).expect("the ring forms");
+                f(rank, ring)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("rank thread"))
+        .collect()
+}
+
+/// Small integers: sums are exact in any order, so results compare bit for bit.
+fn data(rank: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((rank * 7919 + i * 31) % 1001) as f32 - 500.0)
+        .collect()
+}
+
+#[test]
+fn all_reduce_equals_the_serial_sum_for_every_size_and_awkward_lengths() {
+    for n in 1..=5usize {
+        let lengths = [
+            0,
+            1,
+            2,
+            n.saturating_sub(1),
+            n,
+            n + 1,
+            997,
+            3 * 32 * 1024 + 7,
+            200_003,
+        ];
+        let results = with_ring(n, Duration::from_secs(20), move |rank, mut ring| {
+            let mut out = Vec::new();
+            for len in lengths {
+                let mut sum = data(rank, len);
+                ring.all_reduce(&mut sum, ReduceOp::Sum).unwrap();
+                let mut avg = data(rank, len);
+                ring.all_reduce(&mut avg, ReduceOp::Average).unwrap();
+                out.push((sum, avg));
+            }
+            out
+        });
+        for (li, &len) in lengths.iter().enumerate() {
+            let mut want = vec![0.0f32; len];
+            for k in 0..n {
+                for (w, v) in want.iter_mut().zip(data(k, len)) {
+                    *w += v;
+                }
+            }
+            for (rank, r) in results.iter().enumerate() {
+                let (sum, avg) = &r[li];
+                assert_eq!(sum.len(), len);
+                for i in 0..len {
+                    assert_eq!(
+                        sum[i].to_bits(),
+                        want[i].to_bits(),
+                        "N={n} len={len} rank={rank} i={i}"
+                    );
+                    let a = want[i] / n as f32;
+                    assert!(
+                        (avg[i] - a).abs() <= 1e-4 * a.abs().max(1.0),
+                        "avg N={n} len={len} i={i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn broadcast_all_gather_barrier_and_overlapping_reductions() {
+    for n in [1usize, 2, 3, 4] {
+        let results = with_ring(n, Duration::from_secs(20), move |rank, mut ring| {
+            let root = n - 1;
+            let mut b = if rank == root {
+                data(9, 70_001)
+            } else {
+                vec![0.0; 70_001]
+            };
+            ring.broadcast(&mut b, root).unwrap();
+            let g = ring.all_gather(&data(rank, 5)).unwrap();
+            ring.barrier().unwrap();
+            // Several reductions in flight at once complete in order, each correct.
+            let pending: Vec<_> = (0..4)
+                .map(|j| {
+                    ring.start_all_reduce(data(rank + j, 40_000 + j), ReduceOp::Sum)
+                        .unwrap()
+                })
+                .collect();
+            let reduced: Vec<Vec<f32>> = pending.into_iter().map(|p| p.wait().unwrap()).collect();
+            (b, g, reduced)
+        });
+        for (b, g, reduced) in &results {
+            assert_eq!(b, &data(9, 70_001));
+            let want: Vec<f32> = (0..n).flat_map(|k| data(k, 5)).collect();
+            assert_eq!(g, &want);
+            for (j, r) in reduced.iter().enumerate() {
+                let mut w = vec![0.0f32; 40_000 + j];
+                for k in 0..n {
+                    for (x, v) in w.iter_mut().zip(data(k + j, 40_000 + j)) {
+                        *x += v;
+                    }
+                }
+                assert_eq!(r, &w);
+            }
+        }
+    }
+}
+
+#[test]
+fn connections_without_the_job_secret_are_dropped() {
+    let ls = listeners(2);
+    let peers: Vec<String> = ls.iter().map(|l| l.local_addr().to_string()).collect();
+    let secret = JobSecret::random();
+    let mut ls = ls.into_iter();
+    let (l0, l1) = (ls.next().unwrap(), ls.next().unwrap());
+    // Rank 1 starts waiting for its left neighbour.
+    let cfg1 = config("job-1", 1, &peers, &secret, Duration::from_secs(15));
+    let rank1 = std::thread::spawn(move || RingCollective::connect(&l1, cfg1).map(|_| ()));
+    // Garbage, then a connection with the wrong secret, then one for another job: all refused.
+    {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(&peers[1]).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    }
+    let rogue_listener = RingListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+    for (job, s) in [("job-1", JobSecret::random()), ("job-2", secret.clone())] {
+        let cfg = config(job, 0, &peers, &s, Duration::from_secs(2));
+        let err = RingCollective::connect(&rogue_listener, cfg)
+            .err()
+            .expect("refused");
+        assert!(err.to_string().contains("rank 0"), "{err}");
+    }
+    // The real rank 0 still gets in.
+    let cfg0 = config("job-1", 0, &peers, &secret, Duration::from_secs(15));
+    let rank0 = std::thread::spawn(move || RingCollective::connect(&l0, cfg0).map(|_| ()));
+    rank0.join().unwrap().expect("rank 0 joins");
+    rank1.join().unwrap().expect("rank 1 joins");
+}
+
+#[test]
+fn a_silent_or_departed_peer_is_an_error_within_the_deadline() {
+    let results = with_ring(2, Duration::from_secs(1), |rank, mut ring| {
+        if rank == 1 {
+            // Stays in the ring but never takes part: rank 0 must give up, not hang.
+            std::thread::sleep(Duration::from_millis(2500));
+            drop(ring);
+            return None;
+        }
+        let start = Instant::now();
+        let mut buf = vec![1.0f32; 1000];
+        let err = ring
+            .all_reduce(&mut buf, ReduceOp::Sum)
+            .unwrap_err()
+            .to_string();
+        Some((err, start.elapsed()))
+    });
+    let (err, took) = results[0].clone().unwrap();
+    assert!(err.contains("rank 1"), "names the peer: {err}");
+    assert!(took < Duration::from_secs(5), "gave up after {took:?}");
+
+    let results = with_ring(3, Duration::from_secs(10), |rank, mut ring| {
+        if rank == 2 {
+            drop(ring);
+            return None;
+        }
+        let mut buf = vec![1.0f32; 100_000];
+        Some(
+            ring.all_reduce(&mut buf, ReduceOp::Sum)
+                .unwrap_err()
+                .to_string(),
+        )
+    });
+    let err = results[0].clone().unwrap();
+    assert!(err.contains("rank 2") || err.contains("rank 1"), "{err}");
+}
+
+#[test]
+fn ranks_that_disagree_on_the_operation_fail_loudly() {
+    let results = with_ring(2, Duration::from_secs(5), |rank, mut ring| {
+        let mut buf = vec![1.0f32; if rank == 0 { 10 } else { 20 }];
+        ring.all_reduce(&mut buf, ReduceOp::Sum)
+            .err()
+            .map(|e| e.to_string())
+    });
+    let msgs: Vec<String> = results.into_iter().flatten().collect();
+    assert!(
+        msgs.iter().any(|m| m.contains("collective mismatch")),
+        "{msgs:?}"
+    );
+}

@@ -1,0 +1,186 @@
+//! The recorded graph and the backward pass over it.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::backend::Storage;
+use crate::error::{MlError, Result};
+use crate::tensor::Tensor;
+
+/// The derivative of one op.
+pub(crate) trait Backward: Send + Sync {
+    /// Adds the gradients of `inputs` to `sink`, given the op's `output` and the gradient of the
+    /// loss with respect to it.
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        output: &Tensor,
+        grad: &Storage,
+        sink: &mut GradSink,
+    ) -> Result<()>;
+}
+
+/// How a non-leaf tensor was computed.
+pub(crate) struct Node {
+    pub inputs: Vec<Tensor>,
+    pub backward: Box<dyn Backward>,
+}
+
+impl Drop for Node {
+    /// Frees the graph behind this node iteratively: dropping a long chain of recorded ops
+    /// field by field would recurse once per op and overflow the stack.
+    fn drop(&mut self) {
+        let mut stack = std::mem::take(&mut self.inputs);
+        while let Some(t) = stack.pop() {
+            if let Some(mut node) = t.into_unique_node() {
+                stack.append(&mut node.inputs);
+            }
+        }
+    }
+}
+
+/// Collects gradients during one backward pass: intermediate tensors' gradients in a map that
+/// is drained as the pass goes, leaves' gradients straight into their persistent buffers.
+pub(crate) struct GradSink {
+    pending: HashMap<u64, Storage>,
+}
+
+impl GradSink {
+    /// Accumulates into `t`'s gradient with `write`, which is given the existing buffer (and
+    /// must add to it, returning `None`) or nothing (and must return a new gradient).
+    pub fn accumulate_with(
+        &mut self,
+        t: &Tensor,
+        write: impl FnOnce(Option<&mut Storage>) -> Result<Option<Storage>>,
+    ) -> Result<()> {
+        if !t.requires_grad() {
+            return Ok(());
+        }
+        if t.is_leaf() {
+            return t.with_grad_buffer(|buf| write(Some(buf)).map(|_| ()));
+        }
+        match self.pending.get_mut(&t.id()) {
+            Some(existing) => {
+                write(Some(existing))?;
+            }
+            None => {
+                let fresh = write(None)?.ok_or_else(|| {
+                    MlError::Backward("an op produced no gradient for a new buffer".into())
+                })?;
+                self.pending.insert(t.id(), fresh);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `g` (of `t`'s shape) to `t`'s gradient.
+    pub fn add(&mut self, t: &Tensor, g: Storage) -> Result<()> {
+        self.accumulate_with(t, |dst| match dst {
+            Some(d) => d.add_assign(&g).map(|_| None),
+            None => Ok(Some(g)),
+        })
+    }
+
+    /// Adds `g`, summed over the dimensions that broadcasting expanded, to `t`'s gradient.
+    pub fn add_reduced(&mut self, t: &Tensor, g: Storage) -> Result<()> {
+        if g.shape() == t.shape() {
+            return self.add(t, g);
+        }
+        self.accumulate_with(t, |dst| match dst {
+            Some(d) => g.sum_to_shape_into(d, true).map(|_| None),
+            None => {
+                let mut fresh = Storage::zeros(t.shape(), t.device())?;
+                g.sum_to_shape_into(&mut fresh, false)?;
+                Ok(Some(fresh))
+            }
+        })
+    }
+
+    /// True if `t` takes part in this backward pass.
+    pub fn wants(&self, t: &Tensor) -> bool {
+        t.requires_grad()
+    }
+}
+
+/// Reverse-mode pass from `root` (a tensor with one element) with seed gradient 1.
+///
+/// `on_ready` is called for every parameter (a leaf that requires gradients) as soon as its
+/// gradient for this pass is complete, i.e. after the last recorded op that uses it has run its
+/// backward. Data-parallel training uses this to start reducing gradients while the rest of the
+/// backward pass runs.
+pub(crate) fn run_backward(
+    root: &Tensor,
+    on_ready: &mut dyn FnMut(&Tensor) -> Result<()>,
+) -> Result<()> {
+    if root.numel() != 1 {
+        return Err(MlError::Backward(format!(
+            "can only start from a tensor with one element (a loss), not shape {:?}",
+            root.shape()
+        )));
+    }
+    if !root.requires_grad() {
+        return Err(MlError::Backward(
+            "the tensor does not depend on any parameter (or was computed under no_grad)".into(),
+        ));
+    }
+    let order = topological_order(root);
+    let mut sink = GradSink {
+        pending: HashMap::new(),
+    };
+    let mut seed = Storage::zeros(root.shape(), root.device())?;
+    seed.fill(1.0);
+    if root.is_leaf() {
+        sink.add(root, seed)?;
+        return on_ready(root);
+    }
+    // How many recorded uses of each parameter are still to run their backward.
+    let mut uses: HashMap<u64, usize> = HashMap::new();
+    for t in &order {
+        for input in &t.node().expect("non-leaf").inputs {
+            if input.is_leaf() && input.requires_grad() {
+                *uses.entry(input.id()).or_default() += 1;
+            }
+        }
+    }
+    sink.pending.insert(root.id(), seed);
+    for t in order.iter().rev() {
+        let node = t.node().expect("the order holds only non-leaf tensors");
+        if let Some(grad) = sink.pending.remove(&t.id()) {
+            node.backward.backward(&node.inputs, t, &grad, &mut sink)?;
+        }
+        for input in &node.inputs {
+            if let Some(left) = uses.get_mut(&input.id()) {
+                *left -= 1;
+                if *left == 0 {
+                    on_ready(input)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Non-leaf tensors reachable from `root` through tensors that need gradients, each after all of
+/// its inputs (iterative, so deep graphs cannot overflow the stack).
+fn topological_order(root: &Tensor) -> Vec<Tensor> {
+    let mut order = Vec::new();
+    let mut visited = HashSet::new();
+    let mut stack: Vec<(Tensor, bool)> = vec![(root.clone(), false)];
+    while let Some((t, inputs_done)) = stack.pop() {
+        if inputs_done {
+            order.push(t);
+            continue;
+        }
+        if t.is_leaf() || !visited.insert(t.id()) {
+            continue;
+        }
+        stack.push((t.clone(), true));
+        if let Some(node) = t.node() {
+            for input in &node.inputs {
+                if input.requires_grad() && !input.is_leaf() && !visited.contains(&input.id()) {
+                    stack.push((input.clone(), false));
+                }
+            }
+        }
+    }
+    order
+}

@@ -1,0 +1,253 @@
+//! Elementwise kernels: unary functions, their derivatives, and broadcasting binary operations.
+
+use ndarray::{Axis, IxDyn, Zip};
+
+use super::{CpuArray, slice, slice_mut, standard, zeros};
+use crate::backend::{BinaryOp, UnaryOp};
+
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_CUBIC: f32 = 0.044_715;
+
+/// The scalar function behind a [`UnaryOp`].
+#[inline(always)]
+pub fn apply_unary(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => sigmoid(x),
+        UnaryOp::Gelu => {
+            let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+            0.5 * x * (1.0 + u.tanh())
+        }
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Square => x * x,
+    }
+}
+
+/// The logistic function, computed without overflow for large |x|.
+#[inline(always)]
+pub fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// `f'(x)` given the input `x` and the output `y = f(x)` (whichever is cheaper is used).
+#[inline(always)]
+fn derivative(op: UnaryOp, x: f32, y: f32) -> f32 {
+    match op {
+        UnaryOp::Neg => -1.0,
+        UnaryOp::Exp => y,
+        UnaryOp::Log => 1.0 / x,
+        UnaryOp::Relu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Tanh => 1.0 - y * y,
+        UnaryOp::Sigmoid => y * (1.0 - y),
+        UnaryOp::Gelu => {
+            let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
+            let t = u.tanh();
+            0.5 * (1.0 + t)
+                + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x)
+        }
+        UnaryOp::Sqrt => 0.5 / y,
+        UnaryOp::Square => 2.0 * x,
+    }
+}
+
+/// `op(x)` elementwise.
+pub fn unary(op: UnaryOp, x: &CpuArray) -> CpuArray {
+    let mut out = zeros(x.shape());
+    for (o, &v) in slice_mut(&mut out).iter_mut().zip(slice(x)) {
+        *o = apply_unary(op, v);
+    }
+    out
+}
+
+/// The gradient with respect to `x` of `op(x)`, given the upstream gradient `grad`.
+pub fn unary_backward(op: UnaryOp, x: &CpuArray, y: &CpuArray, grad: &CpuArray) -> CpuArray {
+    let mut out = zeros(x.shape());
+    let (xs, ys, gs) = (slice(x), slice(y), slice(grad));
+    let o = slice_mut(&mut out);
+    match op {
+        // The common activation gets a branch-free loop of its own.
+        UnaryOp::Relu => {
+            for i in 0..o.len() {
+                o[i] = if xs[i] > 0.0 { gs[i] } else { 0.0 };
+            }
+        }
+        _ => {
+            for i in 0..o.len() {
+                o[i] = gs[i] * derivative(op, xs[i], ys[i]);
+            }
+        }
+    }
+    out
+}
+
+#[inline(always)]
+fn apply_binary(op: BinaryOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+    }
+}
+
+fn binary_slices(op: BinaryOp, out: &mut [f32], a: &[f32], b: &[f32]) {
+    // One monomorphic loop per operation, so that each vectorizes.
+    macro_rules! each {
+        ($f:expr) => {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = $f(x, y);
+            }
+        };
+    }
+    match op {
+        BinaryOp::Add => each!(|x: f32, y: f32| x + y),
+        BinaryOp::Sub => each!(|x: f32, y: f32| x - y),
+        BinaryOp::Mul => each!(|x: f32, y: f32| x * y),
+        BinaryOp::Div => each!(|x: f32, y: f32| x / y),
+    }
+}
+
+/// `a op b` with broadcasting; `out_shape` is the broadcast shape (checked by the caller).
+pub fn binary(op: BinaryOp, a: &CpuArray, b: &CpuArray, out_shape: &[usize]) -> CpuArray {
+    let mut out = zeros(out_shape);
+    if a.shape() == out_shape && b.shape() == out_shape {
+        binary_slices(op, slice_mut(&mut out), slice(a), slice(b));
+        return out;
+    }
+    // A row vector against a matrix (a bias): loop over rows of contiguous slices.
+    let last = out_shape.last().copied().unwrap_or(1);
+    if last > 0 && a.shape() == out_shape && b.len() == last && b.shape().last() == Some(&last) {
+        let bs = slice(b);
+        for (orow, arow) in slice_mut(&mut out)
+            .chunks_exact_mut(last)
+            .zip(slice(a).chunks_exact(last))
+        {
+            binary_slices(op, orow, arow, bs);
+        }
+        return out;
+    }
+    let shape = IxDyn(out_shape);
+    let av = a
+        .broadcast(shape.clone())
+        .expect("caller checked broadcasting");
+    let bv = b.broadcast(shape).expect("caller checked broadcasting");
+    Zip::from(&mut out)
+        .and(&av)
+        .and(&bv)
+        .for_each(|o, &x, &y| *o = apply_binary(op, x, y));
+    out
+}
+
+/// `x * mul + add` elementwise.
+pub fn affine(x: &CpuArray, mul: f32, add: f32) -> CpuArray {
+    let mut out = zeros(x.shape());
+    for (o, &v) in slice_mut(&mut out).iter_mut().zip(slice(x)) {
+        *o = v * mul + add;
+    }
+    out
+}
+
+/// `dst += src` (same shape).
+pub fn add_assign(dst: &mut CpuArray, src: &CpuArray) {
+    for (d, &s) in slice_mut(dst).iter_mut().zip(slice(src)) {
+        *d += s;
+    }
+}
+
+/// Sums `x` down to `shape` over the dimensions that broadcasting expanded, writing into `dst`
+/// (or adding to it when `accumulate`).
+pub fn sum_to_shape_into(x: &CpuArray, dst: &mut CpuArray, accumulate: bool) {
+    let target: Vec<usize> = dst.shape().to_vec();
+    if !accumulate {
+        slice_mut(dst).fill(0.0);
+    }
+    if x.shape() == target.as_slice() {
+        add_assign(dst, x);
+        return;
+    }
+    // The common case, a bias: [rows, n] summed to [n] (or [1, n]).
+    let last = target.last().copied().unwrap_or(1);
+    if x.ndim() >= 1
+        && x.shape().last() == Some(&last)
+        && dst.len() == last
+        && target.iter().rev().skip(1).all(|&d| d == 1)
+    {
+        let d = slice_mut(dst);
+        for row in slice(x).chunks_exact(last.max(1)) {
+            for (acc, &v) in d.iter_mut().zip(row) {
+                *acc += v;
+            }
+        }
+        return;
+    }
+    // General case: sum leading extra axes away, then every axis where the target has size 1.
+    let mut reduced = x.clone();
+    while reduced.ndim() > target.len() {
+        reduced = reduced.sum_axis(Axis(0));
+    }
+    for (axis, &t) in target.iter().enumerate() {
+        if t == 1 && reduced.shape()[axis] != 1 {
+            reduced = reduced.sum_axis(Axis(axis)).insert_axis(Axis(axis));
+        }
+    }
+    let reduced = standard(reduced);
+    add_assign(dst, &reduced);
+}
+
+/// Broadcasts `x` to `shape` as a new contiguous array.
+pub fn broadcast_to(x: &CpuArray, shape: &[usize]) -> CpuArray {
+    let view = x
+        .broadcast(IxDyn(shape))
+        .expect("caller checked broadcasting");
+    view.as_standard_layout().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::from_vec;
+
+    #[test]
+    fn bias_broadcast_and_its_reduction() {
+        let a = from_vec(&[2, 3], vec![1., 2., 3., 4., 5., 6.]);
+        let b = from_vec(&[3], vec![10., 20., 30.]);
+        let s = binary(BinaryOp::Add, &a, &b, &[2, 3]);
+        assert_eq!(slice(&s), &[11., 22., 33., 14., 25., 36.]);
+        let mut d = zeros(&[3]);
+        sum_to_shape_into(&a, &mut d, false);
+        assert_eq!(slice(&d), &[5., 7., 9.]);
+        let mut col = zeros(&[2, 1]);
+        sum_to_shape_into(&a, &mut col, false);
+        assert_eq!(slice(&col), &[6., 15.]);
+    }
+
+    #[test]
+    fn general_broadcast() {
+        let a = from_vec(&[2, 1], vec![1., 2.]);
+        let b = from_vec(&[1, 3], vec![10., 20., 30.]);
+        let s = binary(BinaryOp::Mul, &a, &b, &[2, 3]);
+        assert_eq!(slice(&s), &[10., 20., 30., 20., 40., 60.]);
+    }
+
+    #[test]
+    fn sigmoid_is_stable_at_the_extremes() {
+        assert_eq!(sigmoid(-1000.0), 0.0);
+        assert_eq!(sigmoid(1000.0), 1.0);
+        assert!((sigmoid(0.0) - 0.5).abs() < 1e-7);
+    }
+}

@@ -1,0 +1,49 @@
+//! CPU kernels over contiguous ndarray storage.
+//!
+//! Every function here takes and returns arrays in standard (row-major, contiguous) layout, so the
+//! hot loops run over plain slices that the compiler vectorizes. Matrix products go through the
+//! `gemm` crate's multithreaded kernels; everything else is a single pass over memory.
+
+pub mod elementwise;
+pub mod gemm;
+pub mod index;
+pub mod loss;
+pub mod optim;
+pub mod reduce;
+pub mod softmax;
+
+use ndarray::{ArrayD, IxDyn};
+
+/// A contiguous f32 array on the host.
+pub type CpuArray = ArrayD<f32>;
+
+/// A zero-filled array of this shape.
+pub fn zeros(shape: &[usize]) -> CpuArray {
+    ArrayD::zeros(IxDyn(shape))
+}
+
+/// The array's elements as a slice (it must be in standard layout, which every kernel keeps).
+pub fn slice(a: &CpuArray) -> &[f32] {
+    a.as_slice()
+        .expect("ringflow CPU arrays are always kept in standard layout")
+}
+
+/// The array's elements as a mutable slice (standard layout, see [`slice`]).
+pub fn slice_mut(a: &mut CpuArray) -> &mut [f32] {
+    a.as_slice_mut()
+        .expect("ringflow CPU arrays are always kept in standard layout")
+}
+
+/// Makes an array standard-layout, copying only if it is not already.
+pub fn standard(a: CpuArray) -> CpuArray {
+    if a.is_standard_layout() {
+        a
+    } else {
+        a.as_standard_layout().into_owned()
+    }
+}
+
+/// An array of this shape from a vector of its elements in row-major order.
+pub fn from_vec(shape: &[usize], data: Vec<f32>) -> CpuArray {
+    ArrayD::from_shape_vec(IxDyn(shape), data).expect("caller checked the element count")
+}

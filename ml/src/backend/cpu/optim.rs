@@ -1,0 +1,93 @@
+//! In-place optimizer updates: one pass over each parameter, no allocation.
+//!
+//! The formulas are PyTorch's (`torch.optim`), so that a user can check a step by hand against
+//! the documentation they already know.
+
+/// Hyper-parameters of one SGD step.
+#[derive(Clone, Copy, Debug)]
+pub struct SgdStep {
+    /// Learning rate.
+    pub lr: f32,
+    /// Momentum factor (0 disables the buffer).
+    pub momentum: f32,
+    /// Dampening of the momentum's gradient term.
+    pub dampening: f32,
+    /// L2 penalty added to the gradient.
+    pub weight_decay: f32,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+    /// True on the first step, when the momentum buffer is initialized with the gradient.
+    pub first: bool,
+}
+
+/// `p -= lr · d` with momentum and weight decay as in `torch.optim.SGD`.
+pub fn sgd(p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>, s: SgdStep) {
+    match buf {
+        None => {
+            for (p, &g) in p.iter_mut().zip(g) {
+                let d = g + s.weight_decay * *p;
+                *p -= s.lr * d;
+            }
+        }
+        Some(buf) => {
+            for ((p, &g), b) in p.iter_mut().zip(g).zip(buf.iter_mut()) {
+                let d = g + s.weight_decay * *p;
+                *b = if s.first {
+                    d
+                } else {
+                    s.momentum * *b + (1.0 - s.dampening) * d
+                };
+                let step = if s.nesterov { d + s.momentum * *b } else { *b };
+                *p -= s.lr * step;
+            }
+        }
+    }
+}
+
+/// One Adagrad step: `acc += g²; p -= lr · g / (√acc + eps)` (weight decay added to `g`).
+pub fn adagrad(p: &mut [f32], g: &[f32], acc: &mut [f32], lr: f32, eps: f32, weight_decay: f32) {
+    for ((p, &g), a) in p.iter_mut().zip(g).zip(acc.iter_mut()) {
+        let d = g + weight_decay * *p;
+        *a += d * d;
+        *p -= lr * d / (a.sqrt() + eps);
+    }
+}
+
+/// Hyper-parameters of one Adam or AdamW step.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamStep {
+    /// Learning rate.
+    pub lr: f32,
+    /// Decay of the first moment.
+    pub beta1: f32,
+    /// Decay of the second moment.
+    pub beta2: f32,
+    /// Added to the denominator.
+    pub eps: f32,
+    /// L2 penalty (Adam) or decoupled decay (AdamW).
+    pub weight_decay: f32,
+    /// Decoupled weight decay (AdamW) instead of an L2 term in the gradient (Adam).
+    pub decoupled: bool,
+    /// The 1-based step number, for bias correction.
+    pub step: u64,
+}
+
+/// One Adam (or AdamW) step with bias correction, as in `torch.optim.Adam` / `AdamW`.
+pub fn adam(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamStep) {
+    let bc1 = 1.0 - s.beta1.powi(s.step as i32);
+    let bc2 = 1.0 - s.beta2.powi(s.step as i32);
+    let step_size = s.lr / bc1;
+    let bc2_sqrt = bc2.sqrt();
+    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+        let mut d = g;
+        if s.decoupled {
+            *p *= 1.0 - s.lr * s.weight_decay;
+        } else {
+            d += s.weight_decay * *p;
+        }
+        *m = s.beta1 * *m + (1.0 - s.beta1) * d;
+        *v = s.beta2 * *v + (1.0 - s.beta2) * d * d;
+        let denom = v.sqrt() / bc2_sqrt + s.eps;
+        *p -= step_size * *m / denom;
+    }
+}

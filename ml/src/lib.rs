@@ -1,0 +1,47 @@
+//! # ringflow-ml: the tensor engine
+//!
+//! Everything an executor needs to train a model on one device, and nothing about clusters:
+//!
+//! - [`Tensor`]: n-dimensional f32 arrays on a [`Device`] with NumPy broadcasting. The CPU
+//!   backend keeps contiguous ndarray storage and multiplies matrices with the `gemm` crate's
+//!   multithreaded kernels; [`Device::Cuda`] always exists and reports clearly when the build
+//!   or the machine has no CUDA.
+//! - [`autodiff`]: reverse-mode differentiation over a graph recorded as ops run. Each op in
+//!   [`ops`](crate::Tensor) knows its derivative; [`Tensor::backward`] accumulates gradients into
+//!   the parameters; [`no_grad`] turns recording off for evaluation.
+//! - [`nn`]: layers ([`nn::Linear`], [`nn::Embedding`], [`nn::LayerNorm`], ...), models built
+//!   from a [`nn::ModelSpec`] and a [`nn::ModelRegistry`] for custom kinds.
+//! - [`loss`]: cross-entropy, MSE and binary cross-entropy, fused and numerically stable.
+//! - [`optim`]: SGD, Adagrad, Adam and AdamW with schedules and gradient clipping.
+//! - [`checkpoint`]: safetensors files plus verified JSON metadata, written atomically.
+//!
+//! ```
+//! use ringflow_ml::{Device, Tensor, nn::ModelSpec, nn::ModelRegistry, nn::Model, loss, rng};
+//!
+//! let model = Model::build(&ModelSpec::mlp(&[4, 8, 3], "relu"), &ModelRegistry::default(), 7, Device::Cpu)?;
+//! let x = Tensor::zeros(&[2, 4], Device::Cpu)?;
+//! let y = Tensor::from_vec(vec![0.0, 2.0], &[2], Device::Cpu)?;
+//! let mut dropout = rng::seeded(7, rng::streams::DROPOUT);
+//! let loss = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
+//! loss.backward()?;
+//! assert!(model.params().grad_norm() > 0.0);
+//! # Ok::<(), ringflow_ml::MlError>(())
+//! ```
+
+pub mod autodiff;
+pub mod backend;
+pub mod checkpoint;
+pub mod device;
+pub mod error;
+pub mod loss;
+pub mod nn;
+mod ops;
+pub mod optim;
+pub mod rng;
+pub mod shape;
+mod tensor;
+
+pub use autodiff::{NoGradGuard, no_grad};
+pub use device::Device;
+pub use error::{MlError, Result};
+pub use tensor::{Tensor, TensorKey};

@@ -1,0 +1,211 @@
+//! Named parameters and the builder that creates them.
+
+use crate::device::Device;
+use crate::error::{MlError, Result};
+use crate::rng::Rng;
+use crate::tensor::Tensor;
+
+/// One trainable tensor and its stable name.
+#[derive(Clone, Debug)]
+pub struct Param {
+    /// Dotted path, e.g. `layers.0.weight`.
+    pub name: String,
+    /// The parameter (a leaf that requires gradients).
+    pub tensor: Tensor,
+}
+
+/// All parameters of a model, in creation order.
+#[derive(Clone, Debug, Default)]
+pub struct ParamStore {
+    params: Vec<Param>,
+}
+
+impl ParamStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The parameters in creation order.
+    pub fn iter(&self) -> impl Iterator<Item = &Param> {
+        self.params.iter()
+    }
+
+    /// The number of parameters (tensors).
+    pub fn len(&self) -> usize {
+        self.params.len()
+    }
+
+    /// True if there are no parameters.
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
+    /// The total number of scalar weights.
+    pub fn numel(&self) -> usize {
+        self.params.iter().map(|p| p.tensor.numel()).sum()
+    }
+
+    /// The parameter called `name`.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.params
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| &p.tensor)
+    }
+
+    /// Registers a parameter; names must be unique.
+    pub fn insert(&mut self, name: String, tensor: Tensor) -> Result<Tensor> {
+        if self.get(&name).is_some() {
+            return Err(MlError::spec(format!(
+                "parameter name {name:?} is used twice"
+            )));
+        }
+        let tensor = if tensor.requires_grad() && tensor.is_leaf() {
+            tensor
+        } else {
+            tensor.into_parameter()
+        };
+        self.params.push(Param {
+            name,
+            tensor: tensor.clone(),
+        });
+        Ok(tensor)
+    }
+
+    /// Resets every gradient to zero (keeping the buffers).
+    pub fn zero_grad(&self) {
+        for p in &self.params {
+            p.tensor.zero_grad();
+        }
+    }
+
+    /// The L2 norm of all gradients together.
+    pub fn grad_norm(&self) -> f64 {
+        self.params
+            .iter()
+            .map(|p| p.tensor.grad_sum_squares())
+            .sum::<f64>()
+            .sqrt()
+    }
+
+    /// Scales all gradients so that their joint L2 norm is at most `max_norm`; returns the norm
+    /// before clipping (`torch.nn.utils.clip_grad_norm_`).
+    pub fn clip_grad_norm(&self, max_norm: f64) -> f64 {
+        let norm = self.grad_norm();
+        if norm > max_norm && norm > 0.0 {
+            let factor = (max_norm / (norm + 1e-6)) as f32;
+            for p in &self.params {
+                p.tensor.scale_grad(factor);
+            }
+        }
+        norm
+    }
+
+    /// All parameter values concatenated in store order.
+    pub fn flatten_values(&self) -> Result<Vec<f32>> {
+        let mut out = vec![0.0; self.numel()];
+        let mut at = 0;
+        for p in &self.params {
+            let n = p.tensor.numel();
+            p.tensor.copy_to_slice(&mut out[at..at + n])?;
+            at += n;
+        }
+        Ok(out)
+    }
+
+    /// Overwrites all parameter values from a flat buffer in store order.
+    pub fn load_flat_values(&self, flat: &[f32]) -> Result<()> {
+        if flat.len() != self.numel() {
+            return Err(MlError::invalid(
+                "load_flat_values",
+                format!("{} values for {} weights", flat.len(), self.numel()),
+            ));
+        }
+        let mut at = 0;
+        for p in &self.params {
+            let n = p.tensor.numel();
+            p.tensor.copy_from_slice(&flat[at..at + n])?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// A 64-bit FNV-1a checksum of all values' bits, to compare replicas cheaply.
+    pub fn checksum(&self) -> Result<u64> {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for v in self.flatten_values()? {
+            for b in v.to_bits().to_le_bytes() {
+                hash ^= b as u64;
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+        Ok(hash)
+    }
+}
+
+/// Creates parameters under a dotted name prefix (candle's `VarBuilder` idea).
+pub struct ParamBuilder<'a> {
+    store: &'a mut ParamStore,
+    prefix: String,
+    rng: &'a mut Rng,
+    device: Device,
+}
+
+impl<'a> ParamBuilder<'a> {
+    /// A builder at the root of `store`, initializing from `rng` on `device`.
+    pub fn new(store: &'a mut ParamStore, rng: &'a mut Rng, device: Device) -> Self {
+        ParamBuilder {
+            store,
+            prefix: String::new(),
+            rng,
+            device,
+        }
+    }
+
+    /// A builder whose parameters are named `<prefix>.<name>.…`.
+    pub fn sub(&mut self, name: impl AsRef<str>) -> ParamBuilder<'_> {
+        ParamBuilder {
+            prefix: self.full_name(name.as_ref()),
+            store: self.store,
+            rng: self.rng,
+            device: self.device,
+        }
+    }
+
+    fn full_name(&self, name: &str) -> String {
+        if self.prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{}.{name}", self.prefix)
+        }
+    }
+
+    /// The device new parameters are created on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The random source for initial values.
+    pub fn rng(&mut self) -> &mut Rng {
+        self.rng
+    }
+
+    /// Registers `init` as the parameter `<prefix>.<name>` and returns it.
+    pub fn param(&mut self, name: &str, init: Tensor) -> Result<Tensor> {
+        let full = self.full_name(name);
+        self.store.insert(full, init)
+    }
+
+    /// A parameter drawn uniformly from `[-bound, bound)`.
+    pub fn uniform(&mut self, name: &str, shape: &[usize], bound: f32) -> Result<Tensor> {
+        let t = Tensor::uniform(shape, -bound, bound, self.rng, self.device)?;
+        self.param(name, t)
+    }
+
+    /// A parameter filled with `value`.
+    pub fn constant(&mut self, name: &str, shape: &[usize], value: f32) -> Result<Tensor> {
+        let t = Tensor::full(shape, value, self.device)?;
+        self.param(name, t)
+    }
+}

@@ -1,0 +1,380 @@
+//! The optimizer spec and its in-place update loop.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Storage;
+use crate::backend::cpu::{self, optim as kernels};
+use crate::error::{MlError, Result};
+use crate::nn::ParamStore;
+use crate::tensor::Tensor;
+
+/// `train.optimizer` in the job spec, e.g. `{ kind = "adagrad", lr = 0.05 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OptimizerSpec {
+    /// Stochastic gradient descent with optional (Nesterov) momentum.
+    Sgd {
+        /// Learning rate (default 0.01).
+        #[serde(default = "defaults::sgd_lr")]
+        lr: f32,
+        /// Momentum factor (default 0: plain SGD).
+        #[serde(default)]
+        momentum: f32,
+        /// Dampening for momentum (default 0).
+        #[serde(default)]
+        dampening: f32,
+        /// Nesterov momentum (default false; needs momentum > 0 and dampening 0).
+        #[serde(default)]
+        nesterov: bool,
+        /// L2 penalty (default 0).
+        #[serde(default)]
+        weight_decay: f32,
+    },
+    /// Adagrad.
+    Adagrad {
+        /// Learning rate (default 0.01).
+        #[serde(default = "defaults::sgd_lr")]
+        lr: f32,
+        /// Starting value of the squared-gradient accumulator (default 0.1, TensorFlow's).
+        #[serde(default = "defaults::initial_accumulator")]
+        initial_accumulator: f32,
+        /// Added to the denominator (default 1e-10).
+        #[serde(default = "defaults::adagrad_eps")]
+        eps: f32,
+        /// L2 penalty (default 0).
+        #[serde(default)]
+        weight_decay: f32,
+    },
+    /// Adam with bias correction; `weight_decay` is an L2 term in the gradient.
+    Adam {
+        /// Learning rate (default 0.001).
+        #[serde(default = "defaults::adam_lr")]
+        lr: f32,
+        /// First-moment decay (default 0.9).
+        #[serde(default = "defaults::beta1")]
+        beta1: f32,
+        /// Second-moment decay (default 0.999).
+        #[serde(default = "defaults::beta2")]
+        beta2: f32,
+        /// Added to the denominator (default 1e-8).
+        #[serde(default = "defaults::adam_eps")]
+        eps: f32,
+        /// L2 penalty (default 0).
+        #[serde(default)]
+        weight_decay: f32,
+    },
+    /// AdamW: Adam with decoupled weight decay.
+    Adamw {
+        /// Learning rate (default 0.001).
+        #[serde(default = "defaults::adam_lr")]
+        lr: f32,
+        /// First-moment decay (default 0.9).
+        #[serde(default = "defaults::beta1")]
+        beta1: f32,
+        /// Second-moment decay (default 0.999).
+        #[serde(default = "defaults::beta2")]
+        beta2: f32,
+        /// Added to the denominator (default 1e-8).
+        #[serde(default = "defaults::adam_eps")]
+        eps: f32,
+        /// Decoupled weight decay (default 0.01).
+        #[serde(default = "defaults::adamw_decay")]
+        weight_decay: f32,
+    },
+}
+
+mod defaults {
+    pub fn sgd_lr() -> f32 {
+        0.01
+    }
+    pub fn adam_lr() -> f32 {
+        0.001
+    }
+    pub fn initial_accumulator() -> f32 {
+        0.1
+    }
+    pub fn adagrad_eps() -> f32 {
+        1e-10
+    }
+    pub fn beta1() -> f32 {
+        0.9
+    }
+    pub fn beta2() -> f32 {
+        0.999
+    }
+    pub fn adam_eps() -> f32 {
+        1e-8
+    }
+    pub fn adamw_decay() -> f32 {
+        0.01
+    }
+}
+
+impl Default for OptimizerSpec {
+    fn default() -> Self {
+        OptimizerSpec::Sgd {
+            lr: defaults::sgd_lr(),
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.0,
+        }
+    }
+}
+
+impl OptimizerSpec {
+    /// The base learning rate.
+    pub fn lr(&self) -> f32 {
+        match *self {
+            OptimizerSpec::Sgd { lr, .. }
+            | OptimizerSpec::Adagrad { lr, .. }
+            | OptimizerSpec::Adam { lr, .. }
+            | OptimizerSpec::Adamw { lr, .. } => lr,
+        }
+    }
+
+    /// The kind's name as written in a job spec.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OptimizerSpec::Sgd { .. } => "sgd",
+            OptimizerSpec::Adagrad { .. } => "adagrad",
+            OptimizerSpec::Adam { .. } => "adam",
+            OptimizerSpec::Adamw { .. } => "adamw",
+        }
+    }
+
+    /// Checks the hyper-parameters; errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, why: &str| {
+            Err(MlError::spec(format!(
+                "train.optimizer.{field} {why} (optimizer {})",
+                self.kind()
+            )))
+        };
+        let lr = self.lr();
+        if !(lr.is_finite() && lr > 0.0) {
+            return bad("lr", &format!("must be a positive number, not {lr}"));
+        }
+        match *self {
+            OptimizerSpec::Sgd {
+                momentum,
+                dampening,
+                nesterov,
+                ..
+            } => {
+                if !(0.0..1.0).contains(&momentum) {
+                    return bad("momentum", "must be in [0, 1)");
+                }
+                if nesterov && (momentum == 0.0 || dampening != 0.0) {
+                    return bad("nesterov", "needs momentum > 0 and dampening = 0");
+                }
+            }
+            OptimizerSpec::Adagrad {
+                initial_accumulator,
+                ..
+            } => {
+                if initial_accumulator < 0.0 {
+                    return bad("initial_accumulator", "must not be negative");
+                }
+            }
+            OptimizerSpec::Adam { beta1, beta2, .. }
+            | OptimizerSpec::Adamw { beta1, beta2, .. } => {
+                if !(0.0..1.0).contains(&beta1) {
+                    return bad("beta1", "must be in [0, 1)");
+                }
+                if !(0.0..1.0).contains(&beta2) {
+                    return bad("beta2", "must be in [0, 1)");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The names of the per-parameter state buffers this optimizer keeps.
+    fn slot_names(&self) -> &'static [&'static str] {
+        match self {
+            OptimizerSpec::Sgd { momentum, .. } if *momentum > 0.0 => &["momentum"],
+            OptimizerSpec::Sgd { .. } => &[],
+            OptimizerSpec::Adagrad { .. } => &["sum"],
+            OptimizerSpec::Adam { .. } | OptimizerSpec::Adamw { .. } => &["exp_avg", "exp_avg_sq"],
+        }
+    }
+}
+
+/// An optimizer bound to a model's parameters.
+pub struct Optimizer {
+    spec: OptimizerSpec,
+    params: Vec<(String, Tensor)>,
+    /// `slots[i][j]`: state buffer `j` of parameter `i`.
+    slots: Vec<Vec<Storage>>,
+    steps: u64,
+}
+
+impl Optimizer {
+    /// Creates the optimizer and its state buffers for every parameter in `params`.
+    pub fn new(spec: OptimizerSpec, params: &ParamStore) -> Result<Optimizer> {
+        spec.validate()?;
+        let mut slots = Vec::with_capacity(params.len());
+        for p in params.iter() {
+            let mut bufs = Vec::new();
+            for _ in spec.slot_names() {
+                let mut s = Storage::zeros(p.tensor.shape(), p.tensor.device())?;
+                if let OptimizerSpec::Adagrad {
+                    initial_accumulator,
+                    ..
+                } = spec
+                {
+                    s.fill(initial_accumulator);
+                }
+                bufs.push(s);
+            }
+            slots.push(bufs);
+        }
+        Ok(Optimizer {
+            spec,
+            params: params
+                .iter()
+                .map(|p| (p.name.clone(), p.tensor.clone()))
+                .collect(),
+            slots,
+            steps: 0,
+        })
+    }
+
+    /// The spec this optimizer was made from.
+    pub fn spec(&self) -> &OptimizerSpec {
+        &self.spec
+    }
+
+    /// How many steps have been taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Updates every parameter from its gradient with learning rate `lr` (from a
+    /// [`super::Schedule`]); gradients are left as they are.
+    pub fn step(&mut self, lr: f32) -> Result<()> {
+        self.steps += 1;
+        let first = self.steps == 1;
+        let step_no = self.steps;
+        let spec = self.spec.clone();
+        for ((_, param), slots) in self.params.iter().zip(self.slots.iter_mut()) {
+            param.update_with(|value, grad| {
+                let (Storage::Cpu(p), Storage::Cpu(g)) = (value, grad) else {
+                    return Err(MlError::Device(
+                        "optimizer step: parameter and gradient are on different devices".into(),
+                    ));
+                };
+                let p = cpu::slice_mut(p);
+                let g = cpu::slice(g);
+                let mut bufs = slots.iter_mut().map(|s| match s {
+                    Storage::Cpu(a) => cpu::slice_mut(a),
+                    Storage::Cuda(c) => match *c {},
+                });
+                match spec {
+                    OptimizerSpec::Sgd {
+                        momentum,
+                        dampening,
+                        nesterov,
+                        weight_decay,
+                        ..
+                    } => kernels::sgd(
+                        p,
+                        g,
+                        bufs.next(),
+                        kernels::SgdStep {
+                            lr,
+                            momentum,
+                            dampening,
+                            weight_decay,
+                            nesterov,
+                            first,
+                        },
+                    ),
+                    OptimizerSpec::Adagrad {
+                        eps, weight_decay, ..
+                    } => {
+                        let acc = bufs.next().expect("adagrad has an accumulator");
+                        kernels::adagrad(p, g, acc, lr, eps, weight_decay)
+                    }
+                    OptimizerSpec::Adam {
+                        beta1,
+                        beta2,
+                        eps,
+                        weight_decay,
+                        ..
+                    }
+                    | OptimizerSpec::Adamw {
+                        beta1,
+                        beta2,
+                        eps,
+                        weight_decay,
+                        ..
+                    } => {
+                        let m = bufs.next().expect("adam has a first moment");
+                        let v = bufs.next().expect("adam has a second moment");
+                        kernels::adam(
+                            p,
+                            g,
+                            m,
+                            v,
+                            kernels::AdamStep {
+                                lr,
+                                beta1,
+                                beta2,
+                                eps,
+                                weight_decay,
+                                decoupled: matches!(spec, OptimizerSpec::Adamw { .. }),
+                                step: step_no,
+                            },
+                        )
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The state buffers as `(name, shape, values)` with names `<param>.<slot>`, for checkpoints.
+    pub fn state_tensors(&self) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        let names = self.spec.slot_names();
+        let mut out = Vec::new();
+        for ((pname, _), slots) in self.params.iter().zip(&self.slots) {
+            for (slot, s) in names.iter().zip(slots) {
+                let host = s.to_host();
+                out.push((
+                    format!("{pname}.{slot}"),
+                    host.shape().to_vec(),
+                    cpu::slice(&host).to_vec(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Restores the state saved by [`Optimizer::state_tensors`] and the step count.
+    pub fn load_state(
+        &mut self,
+        steps: u64,
+        mut lookup: impl FnMut(&str) -> Option<(Vec<usize>, Vec<f32>)>,
+    ) -> Result<()> {
+        let names = self.spec.slot_names();
+        for ((pname, _), slots) in self.params.iter().zip(self.slots.iter_mut()) {
+            for (slot, s) in names.iter().zip(slots.iter_mut()) {
+                let key = format!("{pname}.{slot}");
+                let (shape, values) = lookup(&key)
+                    .ok_or_else(|| MlError::spec(format!("optimizer state {key:?} is missing")))?;
+                if shape != s.shape() {
+                    return Err(MlError::spec(format!(
+                        "optimizer state {key:?} has shape {shape:?}, the parameter {:?}",
+                        s.shape()
+                    )));
+                }
+                *s = Storage::from_host(cpu::from_vec(&shape, values), s.device())?;
+            }
+        }
+        self.steps = steps;
+        Ok(())
+    }
+}

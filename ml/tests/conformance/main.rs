@@ -1,0 +1,20 @@
+//! The conformance suite of the tensor engine: every test runs once per device through
+//! `device_test!` (CUDA tests skip themselves in a build or on a machine without CUDA).
+//!
+//! - `ops`: forward values on hand-computed examples.
+//! - `errors`: invalid arguments give errors that name the problem, never panics.
+//! - `autodiff`: what the graph records, where gradients go, accumulation and `zero_grad`.
+//! - `grads`: every differentiable op against central finite differences.
+//! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
+//! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
+//! - `checkpoint`: bit-exact resume and refusal of damaged files.
+
+mod helpers;
+
+mod autodiff;
+mod checkpoint;
+mod errors;
+mod grads;
+mod nn;
+mod ops;
+mod optim;

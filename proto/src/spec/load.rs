@@ -1,0 +1,284 @@
+//! Reading, overriding and checking a job spec.
+
+use std::path::Path;
+
+use toml::Table;
+
+use super::{JobSpec, Override, SpecError};
+
+impl JobSpec {
+    /// Reads the spec in `file`, applies `overrides` in order, and checks it.
+    pub fn load(file: &Path, overrides: &[Override]) -> Result<JobSpec, SpecError> {
+        let text = std::fs::read_to_string(file).map_err(|source| SpecError::Io {
+            file: file.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, file, overrides)
+    }
+
+    /// Parses spec text (`file` names it in errors and supplies the default job name).
+    pub fn parse(text: &str, file: &Path, overrides: &[Override]) -> Result<JobSpec, SpecError> {
+        let mut doc: Table = text.parse().map_err(|e: toml::de::Error| SpecError::Toml {
+            file: file.to_path_buf(),
+            message: e.to_string().trim().replace('\n', " "),
+        })?;
+        for o in overrides {
+            o.apply(&mut doc)?;
+        }
+        let mut spec: JobSpec =
+            serde_path_to_error::deserialize(doc).map_err(|e| field_error(file, e))?;
+        if spec.name.is_empty() {
+            spec.name = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "job".to_string());
+        }
+        spec.validate(file)?;
+        Ok(spec)
+    }
+
+    /// Checks the values that the types alone cannot (ranges, names, consistency).
+    pub fn validate(&self, file: &Path) -> Result<(), SpecError> {
+        let invalid = |key: &str, message: String| SpecError::Invalid {
+            file: file.to_path_buf(),
+            key: key.to_string(),
+            message,
+        };
+        if !self
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Err(invalid(
+                "name",
+                format!(
+                    "{:?} may only use letters, digits, '-', '_' and '.'",
+                    self.name
+                ),
+            ));
+        }
+        let d = &self.data;
+        if d.train.trim().is_empty() {
+            return Err(invalid(
+                "data.train",
+                "must name a file, directory or glob".into(),
+            ));
+        }
+        if d.features.is_empty() {
+            return Err(invalid(
+                "data.features",
+                "must list at least one column".into(),
+            ));
+        }
+        for (i, f) in d.features.iter().enumerate() {
+            if d.features[..i].contains(f) {
+                return Err(invalid(
+                    "data.features",
+                    format!("lists column `{f}` twice"),
+                ));
+            }
+            if *f == d.label {
+                return Err(invalid(
+                    "data.features",
+                    format!("includes the label column `{f}`"),
+                ));
+            }
+        }
+        if let Some(s) = d.scale
+            && !(s.is_finite() && s > 0.0)
+        {
+            return Err(invalid(
+                "data.scale",
+                format!("must be a positive number, not {s}"),
+            ));
+        }
+        if d.shuffle_buffer == 0 {
+            return Err(invalid("data.shuffle_buffer", "must be at least 1".into()));
+        }
+        let t = &self.train;
+        if t.epochs == 0 {
+            return Err(invalid("train.epochs", "must be at least 1".into()));
+        }
+        if t.batch_size == 0 {
+            return Err(invalid("train.batch_size", "must be at least 1".into()));
+        }
+        if let Some(c) = t.clip_grad_norm
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(invalid(
+                "train.clip_grad_norm",
+                format!("must be a positive number, not {c}"),
+            ));
+        }
+        let ml_error = |e: ringflow_ml::MlError| invalid("", e.to_string());
+        t.optimizer.validate().map_err(ml_error)?;
+        t.schedule.validate().map_err(ml_error)?;
+        if self.model.kind.trim().is_empty() {
+            return Err(invalid(
+                "model.kind",
+                "must name a model kind, e.g. \"mlp\"".into(),
+            ));
+        }
+        let c = &self.cluster;
+        if c.executors == 0 {
+            return Err(invalid("cluster.executors", "must be at least 1".into()));
+        }
+        if c.threads == Some(0) {
+            return Err(invalid("cluster.threads", "must be at least 1".into()));
+        }
+        if c.rendezvous_timeout_s == 0 {
+            return Err(invalid(
+                "cluster.rendezvous_timeout_s",
+                "must be at least 1".into(),
+            ));
+        }
+        if c.comm_timeout_s == 0 {
+            return Err(invalid(
+                "cluster.comm_timeout_s",
+                "must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Turns a deserialization error into one that names the key by its full path.
+fn field_error(file: &Path, e: serde_path_to_error::Error<toml::de::Error>) -> SpecError {
+    let path = e.path().to_string();
+    let path = if path == "." { String::new() } else { path };
+    let message = e.inner().message().trim().to_string();
+    // The path may or may not already end at the key, depending on where serde noticed it.
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else if path == key || path.ends_with(&format!(".{key}")) {
+            path.clone()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((key, tail)) = rest.split_once('`')
+    {
+        let expected = tail
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect();
+        return SpecError::UnknownKey {
+            file: file.to_path_buf(),
+            key: join(key),
+            expected,
+        };
+    }
+    if let Some(rest) = message.strip_prefix("missing field `")
+        && let Some((key, _)) = rest.split_once('`')
+    {
+        return SpecError::Invalid {
+            file: file.to_path_buf(),
+            key: join(key),
+            message: "is required".into(),
+        };
+    }
+    SpecError::Invalid {
+        file: file.to_path_buf(),
+        key: path,
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MNIST: &str = r#"
+name = "mnist-mlp"
+[data]
+train = "train.parquet"
+features = ["image"]
+label = "label"
+scale = 255.0
+[model]
+kind = "mlp"
+layers = [784, 100, 10]
+[train]
+epochs = 5
+batch_size = 128
+optimizer = { kind = "adagrad", lr = 0.05 }
+"#;
+
+    fn parse(text: &str, sets: &[&str]) -> Result<JobSpec, SpecError> {
+        let sets: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
+        JobSpec::parse(text, Path::new("job.toml"), &sets)
+    }
+
+    #[test]
+    fn defaults_fill_what_is_missing() {
+        let s = parse(MNIST, &[]).unwrap();
+        assert_eq!(s.train.seed, 42);
+        assert_eq!(s.cluster.executors, 1);
+        assert_eq!(s.data.shuffle_buffer, 10_000);
+        assert_eq!(s.checkpoint_dir(), Path::new("runs/mnist-mlp"));
+        assert_eq!(s.train.optimizer.lr(), 0.05);
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_their_path() {
+        let err = parse(&MNIST.replace("epochs = 5", "epochz = 5"), &[]).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("unknown key `train.epochz`"), "{msg}");
+        assert!(msg.contains("epochs"), "{msg}");
+        let err = parse(MNIST, &["train.optimizer.lrr=0.1"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("train.optimizer.lrr"), "{err}");
+        let err = parse(MNIST, &["bogus=1"]).unwrap_err().to_string();
+        assert!(err.contains("unknown key `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn overrides_reach_inline_tables() {
+        let s = parse(
+            MNIST,
+            &["train.optimizer.lr=0.1", "train.optimizer.kind=sgd"],
+        )
+        .unwrap();
+        assert_eq!(s.train.optimizer.kind(), "sgd");
+        assert_eq!(s.train.optimizer.lr(), 0.1);
+        let s = parse(MNIST, &["train.epochs=2", "cluster.executors=3"]).unwrap();
+        assert_eq!(s.train.epochs, 2);
+        assert_eq!(s.cluster.executors, 3);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let msg = parse(MNIST, &["train.batch_size=0"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("train.batch_size"), "{msg}");
+        let msg = parse(MNIST, &["train.epochs=\"many\""])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("train.epochs"), "{msg}");
+        let msg = parse(MNIST, &["train.optimizer.lr=-1"])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("train.optimizer.lr"), "{msg}");
+        let msg = parse(&MNIST.replace("label = \"label\"", ""), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("data.label") && msg.contains("required"),
+            "{msg}"
+        );
+        let msg = parse("name = \"x\"\n[data\n", &[]).unwrap_err().to_string();
+        assert!(msg.contains("not valid TOML"), "{msg}");
+    }
+
+    #[test]
+    fn round_trips_through_json_for_executors() {
+        let s = parse(MNIST, &[]).unwrap();
+        assert_eq!(JobSpec::from_json(&s.to_json()).unwrap(), s);
+    }
+}

@@ -1,0 +1,226 @@
+//! The job spec: the TOML contract between users, the driver and the executors.
+//!
+//! A spec is read from TOML ([`JobSpec::load`]), with `--set a.b.c=value` overrides applied to
+//! the parsed document before it is checked, so an override can reach any field, including one
+//! inside an inline table (`--set train.optimizer.lr=0.1`). Unknown keys are errors that name
+//! the key with its full dotted path. Every field and its default is listed in
+//! `docs/job-spec.md`; the types here are the reference.
+
+mod error;
+mod load;
+mod overrides;
+
+pub use error::SpecError;
+pub use overrides::Override;
+
+use std::path::PathBuf;
+
+use ringflow_ml::Device;
+use ringflow_ml::loss::LossKind;
+use ringflow_ml::nn::ModelSpec;
+use ringflow_ml::optim::{OptimizerSpec, Schedule};
+use serde::{Deserialize, Serialize};
+
+/// A whole training job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// The job's name (default: the spec file's name without `.toml`).
+    #[serde(default)]
+    pub name: String,
+    /// Where the examples come from and how they become tensors.
+    pub data: DataSpec,
+    /// The model to train.
+    pub model: ModelSpec,
+    /// How to train it.
+    #[serde(default)]
+    pub train: TrainSpec,
+    /// Where and on how many executors to run.
+    #[serde(default)]
+    pub cluster: ClusterSpec,
+}
+
+/// `[data]`: the data set and its conversion to features and labels.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSpec {
+    /// Training data: a Parquet file, a directory of them, or a glob.
+    pub train: String,
+    /// Test data, evaluated after training (optional).
+    #[serde(default)]
+    pub test: Option<String>,
+    /// Feature columns, concatenated in this order: numeric columns and list columns of numbers.
+    pub features: Vec<String>,
+    /// The label column: integer class index for classification, number for regression.
+    pub label: String,
+    /// Divide every feature by this (e.g. 255 for pixels). Default: no scaling.
+    #[serde(default)]
+    pub scale: Option<f32>,
+    /// Rows held by each executor's shuffle buffer (default 10,000). Each batch draws its rows
+    /// uniformly from the buffer, which is refilled from the executor's partitions, read in an
+    /// order shuffled each epoch.
+    #[serde(default = "defaults::shuffle_buffer")]
+    pub shuffle_buffer: usize,
+}
+
+/// `[train]`: the optimization.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSpec {
+    /// Passes over the training data (default 1).
+    #[serde(default = "defaults::epochs")]
+    pub epochs: u64,
+    /// Examples per step on each executor (default 64).
+    #[serde(default = "defaults::batch_size")]
+    pub batch_size: usize,
+    /// The optimizer (default `{ kind = "sgd", lr = 0.01 }`).
+    #[serde(default)]
+    pub optimizer: OptimizerSpec,
+    /// Learning-rate schedule (default constant).
+    #[serde(default)]
+    pub schedule: Schedule,
+    /// The loss (default `cross_entropy`).
+    #[serde(default)]
+    pub loss: LossKind,
+    /// Seed of every random choice: initial weights, data order, dropout (default 42).
+    #[serde(default = "defaults::seed")]
+    pub seed: u64,
+    /// Clip gradients to this global L2 norm (default: no clipping).
+    #[serde(default)]
+    pub clip_grad_norm: Option<f64>,
+    /// How the learning rate grows with the number of executors (default `none`).
+    #[serde(default)]
+    pub lr_scaling: LrScaling,
+}
+
+/// `train.lr_scaling`: the learning rate as a function of the number of executors N, whose
+/// global batch is N × `batch_size`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LrScaling {
+    /// `lr` whatever N.
+    #[default]
+    None,
+    /// `lr × N` (Goyal et al.'s linear scaling rule; Horovod's advice). Pair it with warm-up.
+    Linear,
+    /// `lr × √N` (often better for Adam-type optimizers).
+    Sqrt,
+}
+
+impl LrScaling {
+    /// The factor for `executors` executors.
+    pub fn factor(self, executors: usize) -> f32 {
+        match self {
+            LrScaling::None => 1.0,
+            LrScaling::Linear => executors as f32,
+            LrScaling::Sqrt => (executors as f32).sqrt(),
+        }
+    }
+}
+
+impl Default for TrainSpec {
+    fn default() -> Self {
+        TrainSpec {
+            epochs: defaults::epochs(),
+            batch_size: defaults::batch_size(),
+            optimizer: OptimizerSpec::default(),
+            schedule: Schedule::default(),
+            loss: LossKind::default(),
+            seed: defaults::seed(),
+            clip_grad_norm: None,
+            lr_scaling: LrScaling::None,
+        }
+    }
+}
+
+/// `[cluster]`: where the job runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Executors that train together (default 1).
+    #[serde(default = "defaults::executors")]
+    pub executors: usize,
+    /// `"cpu"` or `"cuda"` (default `"cpu"`).
+    #[serde(default = "defaults::device")]
+    pub device: Device,
+    /// Where the model and checkpoints are written (default `runs/<name>`).
+    #[serde(default)]
+    pub checkpoint_dir: Option<String>,
+    /// Compute threads per executor (default: the machine's cores divided among the local
+    /// executors).
+    #[serde(default)]
+    pub threads: Option<usize>,
+    /// Seconds the driver waits for `executors` executors before failing the job (default 60).
+    #[serde(default = "defaults::rendezvous_timeout_s")]
+    pub rendezvous_timeout_s: u64,
+    /// Deadline in seconds for forming the ring and for every read and write on it: a peer
+    /// silent for this long fails the step (default 30).
+    #[serde(default = "defaults::comm_timeout_s")]
+    pub comm_timeout_s: u64,
+}
+
+impl Default for ClusterSpec {
+    fn default() -> Self {
+        ClusterSpec {
+            executors: defaults::executors(),
+            device: defaults::device(),
+            checkpoint_dir: None,
+            threads: None,
+            rendezvous_timeout_s: defaults::rendezvous_timeout_s(),
+            comm_timeout_s: defaults::comm_timeout_s(),
+        }
+    }
+}
+
+mod defaults {
+    use ringflow_ml::Device;
+
+    pub fn shuffle_buffer() -> usize {
+        10_000
+    }
+    pub fn epochs() -> u64 {
+        1
+    }
+    pub fn batch_size() -> usize {
+        64
+    }
+    pub fn seed() -> u64 {
+        42
+    }
+    pub fn executors() -> usize {
+        1
+    }
+    pub fn device() -> Device {
+        Device::Cpu
+    }
+    pub fn rendezvous_timeout_s() -> u64 {
+        60
+    }
+    pub fn comm_timeout_s() -> u64 {
+        30
+    }
+}
+
+impl JobSpec {
+    /// The directory the model and checkpoints go to.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        match &self.cluster.checkpoint_dir {
+            Some(dir) => PathBuf::from(dir),
+            None => PathBuf::from("runs").join(&self.name),
+        }
+    }
+
+    /// Serializes the spec for an executor.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a job spec serializes")
+    }
+
+    /// Reads a spec that the driver serialized with [`JobSpec::to_json`].
+    pub fn from_json(json: &str) -> Result<JobSpec, SpecError> {
+        serde_json::from_str(json).map_err(|e| SpecError::Invalid {
+            file: "<from the driver>".into(),
+            key: String::new(),
+            message: e.to_string(),
+        })
+    }
+}

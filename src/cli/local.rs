@@ -1,0 +1,88 @@
+//! `ringflow local`: a driver in this process and N executor processes beside it.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use ringflow_driver::scheduler::SchedulerConfig;
+use ringflow_driver::service::{self, DriverConfig};
+use ringflow_ml::nn::ModelRegistry;
+
+use super::children::Children;
+use super::submit::{self, Watched};
+use super::{JobArgs, cores};
+
+#[derive(Args)]
+pub struct LocalArgs {
+    #[command(flatten)]
+    job: JobArgs,
+
+    /// Executors to train with (overrides `cluster.executors`).
+    #[arg(long)]
+    executors: Option<usize>,
+}
+
+/// The scheduler timing of an embedded driver: everything is on this machine, so loss is
+/// noticed quickly.
+fn local_timing() -> SchedulerConfig {
+    SchedulerConfig {
+        heartbeat_interval: Duration::from_millis(500),
+        executor_timeout: Duration::from_secs(10),
+    }
+}
+
+pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
+    let mut spec = args.job.load()?;
+    if let Some(n) = args.executors {
+        anyhow::ensure!(n >= 1, "--executors must be at least 1");
+        spec.cluster.executors = n;
+    }
+    let n = spec.cluster.executors;
+    let threads = spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1));
+    let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let driver = service::start(
+            DriverConfig {
+                bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+                scheduler: local_timing(),
+            },
+            registry,
+        )
+        .await?;
+        let url = driver.url();
+        // Planning errors are reported before any executor starts.
+        let mut client = submit::connect(&url).await?;
+        let job_id = match submit::submit(&mut client, &spec, &args.job.job).await {
+            Ok(id) => id,
+            Err(e) => {
+                driver.shutdown().await;
+                return Err(e);
+            }
+        };
+        let mut children = Children::spawn(n, &url, threads, &log)?;
+        eprintln!(
+            "started {n} executor processes (pids {}) for driver {url}",
+            children
+                .pids()
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let watched = submit::watch(&mut client, &job_id).await;
+        if matches!(watched, Ok(Watched::Signal(_)) | Err(_)) {
+            driver.cancel_all();
+        }
+        children.stop(Duration::from_secs(5));
+        driver.shutdown().await;
+        match watched? {
+            Watched::Summary(json) => submit::finish(&json, args.job.summary_json.as_ref()),
+            Watched::Signal(sig) => {
+                eprintln!("interrupted: job {job_id} cancelled, executors stopped");
+                Ok(ExitCode::from(sig.exit_code()))
+            }
+        }
+    })
+}

@@ -1,0 +1,117 @@
+//! The `ringflow` command line: a thin clap layer over the driver and executor libraries.
+
+mod bench;
+mod children;
+mod daemons;
+mod local;
+mod signals;
+mod status;
+mod submit;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::spec::{JobSpec, Override};
+
+/// Data-parallel training with a ring all-reduce.
+#[derive(Parser)]
+#[command(name = "ringflow", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+
+    /// Log filter (e.g. `info`, `ringflow_executor=debug`); also read from RINGFLOW_LOG.
+    #[arg(long, global = true, env = "RINGFLOW_LOG", default_value = "warn")]
+    log: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a job on this machine: a driver in this process and executor processes beside it.
+    Local(local::LocalArgs),
+    /// Submit a job to a running driver and follow it to the end.
+    Submit(submit::SubmitArgs),
+    /// Serve the control plane that executors register with and jobs are submitted to.
+    Driver(daemons::DriverArgs),
+    /// Register with a driver and run the tasks of successive jobs until stopped.
+    Executor(daemons::ExecutorArgs),
+    /// List a driver's jobs and executors.
+    Status(status::StatusArgs),
+    /// Cancel a job.
+    Cancel(status::CancelArgs),
+    /// Measure ringflow: `bench allreduce`.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// What every way of running a job accepts.
+#[derive(Args, Clone)]
+pub(crate) struct JobArgs {
+    /// The job spec (TOML).
+    job: PathBuf,
+
+    /// Override a spec field, e.g. `--set train.epochs=2` or `--set train.optimizer.lr=0.1`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+
+    /// Write the job's summary as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    summary_json: Option<PathBuf>,
+}
+
+impl JobArgs {
+    /// Reads the spec with its overrides.
+    fn load(&self) -> anyhow::Result<JobSpec> {
+        let overrides: Vec<Override> = self
+            .set
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<_, _>>()?;
+        Ok(JobSpec::load(&self.job, &overrides)?)
+    }
+}
+
+/// Parses the command line and runs it with `registry`'s model kinds; returns the exit code.
+pub fn main(registry: ModelRegistry) -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Local(args) => local::run(args, registry),
+        Command::Submit(args) => submit::run(args),
+        Command::Driver(args) => daemons::driver(args, registry),
+        Command::Executor(args) => daemons::executor(args, registry),
+        Command::Status(args) => status::status(args),
+        Command::Cancel(args) => status::cancel(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A multi-threaded tokio runtime for the command's RPCs.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// Cores of this machine.
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}

@@ -1,0 +1,107 @@
+//! `ringflow status` and `ringflow cancel`.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use ringflow_proto::pb;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The driver's URL.
+    #[arg(long, env = "RINGFLOW_DRIVER")]
+    driver: String,
+}
+
+#[derive(Args)]
+pub struct CancelArgs {
+    /// The job's id (as `ringflow status` lists it).
+    job: String,
+
+    /// The driver's URL.
+    #[arg(long, env = "RINGFLOW_DRIVER")]
+    driver: String,
+}
+
+fn state_name(s: i32) -> &'static str {
+    match pb::JobState::try_from(s) {
+        Ok(pb::JobState::Queued) => "queued",
+        Ok(pb::JobState::Waiting) => "waiting",
+        Ok(pb::JobState::Running) => "running",
+        Ok(pb::JobState::Succeeded) => "succeeded",
+        Ok(pb::JobState::Failed) => "failed",
+        Ok(pb::JobState::Cancelled) => "cancelled",
+        Err(_) => "unknown",
+    }
+}
+
+pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let mut c = super::submit::connect(&args.driver).await?;
+        let jobs = c.list_jobs(pb::ListJobsRequest {}).await?.into_inner().jobs;
+        let execs = c
+            .list_executors(pb::ListExecutorsRequest {})
+            .await?
+            .into_inner()
+            .executors;
+        println!("JOBS ({})", jobs.len());
+        println!(
+            "{:<28} {:<10} {:>9} {:>8} {:>9}  ERROR",
+            "ID", "STATE", "EXECUTORS", "EPOCH", "AGE"
+        );
+        for j in &jobs {
+            println!(
+                "{:<28} {:<10} {:>9} {:>8} {:>8.0}s  {}",
+                j.job_id,
+                state_name(j.state),
+                j.executors,
+                format!("{}/{}", j.epoch, j.epochs),
+                j.age_s,
+                j.error
+            );
+        }
+        println!();
+        println!("EXECUTORS ({})", execs.len());
+        println!(
+            "{:<34} {:<20} {:<22} {:>5} {:<6} {:<20} {:>9}",
+            "ID", "HOST", "RING", "CORES", "STATE", "JOB", "HEARTBEAT"
+        );
+        for e in &execs {
+            let info = e.info.clone().unwrap_or_default();
+            println!(
+                "{:<34} {:<20} {:<22} {:>5} {:<6} {:<20} {:>8.1}s",
+                info.executor_id,
+                info.host,
+                info.ring_address,
+                info.cores,
+                e.state,
+                if e.job_id.is_empty() {
+                    "-".to_string()
+                } else {
+                    format!("{} r{}", e.job_id, e.rank)
+                },
+                e.last_heartbeat_s
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let mut c = super::submit::connect(&args.driver).await?;
+        let reply = c
+            .cancel(pb::CancelRequest {
+                job_id: args.job.clone(),
+            })
+            .await
+            .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+        if reply.into_inner().cancelled {
+            println!("cancelled job {}", args.job);
+        } else {
+            println!("job {} had already ended", args.job);
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}

@@ -1,0 +1,175 @@
+//! `ringflow submit`, and the watching and printing that `local` shares with it.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use ringflow_driver::JobSummary;
+use ringflow_proto::pb::{self, jobs_client::JobsClient};
+use ringflow_proto::spec::JobSpec;
+use tonic::transport::{Channel, Endpoint};
+
+use super::JobArgs;
+use super::signals::{Signal, shutdown_signal};
+
+#[derive(Args)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    job: JobArgs,
+
+    /// The driver's URL, e.g. http://10.0.0.1:7077.
+    #[arg(long, env = "RINGFLOW_DRIVER")]
+    driver: String,
+}
+
+/// Connects to a driver's job service (keepalives detect a driver that vanished).
+pub async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
+    let endpoint = Endpoint::from_shared(url.to_string())
+        .with_context(|| format!("bad driver URL {url:?}"))?
+        .connect_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(Duration::from_secs(5))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
+    let channel = endpoint
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the driver at {url}"))?;
+    Ok(JobsClient::new(channel))
+}
+
+/// Makes the spec's relative local paths absolute, so that a driver and executors running
+/// elsewhere on the same file system read the files this command meant.
+pub fn absolutize(spec: &mut JobSpec) -> anyhow::Result<()> {
+    let cwd = std::env::current_dir()?;
+    let abs = |p: &str| -> String {
+        if p.contains("://") || Path::new(p).is_absolute() {
+            p.to_string()
+        } else {
+            cwd.join(p).display().to_string()
+        }
+    };
+    spec.data.train = abs(&spec.data.train);
+    spec.data.test = spec.data.test.as_deref().map(abs);
+    spec.cluster.checkpoint_dir = Some(abs(&spec.checkpoint_dir().display().to_string()));
+    Ok(())
+}
+
+/// Submits a training job; returns its id. Planning errors come back as one sentence.
+pub async fn submit(
+    client: &mut JobsClient<Channel>,
+    spec: &JobSpec,
+    file: &Path,
+) -> anyhow::Result<String> {
+    let reply = client
+        .submit(pb::SubmitRequest {
+            protocol_version: ringflow_proto::PROTOCOL_VERSION,
+            kind: pb::TaskKind::Train as i32,
+            spec_json: spec.to_json(),
+            spec_file: file.display().to_string(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+    Ok(reply.into_inner().job_id)
+}
+
+/// How a watch ended.
+pub enum Watched {
+    /// The final summary arrived (as JSON).
+    Summary(String),
+    /// A signal arrived first.
+    Signal(Signal),
+}
+
+/// Follows a job's events, printing them, until its summary (or a signal).
+pub async fn watch(client: &mut JobsClient<Channel>, job_id: &str) -> anyhow::Result<Watched> {
+    let mut stream = client
+        .watch(pb::WatchRequest {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+        .into_inner();
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        let event = tokio::select! {
+            s = &mut signal => return Ok(Watched::Signal(s)),
+            e = stream.message() => e.map_err(|s| anyhow::anyhow!("lost the driver while watching job {job_id}: {}", s.message()))?,
+        };
+        let Some(event) = event else {
+            anyhow::bail!("the driver ended job {job_id}'s events without a summary");
+        };
+        use pb::job_event::Event;
+        match event.event {
+            Some(Event::Message(m)) => eprintln!("{m}"),
+            Some(Event::Epoch(e)) => print_epoch(&e),
+            Some(Event::SummaryJson(json)) => return Ok(Watched::Summary(json)),
+            Some(Event::State(_)) | Some(Event::Step(_)) | None => {}
+        }
+    }
+}
+
+fn print_epoch(e: &pb::EpochDone) {
+    let p = e.phases.unwrap_or_default();
+    let total = (p.data + p.forward + p.backward + p.allreduce + p.optimizer).max(1e-12);
+    let pct = |x: f64| 100.0 * x / total;
+    eprintln!(
+        "epoch {}/{}: loss {:.4}, {:.0} samples/s, {:.1} s (data {:.0}%, forward {:.0}%, \
+         backward {:.0}%, all-reduce {:.0}%, optimizer {:.0}%)",
+        e.epoch + 1,
+        e.epochs,
+        e.loss,
+        e.samples_per_s,
+        e.seconds,
+        pct(p.data),
+        pct(p.forward),
+        pct(p.backward),
+        pct(p.allreduce),
+        pct(p.optimizer),
+    );
+}
+
+/// Prints a training job's summary, writes it where asked, and returns the exit code.
+pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
+    let summary: JobSummary =
+        serde_json::from_str(json).context("the driver sent an unreadable summary")?;
+    if let Some(path) = summary_path {
+        let pretty = serde_json::to_string_pretty(&summary)? + "\n";
+        std::fs::write(path, pretty).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(e) = &summary.error {
+        eprintln!("error: {e}");
+    }
+    print!("{summary}");
+    Ok(if summary.status == ringflow_driver::JobStatus::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let mut spec = args.job.load()?;
+    absolutize(&mut spec)?;
+    let rt = super::runtime()?;
+    rt.block_on(async {
+        let mut client = connect(&args.driver).await?;
+        let job_id = submit(&mut client, &spec, &args.job.job).await?;
+        eprintln!("submitted job {job_id} to {}", args.driver);
+        match watch(&mut client, &job_id).await? {
+            Watched::Summary(json) => finish(&json, args.job.summary_json.as_ref()),
+            Watched::Signal(sig) => {
+                eprintln!("cancelling job {job_id}");
+                let _ = client
+                    .cancel(pb::CancelRequest {
+                        job_id: job_id.clone(),
+                    })
+                    .await;
+                Ok(ExitCode::from(sig.exit_code()))
+            }
+        }
+    })
+}

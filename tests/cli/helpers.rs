@@ -1,0 +1,179 @@
+//! Shared helpers: running the binary with a deadline, writing Parquet, reading summaries.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::file::properties::WriterProperties;
+
+/// The repository root (tests run the binary from here, so example paths resolve).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A finished run of the binary.
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Fails the test, showing the output, unless the run exited 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "ringflow failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// Fails unless the run exited non-zero with an error line and no panic; returns stderr.
+    pub fn assert_clean_failure(&self) -> &str {
+        assert!(
+            !self.status.success(),
+            "ringflow unexpectedly succeeded:\n{}",
+            self.stdout
+        );
+        assert!(
+            !self.stderr.contains("panicked") && !self.stderr.contains("RUST_BACKTRACE"),
+            "ringflow panicked:\n{}",
+            self.stderr
+        );
+        assert!(
+            self.stderr.contains("error: "),
+            "no error line:\n{}",
+            self.stderr
+        );
+        &self.stderr
+    }
+}
+
+/// Runs `ringflow ARGS` from the repository root, killing it if it outlives `deadline`.
+pub fn ringflow(args: &[&str], deadline: Duration) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the ringflow binary starts");
+    let mut out = child.stdout.take().expect("piped");
+    let mut err = child.stderr.take().expect("piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            break status;
+        }
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ringflow {args:?} ran longer than {deadline:?}; killed it. stderr so far:\n{}",
+                err_reader.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        status,
+        stdout: out_reader.join().unwrap_or_default(),
+        stderr: err_reader.join().unwrap_or_default(),
+    }
+}
+
+/// Reads a `--summary-json` file.
+pub fn summary(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no summary at {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("the summary is JSON")
+}
+
+/// Writes `columns` as a Parquet file with row groups of at most `row_group_rows` rows.
+pub fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>, row_group_rows: usize) {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )
+    .expect("columns of equal length");
+    let props = WriterProperties::builder()
+        .set_max_row_group_row_count(Some(row_group_rows))
+        .build();
+    let file = std::fs::File::create(path).expect("writable temp dir");
+    let mut w = ArrowWriter::try_new(file, schema, Some(props)).expect("parquet writer");
+    w.write(&batch).expect("write");
+    w.close().expect("close");
+}
+
+/// Writes a job spec into `dir` and returns its path as a string.
+pub fn job(dir: &Path, name: &str, toml: &str) -> String {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, toml).expect("writable temp dir");
+    path.display().to_string()
+}
+
+/// A temporary directory's path as a string, for specs and arguments.
+pub fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Writes files `part-<i>.parquet` with `rows[i]` rows of a noiseless regression problem,
+/// `y = 2a − b/2 + v₀ − v₁`, with a float64 column `a`, an int32 column `b` and a
+/// list<float32> column `v` of length 2; returns the total row count.
+pub fn write_regression_data(dir: &Path, rows: &[usize], row_group_rows: usize) -> usize {
+    use datafusion::arrow::array::{Float32Array, Float64Array, Int32Array, ListArray};
+    use datafusion::arrow::datatypes::Float32Type;
+    use rand::{RngExt, SeedableRng};
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for (f, &n) in rows.iter().enumerate() {
+        let a: Vec<f64> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let b: Vec<i32> = (0..n).map(|_| rng.random_range(-3..=3)).collect();
+        let v: Vec<[f32; 2]> = (0..n)
+            .map(|_| [rng.random_range(-1.0..1.0), rng.random_range(-1.0..1.0)])
+            .collect();
+        let y: Vec<f32> = (0..n)
+            .map(|i| (2.0 * a[i] - 0.5 * b[i] as f64) as f32 + v[i][0] - v[i][1])
+            .collect();
+        let list = ListArray::from_iter_primitive::<Float32Type, _, _>(
+            v.iter()
+                .map(|p| Some(p.iter().map(|&x| Some(x)).collect::<Vec<_>>())),
+        );
+        write_parquet(
+            &dir.join(format!("part-{f}.parquet")),
+            vec![
+                ("a", Arc::new(Float64Array::from(a)) as ArrayRef),
+                ("b", Arc::new(Int32Array::from(b))),
+                ("v", Arc::new(list)),
+                ("y", Arc::new(Float32Array::from(y))),
+            ],
+            row_group_rows,
+        );
+    }
+    rows.iter().sum()
+}
