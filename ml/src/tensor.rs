@@ -39,7 +39,26 @@ struct Inner {
     data: RwLock<Storage>,
     requires_grad: bool,
     node: Option<Node>,
-    grad: Mutex<Option<Storage>>,
+    grad: Mutex<GradBuffer>,
+}
+
+/// A parameter's gradient. `zero_grad` only marks it stale ("logically zero"): the next
+/// backward pass overwrites it instead of adding to it, so a training step neither clears nor
+/// re-reads a parameter-sized buffer.
+#[derive(Default)]
+struct GradBuffer {
+    storage: Option<Storage>,
+    stale: bool,
+}
+
+/// How an op may write a gradient it has computed.
+pub(crate) enum GradWrite<'a> {
+    /// Add into this buffer.
+    Add(&'a mut Storage),
+    /// Overwrite this buffer entirely (its contents are stale).
+    Overwrite(&'a mut Storage),
+    /// There is no buffer: return a new one.
+    New,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -49,16 +68,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Tensor {
     // ----- construction -------------------------------------------------------------------
 
-    pub(crate) fn from_storage(storage: Storage) -> Tensor {
+    fn new(storage: Storage, requires_grad: bool, node: Option<Node>) -> Tensor {
         Tensor(Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             shape: storage.shape().to_vec(),
             device: storage.device(),
             data: RwLock::new(storage),
-            requires_grad: false,
-            node: None,
-            grad: Mutex::new(None),
+            requires_grad,
+            node,
+            grad: Mutex::new(GradBuffer::default()),
         }))
+    }
+
+    pub(crate) fn from_storage(storage: Storage) -> Tensor {
+        Tensor::new(storage, false, None)
     }
 
     /// The result of an op: records `backward` when grad mode is on and an input needs
@@ -72,18 +95,11 @@ impl Tensor {
         if !needs_grad {
             return Tensor::from_storage(storage);
         }
-        Tensor(Arc::new(Inner {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            shape: storage.shape().to_vec(),
-            device: storage.device(),
-            data: RwLock::new(storage),
-            requires_grad: true,
-            node: Some(Node {
-                inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-                backward: Box::new(backward),
-            }),
-            grad: Mutex::new(None),
-        }))
+        let node = Node {
+            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+            backward: Box::new(backward),
+        };
+        Tensor::new(storage, true, Some(node))
     }
 
     /// A tensor of `shape` holding `data` in row-major order.
@@ -172,15 +188,7 @@ impl Tensor {
             Ok(inner) => Tensor(Arc::new(inner)).read().duplicate(),
             Err(shared) => Tensor(shared).read().duplicate(),
         };
-        Tensor(Arc::new(Inner {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            shape: storage.shape().to_vec(),
-            device: storage.device(),
-            data: RwLock::new(storage),
-            requires_grad: true,
-            node: None,
-            grad: Mutex::new(None),
-        }))
+        Tensor::new(storage, true, None)
     }
 
     /// A copy of the values that is cut off from the graph (a leaf without gradients).
@@ -325,68 +333,110 @@ impl Tensor {
 
     /// The accumulated gradient of a parameter (`None` before the first backward pass).
     pub fn grad(&self) -> Option<Tensor> {
-        lock(&self.0.grad)
-            .as_ref()
-            .map(|g| Tensor::from_storage(g.duplicate()))
+        let g = lock(&self.0.grad);
+        let storage = g.storage.as_ref()?;
+        let copy = if g.stale {
+            Storage::zeros(self.shape(), self.device()).ok()?
+        } else {
+            storage.duplicate()
+        };
+        Some(Tensor::from_storage(copy))
     }
 
-    /// Sets the accumulated gradient to zero, keeping its buffer for the next step.
+    /// Sets the accumulated gradient to zero. The buffer is kept and only marked stale: the
+    /// next backward pass overwrites it, so this costs nothing per step.
     pub fn zero_grad(&self) {
-        if let Some(g) = lock(&self.0.grad).as_mut() {
-            g.fill(0.0);
-        }
+        lock(&self.0.grad).stale = true;
     }
 
-    /// Calls `f` with the gradient buffer of a parameter, creating a zero buffer first if there
-    /// is none yet.
+    /// Lets `write` store this parameter's gradient: it may add to the buffer, must overwrite
+    /// it when stale, or returns a new one when there is none. A returned storage replaces the
+    /// buffer.
+    pub(crate) fn write_grad(
+        &self,
+        write: impl FnOnce(GradWrite<'_>) -> Result<Option<Storage>>,
+    ) -> Result<()> {
+        let mut g = lock(&self.0.grad);
+        let GradBuffer { storage, stale } = &mut *g;
+        let replacement = match storage.as_mut() {
+            None => write(GradWrite::New)?,
+            Some(buf) if *stale => write(GradWrite::Overwrite(buf))?,
+            Some(buf) => write(GradWrite::Add(buf))?,
+        };
+        if let Some(r) = replacement {
+            *storage = Some(r);
+        }
+        if storage.is_none() {
+            return Err(MlError::Backward(
+                "an op produced no gradient for a new buffer".into(),
+            ));
+        }
+        *stale = false;
+        Ok(())
+    }
+
+    /// Calls `f` with the gradient buffer of a parameter, materializing zeros first if it is
+    /// missing or stale.
     pub(crate) fn with_grad_buffer<R>(
         &self,
         f: impl FnOnce(&mut Storage) -> Result<R>,
     ) -> Result<R> {
-        let mut guard = lock(&self.0.grad);
-        if guard.is_none() {
-            *guard = Some(Storage::zeros(self.shape(), self.device())?);
+        let mut g = lock(&self.0.grad);
+        let GradBuffer { storage, stale } = &mut *g;
+        match storage.as_mut() {
+            None => *storage = Some(Storage::zeros(self.shape(), self.device())?),
+            Some(buf) if *stale => buf.fill(0.0),
+            Some(_) => {}
         }
-        f(guard.as_mut().expect("just created"))
+        *stale = false;
+        f(storage.as_mut().expect("just ensured"))
     }
 
     /// Copies the accumulated gradient into `dst` (zeros if there is none yet).
     pub fn copy_grad_to_slice(&self, dst: &mut [f32]) -> Result<()> {
         self.check_len("copy_grad_to_slice", dst.len())?;
-        self.with_grad_buffer(|g| {
-            match g {
-                Storage::Cpu(a) => dst.copy_from_slice(cpu::slice(a)),
-                Storage::Cuda(c) => match *c {},
-            }
-            Ok(())
-        })
+        let g = lock(&self.0.grad);
+        match (&g.storage, g.stale) {
+            (Some(Storage::Cpu(a)), false) => dst.copy_from_slice(cpu::slice(a)),
+            (Some(Storage::Cuda(c)), false) => match *c {},
+            _ => dst.fill(0.0),
+        }
+        Ok(())
     }
 
     /// Overwrites the accumulated gradient from `src` (after an all-reduce, for instance).
     pub fn copy_grad_from_slice(&self, src: &[f32]) -> Result<()> {
         self.check_len("copy_grad_from_slice", src.len())?;
-        self.with_grad_buffer(|g| {
-            match g {
-                Storage::Cpu(a) => cpu::slice_mut(a).copy_from_slice(src),
-                Storage::Cuda(c) => match *c {},
+        let shape = cpu::from_vec(self.shape(), src.to_vec());
+        self.write_grad(|slot| match slot {
+            GradWrite::Add(buf) | GradWrite::Overwrite(buf) => {
+                match buf {
+                    Storage::Cpu(a) => cpu::slice_mut(a).copy_from_slice(src),
+                    Storage::Cuda(c) => match *c {},
+                }
+                Ok(None)
             }
-            Ok(())
+            GradWrite::New => Storage::from_host(shape, self.device()).map(Some),
         })
     }
 
     /// Multiplies the accumulated gradient by `factor` in place.
     pub fn scale_grad(&self, factor: f32) {
-        if let Some(g) = lock(&self.0.grad).as_mut() {
-            g.scale(factor);
+        let mut g = lock(&self.0.grad);
+        if !g.stale
+            && let Some(s) = g.storage.as_mut()
+        {
+            s.scale(factor);
         }
     }
 
     /// The squared L2 norm of the accumulated gradient (0 if there is none).
     pub fn grad_sum_squares(&self) -> f64 {
-        lock(&self.0.grad)
-            .as_ref()
-            .map(Storage::sum_squares)
-            .unwrap_or(0.0)
+        let g = lock(&self.0.grad);
+        match (&g.storage, g.stale) {
+            (Some(s), false) => s.sum_squares(),
+            _ => 0.0,
+        }
     }
 
     /// Calls `f` with the value and the gradient of a parameter, for in-place updates by

@@ -402,3 +402,55 @@ impl Drop for Daemon {
         let _ = self.child.wait();
     }
 }
+
+/// A model kind defined in user code (`examples/custom_model.rs`) trains with `local` on two
+/// executor processes, which are that same program; the stock binary refuses the kind by name.
+#[test]
+fn a_custom_model_kind_trains_in_its_own_binary() {
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_ringflow"))
+        .parent()
+        .expect("target directory")
+        .join("examples/custom_model");
+    assert!(
+        exe.is_file(),
+        "{} is missing: `cargo test` builds the examples",
+        exe.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.json");
+    let ckpt = format!("cluster.checkpoint_dir={}", s(dir.path()));
+    let run = crate::helpers::run_program(
+        &exe,
+        &[
+            "local",
+            "examples/custom_model.toml",
+            "--set",
+            "train.epochs=1",
+            "--set",
+            &ckpt,
+            "--summary-json",
+            &s(&out),
+        ],
+        LONG,
+    );
+    run.assert_success();
+    let sm = summary(&out);
+    assert_eq!(sm["executors"], 2);
+    assert_eq!(sm["replicas_identical"], true);
+    assert!(
+        sm["test_accuracy"].as_f64().unwrap() > 0.93,
+        "{}",
+        sm["test_accuracy"]
+    );
+
+    let run = ringflow(
+        &["local", "examples/custom_model.toml", "--set", &ckpt],
+        LONG,
+    );
+    let err = run.assert_clean_failure();
+    assert!(
+        err.contains("model.kind \"residual_mlp\" is not known"),
+        "{err}"
+    );
+    assert!(err.contains("mlp"), "lists the known kinds: {err}");
+}

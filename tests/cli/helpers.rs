@@ -60,7 +60,12 @@ impl Run {
 
 /// Runs `ringflow ARGS` from the repository root, killing it if it outlives `deadline`.
 pub fn ringflow(args: &[&str], deadline: Duration) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+    run_program(Path::new(env!("CARGO_BIN_EXE_ringflow")), args, deadline)
+}
+
+/// Runs `program ARGS` from the repository root, killing it if it outlives `deadline`.
+pub fn run_program(program: &Path, args: &[&str], deadline: Duration) -> Run {
+    let mut child = Command::new(program)
         .args(args)
         .current_dir(repo())
         .stdin(Stdio::null())
@@ -89,7 +94,8 @@ pub fn ringflow(args: &[&str], deadline: Duration) -> Run {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "ringflow {args:?} ran longer than {deadline:?}; killed it. stderr so far:\n{}",
+                "{} {args:?} ran longer than {deadline:?}; killed it. stderr so far:\n{}",
+                program.display(),
                 err_reader.join().unwrap_or_default()
             );
         }

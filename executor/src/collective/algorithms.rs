@@ -4,13 +4,16 @@
 //! calling (communication) thread and sends to its right neighbour through a writer thread, so
 //! that sending, receiving and reducing overlap and no rank can block another by filling a
 //! socket buffer. Each chunk received is reduced (or stored) and, where the algorithm forwards
-//! it, queued for sending at once: the next step starts before the current one ends.
+//! it, queued for sending at once: the next step starts before the current one ends. A received
+//! chunk's buffer is reduced in place and forwarded as it is, and the writer hands sent buffers
+//! back through a pool, so the steady state neither copies nor allocates beyond what the
+//! algorithm needs.
 //!
 //! All-reduce is reduce-scatter followed by all-gather (Patarasuk & Yuan; Horovod, NCCL): the
 //! buffer is cut into N segments, and each rank sends and receives 2(N−1)/N of it.
 
 use std::net::TcpStream;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +21,8 @@ use crate::collective::ReduceOp;
 use crate::collective::wire::{describe, read_f32s};
 use crate::error::{ExecutorError, Result};
 
-/// Floats per pipelined chunk (128 KiB).
-pub const CHUNK: usize = 32 * 1024;
+/// Floats per pipelined chunk (256 KiB).
+pub const CHUNK: usize = 64 * 1024;
 
 /// What the writer thread sends to the right neighbour.
 pub enum Outgoing {
@@ -40,7 +43,8 @@ pub struct Link {
     pub writer_error: Arc<Mutex<Option<String>>>,
     pub deadline: Duration,
     pub sequence: u64,
-    scratch: Vec<f32>,
+    /// Buffers the writer has finished with, for reuse.
+    pool: Receiver<Vec<f32>>,
 }
 
 /// Operation codes in headers.
@@ -71,6 +75,7 @@ impl Link {
         outgoing: Sender<Outgoing>,
         writer_error: Arc<Mutex<Option<String>>>,
         deadline: Duration,
+        pool: Receiver<Vec<f32>>,
     ) -> Link {
         Link {
             rank,
@@ -82,8 +87,18 @@ impl Link {
             writer_error,
             deadline,
             sequence: 0,
-            scratch: vec![0.0; CHUNK],
+            pool,
         }
+    }
+
+    /// A buffer of `n` floats (contents unspecified), reused from the pool when possible.
+    fn buffer(&self, n: usize) -> Vec<f32> {
+        let mut v = self
+            .pool
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+        v.resize(n, 0.0);
+        v
     }
 
     fn send(&self, item: Outgoing) -> Result<()> {
@@ -102,7 +117,9 @@ impl Link {
 
     fn send_range(&self, buf: &[f32]) -> Result<()> {
         for chunk in buf.chunks(CHUNK) {
-            self.send(Outgoing::Floats(chunk.to_vec()))?;
+            let mut out = self.buffer(chunk.len());
+            out.copy_from_slice(chunk);
+            self.send(Outgoing::Floats(out))?;
         }
         Ok(())
     }
@@ -150,28 +167,24 @@ impl Link {
         Ok(())
     }
 
-    /// Receives `dst.len()` floats from the left, chunk by chunk, handing each to `each`.
+    /// Receives `len` floats from the left, chunk by chunk, handing each chunk's range and
+    /// buffer to `each`, which may forward the buffer or drop it.
     fn receive(
         &mut self,
-        dst_len: usize,
+        len: usize,
         what: &str,
-        mut each: impl FnMut(std::ops::Range<usize>, &[f32], &Link) -> Result<()>,
+        mut each: impl FnMut(std::ops::Range<usize>, Vec<f32>, &Link) -> Result<()>,
     ) -> Result<()> {
         let mut at = 0;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        while at < dst_len {
-            let n = CHUNK.min(dst_len - at);
-            if let Err(e) = read_f32s(&mut self.left, &mut scratch[..n]) {
-                self.scratch = scratch;
+        while at < len {
+            let n = CHUNK.min(len - at);
+            let mut incoming = self.buffer(n);
+            if let Err(e) = read_f32s(&mut self.left, &mut incoming) {
                 return Err(self.recv_error(e, what));
             }
-            if let Err(e) = each(at..at + n, &scratch[..n], self) {
-                self.scratch = scratch;
-                return Err(e);
-            }
+            each(at..at + n, incoming, self)?;
             at += n;
         }
-        self.scratch = scratch;
         Ok(())
     }
 }
@@ -193,23 +206,31 @@ pub fn all_reduce(link: &mut Link, buf: &mut [f32], op: ReduceOp) -> Result<()> 
     }
     link.agree(OpCode::AllReduce, len, 0)?;
     let scale = 1.0 / n as f32;
-    // Reduce-scatter: step s sends segment r−s and receives segment r−s−1, adding it in.
+    // Reduce-scatter: step s sends segment r−s and receives segment r−s−1, adds this rank's
+    // values into the received partial sum and forwards it; the last step's sums are final.
     link.send_range(&buf[segment(r, n, len)])?;
     for s in 0..n - 1 {
         let seg = segment((r + 2 * n - s - 1) % n, n, len);
         let last = s == n - 2;
         let base = seg.start;
-        link.receive(seg.len(), "reducing gradients", |range, incoming, link| {
-            let dst = &mut buf[base + range.start..base + range.end];
-            for (d, &x) in dst.iter_mut().zip(incoming) {
-                *d += x;
-            }
-            if last && op == ReduceOp::Average {
-                dst.iter_mut().for_each(|d| *d *= scale);
-            }
-            // Forward at once: to the next reduce-scatter step, or (when final) to all-gather.
-            link.send(Outgoing::Floats(dst.to_vec()))
-        })?;
+        link.receive(
+            seg.len(),
+            "reducing gradients",
+            |range, mut partial, link| {
+                let mine = &mut buf[base + range.start..base + range.end];
+                for (p, &m) in partial.iter_mut().zip(mine.iter()) {
+                    *p += m;
+                }
+                if last {
+                    if op == ReduceOp::Average {
+                        partial.iter_mut().for_each(|p| *p *= scale);
+                    }
+                    mine.copy_from_slice(&partial);
+                }
+                // Forward at once: to the next reduce-scatter step, or (when final) to all-gather.
+                link.send(Outgoing::Floats(partial))
+            },
+        )?;
     }
     // All-gather: step s receives the final segment r−s and forwards it, except in the last step.
     for s in 0..n - 1 {
@@ -220,10 +241,9 @@ pub fn all_reduce(link: &mut Link, buf: &mut [f32], op: ReduceOp) -> Result<()> 
             seg.len(),
             "gathering reduced gradients",
             |range, incoming, link| {
-                let dst = &mut buf[base + range.start..base + range.end];
-                dst.copy_from_slice(incoming);
+                buf[base + range.start..base + range.end].copy_from_slice(&incoming);
                 if forward {
-                    link.send(Outgoing::Floats(incoming.to_vec()))?;
+                    link.send(Outgoing::Floats(incoming))?;
                 }
                 Ok(())
             },
@@ -247,9 +267,9 @@ pub fn broadcast(link: &mut Link, buf: &mut [f32], root: usize) -> Result<()> {
         buf.len(),
         "receiving a broadcast",
         |range, incoming, link| {
-            buf[range.clone()].copy_from_slice(incoming);
+            buf[range].copy_from_slice(&incoming);
             if forward {
-                link.send(Outgoing::Floats(incoming.to_vec()))?;
+                link.send(Outgoing::Floats(incoming))?;
             }
             Ok(())
         },
@@ -271,9 +291,9 @@ pub fn all_gather(link: &mut Link, mine: &[f32]) -> Result<Vec<f32>> {
         let forward = s < n - 2;
         let base = piece * m;
         link.receive(m, "gathering values", |range, incoming, link| {
-            out[base + range.start..base + range.end].copy_from_slice(incoming);
+            out[base + range.start..base + range.end].copy_from_slice(&incoming);
             if forward {
-                link.send(Outgoing::Floats(incoming.to_vec()))?;
+                link.send(Outgoing::Floats(incoming))?;
             }
             Ok(())
         })?;

@@ -124,6 +124,7 @@ impl RingCollective {
         debug!(rank = cfg.rank, world, "ring formed");
 
         let (out_tx, out_rx) = channel::<Outgoing>();
+        let (pool_tx, pool_rx) = channel::<Vec<f32>>();
         let writer_error = Arc::new(Mutex::new(None));
         {
             let right_name = peer_name(&cfg, right_rank);
@@ -131,7 +132,9 @@ impl RingCollective {
             let timeout = cfg.timeout;
             std::thread::Builder::new()
                 .name("ringflow-ring-writer".into())
-                .spawn(move || write_loop(right, out_rx, &right_name, timeout, &writer_error))
+                .spawn(move || {
+                    write_loop(right, out_rx, pool_tx, &right_name, timeout, &writer_error)
+                })
                 .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?;
         }
         let link = Link::new(
@@ -143,6 +146,7 @@ impl RingCollective {
             out_tx,
             writer_error,
             cfg.timeout,
+            pool_rx,
         );
         let (req_tx, req_rx) = channel();
         let comm = std::thread::Builder::new()
@@ -282,14 +286,19 @@ fn note_failure(r: &Result<Vec<f32>>, broken: &mut Option<String>) {
 fn write_loop(
     mut right: TcpStream,
     items: Receiver<Outgoing>,
+    pool: Sender<Vec<f32>>,
     right_name: &str,
     timeout: Duration,
     error: &Mutex<Option<String>>,
 ) {
     for item in items {
-        let r = match &item {
-            Outgoing::Header(h) => std::io::Write::write_all(&mut right, bytemuck::cast_slice(h)),
-            Outgoing::Floats(f) => write_f32s(&mut right, f),
+        let r = match item {
+            Outgoing::Header(h) => std::io::Write::write_all(&mut right, bytemuck::cast_slice(&h)),
+            Outgoing::Floats(f) => {
+                let r = write_f32s(&mut right, &f);
+                let _ = pool.send(f);
+                r
+            }
         };
         if let Err(e) = r {
             let msg = describe(&e, right_name, "sending", timeout);

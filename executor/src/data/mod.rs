@@ -8,9 +8,11 @@
 //!   file, column and row.
 //! - [`batches`] streams an epoch's partitions on a background thread into a bounded shuffle
 //!   buffer and cuts mini-batches from it: memory stays bounded however large the data set.
+//! - [`cache`] keeps decoded row groups between epochs within a byte budget.
 //!
 //! [`Partition`]: ringflow_proto::pb::Partition
 
 pub mod batches;
+pub mod cache;
 pub mod features;
 pub mod reader;

@@ -27,6 +27,19 @@ impl PartitionReader {
     /// Opens `partition`, reading only the named top-level columns; a missing column is an
     /// error that lists the file's columns.
     pub fn open(partition: &Partition, columns: &[String]) -> Result<PartitionReader> {
+        Self::open_rows(partition, columns, false)
+    }
+
+    /// Opens the whole row group that `partition` lies in (for caching it).
+    pub fn open_row_group(partition: &Partition, columns: &[String]) -> Result<PartitionReader> {
+        Self::open_rows(partition, columns, true)
+    }
+
+    fn open_rows(
+        partition: &Partition,
+        columns: &[String],
+        whole: bool,
+    ) -> Result<PartitionReader> {
         let path = &partition.path;
         let fail = |m: String| ExecutorError::data(path.clone(), m);
         let file = File::open(path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
@@ -65,9 +78,14 @@ impl PartitionReader {
             )));
         }
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let (offset, count) = if whole {
+            (0, rg_rows)
+        } else {
+            (partition.row_offset, partition.row_count)
+        };
         let selection = RowSelection::from(vec![
-            RowSelector::skip(partition.row_offset as usize),
-            RowSelector::select(partition.row_count as usize),
+            RowSelector::skip(offset as usize),
+            RowSelector::select(count as usize),
         ]);
         let inner = builder
             .with_row_groups(vec![rg])
@@ -81,7 +99,7 @@ impl PartitionReader {
             inner,
             partition: partition.clone(),
             schema,
-            next_row: partition.file_row_start + partition.row_offset,
+            next_row: partition.file_row_start + offset,
         })
     }
 

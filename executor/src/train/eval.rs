@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::Model;
-use ringflow_ml::rng::Rng;
 use ringflow_ml::{Tensor, no_grad};
 use ringflow_proto::pb::EpochPlan;
 
 use crate::data::batches::EpochStream;
+use crate::data::cache::RowGroupCache;
 use crate::data::features::Converter;
 use crate::error::Result;
 use crate::train::context::EvalStats;
@@ -22,12 +22,14 @@ pub fn evaluate(
     loss_kind: LossKind,
     plan: &EpochPlan,
     converter: Arc<Converter>,
-    rng: &mut Rng,
+    cache: Arc<RowGroupCache>,
 ) -> Result<EvalStats> {
+    // Evaluation is deterministic: dropout is off, so its generator is never drawn from.
+    let mut rng = ringflow_ml::rng::seeded(0, 0);
     let shape = model.shape();
     let device = model.params().iter().next().map(|p| p.tensor.device());
     let device = device.unwrap_or(ringflow_ml::Device::Cpu);
-    let mut stream = EpochStream::start(plan, converter, shape.inputs, None);
+    let mut stream = EpochStream::start(plan, converter, shape.inputs, None, cache);
     let mut stats = EvalStats::default();
     no_grad(|| -> Result<()> {
         while let Some(batch) = stream.next_batch(EVAL_BATCH)? {
@@ -35,7 +37,7 @@ pub fn evaluate(
             let labels = batch.labels;
             let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
             let y = Tensor::from_vec(labels.clone(), &[rows], device)?;
-            let output = model.forward(&x, false, rng)?;
+            let output = model.forward(&x, false, &mut rng)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
             stats.rows += rows as u64;
             stats.loss_sum += loss * rows as f64;

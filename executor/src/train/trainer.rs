@@ -14,6 +14,7 @@ use ringflow_proto::spec::JobSpec;
 
 use crate::collective::Collective;
 use crate::data::batches::EpochStream;
+use crate::data::cache::RowGroupCache;
 use crate::data::features::{Converter, LabelKind};
 use crate::error::{ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
@@ -105,6 +106,7 @@ pub fn run_task(
         shape.inputs,
     ));
     let mut dropout = rng::seeded(spec.train.seed, streams::DROPOUT + ((rank as u64) << 32));
+    let cache = RowGroupCache::new(spec.data.cache_mb << 20);
     let total_steps = task.steps_per_epoch * spec.train.epochs;
     let base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
     let batch_size = spec.train.batch_size;
@@ -130,6 +132,7 @@ pub fn run_task(
             converter.clone(),
             shape.inputs,
             Some((spec.data.shuffle_buffer, shuffle_rng)),
+            cache.clone(),
         );
         let mut phases = PhaseTimes::default();
         let mut epoch_loss = 0.0;
@@ -238,7 +241,7 @@ pub fn run_task(
             spec.train.loss,
             &plan,
             converter.clone(),
-            &mut dropout,
+            cache.clone(),
         )?;
         ctx.report(TrainEvent::Evaluated(stats))?;
     }

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::backend::Storage;
 use crate::error::{MlError, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{GradWrite, Tensor};
 
 /// The derivative of one op.
 pub(crate) trait Backward: Send + Sync {
@@ -45,25 +45,28 @@ pub(crate) struct GradSink {
 }
 
 impl GradSink {
-    /// Accumulates into `t`'s gradient with `write`, which is given the existing buffer (and
-    /// must add to it, returning `None`) or nothing (and must return a new gradient).
+    /// Stores a gradient of `t` through `write`, which is told whether to add to an existing
+    /// buffer, overwrite a stale one, or return a new one (see [`GradWrite`]); a returned
+    /// storage replaces the buffer.
     pub fn accumulate_with(
         &mut self,
         t: &Tensor,
-        write: impl FnOnce(Option<&mut Storage>) -> Result<Option<Storage>>,
+        write: impl FnOnce(GradWrite<'_>) -> Result<Option<Storage>>,
     ) -> Result<()> {
         if !t.requires_grad() {
             return Ok(());
         }
         if t.is_leaf() {
-            return t.with_grad_buffer(|buf| write(Some(buf)).map(|_| ()));
+            return t.write_grad(write);
         }
         match self.pending.get_mut(&t.id()) {
             Some(existing) => {
-                write(Some(existing))?;
+                if let Some(r) = write(GradWrite::Add(existing))? {
+                    *existing = r;
+                }
             }
             None => {
-                let fresh = write(None)?.ok_or_else(|| {
+                let fresh = write(GradWrite::New)?.ok_or_else(|| {
                     MlError::Backward("an op produced no gradient for a new buffer".into())
                 })?;
                 self.pending.insert(t.id(), fresh);
@@ -74,9 +77,9 @@ impl GradSink {
 
     /// Adds `g` (of `t`'s shape) to `t`'s gradient.
     pub fn add(&mut self, t: &Tensor, g: Storage) -> Result<()> {
-        self.accumulate_with(t, |dst| match dst {
-            Some(d) => d.add_assign(&g).map(|_| None),
-            None => Ok(Some(g)),
+        self.accumulate_with(t, |slot| match slot {
+            GradWrite::Add(d) => d.add_assign(&g).map(|_| None),
+            GradWrite::Overwrite(_) | GradWrite::New => Ok(Some(g)),
         })
     }
 
@@ -85,12 +88,38 @@ impl GradSink {
         if g.shape() == t.shape() {
             return self.add(t, g);
         }
-        self.accumulate_with(t, |dst| match dst {
-            Some(d) => g.sum_to_shape_into(d, true).map(|_| None),
-            None => {
+        self.accumulate_with(t, |slot| match slot {
+            GradWrite::Add(d) => g.sum_to_shape_into(d, true).map(|_| None),
+            GradWrite::Overwrite(d) => g.sum_to_shape_into(d, false).map(|_| None),
+            GradWrite::New => {
                 let mut fresh = Storage::zeros(t.shape(), t.device())?;
                 g.sum_to_shape_into(&mut fresh, false)?;
                 Ok(Some(fresh))
+            }
+        })
+    }
+
+    /// Adds `op_a(a) · op_b(b)` to `t`'s gradient, with GEMM writing straight into the
+    /// gradient buffer (no temporary of the parameter's size).
+    pub fn add_matmul(
+        &mut self,
+        t: &Tensor,
+        a: &Storage,
+        transpose_a: bool,
+        b: &Storage,
+        transpose_b: bool,
+    ) -> Result<()> {
+        self.accumulate_with(t, |slot| match slot {
+            GradWrite::Add(d) => {
+                Storage::matmul_into(d, a, transpose_a, b, transpose_b, true).map(|_| None)
+            }
+            GradWrite::Overwrite(d) => {
+                Storage::matmul_into(d, a, transpose_a, b, transpose_b, false).map(|_| None)
+            }
+            GradWrite::New => {
+                let mut d = Storage::zeros(t.shape(), t.device())?;
+                Storage::matmul_into(&mut d, a, transpose_a, b, transpose_b, false)?;
+                Ok(Some(d))
             }
         })
     }

@@ -58,7 +58,7 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        x.matmul(&self.weight)?.add(&self.bias)
+        x.linear(&self.weight, &self.bias)
     }
 }
 

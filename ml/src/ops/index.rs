@@ -4,7 +4,7 @@ use crate::autodiff::{Backward, GradSink};
 use crate::backend::Storage;
 use crate::error::{MlError, Result};
 use crate::ops::{check_indices, same_device};
-use crate::tensor::Tensor;
+use crate::tensor::{GradWrite, Tensor};
 
 struct IndexSelectBackward;
 
@@ -18,9 +18,13 @@ impl Backward for IndexSelectBackward {
     ) -> Result<()> {
         let (table, indices) = (&inputs[0], &inputs[1]);
         let idx = indices.read();
-        sink.accumulate_with(table, |dst| match dst {
-            Some(d) => d.index_add(&idx, g).map(|_| None),
-            None => {
+        sink.accumulate_with(table, |slot| match slot {
+            GradWrite::Add(d) => d.index_add(&idx, g).map(|_| None),
+            GradWrite::Overwrite(d) => {
+                d.fill(0.0);
+                d.index_add(&idx, g).map(|_| None)
+            }
+            GradWrite::New => {
                 let mut d = Storage::zeros(table.shape(), table.device())?;
                 d.index_add(&idx, g)?;
                 Ok(Some(d))

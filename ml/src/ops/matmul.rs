@@ -1,10 +1,23 @@
-//! Matrix products (2-D), through the backend's GEMM.
+//! Matrix products (2-D) and the fused affine layer `x·W + b`, through the backend's GEMM.
 
 use crate::autodiff::{Backward, GradSink};
 use crate::backend::Storage;
 use crate::error::{MlError, Result};
 use crate::ops::same_device;
 use crate::tensor::Tensor;
+
+/// `C = A·B  ⇒  dA = dC·Bᵀ,  dB = Aᵀ·dC`, written by GEMM straight into the gradient buffers.
+fn matmul_grads(a: &Tensor, b: &Tensor, g: &Storage, sink: &mut GradSink) -> Result<()> {
+    if sink.wants(a) {
+        let b_val = b.read();
+        sink.add_matmul(a, g, false, &b_val, true)?;
+    }
+    if sink.wants(b) {
+        let a_val = a.read();
+        sink.add_matmul(b, &a_val, true, g, false)?;
+    }
+    Ok(())
+}
 
 struct MatmulBackward;
 
@@ -16,50 +29,66 @@ impl Backward for MatmulBackward {
         g: &Storage,
         sink: &mut GradSink,
     ) -> Result<()> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        // C = A·B  ⇒  dA = dC·Bᵀ,  dB = Aᵀ·dC. Both are written by GEMM straight into the
-        // gradient buffers (accumulating), so a parameter's gradient needs no temporary.
-        if sink.wants(a) {
-            let b_val = b.read();
-            sink.accumulate_with(a, |dst| match dst {
-                Some(d) => Storage::matmul_into(d, g, false, &b_val, true, true).map(|_| None),
-                None => {
-                    let mut d = Storage::zeros(a.shape(), a.device())?;
-                    Storage::matmul_into(&mut d, g, false, &b_val, true, false)?;
-                    Ok(Some(d))
-                }
-            })?;
-        }
-        if sink.wants(b) {
-            let a_val = a.read();
-            sink.accumulate_with(b, |dst| match dst {
-                Some(d) => Storage::matmul_into(d, &a_val, true, g, false, true).map(|_| None),
-                None => {
-                    let mut d = Storage::zeros(b.shape(), b.device())?;
-                    Storage::matmul_into(&mut d, &a_val, true, g, false, false)?;
-                    Ok(Some(d))
-                }
-            })?;
+        matmul_grads(&inputs[0], &inputs[1], g, sink)
+    }
+}
+
+struct LinearBackward;
+
+impl Backward for LinearBackward {
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        _: &Tensor,
+        g: &Storage,
+        sink: &mut GradSink,
+    ) -> Result<()> {
+        matmul_grads(&inputs[0], &inputs[1], g, sink)?;
+        let bias = &inputs[2];
+        if sink.wants(bias) {
+            sink.add_reduced(bias, g.duplicate())?;
         }
         Ok(())
     }
 }
 
+fn check_matmul(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(usize, usize)> {
+    same_device(op, &[a, b])?;
+    if a.rank() != 2 || b.rank() != 2 || a.shape()[1] != b.shape()[0] {
+        return Err(MlError::ShapeMismatch {
+            op,
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+            reason: "are not [m, k] and [k, n] matrices",
+        });
+    }
+    Ok((a.shape()[0], b.shape()[1]))
+}
+
 impl Tensor {
     /// The matrix product of `self` (`[m, k]`) and `rhs` (`[k, n]`).
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        same_device("matmul", &[self, rhs])?;
-        if self.rank() != 2 || rhs.rank() != 2 || self.shape()[1] != rhs.shape()[0] {
-            return Err(MlError::ShapeMismatch {
-                op: "matmul",
-                lhs: self.shape().to_vec(),
-                rhs: rhs.shape().to_vec(),
-                reason: "are not [m, k] and [k, n] matrices",
-            });
-        }
-        let (m, n) = (self.shape()[0], rhs.shape()[1]);
+        let (m, n) = check_matmul("matmul", self, rhs)?;
         let mut out = Storage::zeros(&[m, n], self.device())?;
         Storage::matmul_into(&mut out, &self.read(), false, &rhs.read(), false, false)?;
         Ok(Tensor::from_op(out, &[self, rhs], MatmulBackward))
+    }
+
+    /// `self · weight + bias` for `self` `[m, k]`, `weight` `[k, n]` and `bias` `[n]`, in one
+    /// pass: the output starts as the bias rows and GEMM adds the product into it.
+    pub fn linear(&self, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
+        let (m, n) = check_matmul("linear", self, weight)?;
+        same_device("linear", &[self, bias])?;
+        if bias.shape() != [n] {
+            return Err(MlError::ShapeMismatch {
+                op: "linear",
+                lhs: weight.shape().to_vec(),
+                rhs: bias.shape().to_vec(),
+                reason: "need a bias with one value per output column",
+            });
+        }
+        let mut out = bias.read().broadcast_to(&[m, n])?;
+        Storage::matmul_into(&mut out, &self.read(), false, &weight.read(), false, true)?;
+        Ok(Tensor::from_op(out, &[self, weight, bias], LinearBackward))
     }
 }

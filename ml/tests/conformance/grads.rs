@@ -175,6 +175,33 @@ fn grad_matmul(device: Device) -> TestResult {
     })
 }
 
+fn grad_linear(device: Device) -> TestResult {
+    let x = param(&[3, 4], -1.0, 1.0, 54, device);
+    let w = param(&[4, 5], -1.0, 1.0, 55, device);
+    let b = param(&[5], -1.0, 1.0, 56, device);
+    check(
+        "linear (input, weight and bias)",
+        &[x.clone(), w.clone(), b.clone()],
+        &|t: &[Tensor]| t[0].linear(&t[1], &t[2]),
+    )?;
+    let x_const = uniform(&[3, 4], -1.0, 1.0, 57, device);
+    check("linear (weight and bias)", &[w, b], &|t: &[Tensor]| {
+        x_const.linear(&t[0], &t[1])
+    })?;
+    // The fused op equals its two-op definition.
+    let w = uniform(&[4, 5], -1.0, 1.0, 58, device);
+    let b = uniform(&[5], -1.0, 1.0, 59, device);
+    let fused = x.linear(&w, &b)?.to_vec();
+    let plain = x.matmul(&w)?.add(&b)?.to_vec();
+    for (f, p) in fused.iter().zip(&plain) {
+        ensure(
+            (f - p).abs() < 1e-5,
+            format!("linear {f} vs matmul+add {p}"),
+        )?;
+    }
+    Ok(())
+}
+
 fn grad_softmax(device: Device) -> TestResult {
     let x = param(&[3, 4], -2.0, 2.0, 60, device);
     let inputs = [x];
@@ -366,6 +393,7 @@ device_test!(
     grad_affine,
     grad_unary,
     grad_matmul,
+    grad_linear,
     grad_softmax,
     grad_reductions,
     grad_layout,

@@ -406,7 +406,59 @@ fn loss_values(device: Device) -> TestResult {
     )
 }
 
+/// Tensors large enough for the multithreaded kernels give exactly what a serial loop gives.
+fn large_tensors_match_serial_loops(device: Device) -> TestResult {
+    let (rows, cols) = (300, 257);
+    let n = rows * cols;
+    let xs: Vec<f32> = (0..n)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    let bs: Vec<f32> = (0..cols).map(|j| j as f32 * 0.01 - 1.0).collect();
+    let x = Tensor::from_vec(xs.clone(), &[rows, cols], device)?;
+    let b = Tensor::from_vec(bs.clone(), &[cols], device)?;
+    let relu = x.relu()?.to_vec();
+    let biased = x.add(&b)?.to_vec();
+    let affine = x.affine(2.0, 0.5)?.to_vec();
+    for i in 0..n {
+        ensure(relu[i] == xs[i].max(0.0), format!("relu at {i}"))?;
+        ensure(
+            biased[i] == xs[i] + bs[i % cols],
+            format!("bias add at {i}"),
+        )?;
+        ensure(affine[i] == xs[i] * 2.0 + 0.5, format!("affine at {i}"))?;
+    }
+    // Reductions to a bias and the relu backward, through a parameter's gradient.
+    let p = Tensor::from_vec(xs.clone(), &[rows, cols], device)?.into_parameter();
+    let bias = Tensor::zeros(&[cols], device)?.into_parameter();
+    p.add(&bias)?.relu()?.sum_all()?.backward()?;
+    let gp = p.grad().expect("a gradient").to_vec();
+    let gb = bias.grad().expect("a gradient").to_vec();
+    for i in 0..n {
+        ensure(
+            gp[i] == if xs[i] > 0.0 { 1.0 } else { 0.0 },
+            format!("relu grad at {i}"),
+        )?;
+    }
+    for j in 0..cols {
+        let want = (0..rows).filter(|r| xs[r * cols + j] > 0.0).count() as f32;
+        ensure(
+            gb[j] == want,
+            format!("bias grad at {j}: {} vs {want}", gb[j]),
+        )?;
+    }
+    // A stale (zeroed) gradient is overwritten, not added to, by the next pass.
+    p.zero_grad();
+    bias.zero_grad();
+    p.add(&bias)?.relu()?.sum_all()?.backward()?;
+    ensure(
+        p.grad().expect("a gradient").to_vec() == gp,
+        "after zero_grad",
+    )?;
+    Ok(())
+}
+
 device_test!(
+    large_tensors_match_serial_loops,
     matmul_values,
     softmax_values,
     broadcasting_values,

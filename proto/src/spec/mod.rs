@@ -61,6 +61,10 @@ pub struct DataSpec {
     /// order shuffled each epoch.
     #[serde(default = "defaults::shuffle_buffer")]
     pub shuffle_buffer: usize,
+    /// MiB of decoded row groups each executor keeps in memory between epochs (default 512;
+    /// 0 disables the cache). Row groups beyond it are read from storage every epoch.
+    #[serde(default = "defaults::cache_mb")]
+    pub cache_mb: usize,
 }
 
 /// `[train]`: the optimization.
@@ -177,6 +181,9 @@ mod defaults {
 
     pub fn shuffle_buffer() -> usize {
         10_000
+    }
+    pub fn cache_mb() -> usize {
+        512
     }
     pub fn epochs() -> u64 {
         1

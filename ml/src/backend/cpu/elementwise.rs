@@ -1,8 +1,9 @@
 //! Elementwise kernels: unary functions, their derivatives, and broadcasting binary operations.
 
 use ndarray::{Axis, IxDyn, Zip};
+use rayon::prelude::*;
 
-use super::{CpuArray, slice, slice_mut, standard, zeros};
+use super::{CpuArray, PAR_MIN, par_for, slice, slice_mut, standard, zeros};
 use crate::backend::{BinaryOp, UnaryOp};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -65,12 +66,33 @@ fn derivative(op: UnaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
+/// `op` over a slice, with the operation chosen once per slice so each loop is monomorphic.
+fn unary_slice(op: UnaryOp, out: &mut [f32], x: &[f32]) {
+    macro_rules! each {
+        ($op:expr) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = apply_unary($op, v);
+            }
+        };
+    }
+    match op {
+        UnaryOp::Neg => each!(UnaryOp::Neg),
+        UnaryOp::Exp => each!(UnaryOp::Exp),
+        UnaryOp::Log => each!(UnaryOp::Log),
+        UnaryOp::Relu => each!(UnaryOp::Relu),
+        UnaryOp::Tanh => each!(UnaryOp::Tanh),
+        UnaryOp::Sigmoid => each!(UnaryOp::Sigmoid),
+        UnaryOp::Gelu => each!(UnaryOp::Gelu),
+        UnaryOp::Sqrt => each!(UnaryOp::Sqrt),
+        UnaryOp::Square => each!(UnaryOp::Square),
+    }
+}
+
 /// `op(x)` elementwise.
 pub fn unary(op: UnaryOp, x: &CpuArray) -> CpuArray {
     let mut out = zeros(x.shape());
-    for (o, &v) in slice_mut(&mut out).iter_mut().zip(slice(x)) {
-        *o = apply_unary(op, v);
-    }
+    let xs = slice(x);
+    par_for(slice_mut(&mut out), |o, r| unary_slice(op, o, &xs[r]));
     out
 }
 
@@ -78,20 +100,22 @@ pub fn unary(op: UnaryOp, x: &CpuArray) -> CpuArray {
 pub fn unary_backward(op: UnaryOp, x: &CpuArray, y: &CpuArray, grad: &CpuArray) -> CpuArray {
     let mut out = zeros(x.shape());
     let (xs, ys, gs) = (slice(x), slice(y), slice(grad));
-    let o = slice_mut(&mut out);
-    match op {
-        // The common activation gets a branch-free loop of its own.
-        UnaryOp::Relu => {
-            for i in 0..o.len() {
-                o[i] = if xs[i] > 0.0 { gs[i] } else { 0.0 };
+    par_for(slice_mut(&mut out), |o, r| {
+        let (x, y, g) = (&xs[r.clone()], &ys[r.clone()], &gs[r]);
+        match op {
+            // The common activation gets a branch-free loop of its own.
+            UnaryOp::Relu => {
+                for i in 0..o.len() {
+                    o[i] = if x[i] > 0.0 { g[i] } else { 0.0 };
+                }
+            }
+            _ => {
+                for i in 0..o.len() {
+                    o[i] = g[i] * derivative(op, x[i], y[i]);
+                }
             }
         }
-        _ => {
-            for i in 0..o.len() {
-                o[i] = gs[i] * derivative(op, xs[i], ys[i]);
-            }
-        }
-    }
+    });
     out
 }
 
@@ -126,18 +150,29 @@ fn binary_slices(op: BinaryOp, out: &mut [f32], a: &[f32], b: &[f32]) {
 pub fn binary(op: BinaryOp, a: &CpuArray, b: &CpuArray, out_shape: &[usize]) -> CpuArray {
     let mut out = zeros(out_shape);
     if a.shape() == out_shape && b.shape() == out_shape {
-        binary_slices(op, slice_mut(&mut out), slice(a), slice(b));
+        let (xs, ys) = (slice(a), slice(b));
+        par_for(slice_mut(&mut out), |o, r| {
+            binary_slices(op, o, &xs[r.clone()], &ys[r])
+        });
         return out;
     }
     // A row vector against a matrix (a bias): loop over rows of contiguous slices.
     let last = out_shape.last().copied().unwrap_or(1);
     if last > 0 && a.shape() == out_shape && b.len() == last && b.shape().last() == Some(&last) {
         let bs = slice(b);
-        for (orow, arow) in slice_mut(&mut out)
-            .chunks_exact_mut(last)
-            .zip(slice(a).chunks_exact(last))
-        {
-            binary_slices(op, orow, arow, bs);
+        let rows_per_chunk = (super::PAR_CHUNK / last).max(1);
+        let per_rows = |(orows, arows): (&mut [f32], &[f32])| {
+            for (orow, arow) in orows.chunks_exact_mut(last).zip(arows.chunks_exact(last)) {
+                binary_slices(op, orow, arow, bs);
+            }
+        };
+        let (o, x) = (slice_mut(&mut out), slice(a));
+        if o.len() >= PAR_MIN {
+            o.par_chunks_mut(rows_per_chunk * last)
+                .zip(x.par_chunks(rows_per_chunk * last))
+                .for_each(per_rows);
+        } else {
+            per_rows((o, x));
         }
         return out;
     }
@@ -156,18 +191,27 @@ pub fn binary(op: BinaryOp, a: &CpuArray, b: &CpuArray, out_shape: &[usize]) -> 
 /// `x * mul + add` elementwise.
 pub fn affine(x: &CpuArray, mul: f32, add: f32) -> CpuArray {
     let mut out = zeros(x.shape());
-    for (o, &v) in slice_mut(&mut out).iter_mut().zip(slice(x)) {
-        *o = v * mul + add;
-    }
+    let xs = slice(x);
+    par_for(slice_mut(&mut out), |o, r| {
+        for (o, &v) in o.iter_mut().zip(&xs[r]) {
+            *o = v * mul + add;
+        }
+    });
     out
 }
 
 /// `dst += src` (same shape).
 pub fn add_assign(dst: &mut CpuArray, src: &CpuArray) {
-    for (d, &s) in slice_mut(dst).iter_mut().zip(slice(src)) {
-        *d += s;
-    }
+    let ss = slice(src);
+    par_for(slice_mut(dst), |d, r| {
+        for (d, &s) in d.iter_mut().zip(&ss[r]) {
+            *d += s;
+        }
+    });
 }
+
+/// Columns per block when summing a matrix's rows.
+const COLUMN_BLOCK: usize = 128;
 
 /// Sums `x` down to `shape` over the dimensions that broadcasting expanded, writing into `dst`
 /// (or adding to it when `accumulate`).
@@ -187,11 +231,21 @@ pub fn sum_to_shape_into(x: &CpuArray, dst: &mut CpuArray, accumulate: bool) {
         && dst.len() == last
         && target.iter().rev().skip(1).all(|&d| d == 1)
     {
-        let d = slice_mut(dst);
-        for row in slice(x).chunks_exact(last.max(1)) {
-            for (acc, &v) in d.iter_mut().zip(row) {
-                *acc += v;
+        // Each thread owns a block of columns and sums it over all rows, in row order.
+        let xs = slice(x);
+        let columns = |(block, cols): (usize, &mut [f32])| {
+            let (start, width) = (block * COLUMN_BLOCK, cols.len());
+            for row in xs.chunks_exact(last.max(1)) {
+                for (acc, &v) in cols.iter_mut().zip(&row[start..start + width]) {
+                    *acc += v;
+                }
             }
+        };
+        let d = slice_mut(dst);
+        if xs.len() >= PAR_MIN {
+            d.par_chunks_mut(COLUMN_BLOCK).enumerate().for_each(columns);
+        } else {
+            d.chunks_mut(COLUMN_BLOCK).enumerate().for_each(columns);
         }
         return;
     }

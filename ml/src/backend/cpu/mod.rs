@@ -12,7 +12,33 @@ pub mod optim;
 pub mod reduce;
 pub mod softmax;
 
+use std::ops::Range;
+
 use ndarray::{ArrayD, IxDyn};
+use rayon::prelude::*;
+
+/// Elements below which a kernel stays on one thread (rayon's overhead would dominate).
+pub const PAR_MIN: usize = 1 << 15;
+/// Elements per parallel chunk.
+pub const PAR_CHUNK: usize = 1 << 13;
+
+/// Runs `f(chunk, range)` over `out` in chunks, on all threads of the current pool when `out` is
+/// large. `range` locates the chunk in `out`, to index the inputs. Each element is written by
+/// exactly one call, so results do not depend on the number of threads.
+pub fn par_for(out: &mut [f32], f: impl Fn(&mut [f32], Range<usize>) + Sync + Send) {
+    if out.len() < PAR_MIN {
+        let n = out.len();
+        f(out, 0..n);
+        return;
+    }
+    out.par_chunks_mut(PAR_CHUNK)
+        .enumerate()
+        .for_each(|(i, chunk)| {
+            let start = i * PAR_CHUNK;
+            let end = start + chunk.len();
+            f(chunk, start..end)
+        });
+}
 
 /// A contiguous f32 array on the host.
 pub type CpuArray = ArrayD<f32>;

@@ -20,8 +20,27 @@ pub struct SgdStep {
     pub first: bool,
 }
 
+use rayon::prelude::*;
+
+use super::{PAR_CHUNK, PAR_MIN};
+
 /// `p -= lr · d` with momentum and weight decay as in `torch.optim.SGD`.
 pub fn sgd(p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>, s: SgdStep) {
+    match buf {
+        Some(b) if p.len() >= PAR_MIN => p
+            .par_chunks_mut(PAR_CHUNK)
+            .zip(g.par_chunks(PAR_CHUNK))
+            .zip(b.par_chunks_mut(PAR_CHUNK))
+            .for_each(|((p, g), b)| sgd_serial(p, g, Some(b), s)),
+        None if p.len() >= PAR_MIN => p
+            .par_chunks_mut(PAR_CHUNK)
+            .zip(g.par_chunks(PAR_CHUNK))
+            .for_each(|(p, g)| sgd_serial(p, g, None, s)),
+        buf => sgd_serial(p, g, buf, s),
+    }
+}
+
+fn sgd_serial(p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>, s: SgdStep) {
     match buf {
         None => {
             for (p, &g) in p.iter_mut().zip(g) {
@@ -46,6 +65,17 @@ pub fn sgd(p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>, s: SgdStep) {
 
 /// One Adagrad step: `acc += g²; p -= lr · g / (√acc + eps)` (weight decay added to `g`).
 pub fn adagrad(p: &mut [f32], g: &[f32], acc: &mut [f32], lr: f32, eps: f32, weight_decay: f32) {
+    if p.len() >= PAR_MIN {
+        p.par_chunks_mut(PAR_CHUNK)
+            .zip(g.par_chunks(PAR_CHUNK))
+            .zip(acc.par_chunks_mut(PAR_CHUNK))
+            .for_each(|((p, g), a)| adagrad_serial(p, g, a, lr, eps, weight_decay));
+    } else {
+        adagrad_serial(p, g, acc, lr, eps, weight_decay);
+    }
+}
+
+fn adagrad_serial(p: &mut [f32], g: &[f32], acc: &mut [f32], lr: f32, eps: f32, weight_decay: f32) {
     for ((p, &g), a) in p.iter_mut().zip(g).zip(acc.iter_mut()) {
         let d = g + weight_decay * *p;
         *a += d * d;
@@ -74,6 +104,18 @@ pub struct AdamStep {
 
 /// One Adam (or AdamW) step with bias correction, as in `torch.optim.Adam` / `AdamW`.
 pub fn adam(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamStep) {
+    if p.len() >= PAR_MIN {
+        p.par_chunks_mut(PAR_CHUNK)
+            .zip(g.par_chunks(PAR_CHUNK))
+            .zip(m.par_chunks_mut(PAR_CHUNK))
+            .zip(v.par_chunks_mut(PAR_CHUNK))
+            .for_each(|(((p, g), m), v)| adam_serial(p, g, m, v, s));
+    } else {
+        adam_serial(p, g, m, v, s);
+    }
+}
+
+fn adam_serial(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamStep) {
     let bc1 = 1.0 - s.beta1.powi(s.step as i32);
     let bc2 = 1.0 - s.beta2.powi(s.step as i32);
     let step_size = s.lr / bc1;
