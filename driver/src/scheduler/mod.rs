@@ -411,3 +411,169 @@ impl Scheduler {
 pub fn planning_refusal(e: DriverError) -> Refusal {
     Refusal::Invalid(e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use ringflow_proto::spec::JobSpec;
+
+    use super::*;
+
+    fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
+        pb::ExecutorInfo {
+            executor_id: id.into(),
+            host: host.into(),
+            ring_address: format!("{host}:{port}"),
+            cores: 1,
+            devices: vec!["cpu".into()],
+            protocol_version: ringflow_proto::PROTOCOL_VERSION,
+            version: "test".into(),
+            pid: 1,
+        }
+    }
+
+    fn sched() -> Scheduler {
+        Scheduler::new(SchedulerConfig::default(), ModelRegistry::default())
+    }
+
+    fn bench(executors: usize) -> JobKind {
+        JobKind::Bench {
+            executors,
+            spec: pb::BenchSpec {
+                floats: 10,
+                warmup: 0,
+                iters: 1,
+                check: false,
+            },
+        }
+    }
+
+    #[test]
+    fn another_protocol_version_is_refused_naming_both() {
+        let mut s = sched();
+        let mut old = info("e1", "h1", 1);
+        old.protocol_version = 99;
+        let Err(Refusal::Version(msg)) = s.register(old, Instant::now()) else {
+            panic!("a version mismatch was accepted");
+        };
+        assert!(msg.contains("version 99"), "{msg}");
+        assert!(
+            msg.contains(&format!("version {}", ringflow_proto::PROTOCOL_VERSION)),
+            "{msg}"
+        );
+        assert_eq!(s.executors().count(), 0);
+    }
+
+    #[test]
+    fn a_heartbeat_registers_an_executor_a_restarted_driver_never_saw() {
+        let mut s = sched();
+        let cancel = s
+            .heartbeat(info("e1", "h1", 1), "", Instant::now())
+            .unwrap();
+        assert!(!cancel);
+        assert_eq!(s.executors().count(), 1);
+        // A heartbeat about a job this driver does not know tells the executor to stop it.
+        assert!(
+            s.heartbeat(info("e1", "h1", 1), "job-from-before", Instant::now())
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn ranks_follow_host_and_address_whatever_the_registration_order() {
+        let now = Instant::now();
+        let mut orders = Vec::new();
+        for order in [["a", "b", "c"], ["c", "a", "b"]] {
+            let mut s = sched();
+            for (i, name) in order.iter().enumerate() {
+                s.register(
+                    info(
+                        &format!("exec-{name}"),
+                        &format!("host-{name}"),
+                        10 + i as u16,
+                    ),
+                    now,
+                )
+                .unwrap();
+            }
+            let id = s.submit(bench(3), now);
+            s.tick(now);
+            let ranks: Vec<String> = s
+                .job(&id)
+                .unwrap()
+                .ranks()
+                .iter()
+                .map(|e| e.executor_id.clone())
+                .collect();
+            orders.push(ranks);
+        }
+        assert_eq!(orders[0], ["exec-a", "exec-b", "exec-c"]);
+        assert_eq!(orders[0], orders[1]);
+    }
+
+    #[test]
+    fn waiting_too_long_fails_naming_who_registered() {
+        let start = Instant::now();
+        let mut s = sched();
+        s.register(info("exec-1", "host-1", 5), start).unwrap();
+        let id = s.submit(bench(2), start);
+        s.tick(start);
+        assert_eq!(s.job(&id).unwrap().state, pb::JobState::Waiting);
+        let later = start + Duration::from_secs(61);
+        s.heartbeat(info("exec-1", "host-1", 5), "", later).unwrap();
+        s.tick(later);
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Failed);
+        let err = job.error().unwrap();
+        assert!(
+            err.contains("2 executors, but 1 registered: exec-1 from host-1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_silent_executor_fails_its_job_by_name() {
+        let start = Instant::now();
+        let mut s = sched();
+        s.register(info("exec-1", "host-1", 5), start).unwrap();
+        s.register(info("exec-2", "host-2", 6), start).unwrap();
+        let id = s.submit(bench(2), start);
+        s.tick(start);
+        assert!(s.take_task("exec-1").is_some() && s.take_task("exec-2").is_some());
+        let later = start + Duration::from_secs(20);
+        s.heartbeat(info("exec-1", "host-1", 5), &id, later)
+            .unwrap();
+        s.tick(later);
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Failed);
+        let err = job.error().unwrap();
+        assert!(err.contains("exec-2 (rank 1) on host-2"), "{err}");
+        assert_eq!(s.executors().count(), 1);
+    }
+
+    #[test]
+    fn planning_refuses_unknown_model_kinds() {
+        let text = r#"
+[data]
+train = "x.parquet"
+features = ["a"]
+label = "y"
+[model]
+kind = "transformer"
+"#;
+        let spec = JobSpec::parse(text, Path::new("j.toml"), &[]).unwrap();
+        let err = Scheduler::plan_job(s_registry(), &spec.to_json())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("model.kind \"transformer\" is not known"),
+            "{err}"
+        );
+    }
+
+    fn s_registry() -> &'static ModelRegistry {
+        static REGISTRY: std::sync::OnceLock<ModelRegistry> = std::sync::OnceLock::new();
+        REGISTRY.get_or_init(ModelRegistry::default)
+    }
+}

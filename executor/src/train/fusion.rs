@@ -141,3 +141,69 @@ fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<()> {
     b.pending = Some(comm.start_all_reduce(buf, ReduceOp::Average)?);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use ringflow_ml::Device;
+    use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
+
+    use super::*;
+    use crate::collective::Solo;
+
+    #[test]
+    fn a_small_first_bucket_then_large_ones_in_readiness_order() {
+        let spec = ModelSpec::mlp(&[784, 1024, 1024, 10], "relu");
+        let model = Model::build(&spec, &ModelRegistry::default(), 1, Device::Cpu).unwrap();
+        let b = GradientBuckets::with_sizes(model.params(), 64 << 10, 4 << 20);
+        let sizes = b.sizes();
+        assert_eq!(sizes.iter().sum::<usize>(), model.params().numel());
+        // The last layer (10250 floats) and the next bias fit the 64 KiB first bucket...
+        assert_eq!(sizes[0], 10 + 10_240 + 1024);
+        // ...then buckets stay near the limit (a parameter larger than it gets its own).
+        assert!(
+            sizes[1..]
+                .iter()
+                .all(|&n| n * 4 <= 4 << 20 || n == 1024 * 1024 || n == 784 * 1024)
+        );
+    }
+
+    #[test]
+    fn buckets_round_trip_through_a_world_of_one() {
+        let spec = ModelSpec::mlp(&[3, 4, 2], "relu");
+        let model = Model::build(&spec, &ModelRegistry::default(), 1, Device::Cpu).unwrap();
+        let x = Tensor::from_vec(vec![0.5; 6], &[2, 3], Device::Cpu).unwrap();
+        let y = Tensor::from_vec(vec![0.0, 1.0], &[2], Device::Cpu).unwrap();
+        let mut rng = ringflow_ml::rng::seeded(1, 1);
+        let loss =
+            ringflow_ml::loss::cross_entropy(&model.forward(&x, true, &mut rng).unwrap(), &y)
+                .unwrap();
+        let mut buckets = GradientBuckets::new(model.params());
+        let mut comm = Solo;
+        buckets.begin();
+        let mut ready = 0;
+        loss.backward_with(|p| {
+            ready += 1;
+            buckets
+                .ready(p, &mut comm)
+                .map_err(|e| ringflow_ml::MlError::Backward(e.to_string()))
+        })
+        .unwrap();
+        assert_eq!(
+            ready,
+            model.params().len(),
+            "every parameter was reported ready once"
+        );
+        let before: Vec<Vec<f32>> = model
+            .params()
+            .iter()
+            .map(|p| p.tensor.grad().unwrap().to_vec())
+            .collect();
+        buckets.finish(&mut comm).unwrap();
+        let after: Vec<Vec<f32>> = model
+            .params()
+            .iter()
+            .map(|p| p.tensor.grad().unwrap().to_vec())
+            .collect();
+        assert_eq!(before, after);
+    }
+}
