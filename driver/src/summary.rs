@@ -68,6 +68,16 @@ pub struct JobSummary {
     pub replicas_identical: Option<bool>,
     /// Per-epoch figures.
     pub history: Vec<EpochSummary>,
+    /// `"train"`, `"eval"` or `"predict"`.
+    pub kind: String,
+    /// Where executors read the data: `"direct"` or `"driver"` (Arrow Flight).
+    pub data_source: Option<String>,
+    /// Peak resident memory of each rank's executor process, in MiB.
+    pub peak_rss_mib: Vec<f64>,
+    /// Prediction: where the parts were written, and how many rows.
+    pub output: Option<String>,
+    /// Prediction: rows written.
+    pub rows_written: Option<u64>,
 }
 
 impl JobSummary {
@@ -124,6 +134,15 @@ impl JobSummary {
             replicas_identical: (!checksums.is_empty())
                 .then(|| checksums.iter().all(|&c| c == checksums[0])),
             history: progress.epochs().to_vec(),
+            kind: "train".into(),
+            data_source: None,
+            peak_rss_mib: outcomes
+                .iter()
+                .map(|o| (o.peak_rss_bytes as f64 / (1 << 20) as f64 * 10.0).round() / 10.0)
+                .collect(),
+            output: None,
+            rows_written: (!outcomes.is_empty())
+                .then(|| outcomes.iter().map(|o| o.rows_written).sum()),
         }
     }
 }
@@ -138,6 +157,26 @@ impl fmt::Display for JobSummary {
         )?;
         if let Some(e) = &self.error {
             writeln!(f, "  error: {e}")?;
+        }
+        if self.kind != "train" {
+            if let (Some(acc), Some(rows)) = (self.test_accuracy, self.test_rows) {
+                writeln!(
+                    f,
+                    "  accuracy {acc:.4}, loss {:.4} ({rows} rows)",
+                    self.test_loss.unwrap_or(f64::NAN)
+                )?;
+            }
+            if let (Some(mse), Some(rows)) = (self.test_mse, self.test_rows) {
+                writeln!(
+                    f,
+                    "  mse {mse:.4}, loss {:.4} ({rows} rows)",
+                    self.test_loss.unwrap_or(f64::NAN)
+                )?;
+            }
+            if let (Some(out), Some(rows)) = (&self.output, self.rows_written) {
+                writeln!(f, "  {rows} predictions written to {out}")?;
+            }
+            return Ok(());
         }
         writeln!(
             f,

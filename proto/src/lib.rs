@@ -1,15 +1,18 @@
 //! # ringflow-proto: the contract between driver, executors and CLI
 //!
-//! Two things cross process boundaries in ringflow, and both are defined here:
+//! Everything that crosses process boundaries in ringflow is defined here:
 //!
 //! - [`spec`]: the job spec users write in TOML, checked with errors that name the key at
 //!   fault, and shipped to executors as JSON.
+//! - [`data`]: how data paths, object stores, `data.sql` and whole-data statistics are
+//!   interpreted, identically by the driver, the executors and the CLI.
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
 //! The driver and executor crates never depend on each other; they meet only through this crate.
 //! It depends on `ringflow-ml` for the model, optimizer and loss vocabulary of the job spec.
 
+pub mod data;
 pub mod spec;
 
 /// Messages and services generated from `ringflow.proto`.
@@ -20,4 +23,4 @@ pub mod pb {
 
 /// The control-plane protocol version. A driver refuses executors and clients that speak
 /// another version, with a message naming both.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;

@@ -1,6 +1,7 @@
 //! `ringflow local`: a driver in this process and N executor processes beside it.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use clap::Args;
 use ringflow_driver::scheduler::SchedulerConfig;
 use ringflow_driver::service::{self, DriverConfig};
 use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::pb;
 
 use super::children::Children;
 use super::submit::{self, Watched};
@@ -40,6 +42,25 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     }
     let n = spec.cluster.executors;
     let threads = spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1));
+    let request = submit::train_request(&spec, &args.job.job);
+    run_local(
+        registry,
+        n,
+        threads,
+        request,
+        args.job.summary_json.as_ref(),
+    )
+}
+
+/// Runs one job on a local cluster: a driver in this process and `n` executor processes with
+/// `threads` compute threads each. Planning errors are reported before any executor starts.
+pub fn run_local(
+    registry: ModelRegistry,
+    n: usize,
+    threads: usize,
+    request: pb::SubmitRequest,
+    summary_json: Option<&PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
     let rt = super::runtime()?;
     rt.block_on(async {
@@ -52,9 +73,8 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
         )
         .await?;
         let url = driver.url();
-        // Planning errors are reported before any executor starts.
         let mut client = submit::connect(&url).await?;
-        let job_id = match submit::submit(&mut client, &spec, &args.job.job).await {
+        let job_id = match submit::submit(&mut client, request).await {
             Ok(id) => id,
             Err(e) => {
                 driver.shutdown().await;
@@ -78,7 +98,7 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
         children.stop(Duration::from_secs(5));
         driver.shutdown().await;
         match watched? {
-            Watched::Summary(json) => submit::finish(&json, args.job.summary_json.as_ref()),
+            Watched::Summary(json) => submit::finish(&json, summary_json),
             Watched::Signal(sig) => {
                 eprintln!("interrupted: job {job_id} cancelled, executors stopped");
                 Ok(ExitCode::from(sig.exit_code()))

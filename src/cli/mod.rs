@@ -3,8 +3,10 @@
 mod bench;
 mod children;
 mod daemons;
+mod infer;
 mod local;
 mod signals;
+mod sql;
 mod status;
 mod submit;
 
@@ -41,6 +43,12 @@ enum Command {
     Status(status::StatusArgs),
     /// Cancel a job.
     Cancel(status::CancelArgs),
+    /// Run a DataFusion SQL query over Parquet, CSV or JSON tables; print or write the result.
+    Sql(sql::SqlArgs),
+    /// Evaluate a saved model on a data set (loss, accuracy or mse), on executors in parallel.
+    Eval(infer::EvalArgs),
+    /// Write a saved model's predictions for a data set as Parquet, on executors in parallel.
+    Predict(infer::PredictArgs),
     /// Measure ringflow: `bench allreduce`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -90,6 +98,9 @@ pub fn main(registry: ModelRegistry) -> ExitCode {
         Command::Executor(args) => daemons::executor(args, registry),
         Command::Status(args) => status::status(args),
         Command::Cancel(args) => status::cancel(args),
+        Command::Sql(args) => sql::run(args),
+        Command::Eval(args) => infer::eval(args, registry),
+        Command::Predict(args) => infer::predict(args, registry),
         Command::Bench(cmd) => bench::run(cmd),
     };
     match result {

@@ -39,37 +39,54 @@ pub async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
     Ok(JobsClient::new(channel))
 }
 
-/// Makes the spec's relative local paths absolute, so that a driver and executors running
-/// elsewhere on the same file system read the files this command meant.
+/// Makes a relative local path that exists here absolute, so that a driver and executors
+/// running elsewhere on the same file system read the file this command meant. A relative
+/// path that does not exist here is left for the driver and executors to resolve in their own
+/// working directories (data that only the driver's machine holds).
+pub fn absolute_if_here(p: &str) -> String {
+    if p.contains("://") || Path::new(p).is_absolute() || !Path::new(p).exists() {
+        return p.to_string();
+    }
+    match std::env::current_dir() {
+        Ok(cwd) => cwd.join(p).display().to_string(),
+        Err(_) => p.to_string(),
+    }
+}
+
+/// Makes the spec's relative local paths that exist here absolute ([`absolute_if_here`]); the
+/// checkpoint directory always.
 pub fn absolutize(spec: &mut JobSpec) -> anyhow::Result<()> {
     let cwd = std::env::current_dir()?;
-    let abs = |p: &str| -> String {
-        if p.contains("://") || Path::new(p).is_absolute() {
-            p.to_string()
-        } else {
-            cwd.join(p).display().to_string()
-        }
-    };
-    spec.data.train = abs(&spec.data.train);
-    spec.data.test = spec.data.test.as_deref().map(abs);
-    spec.cluster.checkpoint_dir = Some(abs(&spec.checkpoint_dir().display().to_string()));
+    spec.data.train = absolute_if_here(&spec.data.train);
+    spec.data.test = spec.data.test.as_deref().map(absolute_if_here);
+    for path in spec.data.tables.values_mut() {
+        *path = absolute_if_here(path);
+    }
+    let dir = spec.checkpoint_dir().display().to_string();
+    if !dir.contains("://") && !Path::new(&dir).is_absolute() {
+        spec.cluster.checkpoint_dir = Some(cwd.join(dir).display().to_string());
+    }
     Ok(())
 }
 
-/// Submits a training job; returns its id. Planning errors come back as one sentence.
+/// The request that submits `spec` (read from `file`) for training.
+pub fn train_request(spec: &JobSpec, file: &Path) -> pb::SubmitRequest {
+    pb::SubmitRequest {
+        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        kind: pb::TaskKind::Train as i32,
+        spec_json: spec.to_json(),
+        spec_file: file.display().to_string(),
+        ..Default::default()
+    }
+}
+
+/// Submits a job; returns its id. Planning errors come back as one sentence.
 pub async fn submit(
     client: &mut JobsClient<Channel>,
-    spec: &JobSpec,
-    file: &Path,
+    request: pb::SubmitRequest,
 ) -> anyhow::Result<String> {
     let reply = client
-        .submit(pb::SubmitRequest {
-            protocol_version: ringflow_proto::PROTOCOL_VERSION,
-            kind: pb::TaskKind::Train as i32,
-            spec_json: spec.to_json(),
-            spec_file: file.display().to_string(),
-            ..Default::default()
-        })
+        .submit(request)
         .await
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
     Ok(reply.into_inner().job_id)
@@ -154,13 +171,26 @@ pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<Exit
 pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let mut spec = args.job.load()?;
     absolutize(&mut spec)?;
+    follow(
+        &args.driver,
+        train_request(&spec, &args.job.job),
+        args.job.summary_json.as_ref(),
+    )
+}
+
+/// Submits `request` to the driver at `url` and follows the job to its end.
+pub fn follow(
+    url: &str,
+    request: pb::SubmitRequest,
+    summary_json: Option<&PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     rt.block_on(async {
-        let mut client = connect(&args.driver).await?;
-        let job_id = submit(&mut client, &spec, &args.job.job).await?;
-        eprintln!("submitted job {job_id} to {}", args.driver);
+        let mut client = connect(url).await?;
+        let job_id = submit(&mut client, request).await?;
+        eprintln!("submitted job {job_id} to {url}");
         match watch(&mut client, &job_id).await? {
-            Watched::Summary(json) => finish(&json, args.job.summary_json.as_ref()),
+            Watched::Summary(json) => finish(&json, summary_json),
             Watched::Signal(sig) => {
                 eprintln!("cancelling job {job_id}");
                 let _ = client

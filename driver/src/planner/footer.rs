@@ -1,11 +1,15 @@
-//! Parquet footers: row groups, row counts and schemas, without reading any rows.
+//! Parquet footers: row groups, row counts and schemas, without reading any rows; and the
+//! checks of a schema against the spec's features, label and model.
 
 use std::fs::File;
-use std::path::PathBuf;
 
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::ModelShape;
+use ringflow_proto::data::Location;
+use ringflow_proto::data::partition::StoreReader;
+use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::spec::DataSpec;
 
 use crate::error::{DriverError, Result};
@@ -33,14 +37,26 @@ pub struct Split {
 }
 
 /// Reads the footer of every file of the split `key`.
-pub fn read_footers(key: &str, files: &[PathBuf]) -> Result<Split> {
+pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
     let mut split = Split::default();
-    for path in files {
-        let name = path.display().to_string();
+    for name in files {
         let fail = |m: String| DriverError::Data(format!("{key}: {name} {m}"));
-        let file = File::open(path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
-        let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
-            .map_err(|e| fail(format!("is not a readable Parquet file: {e}")))?;
+        let location = Location::parse(name).map_err(|e| fail(e.message))?;
+        let meta = match location.local_path() {
+            Some(path) => {
+                let file = File::open(&path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
+                ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
+                    .map_err(|e| fail(format!("is not a readable Parquet file: {e}")))?
+            }
+            None => block_on(async move {
+                let size = location.size().await.map_err(|e| e.message)?;
+                let mut reader = StoreReader::new(&location, size);
+                ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
+                    .await
+                    .map_err(|e| format!("is not a readable Parquet file: {e}"))
+            })
+            .map_err(fail)?,
+        };
         let mut start = 0u64;
         for (i, rg) in meta.metadata().row_groups().iter().enumerate() {
             let rows = rg.num_rows() as u64;
@@ -54,13 +70,22 @@ pub fn read_footers(key: &str, files: &[PathBuf]) -> Result<Split> {
             }
             start += rows;
         }
-        split.schemas.push((name, meta.schema().clone()));
+        split.schemas.push((name.clone(), meta.schema().clone()));
     }
     Ok(split)
 }
 
 fn is_number(t: &DataType) -> bool {
     t.is_integer() || t.is_floating()
+}
+
+/// True for the Arrow types that hold strings.
+pub fn is_string(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_string(v),
+        _ => false,
+    }
 }
 
 /// Values per row that a feature column of type `t` gives: `Some(n)` when fixed, `None` for
@@ -76,42 +101,80 @@ fn feature_width(t: &DataType) -> std::result::Result<Option<usize>, String> {
     }
 }
 
-/// Checks every file's feature and label columns against the spec and the model.
-pub fn check_columns(key: &str, split: &Split, data: &DataSpec, model: ModelShape) -> Result<()> {
-    for (file, schema) in &split.schemas {
-        let fail = |m: String| DriverError::Data(format!("{key}: {file}: {m}"));
-        let column = |name: &str, role: &str| {
-            schema.field_with_name(name).map_err(|_| {
-                let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                fail(format!(
-                    "has no column `{name}` ({role}); its columns: {}",
-                    have.join(", ")
-                ))
-            })
-        };
-        let mut width = Some(0);
-        for name in &data.features {
-            let field = column(name, "data.features")?;
-            let w = feature_width(field.data_type())
-                .map_err(|m| fail(format!("column `{name}` {m}")))?;
-            width = width.zip(w).map(|(a, b)| a + b);
-        }
-        let label = column(&data.label, "data.label")?;
-        if !is_number(label.data_type()) {
-            return Err(fail(format!(
-                "column `{}` (data.label) has type {}; a label must be a number",
-                data.label,
-                label.data_type()
-            )));
-        }
-        if let Some(w) = width
-            && w != model.inputs
-        {
-            return Err(fail(format!(
-                "data.features give {w} values per row, but the model takes {} inputs",
-                model.inputs
-            )));
-        }
+/// What a schema's label column holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelType {
+    /// Numbers.
+    Number,
+    /// Strings (class names).
+    String,
+    /// No label column (prediction).
+    Absent,
+}
+
+/// Checks `schema` (a file's, or the output of `data.sql`; `what` names it in errors) for the
+/// feature and label columns of the spec, against the model. With `label_required = false` a
+/// missing label column is allowed (prediction).
+pub fn check_schema(
+    what: &str,
+    schema: &Schema,
+    data: &DataSpec,
+    model: ModelShape,
+    loss: LossKind,
+    label_required: bool,
+) -> Result<LabelType> {
+    let fail = |m: String| DriverError::Data(format!("{what}: {m}"));
+    let have = || -> String {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        names.join(", ")
+    };
+    let mut width = Some(0);
+    for name in &data.features {
+        let field = schema.field_with_name(name).map_err(|_| {
+            fail(format!(
+                "has no column `{name}` (data.features); its columns: {}",
+                have()
+            ))
+        })?;
+        let w =
+            feature_width(field.data_type()).map_err(|m| fail(format!("column `{name}` {m}")))?;
+        width = width.zip(w).map(|(a, b)| a + b);
     }
-    Ok(())
+    if let Some(w) = width
+        && w != model.inputs
+    {
+        return Err(fail(format!(
+            "data.features give {w} values per row, but the model takes {} inputs",
+            model.inputs
+        )));
+    }
+    let label = match schema.field_with_name(&data.label) {
+        Ok(f) => f,
+        Err(_) if !label_required => return Ok(LabelType::Absent),
+        Err(_) => {
+            return Err(fail(format!(
+                "has no column `{}` (data.label); its columns: {}",
+                data.label,
+                have()
+            )));
+        }
+    };
+    let t = label.data_type();
+    if is_number(t) {
+        return Ok(LabelType::Number);
+    }
+    if is_string(t) {
+        if loss != LossKind::CrossEntropy {
+            return Err(fail(format!(
+                "column `{}` (data.label) holds strings, which are class names: they need \
+                 train.loss = \"cross_entropy\"",
+                data.label
+            )));
+        }
+        return Ok(LabelType::String);
+    }
+    Err(fail(format!(
+        "column `{}` (data.label) has type {t}; a label must be a number or a string class",
+        data.label
+    )))
 }

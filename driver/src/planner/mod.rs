@@ -1,26 +1,114 @@
 //! Turning a job spec into work: which files, which partitions, which rank reads what.
 //!
 //! The planner never reads data rows. It lists the files of each split ([`discover`]), reads
-//! only their Parquet footers ([`footer`]) to learn row groups, row counts and schemas, checks
-//! the feature and label columns against the model, and each epoch splits the row groups into
+//! only their Parquet footers ([`footer`]) to learn row groups, row counts and schemas, plans
+//! the job's `data.sql` (if any) against those schemas with DataFusion, checks the feature and
+//! label columns of the result against the model, and each epoch splits the row groups into
 //! per-rank partitions ([`assign`]).
 
 pub mod assign;
 pub mod discover;
 pub mod footer;
 
+use std::collections::BTreeMap;
+
+use datafusion::arrow::datatypes::SchemaRef;
 use ringflow_ml::nn::{ModelRegistry, ModelShape};
+use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::data::{Location, sql};
 use ringflow_proto::pb::EpochPlan;
 use ringflow_proto::spec::JobSpec;
 
-use crate::error::Result;
-use footer::{RowGroup, check_columns, read_footers};
+use crate::error::{DriverError, Result};
+use footer::{LabelType, RowGroup, check_schema, read_footers};
+
+/// One split after planning.
+#[derive(Clone, Debug)]
+struct SplitPlan {
+    groups: Vec<RowGroup>,
+    files: Vec<String>,
+    input_columns: Vec<String>,
+    label: LabelType,
+}
 
 /// Lists, inspects and checks the split at `path` (spec key `key`).
-fn plan_split(key: &str, path: &str, spec: &JobSpec, model: ModelShape) -> Result<Vec<RowGroup>> {
-    let split = read_footers(key, &discover::files(key, path)?)?;
-    check_columns(key, &split, &spec.data, model)?;
-    Ok(split.groups)
+fn plan_split(
+    key: &str,
+    path: &str,
+    spec: &JobSpec,
+    model: ModelShape,
+    label_required: bool,
+) -> Result<SplitPlan> {
+    let files = discover::files(key, path)?;
+    let split = read_footers(key, &files)?;
+    let data = &spec.data;
+    let loss = spec.train.loss;
+    let mut label = LabelType::Absent;
+    let mut input_columns: Vec<String> = Vec::new();
+    let mut seen: Vec<SchemaRef> = Vec::new();
+    for (file, schema) in &split.schemas {
+        if seen.iter().any(|s| s == schema) {
+            continue;
+        }
+        seen.push(schema.clone());
+        let (l, columns) = match &data.sql {
+            None => {
+                let l = check_schema(
+                    &format!("{key}: {file}"),
+                    schema,
+                    data,
+                    model,
+                    loss,
+                    label_required,
+                )?;
+                let mut columns = data.features.clone();
+                if l != LabelType::Absent {
+                    columns.push(data.label.clone());
+                }
+                (l, columns)
+            }
+            Some(query) => {
+                let planned = plan_sql(query, &data.tables, schema.clone())
+                    .map_err(|e| DriverError::Data(format!("{key}: {file}: {e}")))?;
+                let what = format!("{key}: {file}: the output of data.sql");
+                let l = check_schema(&what, &planned.output, data, model, loss, label_required)?;
+                (l, planned.input_columns)
+            }
+        };
+        if seen.len() > 1 && l != label {
+            return Err(DriverError::Data(format!(
+                "{key}: {file}: its label column `{}` is of another kind than in {}",
+                data.label, split.schemas[0].0
+            )));
+        }
+        label = l;
+        for c in columns {
+            if !input_columns.contains(&c) {
+                input_columns.push(c);
+            }
+        }
+    }
+    Ok(SplitPlan {
+        groups: split.groups,
+        files,
+        input_columns,
+        label,
+    })
+}
+
+/// Plans `query` against `input` with the lookup tables registered (their schemas are read,
+/// their rows are not).
+fn plan_sql(
+    query: &str,
+    tables: &BTreeMap<String, String>,
+    input: SchemaRef,
+) -> std::result::Result<sql::PlannedQuery, ringflow_proto::data::DataError> {
+    let (query, tables) = (query.to_string(), tables.clone());
+    block_on(async move {
+        let ctx = sql::session(Some(1));
+        sql::register_lookup_tables(&ctx, &tables, false).await?;
+        sql::plan_query(&ctx, &query, input).await
+    })
 }
 
 /// A job's data, as the driver knows it after planning.
@@ -32,32 +120,111 @@ pub struct JobPlan {
     pub model: ModelShape,
     /// Row groups of the training split, in file order.
     pub train: Vec<RowGroup>,
-    /// Row groups of the test split (empty without `data.test`).
+    /// Row groups of the test split (empty without `data.test`); for evaluation and prediction
+    /// jobs, the data set.
     pub test: Vec<RowGroup>,
+    /// The Parquet columns executors read.
+    pub input_columns: Vec<String>,
+    /// True when the label holds class names.
+    pub string_label: bool,
+    /// Every file of the job (checked by executors with `data.source = "auto"`).
+    pub files: Vec<String>,
 }
 
 impl JobPlan {
-    /// Plans `spec`: checks the model against `registry`, lists and inspects the data.
+    /// Plans `spec`: checks the model against `registry`, lists and inspects the data, and
+    /// plans `data.sql`.
     pub fn new(spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
         spec.cluster.device.check_available()?;
-        let train = plan_split("data.train", &spec.data.train, &spec, model)?;
+        let train = plan_split("data.train", &spec.data.train, &spec, model, true)?;
         let test = match &spec.data.test {
-            Some(path) => plan_split("data.test", path, &spec, model)?,
+            Some(path) => Some(plan_split("data.test", path, &spec, model, true)?),
+            None => None,
+        };
+        if let Some(t) = &test
+            && t.label != train.label
+        {
+            return Err(DriverError::Data(format!(
+                "data.test: the label column `{}` holds {} but in data.train it holds {}",
+                spec.data.label,
+                kind_name(t.label),
+                kind_name(train.label)
+            )));
+        }
+        let string_label = train.label == LabelType::String;
+        if let Some(classes) = &spec.data.label_classes {
+            if !string_label {
+                return Err(DriverError::Data(format!(
+                    "data.label_classes: the label column `{}` holds numbers (class indices); \
+                     label_classes name the classes of a string label",
+                    spec.data.label
+                )));
+            }
+            if classes.len() != model.outputs {
+                return Err(DriverError::Data(format!(
+                    "data.label_classes lists {} classes, but the model has {} outputs",
+                    classes.len(),
+                    model.outputs
+                )));
+            }
+        }
+        assign::check_enough_rows("data.train", &train.groups, spec.cluster.executors)?;
+        let mut input_columns = train.input_columns.clone();
+        let mut files = train.files.clone();
+        let test_groups = match test {
+            Some(t) => {
+                for c in t.input_columns {
+                    if !input_columns.contains(&c) {
+                        input_columns.push(c);
+                    }
+                }
+                files.extend(t.files);
+                t.groups
+            }
             None => Vec::new(),
         };
-        assign::check_enough_rows("data.train", &train, spec.cluster.executors)?;
         Ok(JobPlan {
             spec,
             model,
-            train,
-            test,
+            train: train.groups,
+            test: test_groups,
+            input_columns,
+            string_label,
+            files,
+        })
+    }
+
+    /// Plans evaluation (`label_required`) or prediction of the saved model's `spec` over the
+    /// data at `path`, which the plan holds as its test split.
+    pub fn inference(
+        spec: JobSpec,
+        path: &str,
+        registry: &ModelRegistry,
+        label_required: bool,
+    ) -> Result<JobPlan> {
+        let model = registry.builder(&spec.model)?.shape(&spec.model)?;
+        spec.cluster.device.check_available()?;
+        let data = plan_split("--data", path, &spec, model, label_required)?;
+        Ok(JobPlan {
+            spec,
+            model,
+            train: Vec::new(),
+            test: data.groups,
+            input_columns: data.input_columns,
+            string_label: data.label == LabelType::String,
+            files: data.files,
         })
     }
 
     /// Rows in the training split.
     pub fn train_rows(&self) -> u64 {
         self.train.iter().map(|g| g.rows).sum()
+    }
+
+    /// Rows in the test split (the data set of an inference job).
+    pub fn test_rows(&self) -> u64 {
+        self.test.iter().map(|g| g.rows).sum()
     }
 
     /// Steps each rank takes per epoch with `world` ranks.
@@ -80,5 +247,62 @@ impl JobPlan {
     /// Every rank's share of the test split (index = rank).
     pub fn test_split(&self, world: usize) -> Vec<EpochPlan> {
         assign::evaluation(&self.test, world)
+    }
+
+    /// Every rank's share of the training split, each row once (for statistics).
+    pub fn stats_split(&self, world: usize) -> Vec<EpochPlan> {
+        assign::evaluation(&self.train, world)
+    }
+
+    /// True when training needs a statistics pass first.
+    pub fn needs_stats(&self) -> (bool, bool) {
+        let moments = self.spec.data.normalize.is_some();
+        let labels = self.string_label && self.spec.data.label_classes.is_none();
+        (moments, labels)
+    }
+}
+
+/// What the driver needs of a saved model: its job spec and preprocessing.
+#[derive(Clone, Debug)]
+pub struct SavedModel {
+    /// The spec it was trained with.
+    pub spec: JobSpec,
+    /// Its preprocessing as JSON (empty when none).
+    pub preprocessing_json: String,
+}
+
+/// Reads `checkpoint.json` of the model saved in `model_dir` (a local path or URL).
+pub fn saved_model(model_dir: &str) -> Result<SavedModel> {
+    let fail = |m: String| DriverError::Data(format!("--model {model_dir}: {m}"));
+    let meta = Location::parse(model_dir)
+        .map_err(|e| fail(e.message))?
+        .join("checkpoint.json");
+    let name = meta.as_str().to_string();
+    let bytes = block_on(async move { meta.read().await }).map_err(|e| {
+        fail(format!(
+            "{} ({name}); is it the model directory of a finished training job?",
+            e.message
+        ))
+    })?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| fail(format!("{name} is not valid JSON: {e}")))?;
+    let extra = &json["extra"];
+    let spec: JobSpec = serde_json::from_value(extra["job"].clone())
+        .map_err(|e| fail(format!("{name} holds no readable job spec: {e}")))?;
+    let preprocessing_json = match extra.get("preprocessing") {
+        Some(p) if !p.is_null() => p.to_string(),
+        _ => String::new(),
+    };
+    Ok(SavedModel {
+        spec,
+        preprocessing_json,
+    })
+}
+
+fn kind_name(l: LabelType) -> &'static str {
+    match l {
+        LabelType::Number => "numbers",
+        LabelType::String => "strings",
+        LabelType::Absent => "nothing",
     }
 }

@@ -8,6 +8,10 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use ringflow_proto::data::stats::MAX_CLASSES;
+use ringflow_proto::data::{DataStats, Preprocessing};
+use ringflow_proto::spec::DataSource;
+
 use crate::planner::JobPlan;
 use crate::progress::JobProgress;
 use crate::summary::JobSummary;
@@ -17,6 +21,19 @@ use crate::summary::JobSummary;
 pub enum JobKind {
     /// Train the planned job.
     Train(Box<JobPlan>),
+    /// Evaluate a saved model (`predict: None`) or write its predictions.
+    Infer {
+        /// The saved model's spec, with the data set as the test split.
+        plan: Box<JobPlan>,
+        /// Executors to spread the data over.
+        executors: usize,
+        /// The saved model's directory.
+        model_dir: String,
+        /// For prediction: the output directory and the id column (may be empty).
+        predict: Option<(String, String)>,
+        /// The saved model's preprocessing (JSON).
+        preprocessing_json: String,
+    },
     /// Time ring all-reduces on `executors` executors.
     Bench {
         /// Ranks in the ring.
@@ -31,6 +48,10 @@ impl JobKind {
     pub fn name(&self) -> String {
         match self {
             JobKind::Train(plan) => plan.spec.name.clone(),
+            JobKind::Infer { plan, predict, .. } => match predict {
+                Some(_) => format!("predict-{}", plan.spec.name),
+                None => format!("eval-{}", plan.spec.name),
+            },
             JobKind::Bench { .. } => "bench-allreduce".into(),
         }
     }
@@ -75,6 +96,16 @@ pub struct Job {
     event_count: watch::Sender<usize>,
     plans: Mutex<Option<(u64, Vec<pb::EpochPlan>)>>,
     epochs_done: u64,
+    prepare: Prepare,
+}
+
+/// Partials of the two preparation phases, per rank, and their merged results.
+#[derive(Debug, Default)]
+struct Prepare {
+    source: Vec<Option<String>>,
+    source_merged: Option<String>,
+    stats: Vec<Option<DataStats>>,
+    stats_merged: Option<String>,
 }
 
 impl Job {
@@ -98,6 +129,7 @@ impl Job {
             event_count,
             plans: Mutex::new(None),
             epochs_done: 0,
+            prepare: Prepare::default(),
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -107,6 +139,22 @@ impl Job {
                 plan.train.len(),
                 plan.steps_per_epoch(plan.spec.cluster.executors),
                 plan.spec.cluster.executors
+            ),
+            JobKind::Infer {
+                plan,
+                executors,
+                predict,
+                ..
+            } => format!(
+                "job {}: {} {} rows in {} row groups on {executors} executors",
+                job.id,
+                if predict.is_some() {
+                    "predicting"
+                } else {
+                    "evaluating"
+                },
+                plan.test_rows(),
+                plan.test.len(),
             ),
             JobKind::Bench { executors, spec } => format!(
                 "job {}: {} timed all-reduces of {} floats on {executors} executors",
@@ -123,21 +171,25 @@ impl Job {
     pub fn executors_needed(&self) -> usize {
         match &self.kind {
             JobKind::Train(plan) => plan.spec.cluster.executors,
-            JobKind::Bench { executors, .. } => *executors,
+            JobKind::Infer { executors, .. } | JobKind::Bench { executors, .. } => *executors,
         }
     }
 
     /// How long the job may wait for its executors.
     pub fn rendezvous_timeout(&self) -> Duration {
         match &self.kind {
-            JobKind::Train(plan) => Duration::from_secs(plan.spec.cluster.rendezvous_timeout_s),
+            JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
+                Duration::from_secs(plan.spec.cluster.rendezvous_timeout_s)
+            }
             JobKind::Bench { .. } => Duration::from_secs(60),
         }
     }
 
     fn comm_timeout(&self) -> Duration {
         match &self.kind {
-            JobKind::Train(plan) => Duration::from_secs(plan.spec.cluster.comm_timeout_s),
+            JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
+                Duration::from_secs(plan.spec.cluster.comm_timeout_s)
+            }
             JobKind::Bench { .. } => Duration::from_secs(60),
         }
     }
@@ -171,6 +223,11 @@ impl Job {
             .unwrap_or(now)
             .duration_since(self.submitted)
             .as_secs_f64()
+    }
+
+    /// The job's secret (authenticates ring connections and Flight tickets).
+    pub fn secret(&self) -> &[u8] {
+        &self.secret
     }
 
     /// The executors of the running job, by rank.
@@ -222,6 +279,11 @@ impl Job {
         self.progress = JobProgress::new(n);
         self.finished = vec![false; n];
         self.last_step = vec![None; n];
+        self.prepare = Prepare {
+            source: vec![None; n],
+            stats: vec![None; n],
+            ..Default::default()
+        };
         self.set_state(JobState::Running);
     }
 
@@ -237,18 +299,51 @@ impl Job {
             ..Default::default()
         };
         match &self.kind {
-            JobKind::Train(plan) => pb::Task {
-                kind: pb::TaskKind::Train as i32,
-                spec_json: plan.spec.to_json(),
-                steps_per_epoch: plan.steps_per_epoch(self.ranks.len()),
-                model_dir: plan
+            JobKind::Train(plan) => {
+                let (moments, labels) = plan.needs_stats();
+                let given = plan
                     .spec
-                    .checkpoint_dir()
-                    .join("model")
-                    .display()
-                    .to_string(),
-                ..base
-            },
+                    .data
+                    .label_classes
+                    .clone()
+                    .map(|classes| Preprocessing {
+                        normalize: None,
+                        classes: Some(classes),
+                    });
+                pb::Task {
+                    kind: pb::TaskKind::Train as i32,
+                    spec_json: plan.spec.to_json(),
+                    steps_per_epoch: plan.steps_per_epoch(self.ranks.len()),
+                    model_dir: plan.spec.model_dir(),
+                    input_columns: plan.input_columns.clone(),
+                    preprocessing_json: given.map(|p| p.to_json()).unwrap_or_default(),
+                    collect_moments: moments,
+                    collect_labels: labels,
+                    ..self.source_fields(plan, base)
+                }
+            }
+            JobKind::Infer {
+                plan,
+                model_dir,
+                predict,
+                preprocessing_json,
+                ..
+            } => {
+                let (kind, output, id_column) = match predict {
+                    Some((o, id)) => (pb::TaskKind::Predict, o.clone(), id.clone()),
+                    None => (pb::TaskKind::Eval, String::new(), String::new()),
+                };
+                pb::Task {
+                    kind: kind as i32,
+                    spec_json: plan.spec.to_json(),
+                    model_dir: model_dir.clone(),
+                    input_columns: plan.input_columns.clone(),
+                    preprocessing_json: preprocessing_json.clone(),
+                    output,
+                    id_column,
+                    ..self.source_fields(plan, base)
+                }
+            }
             JobKind::Bench { spec, .. } => pb::Task {
                 kind: pb::TaskKind::BenchAllreduce as i32,
                 bench: Some(*spec),
@@ -257,17 +352,40 @@ impl Job {
         }
     }
 
+    /// The data-source fields of a task.
+    fn source_fields(&self, plan: &JobPlan, base: pb::Task) -> pb::Task {
+        let source = plan.spec.data.source;
+        pb::Task {
+            probe_source: source == DataSource::Auto,
+            source_driver: source == DataSource::Driver,
+            files: if source == DataSource::Auto {
+                plan.files.clone()
+            } else {
+                Vec::new()
+            },
+            ..base
+        }
+    }
+
+    /// The plan of a training or inference job.
+    pub fn plan(&self) -> Option<&JobPlan> {
+        match &self.kind {
+            JobKind::Train(plan) | JobKind::Infer { plan, .. } => Some(plan),
+            JobKind::Bench { .. } => None,
+        }
+    }
+
     /// `rank`'s partitions of `split` for `epoch`.
     pub fn epoch_plan(&self, rank: usize, split: pb::Split, epoch: u64) -> Option<pb::EpochPlan> {
-        let JobKind::Train(plan) = &self.kind else {
-            return None;
-        };
+        let plan = self.plan()?;
         let world = self.ranks.len();
         if rank >= world {
             return None;
         }
-        if split == pb::Split::Test {
-            return plan.test_split(world).into_iter().nth(rank);
+        match split {
+            pb::Split::Test => return plan.test_split(world).into_iter().nth(rank),
+            pb::Split::Stats => return plan.stats_split(world).into_iter().nth(rank),
+            pb::Split::Train => {}
         }
         let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
         if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
@@ -276,6 +394,125 @@ impl Job {
         cache
             .as_ref()
             .and_then(|(_, plans)| plans.get(rank).cloned())
+    }
+
+    /// A rank's partial for a preparation phase (once), and the merged result when every rank
+    /// has sent its own.
+    pub fn prepare(
+        &mut self,
+        rank: usize,
+        phase: pb::PreparePhase,
+        partial: Option<&str>,
+        now: Instant,
+    ) -> std::result::Result<Option<String>, String> {
+        if rank >= self.ranks.len() {
+            return Err(format!("job {} has no rank {rank}", self.id));
+        }
+        let who = self.describe_rank(rank);
+        match phase {
+            pb::PreparePhase::Source => {
+                if let Some(p) = partial {
+                    self.prepare.source[rank] = Some(p.to_string());
+                }
+                if self.prepare.source_merged.is_none()
+                    && self.prepare.source.iter().all(Option::is_some)
+                {
+                    let unreadable: Vec<String> = self
+                        .prepare
+                        .source
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(r, p)| {
+                            p.as_ref()
+                                .filter(|p| !p.is_empty())
+                                .map(|p| format!("{}: {p}", self.describe_rank(r)))
+                        })
+                        .collect();
+                    let merged = if unreadable.is_empty() {
+                        self.message(
+                            "every executor can read the data: reading it directly".into(),
+                        );
+                        "direct"
+                    } else {
+                        self.message(format!(
+                            "serving the data from the driver over Arrow Flight, because {}",
+                            unreadable.join("; ")
+                        ));
+                        "driver"
+                    };
+                    self.prepare.source_merged = Some(merged.into());
+                }
+                Ok(self.prepare.source_merged.clone())
+            }
+            pb::PreparePhase::Stats => {
+                if let Some(p) = partial {
+                    let stats: DataStats = serde_json::from_str(p)
+                        .map_err(|e| format!("{who} sent unreadable statistics: {e}"))?;
+                    self.prepare.stats[rank] = Some(stats);
+                }
+                if self.prepare.stats_merged.is_none()
+                    && self.prepare.stats.iter().all(Option::is_some)
+                {
+                    let mut merged = DataStats::default();
+                    for s in self.prepare.stats.iter_mut() {
+                        merged.merge(s.take().unwrap_or_default());
+                    }
+                    match self.merge_stats(&merged) {
+                        Ok(p) => self.prepare.stats_merged = Some(p.to_json()),
+                        Err(e) => {
+                            self.fail(e.clone(), now);
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(self.prepare.stats_merged.clone())
+            }
+        }
+    }
+
+    fn merge_stats(&mut self, merged: &DataStats) -> std::result::Result<Preprocessing, String> {
+        let Some(plan) = self.plan() else {
+            return Err("only training jobs collect statistics".into());
+        };
+        let data = &plan.spec.data;
+        let p = Preprocessing::from_stats(merged, data.label_classes.as_deref());
+        let mut lines = Vec::new();
+        if let Some(classes) = &p.classes {
+            if classes.len() > MAX_CLASSES {
+                return Err(format!(
+                    "data.label: column `{}` has more than {MAX_CLASSES} distinct values; is it \
+                     really a class?",
+                    data.label
+                ));
+            }
+            if classes.len() != plan.model.outputs {
+                return Err(format!(
+                    "data.label: column `{}` has {} distinct classes in data.train, but the model \
+                     has {} outputs",
+                    data.label,
+                    classes.len(),
+                    plan.model.outputs
+                ));
+            }
+            lines.push(format!("{} label classes", classes.len()));
+        }
+        if let Some(m) = &merged.moments {
+            lines.push(format!(
+                "feature mean and standard deviation over {} rows",
+                m.count
+            ));
+        }
+        if !lines.is_empty() {
+            self.message(format!("statistics of data.train: {}", lines.join(", ")));
+        }
+        Ok(p)
+    }
+
+    fn describe_rank(&self, rank: usize) -> String {
+        match self.ranks.get(rank) {
+            Some(e) => format!("rank {rank} (executor {} on {})", e.executor_id, e.host),
+            None => format!("rank {rank}"),
+        }
     }
 
     /// Progress from a rank.
@@ -290,7 +527,7 @@ impl Job {
         }
         let epochs = match &self.kind {
             JobKind::Train(plan) => plan.spec.train.epochs,
-            JobKind::Bench { .. } => 0,
+            JobKind::Infer { .. } | JobKind::Bench { .. } => 0,
         };
         match report {
             Some(pb::report_request::Report::Step(s)) => {
@@ -399,17 +636,28 @@ impl Job {
         self.ended = Some(now);
         let wall_s = now.duration_since(self.submitted).as_secs_f64();
         let json = match &self.kind {
-            JobKind::Train(plan) => {
-                let s = JobSummary::new(
+            JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
+                let mut s = JobSummary::new(
                     &plan.spec.name,
                     &self.id,
-                    self.ranks.len().max(plan.spec.cluster.executors),
+                    self.ranks.len().max(self.executors_needed()),
                     plan.spec.train.loss.is_classification(),
                     &self.progress,
                     wall_s,
                     self.error.clone(),
                     state == JobState::Cancelled,
                 );
+                s.data_source = self.prepare.source_merged.clone().or_else(|| {
+                    Some(match plan.spec.data.source {
+                        DataSource::Driver => "driver".into(),
+                        _ => "direct".into(),
+                    })
+                });
+                if let JobKind::Infer { predict, .. } = &self.kind {
+                    s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
+                    s.output = predict.as_ref().map(|(o, _)| o.clone());
+                    s.model_path = None;
+                }
                 serde_json::to_string(&s)
             }
             JobKind::Bench { executors, spec } => serde_json::to_string(&BenchSummary {

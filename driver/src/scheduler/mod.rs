@@ -181,6 +181,55 @@ impl Scheduler {
         JobPlan::new(spec, registry)
     }
 
+    /// Checks and plans evaluation or prediction (`predict`: output and id column) of the model
+    /// saved in `model_dir` over `data`; returns the plan and the model's preprocessing (JSON).
+    pub fn plan_inference(
+        registry: &ModelRegistry,
+        model_dir: &str,
+        data: &str,
+        predict: Option<&(String, String)>,
+    ) -> Result<(JobPlan, String)> {
+        let saved = crate::planner::saved_model(model_dir)?;
+        let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
+        // Without SQL the id column is read from the files; with SQL it must be in the query's
+        // output, which executors check.
+        if let Some((_, id)) = predict
+            && !id.is_empty()
+            && plan.spec.data.sql.is_none()
+            && !plan.input_columns.contains(id)
+        {
+            plan.input_columns.push(id.clone());
+        }
+        Ok((plan, saved.preprocessing_json))
+    }
+
+    /// A rank's partial for a preparation phase: the merged result once every rank has sent
+    /// one, and whether the rank should stop.
+    pub fn prepare(
+        &mut self,
+        req: &pb::PrepareRequest,
+        partial: Option<&str>,
+        now: Instant,
+    ) -> std::result::Result<(Option<String>, bool), Refusal> {
+        let job = self
+            .jobs
+            .get_mut(&req.job_id)
+            .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
+        if job.should_stop() {
+            return Ok((None, true));
+        }
+        let phase = pb::PreparePhase::try_from(req.phase)
+            .map_err(|_| Refusal::Invalid(format!("unknown preparation phase {}", req.phase)))?;
+        let merged = job
+            .prepare(req.rank as usize, phase, partial, now)
+            .map_err(Refusal::Invalid)?;
+        let stop = job.should_stop();
+        if stop {
+            self.release_finished(now);
+        }
+        Ok((merged, stop))
+    }
+
     /// The model registry jobs are checked against.
     pub fn registry(&self) -> &ModelRegistry {
         &self.registry

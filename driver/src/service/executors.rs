@@ -100,6 +100,36 @@ impl Executors for ExecutorsService {
         Ok(Response::new(pb::ReportReply { cancel }))
     }
 
+    async fn prepare(
+        &self,
+        req: Request<pb::PrepareRequest>,
+    ) -> Result<Response<pb::PrepareReply>, Status> {
+        let req = req.into_inner();
+        let deadline = Instant::now() + Duration::from_millis(req.wait_ms).min(MAX_POLL);
+        let mut partial = req.has_partial.then_some(req.partial_json.as_str());
+        loop {
+            let notified = self.0.task_ready.notified();
+            let (merged, cancel) = self
+                .0
+                .lock()
+                .prepare(&req, partial.take(), Instant::now())
+                .map_err(status)?;
+            if merged.is_some() || cancel {
+                self.0.task_ready.notify_waiters();
+                return Ok(Response::new(pb::PrepareReply {
+                    ready: merged.is_some(),
+                    merged_json: merged.unwrap_or_default(),
+                    cancel,
+                }));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Response::new(pb::PrepareReply::default()));
+            }
+            let _ = tokio::time::timeout(left, notified).await;
+        }
+    }
+
     async fn finish_task(
         &self,
         req: Request<pb::FinishTaskRequest>,

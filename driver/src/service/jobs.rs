@@ -40,6 +40,34 @@ impl Jobs for JobsService {
                     spec,
                 }
             }
+            Ok(kind @ (pb::TaskKind::Eval | pb::TaskKind::Predict)) => {
+                let registry = self.0.registry.clone();
+                let predict =
+                    (kind == pb::TaskKind::Predict).then_some((req.output, req.id_column));
+                let (model_dir, data) = (req.model_dir, req.data);
+                let executors = req.executors.max(1) as usize;
+                let predict_for_plan = predict.clone();
+                let planned = tokio::task::spawn_blocking(move || {
+                    Scheduler::plan_inference(
+                        &registry,
+                        &model_dir,
+                        &data,
+                        predict_for_plan.as_ref(),
+                    )
+                    .map(|(plan, pre)| (plan, pre, model_dir))
+                })
+                .await
+                .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let (plan, preprocessing_json, model_dir) = planned;
+                JobKind::Infer {
+                    plan: Box::new(plan),
+                    executors,
+                    model_dir,
+                    predict,
+                    preprocessing_json,
+                }
+            }
             _ => {
                 let registry = self.0.registry.clone();
                 let json = req.spec_json;
@@ -127,7 +155,7 @@ impl Jobs for JobsService {
                 epoch: j.epochs_done(),
                 epochs: match &j.kind {
                     JobKind::Train(p) => p.spec.train.epochs,
-                    JobKind::Bench { .. } => 0,
+                    JobKind::Infer { .. } | JobKind::Bench { .. } => 0,
                 },
                 age_s: j.age(now),
                 error: j.error().unwrap_or_default().to_string(),

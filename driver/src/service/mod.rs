@@ -1,13 +1,17 @@
 //! The driver's gRPC server: the [`executors`] service for executors, the [`jobs`] service for
-//! the command line, and a ticker that drives the [`Scheduler`]'s timed rules.
+//! the command line, the Arrow Flight service ([`flight`]) that serves partitions to executors
+//! that cannot read the data, all on one port, and a ticker that drives the [`Scheduler`]'s
+//! timed rules.
 
 mod executors;
+mod flight;
 mod jobs;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use arrow_flight::flight_service_server::FlightServiceServer;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb::executors_server::ExecutorsServer;
 use ringflow_proto::pb::jobs_server::JobsServer;
@@ -121,7 +125,11 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
                 .add_service(ExecutorsServer::new(executors::ExecutorsService(
                     shared.clone(),
                 )))
-                .add_service(JobsServer::new(jobs::JobsService(shared)))
+                .add_service(JobsServer::new(jobs::JobsService(shared.clone())))
+                .add_service(
+                    FlightServiceServer::new(flight::PartitionServer(shared))
+                        .max_encoding_message_size(usize::MAX),
+                )
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = rx.await;
                 })

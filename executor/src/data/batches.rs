@@ -14,14 +14,12 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use datafusion::arrow::record_batch::RecordBatch;
 use rand::RngExt;
 use ringflow_ml::rng::Rng;
 use ringflow_proto::pb::EpochPlan;
 
-use crate::data::cache::{RowGroupCache, slice_rows};
 use crate::data::features::{Converter, Rows};
-use crate::data::reader::PartitionReader;
+use crate::data::partitions::ReadContext;
 use crate::error::{ExecutorError, Result};
 
 /// How long the training thread waits for the next chunk before declaring the reader stuck.
@@ -64,7 +62,7 @@ impl EpochStream {
         converter: Arc<Converter>,
         width: usize,
         shuffle: Option<(usize, Rng)>,
-        cache: Arc<RowGroupCache>,
+        read: ReadContext,
     ) -> EpochStream {
         let (tx, rx) = sync_channel(2);
         let stop = Arc::new(AtomicBool::new(false));
@@ -72,7 +70,7 @@ impl EpochStream {
         let reader_stop = stop.clone();
         let reader = std::thread::Builder::new()
             .name("ringflow-reader".into())
-            .spawn(move || read_partitions(&partitions, &converter, &cache, &tx, &reader_stop))
+            .spawn(move || read_partitions(&partitions, &converter, &read, &tx, &reader_stop))
             .expect("the OS can start a reader thread");
         EpochStream {
             chunks: rx,
@@ -225,73 +223,15 @@ impl Drop for EpochStream {
 fn read_partitions(
     partitions: &[ringflow_proto::pb::Partition],
     converter: &Converter,
-    cache: &RowGroupCache,
+    read: &ReadContext,
     tx: &SyncSender<Result<Rows>>,
     stop: &AtomicBool,
 ) {
-    let columns = converter.columns();
-    let send = |item: Result<Rows>| -> bool {
-        let failed = item.is_err();
-        tx.send(item).is_ok() && !failed
-    };
-    for p in partitions {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        // From the cache, or into it while there is room, or straight from storage.
-        let group = match cache.get(&p.path, p.row_group) {
-            Some(g) => Some(g),
-            None if cache.accepting() => {
-                match read_all(PartitionReader::open_row_group(p, &columns)) {
-                    Ok(batches) => Some(cache.insert(&p.path, p.row_group, batches)),
-                    Err(e) => {
-                        send(Err(e));
-                        return;
-                    }
-                }
-            }
-            None => None,
-        };
-        if let Some(group) = group {
-            for (batch, at) in slice_rows(&group, p.row_offset, p.row_count) {
-                let first_row = p.file_row_start + at;
-                if stop.load(Ordering::Relaxed)
-                    || !send(converter.convert(&batch, &p.path, first_row))
-                {
-                    return;
-                }
-            }
-            continue;
-        }
-        let mut reader = match PartitionReader::open(p, &columns) {
-            Ok(r) => r,
-            Err(e) => {
-                send(Err(e));
-                return;
-            }
-        };
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            let item = match reader.next_batch() {
-                Ok(None) => break,
-                Ok(Some((batch, first_row))) => converter.convert(&batch, &p.path, first_row),
-                Err(e) => Err(e),
-            };
-            if !send(item) {
-                return;
-            }
-        }
+    let result = read.for_each_batch(partitions, stop, |batch, origin| {
+        let rows = converter.convert(batch, origin.file, origin.first_row)?;
+        Ok(tx.send(Ok(rows)).is_ok())
+    });
+    if let Err(e) = result {
+        let _ = tx.send(Err(e));
     }
-}
-
-/// Every batch a reader yields.
-fn read_all(reader: Result<PartitionReader>) -> Result<Vec<RecordBatch>> {
-    let mut reader = reader?;
-    let mut out = Vec::new();
-    while let Some((batch, _)) = reader.next_batch()? {
-        out.push(batch);
-    }
-    Ok(out)
 }

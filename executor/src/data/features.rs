@@ -1,5 +1,7 @@
 //! Record batches to feature matrices and label vectors.
 
+use std::collections::HashMap;
+
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeListArray, GenericListArray, OffsetSizeTrait,
 };
@@ -8,6 +10,7 @@ use datafusion::arrow::datatypes::{
     UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use datafusion::arrow::record_batch::RecordBatch;
+use ringflow_proto::data::Preprocessing;
 
 use crate::error::{ExecutorError, Result};
 
@@ -37,10 +40,31 @@ pub struct Rows {
 #[derive(Clone, Debug)]
 pub struct Converter {
     features: Vec<String>,
-    label: String,
+    label: Option<String>,
     label_kind: LabelKind,
     multiplier: f32,
     inputs: usize,
+    /// Class index of each string label.
+    classes: Option<HashMap<String, usize>>,
+    /// Per-feature `(mean, 1 / std)` of `normalize = "standard"`.
+    normalize: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+/// True for the Arrow types that hold strings (a string label).
+pub fn is_string(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_string(v),
+        _ => false,
+    }
+}
+
+/// The values of a string column (nulls as `None`).
+pub fn string_values(col: &ArrayRef) -> std::result::Result<Vec<Option<String>>, String> {
+    let utf8 = datafusion::arrow::compute::cast(col, &DataType::Utf8)
+        .map_err(|e| format!("cannot be read as strings: {e}"))?;
+    let strings = utf8.as_string::<i32>();
+    Ok(strings.iter().map(|v| v.map(str::to_string)).collect())
 }
 
 /// Values of one numeric Arrow type as f32.
@@ -169,29 +193,74 @@ enum ColumnShape<'a> {
 }
 
 impl Converter {
-    /// A converter for `features` and `label`, scaling features by `1 / scale`, for a model
-    /// with `inputs` inputs.
+    /// A converter for `features` and `label` (`None`: features only, as prediction reads),
+    /// scaling features by `1 / scale`, for a model with `inputs` inputs.
     pub fn new(
         features: &[String],
-        label: &str,
+        label: Option<&str>,
         label_kind: LabelKind,
         scale: Option<f32>,
         inputs: usize,
     ) -> Converter {
         Converter {
             features: features.to_vec(),
-            label: label.to_string(),
+            label: label.map(str::to_string),
             label_kind,
             multiplier: scale.map(|s| 1.0 / s).unwrap_or(1.0),
             inputs,
+            classes: None,
+            normalize: None,
         }
+    }
+
+    /// Applies the whole-data preprocessing: string label classes and standardization.
+    pub fn with_preprocessing(mut self, p: &Preprocessing) -> Result<Converter> {
+        if let Some(classes) = &p.classes {
+            if let LabelKind::Classes(n) = self.label_kind
+                && n != classes.len()
+            {
+                return Err(ExecutorError::Spec(format!(
+                    "data.label has {} classes ({}), but the model has {n} outputs",
+                    classes.len(),
+                    preview(classes)
+                )));
+            }
+            self.classes = Some(classes.iter().cloned().zip(0..).collect());
+        }
+        if let Some(n) = &p.normalize {
+            if n.mean.len() != self.inputs || n.std.len() != self.inputs {
+                return Err(ExecutorError::Spec(format!(
+                    "the normalization has {} features, but the model takes {} inputs",
+                    n.mean.len(),
+                    self.inputs
+                )));
+            }
+            let inv = n.std.iter().map(|s| 1.0 / s).collect();
+            self.normalize = Some((n.mean.clone(), inv));
+        }
+        Ok(self)
     }
 
     /// The columns a reader must provide.
     pub fn columns(&self) -> Vec<String> {
         let mut c = self.features.clone();
-        c.push(self.label.clone());
+        c.extend(self.label.clone());
         c
+    }
+
+    /// Converts only the features of `batch` (scaled, not normalized), for statistics.
+    pub fn raw_features(
+        &self,
+        batch: &RecordBatch,
+        file: &str,
+        first_row: u64,
+    ) -> Result<Vec<f32>> {
+        let raw = Converter {
+            label: None,
+            normalize: None,
+            ..self.clone()
+        };
+        Ok(raw.convert(batch, file, first_row)?.features)
     }
 
     /// Converts `batch`, whose first row is row `first_row` of `file`.
@@ -251,15 +320,27 @@ impl Converter {
             };
             offset += self.write_column(shape, &mut features, width, offset, &site)?;
         }
-        let label_site = Site {
-            file,
-            column: &self.label,
-            first_row,
+        if let Some((mean, inv_std)) = &self.normalize {
+            for row in features.chunks_exact_mut(width) {
+                for ((v, m), s) in row.iter_mut().zip(mean).zip(inv_std) {
+                    *v = (*v - m) * s;
+                }
+            }
+        }
+        let labels = match &self.label {
+            None => Vec::new(),
+            Some(label) => {
+                let label_site = Site {
+                    file,
+                    column: label,
+                    first_row,
+                };
+                let label_col = batch.column_by_name(label).ok_or_else(|| {
+                    label_site.column_error("(data.label) is missing from the data")
+                })?;
+                self.labels(label_col, &label_site)?
+            }
         };
-        let label_col = batch
-            .column_by_name(&self.label)
-            .ok_or_else(|| label_site.column_error("(data.label) is missing from the data"))?;
-        let labels = self.labels(label_col, &label_site)?;
         Ok(Rows {
             features,
             labels,
@@ -307,6 +388,36 @@ impl Converter {
         if let Some(i) = first_null(col.as_ref()) {
             return Err(site.error(i, "the label is null"));
         }
+        if is_string(col.data_type()) {
+            let Some(classes) = &self.classes else {
+                return Err(site.column_error(
+                    "(data.label) holds strings, but no classes were found for it \
+                     (string labels need train.loss = \"cross_entropy\")",
+                ));
+            };
+            let values = string_values(col).map_err(|m| site.column_error(m))?;
+            let mut out = Vec::with_capacity(values.len());
+            for (r, v) in values.iter().enumerate() {
+                let v = v.as_deref().unwrap_or_default();
+                match classes.get(v) {
+                    Some(&i) => out.push(i as f32),
+                    None => {
+                        let mut names: Vec<(&String, &usize)> = classes.iter().collect();
+                        names.sort_by_key(|(_, i)| **i);
+                        let names: Vec<String> =
+                            names.into_iter().map(|(n, _)| n.clone()).collect();
+                        return Err(site.error(
+                            r,
+                            format!(
+                                "label {v:?} is not one of the classes ({})",
+                                preview(&names)
+                            ),
+                        ));
+                    }
+                }
+            }
+            return Ok(out);
+        }
         let values: Vec<f64> = with_numeric!(col, arr => {
             arr.values().iter().map(|v| v.as_f32() as f64).collect()
         }, {
@@ -339,6 +450,15 @@ impl Converter {
         }
         Ok(out)
     }
+}
+
+/// At most the first eight names, quoted, and how many more there are.
+fn preview(names: &[String]) -> String {
+    let mut s: Vec<String> = names.iter().take(8).map(|n| format!("{n:?}")).collect();
+    if names.len() > 8 {
+        s.push(format!("and {} more", names.len() - 8));
+    }
+    s.join(", ")
 }
 
 fn column_shape<'a>(col: &'a ArrayRef, site: &Site<'_>) -> Result<ColumnShape<'a>> {
@@ -516,7 +636,7 @@ mod tests {
 
     fn conv(features: &[&str], kind: LabelKind, scale: Option<f32>, inputs: usize) -> Converter {
         let f: Vec<String> = features.iter().map(|s| s.to_string()).collect();
-        Converter::new(&f, "y", kind, scale, inputs)
+        Converter::new(&f, Some("y"), kind, scale, inputs)
     }
 
     fn fixed_u8(rows: &[[u8; 3]]) -> ArrayRef {

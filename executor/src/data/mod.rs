@@ -1,7 +1,7 @@
 //! From Parquet partitions to training batches.
 //!
-//! - [`reader`] opens one [`Partition`] (a row range of a row group) and yields Arrow record
-//!   batches of just the needed columns, straight from storage.
+//! - Partitions (a row range of a row group) are read by [`PartitionReader`] straight from
+//!   storage, or from the driver over Arrow Flight ([`source`]).
 //! - [`features`] turns a record batch into a row-major feature matrix and a label vector:
 //!   numeric columns of any width and list columns of numbers, concatenated in the order the
 //!   spec gives, scaled, with every null, non-finite value or out-of-range label reported by
@@ -9,10 +9,15 @@
 //! - [`batches`] streams an epoch's partitions on a background thread into a bounded shuffle
 //!   buffer and cuts mini-batches from it: memory stays bounded however large the data set.
 //! - [`cache`] keeps decoded row groups between epochs within a byte budget.
+//! - [`prep`] runs the job's `data.sql` on each partition as it streams.
+//! - [`partitions`] ties these together: the prepared batches of a list of partitions, for
+//!   training, statistics, evaluation and prediction alike.
 //!
-//! [`Partition`]: ringflow_proto::pb::Partition
+//! [`PartitionReader`]: ringflow_proto::data::partition::PartitionReader
 
 pub mod batches;
 pub mod cache;
 pub mod features;
-pub mod reader;
+pub mod partitions;
+pub mod prep;
+pub mod source;

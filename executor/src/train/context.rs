@@ -9,8 +9,19 @@ use crate::error::Result;
 pub enum Split {
     /// `data.train`
     Train,
-    /// `data.test`
+    /// `data.test` (or the data set of an evaluation or prediction job)
     Test,
+    /// `data.train`, every row once, for whole-data statistics
+    Stats,
+}
+
+/// The two-phase steps before training, merged by the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreparePhase {
+    /// Whether every rank can read the data (`data.source = "auto"`).
+    Source,
+    /// Whole-data statistics of the training split.
+    Stats,
 }
 
 /// Seconds spent in each phase of training steps.
@@ -119,6 +130,10 @@ pub trait TaskContext: Send {
 
     /// Reports progress.
     fn report(&mut self, event: TrainEvent) -> Result<()>;
+
+    /// Sends this rank's partial for `phase` (JSON, or a reason for the source phase) and waits
+    /// until the driver has merged every rank's: returns the merged result.
+    fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String>;
 
     /// True once the job was cancelled; the loop stops at the next step.
     fn cancelled(&self) -> bool;

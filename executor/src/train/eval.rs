@@ -8,8 +8,8 @@ use ringflow_ml::{Tensor, no_grad};
 use ringflow_proto::pb::EpochPlan;
 
 use crate::data::batches::EpochStream;
-use crate::data::cache::RowGroupCache;
 use crate::data::features::Converter;
+use crate::data::partitions::ReadContext;
 use crate::error::Result;
 use crate::train::context::EvalStats;
 
@@ -22,14 +22,14 @@ pub fn evaluate(
     loss_kind: LossKind,
     plan: &EpochPlan,
     converter: Arc<Converter>,
-    cache: Arc<RowGroupCache>,
+    read: ReadContext,
 ) -> Result<EvalStats> {
     // Evaluation is deterministic: dropout is off, so its generator is never drawn from.
     let mut rng = ringflow_ml::rng::seeded(0, 0);
     let shape = model.shape();
     let device = model.params().iter().next().map(|p| p.tensor.device());
     let device = device.unwrap_or(ringflow_ml::Device::Cpu);
-    let mut stream = EpochStream::start(plan, converter, shape.inputs, None, cache);
+    let mut stream = EpochStream::start(plan, converter, shape.inputs, None, read);
     let mut stats = EvalStats::default();
     no_grad(|| -> Result<()> {
         while let Some(batch) = stream.next_batch(EVAL_BATCH)? {

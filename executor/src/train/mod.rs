@@ -12,9 +12,13 @@ mod context;
 mod eval;
 pub mod fusion;
 mod report;
+pub mod setup;
 mod trainer;
 
-pub use context::{EpochStats, EvalStats, PhaseTimes, Split, TaskContext, TrainEvent};
+pub use context::{
+    EpochStats, EvalStats, PhaseTimes, PreparePhase, Split, TaskContext, TrainEvent,
+};
+pub use eval::evaluate;
 pub use report::Report;
 pub use trainer::{TrainOutcome, TrainTask, label_kind, run_task};
 

@@ -50,11 +50,8 @@ impl From<&TrainOutcome> for pb::TaskOutcome {
             train_seconds: o.train_seconds,
             final_train_loss: o.final_train_loss,
             param_checksum: o.param_checksum,
-            model_dir: o
-                .model_dir
-                .as_ref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
+            model_dir: o.model_dir.clone().unwrap_or_default(),
+            ..Default::default()
         }
     }
 }

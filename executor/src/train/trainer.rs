@@ -1,7 +1,5 @@
 //! [`run_task`]: training, evaluation and the final save, for one rank.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 use ringflow_ml::checkpoint::{self, TrainingState};
@@ -10,16 +8,18 @@ use ringflow_ml::nn::{Model, ModelRegistry};
 use ringflow_ml::optim::Optimizer;
 use ringflow_ml::rng::{self, streams};
 use ringflow_ml::{Device, MlError, Tensor};
+use ringflow_proto::data::Location;
+use ringflow_proto::data::location::upload_dir;
 use ringflow_proto::spec::JobSpec;
 
 use crate::collective::Collective;
 use crate::data::batches::EpochStream;
-use crate::data::cache::RowGroupCache;
-use crate::data::features::{Converter, LabelKind};
+use crate::data::features::LabelKind;
 use crate::error::{ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
 use crate::train::eval::evaluate;
 use crate::train::fusion::GradientBuckets;
+use crate::train::setup::{DataOptions, TaskData, prepare_data};
 
 /// Seconds between [`TrainEvent::Step`] reports.
 const REPORT_INTERVAL_S: f64 = 1.0;
@@ -33,8 +33,10 @@ pub struct TrainTask {
     pub spec: JobSpec,
     /// Optimizer steps in every epoch (identical on every rank).
     pub steps_per_epoch: u64,
-    /// Where rank 0 saves the trained model (`<checkpoint_dir>/model`).
-    pub model_dir: PathBuf,
+    /// Where rank 0 saves the trained model (`<checkpoint_dir>/model`, a path or URL).
+    pub model_dir: String,
+    /// How the task reads its data.
+    pub data: DataOptions,
 }
 
 /// What one rank did.
@@ -53,7 +55,7 @@ pub struct TrainOutcome {
     /// FNV-1a checksum of the final parameters (equal on every rank when replicas agree).
     pub param_checksum: u64,
     /// Where the model was saved (rank 0 only).
-    pub model_dir: Option<PathBuf>,
+    pub model_dir: Option<String>,
 }
 
 /// What the labels must hold for `loss` on a model with `outputs` outputs.
@@ -98,15 +100,18 @@ pub fn run_task(
 
     let mut optimizer = Optimizer::new(spec.train.optimizer.clone(), model.params())?;
     let mut buckets = (world > 1).then(|| GradientBuckets::new(model.params()));
-    let converter = Arc::new(Converter::new(
-        &spec.data.features,
-        &spec.data.label,
-        label_kind(spec.train.loss, shape.outputs),
-        spec.data.scale,
-        shape.inputs,
-    ));
+    let TaskData {
+        read,
+        converter,
+        preprocessing,
+    } = prepare_data(
+        spec,
+        &task.data,
+        shape,
+        Some(label_kind(spec.train.loss, shape.outputs)),
+        ctx,
+    )?;
     let mut dropout = rng::seeded(spec.train.seed, streams::DROPOUT + ((rank as u64) << 32));
-    let cache = RowGroupCache::new(spec.data.cache_mb << 20);
     let total_steps = task.steps_per_epoch * spec.train.epochs;
     let base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
     let batch_size = spec.train.batch_size;
@@ -132,7 +137,7 @@ pub fn run_task(
             converter.clone(),
             shape.inputs,
             Some((spec.data.shuffle_buffer, shuffle_rng)),
-            cache.clone(),
+            read.clone(),
         );
         let mut phases = PhaseTimes::default();
         let mut epoch_loss = 0.0;
@@ -241,7 +246,7 @@ pub fn run_task(
             spec.train.loss,
             &plan,
             converter.clone(),
-            cache.clone(),
+            read.clone(),
         )?;
         ctx.report(TrainEvent::Evaluated(stats))?;
     }
@@ -252,9 +257,13 @@ pub fn run_task(
             epoch: spec.train.epochs,
             step: global_step,
             rng: None,
-            extra: serde_json::json!({ "job_id": task.job_id, "job": spec }),
+            extra: serde_json::json!({
+                "job_id": task.job_id,
+                "job": spec,
+                "preprocessing": preprocessing,
+            }),
         };
-        checkpoint::save(&task.model_dir, &model, Some(&optimizer), &state)?;
+        save_model(&task.model_dir, &model, &optimizer, &state)?;
         Some(task.model_dir.clone())
     } else {
         None
@@ -268,4 +277,24 @@ pub fn run_task(
         param_checksum,
         model_dir,
     })
+}
+
+/// Saves the model into `dir`: directly when it is local, else into a temporary directory that
+/// is then uploaded to the object store.
+fn save_model(
+    dir: &str,
+    model: &Model,
+    optimizer: &Optimizer,
+    state: &TrainingState,
+) -> Result<()> {
+    let location = Location::parse(dir).map_err(|e| ExecutorError::Spec(e.to_string()))?;
+    if let Some(local) = location.local_path() {
+        checkpoint::save(&local, model, Some(optimizer), state)?;
+        return Ok(());
+    }
+    let staging = tempfile::tempdir().map_err(|e| {
+        ExecutorError::Spec(format!("cannot create a staging directory for {dir}: {e}"))
+    })?;
+    checkpoint::save(staging.path(), model, Some(optimizer), state)?;
+    upload_dir(staging.path(), &location).map_err(|e| ExecutorError::Spec(e.to_string()))
 }

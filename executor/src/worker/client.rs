@@ -182,6 +182,20 @@ impl DriverClient {
         .await
     }
 
+    /// Sends this rank's partial of a preparation phase (or polls for the merged result).
+    pub async fn prepare(&mut self, req: pb::PrepareRequest) -> Result<pb::PrepareReply> {
+        let wait = Duration::from_millis(req.wait_ms);
+        self.retrying("preparing the job", |mut c| {
+            let req = req.clone();
+            async move {
+                c.prepare(with_deadline(req, wait + CALL))
+                    .await
+                    .map(|r| r.into_inner())
+            }
+        })
+        .await
+    }
+
     /// Reports a task's end.
     pub async fn finish_task(&self, req: pb::FinishTaskRequest) -> Result<()> {
         let mut me = self.clone();

@@ -7,8 +7,11 @@ use ringflow_proto::pb;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
-use crate::error::Result;
-use crate::train::{Report, Split, TaskContext, TrainEvent};
+use crate::error::{ExecutorError, Result};
+use crate::train::{PreparePhase, Report, Split, TaskContext, TrainEvent};
+
+/// How long one preparation call may wait at the driver for the other ranks.
+const PREPARE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A [`TaskContext`] that asks the driver over RPC.
 pub struct RemoteContext {
@@ -46,6 +49,7 @@ impl TaskContext for RemoteContext {
             split: match split {
                 Split::Train => pb::Split::Train,
                 Split::Test => pb::Split::Test,
+                Split::Stats => pb::Split::Stats,
             } as i32,
             epoch,
         };
@@ -68,6 +72,36 @@ impl TaskContext for RemoteContext {
             self.cancel.store(true, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String> {
+        let mut req = pb::PrepareRequest {
+            job_id: self.job_id.clone(),
+            rank: self.rank,
+            phase: match phase {
+                PreparePhase::Source => pb::PreparePhase::Source,
+                PreparePhase::Stats => pb::PreparePhase::Stats,
+            } as i32,
+            partial_json: partial,
+            has_partial: true,
+            wait_ms: PREPARE_POLL.as_millis() as u64,
+        };
+        loop {
+            let reply = self.rt.block_on(self.client.prepare(req.clone()))?;
+            if reply.cancel {
+                self.cancel.store(true, Ordering::Relaxed);
+                return Err(ExecutorError::Cancelled);
+            }
+            if reply.ready {
+                return Ok(reply.merged_json);
+            }
+            if self.cancelled() {
+                return Err(ExecutorError::Cancelled);
+            }
+            // Sent once; from now on only poll.
+            req.has_partial = false;
+            req.partial_json = String::new();
+        }
     }
 
     fn cancelled(&self) -> bool {

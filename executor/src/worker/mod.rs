@@ -17,12 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::data::Preprocessing;
 use ringflow_proto::pb;
 use ringflow_proto::spec::JobSpec;
 use tracing::{error, info, warn};
 
 use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
 use crate::error::{ExecutorError, Result};
+use crate::infer::{InferTask, run_inference};
+use crate::train::setup::DataOptions;
 use crate::train::{TrainTask, run_task, with_compute_threads};
 use client::DriverClient;
 use context::RemoteContext;
@@ -161,15 +164,10 @@ fn run_one(
                 let spec = task.bench.unwrap_or_default();
                 bench::all_reduce(comm, &spec).map(|seconds| R::Bench(pb::BenchResult { seconds }))
             }
-            _ => {
+            kind => {
                 let spec = JobSpec::from_json(&task.spec_json)
                     .map_err(|e| ExecutorError::Spec(e.to_string()))?;
-                let train = TrainTask {
-                    job_id: task.job_id.clone(),
-                    spec,
-                    steps_per_epoch: task.steps_per_epoch,
-                    model_dir: task.model_dir.clone().into(),
-                };
+                let data = data_options(task, &config.driver)?;
                 let mut ctx = RemoteContext::new(
                     rt.handle().clone(),
                     client.clone(),
@@ -177,10 +175,39 @@ fn run_one(
                     task.rank,
                     current.cancel.clone(),
                 );
-                let outcome = with_compute_threads(config.threads, || {
-                    run_task(&train, registry, &mut ctx, comm)
-                })?;
-                Ok(R::Outcome((&outcome).into()))
+                let mut outcome = if let Ok(k @ (pb::TaskKind::Eval | pb::TaskKind::Predict)) = kind
+                {
+                    let infer = InferTask {
+                        job_id: task.job_id.clone(),
+                        spec,
+                        model_dir: task.model_dir.clone(),
+                        data,
+                        predict: (k == pb::TaskKind::Predict)
+                            .then(|| (task.output.clone(), task.id_column.clone())),
+                        rank: task.rank as usize,
+                    };
+                    let rows_written = with_compute_threads(config.threads, || {
+                        run_inference(&infer, registry, &mut ctx)
+                    })?;
+                    pb::TaskOutcome {
+                        rows_written,
+                        ..Default::default()
+                    }
+                } else {
+                    let train = TrainTask {
+                        job_id: task.job_id.clone(),
+                        spec,
+                        steps_per_epoch: task.steps_per_epoch,
+                        model_dir: task.model_dir.clone(),
+                        data,
+                    };
+                    let outcome = with_compute_threads(config.threads, || {
+                        run_task(&train, registry, &mut ctx, comm)
+                    })?;
+                    pb::TaskOutcome::from(&outcome)
+                };
+                outcome.peak_rss_bytes = peak_rss_bytes();
+                Ok(R::Outcome(outcome))
             }
         }
     })();
@@ -202,6 +229,36 @@ fn run_one(
     let sent = rt.block_on(client.finish_task(finish));
     drop(ring);
     sent
+}
+
+/// The data part of a task.
+fn data_options(task: &pb::Task, driver: &str) -> Result<DataOptions> {
+    let preprocessing = Preprocessing::from_json(&task.preprocessing_json)
+        .map_err(|m| ExecutorError::Spec(format!("the driver sent {m}")))?;
+    Ok(DataOptions {
+        input_columns: task.input_columns.clone(),
+        preprocessing,
+        collect_moments: task.collect_moments,
+        collect_labels: task.collect_labels,
+        probe_files: task.probe_source.then(|| task.files.clone()),
+        source_driver: task.source_driver,
+        driver_url: driver.to_string(),
+        job_id: task.job_id.clone(),
+        secret: task.secret.clone(),
+    })
+}
+
+/// This process's peak resident memory (`VmHWM` in `/proc/self/status`), 0 where unknown.
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
 }
 
 async fn heartbeat_loop(

@@ -92,6 +92,36 @@ impl JobSpec {
                 format!("must be a positive number, not {s}"),
             ));
         }
+        if let Some(q) = &d.sql
+            && q.trim().is_empty()
+        {
+            return Err(invalid(
+                "data.sql",
+                "is empty; remove it or give a query".into(),
+            ));
+        }
+        if !d.tables.is_empty() && d.sql.is_none() {
+            return Err(invalid(
+                "data.tables",
+                "are only read by data.sql, which is not set".into(),
+            ));
+        }
+        if let Some(classes) = &d.label_classes {
+            if classes.len() < 2 {
+                return Err(invalid(
+                    "data.label_classes",
+                    "must list at least two classes".into(),
+                ));
+            }
+            for (i, c) in classes.iter().enumerate() {
+                if classes[..i].contains(c) {
+                    return Err(invalid(
+                        "data.label_classes",
+                        format!("lists the class {c:?} twice"),
+                    ));
+                }
+            }
+        }
         if d.shuffle_buffer == 0 {
             return Err(invalid("data.shuffle_buffer", "must be at least 1".into()));
         }

@@ -13,6 +13,7 @@ mod overrides;
 pub use error::SpecError;
 pub use overrides::Override;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use ringflow_ml::Device;
@@ -49,13 +50,35 @@ pub struct DataSpec {
     /// Test data, evaluated after training (optional).
     #[serde(default)]
     pub test: Option<String>,
+    /// A DataFusion query that prepares each partition: it reads the table `input` (one
+    /// partition of the split being read) and the `[data.tables]`, and its output holds the
+    /// feature and label columns. Runs on the executors; the driver plans it once to check it.
+    #[serde(default)]
+    pub sql: Option<String>,
+    /// Small lookup tables the query may join against: name = path (Parquet, CSV or JSON).
+    #[serde(default)]
+    pub tables: BTreeMap<String, String>,
     /// Feature columns, concatenated in this order: numeric columns and list columns of numbers.
     pub features: Vec<String>,
-    /// The label column: integer class index for classification, number for regression.
+    /// The label column: integer class index or string class for classification, number for
+    /// regression.
     pub label: String,
+    /// The classes of a string label, in class-index order (default: the sorted distinct
+    /// values of the training split, found by a distributed pass before training).
+    #[serde(default)]
+    pub label_classes: Option<Vec<String>>,
     /// Divide every feature by this (e.g. 255 for pixels). Default: no scaling.
     #[serde(default)]
     pub scale: Option<f32>,
+    /// `"standard"`: subtract each feature's mean and divide by its standard deviation, both
+    /// computed over the training split before training and saved with the model.
+    #[serde(default)]
+    pub normalize: Option<Normalize>,
+    /// Where executors read partitions from: `"direct"` (storage), `"driver"` (the driver
+    /// serves them over Arrow Flight) or `"auto"` (direct when every executor can read the
+    /// data, else the driver; the default).
+    #[serde(default)]
+    pub source: DataSource,
     /// Rows held by each executor's shuffle buffer (default 10,000). Each batch draws its rows
     /// uniformly from the buffer, which is refilled from the executor's partitions, read in an
     /// order shuffled each epoch.
@@ -65,6 +88,27 @@ pub struct DataSpec {
     /// 0 disables the cache). Row groups beyond it are read from storage every epoch.
     #[serde(default = "defaults::cache_mb")]
     pub cache_mb: usize,
+}
+
+/// `data.normalize`: feature standardization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Normalize {
+    /// `(x − mean) / std` per feature, with whole-training-split statistics.
+    Standard,
+}
+
+/// `data.source`: how executors reach the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSource {
+    /// Direct when every executor can read every file, else through the driver.
+    #[default]
+    Auto,
+    /// Each executor reads its partitions from storage.
+    Direct,
+    /// The driver reads the files and serves partitions over Arrow Flight.
+    Driver,
 }
 
 /// `[train]`: the optimization.
@@ -215,6 +259,15 @@ impl JobSpec {
             Some(dir) => PathBuf::from(dir),
             None => PathBuf::from("runs").join(&self.name),
         }
+    }
+
+    /// Where the trained model is saved: `<checkpoint_dir>/model` (a local path or URL).
+    pub fn model_dir(&self) -> String {
+        let dir = match &self.cluster.checkpoint_dir {
+            Some(dir) => dir.trim_end_matches('/').to_string(),
+            None => format!("runs/{}", self.name),
+        };
+        format!("{dir}/model")
     }
 
     /// Serializes the spec for an executor.

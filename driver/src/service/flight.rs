@@ -1,0 +1,181 @@
+//! The driver's Arrow Flight service: partitions of a running job's data, read by the driver
+//! and streamed as Arrow record batches to executors that cannot read the files themselves.
+//!
+//! Only `do_get` is served. A ticket names the job, carries the job's secret, and asks for a
+//! row range of a row group of one of the job's own files: the driver never serves anything
+//! else from its disk.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use futures::stream::{BoxStream, StreamExt};
+use ringflow_proto::data::flight::{PartitionTicket, hex};
+use ringflow_proto::data::partition::PartitionReader;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::Shared;
+
+pub(crate) struct PartitionServer(pub Arc<Shared>);
+
+type Stream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+fn only_do_get<T>() -> Result<T, Status> {
+    Err(Status::unimplemented(
+        "the ringflow driver serves partitions with do_get only",
+    ))
+}
+
+impl PartitionServer {
+    /// Checks a ticket against the jobs the driver runs.
+    fn authorize(&self, ticket: &PartitionTicket) -> Result<(), Status> {
+        let s = self.0.lock();
+        let job = s
+            .job(&ticket.job_id)
+            .ok_or_else(|| Status::not_found(format!("no job {:?}", ticket.job_id)))?;
+        if job.is_finished() {
+            return Err(Status::failed_precondition(format!(
+                "job {} has ended",
+                ticket.job_id
+            )));
+        }
+        if hex(job.secret()) != ticket.secret {
+            return Err(Status::permission_denied(format!(
+                "the ticket does not carry job {}'s secret",
+                ticket.job_id
+            )));
+        }
+        let plan = job
+            .plan()
+            .ok_or_else(|| Status::not_found(format!("job {} reads no data", ticket.job_id)))?;
+        if !plan.files.contains(&ticket.path) {
+            return Err(Status::permission_denied(format!(
+                "{} is not a file of job {}",
+                ticket.path, ticket.job_id
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl FlightService for PartitionServer {
+    type HandshakeStream = Stream<HandshakeResponse>;
+    type ListFlightsStream = Stream<FlightInfo>;
+    type DoGetStream = Stream<FlightData>;
+    type DoPutStream = Stream<PutResult>;
+    type DoExchangeStream = Stream<FlightData>;
+    type DoActionStream = Stream<arrow_flight::Result>;
+    type ListActionsStream = Stream<ActionType>;
+
+    async fn do_get(&self, req: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        let ticket =
+            PartitionTicket::decode(&req.into_inner().ticket).map_err(Status::invalid_argument)?;
+        self.authorize(&ticket)?;
+        let partition = ticket.partition();
+        let columns = ticket.columns.clone();
+        // Parquet decoding is blocking work: a blocking thread reads, a channel of two batches
+        // keeps memory bounded while the executor consumes them.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<_, FlightError>>(2);
+        tokio::task::spawn_blocking(move || {
+            let opened = if ticket.whole {
+                PartitionReader::open_row_group(&partition, &columns)
+            } else {
+                PartitionReader::open(&partition, &columns)
+            };
+            let mut reader = match opened {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(FlightError::ExternalError(Box::new(e))));
+                    return;
+                }
+            };
+            loop {
+                let item = match reader.next_batch() {
+                    Ok(None) => return,
+                    Ok(Some((batch, _))) => Ok(batch),
+                    Err(e) => Err(FlightError::ExternalError(Box::new(e))),
+                };
+                let failed = item.is_err();
+                if tx.blocking_send(item).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let batches: BoxStream<'static, Result<_, FlightError>> =
+            tokio_stream::wrappers::ReceiverStream::new(rx).boxed();
+        let encoded = FlightDataEncoderBuilder::new()
+            .build(batches)
+            .map(|r| r.map_err(|e| Status::internal(e.to_string())));
+        Ok(Response::new(Box::pin(encoded)))
+    }
+
+    async fn handshake(
+        &self,
+        _: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        only_do_get()
+    }
+
+    async fn list_flights(
+        &self,
+        _: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        only_do_get()
+    }
+
+    async fn get_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        only_do_get()
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        only_do_get()
+    }
+
+    async fn get_schema(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        only_do_get()
+    }
+
+    async fn do_put(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        only_do_get()
+    }
+
+    async fn do_exchange(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        only_do_get()
+    }
+
+    async fn do_action(
+        &self,
+        _: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        only_do_get()
+    }
+
+    async fn list_actions(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        only_do_get()
+    }
+}

@@ -1,0 +1,174 @@
+//! An executor's partitions, read in order and prepared: from the row-group cache or from
+//! storage (or the driver), then through `data.sql` when the job has one. Training, whole-data
+//! statistics, evaluation and prediction all consume partitions through [`ReadContext`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use ringflow_proto::pb::Partition;
+
+use crate::data::cache::{RowGroupCache, slice_rows};
+use crate::data::prep::SqlPrep;
+use crate::data::source::DriverSource;
+use crate::error::{ExecutorError, Result};
+use ringflow_proto::data::partition::PartitionReader;
+
+/// Everything needed to turn partitions into prepared record batches.
+#[derive(Clone, Debug)]
+pub struct ReadContext {
+    /// The Parquet columns to read: the query's input columns, or the features and label.
+    pub columns: Vec<String>,
+    /// The job's SQL prep.
+    pub prep: Option<Arc<SqlPrep>>,
+    /// Decoded row groups kept between epochs.
+    pub cache: Arc<RowGroupCache>,
+    /// Set when partitions come from the driver instead of storage.
+    pub driver: Option<Arc<DriverSource>>,
+}
+
+/// Where a prepared batch came from, for error messages: a file and the row number of the
+/// batch's first row within it, or (after `data.sql`) within the query's output.
+pub struct Origin<'a> {
+    /// The file and, after SQL, the row group and the words "after data.sql".
+    pub file: &'a str,
+    /// Row number of the batch's first row.
+    pub first_row: u64,
+}
+
+impl ReadContext {
+    /// Calls `f` with every prepared batch of `partitions`, in order, until it returns false,
+    /// `stop` is set, or reading fails.
+    pub fn for_each_batch(
+        &self,
+        partitions: &[Partition],
+        stop: &AtomicBool,
+        mut f: impl FnMut(&RecordBatch, Origin<'_>) -> Result<bool>,
+    ) -> Result<()> {
+        for p in partitions {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            if !self.partition(p, stop, &mut f)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    fn partition(
+        &self,
+        p: &Partition,
+        stop: &AtomicBool,
+        f: &mut impl FnMut(&RecordBatch, Origin<'_>) -> Result<bool>,
+    ) -> Result<bool> {
+        // From the cache, or into it while there is room, or straight from the source.
+        let group = match self.cache.get(&p.path, p.row_group) {
+            Some(g) => Some(g),
+            None if self.cache.accepting() => {
+                let batches = self.read_all(p)?;
+                Some(self.cache.insert(&p.path, p.row_group, batches))
+            }
+            None => None,
+        };
+        if let Some(prep) = &self.prep {
+            let input = match &group {
+                Some(g) => {
+                    let slices: Vec<RecordBatch> = slice_rows(g, p.row_offset, p.row_count)
+                        .into_iter()
+                        .map(|(b, _)| b)
+                        .collect();
+                    let schema = match slices.first() {
+                        Some(b) => b.schema(),
+                        None => return Ok(true),
+                    };
+                    ringflow_proto::data::sql::memory_stream(schema, slices)
+                }
+                None => self.open(p, false)?.into_stream(),
+            };
+            let site = format!("{} (row group {}, after data.sql)", p.path, p.row_group);
+            let mut prepared = prep.run(input)?;
+            let mut row = 0u64;
+            loop {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(false);
+                }
+                let batch = prepared
+                    .next_batch()
+                    .map_err(|m| ExecutorError::data(site.clone(), m))?;
+                let Some(batch) = batch else {
+                    return Ok(true);
+                };
+                let first_row = row;
+                row += batch.num_rows() as u64;
+                if batch.num_rows() > 0
+                    && !f(
+                        &batch,
+                        Origin {
+                            file: &site,
+                            first_row,
+                        },
+                    )?
+                {
+                    return Ok(false);
+                }
+            }
+        }
+        if let Some(group) = group {
+            for (batch, at) in slice_rows(&group, p.row_offset, p.row_count) {
+                let first_row = p.file_row_start + at;
+                if stop.load(Ordering::Relaxed)
+                    || !f(
+                        &batch,
+                        Origin {
+                            file: &p.path,
+                            first_row,
+                        },
+                    )?
+                {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
+        }
+        let mut reader = self.open(p, false)?;
+        while let Some((batch, first_row)) = next(&mut reader)? {
+            if stop.load(Ordering::Relaxed)
+                || !f(
+                    &batch,
+                    Origin {
+                        file: &p.path,
+                        first_row,
+                    },
+                )?
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn open(&self, p: &Partition, whole: bool) -> Result<PartitionReader> {
+        let opened = match &self.driver {
+            Some(d) => return d.open(p, &self.columns, whole),
+            None if whole => PartitionReader::open_row_group(p, &self.columns),
+            None => PartitionReader::open(p, &self.columns),
+        };
+        opened.map_err(|e| ExecutorError::data(e.what, e.message))
+    }
+
+    fn read_all(&self, p: &Partition) -> Result<Vec<RecordBatch>> {
+        let mut reader = self.open(p, true)?;
+        let mut out = Vec::new();
+        while let Some((batch, _)) = next(&mut reader)? {
+            out.push(batch);
+        }
+        Ok(out)
+    }
+}
+
+fn next(reader: &mut PartitionReader) -> Result<Option<(RecordBatch, u64)>> {
+    reader
+        .next_batch()
+        .map_err(|e| ExecutorError::data(e.what, e.message))
+}

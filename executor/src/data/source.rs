@@ -1,0 +1,101 @@
+//! Partitions served by the driver over Arrow Flight, for executors that cannot read the data
+//! themselves (a path local to the driver's machine).
+
+use std::time::Duration;
+
+use arrow_flight::Ticket;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use futures::{StreamExt, TryStreamExt};
+use ringflow_proto::data::flight::{PartitionTicket, hex};
+use ringflow_proto::data::partition::PartitionReader;
+use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::pb::Partition;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{ExecutorError, Result};
+
+/// How long one partition request may take before it fails.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(300);
+
+/// A connection to the driver's Flight service for one job.
+#[derive(Debug)]
+pub struct DriverSource {
+    url: String,
+    job_id: String,
+    secret: String,
+    client: FlightServiceClient<Channel>,
+}
+
+impl DriverSource {
+    /// Connects (lazily) to the driver at `url` for `job_id`.
+    pub fn connect(url: &str, job_id: &str, secret: &[u8]) -> Result<DriverSource> {
+        let endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| ExecutorError::Comm(format!("bad driver URL {url}: {e}")))?
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(REQUEST_DEADLINE);
+        // The channel's background tasks live on the I/O runtime, where every call runs.
+        let channel = block_on(async move { endpoint.connect_lazy() });
+        let client = FlightServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        Ok(DriverSource {
+            url: url.to_string(),
+            job_id: job_id.to_string(),
+            secret: hex(secret),
+            client,
+        })
+    }
+
+    /// Asks the driver for `partition` (its whole row group with `whole`), reading `columns`.
+    pub fn open(
+        &self,
+        partition: &Partition,
+        columns: &[String],
+        whole: bool,
+    ) -> Result<PartitionReader> {
+        let ticket = PartitionTicket {
+            job_id: self.job_id.clone(),
+            secret: self.secret.clone(),
+            path: partition.path.clone(),
+            row_group: partition.row_group,
+            row_offset: partition.row_offset,
+            row_count: partition.row_count,
+            file_row_start: partition.file_row_start,
+            columns: columns.to_vec(),
+            whole,
+        };
+        let mut client = self.client.clone();
+        let url = self.url.clone();
+        let fetched = block_on(async move {
+            let response = client
+                .do_get(Ticket::new(ticket.encode()))
+                .await
+                .map_err(|s| s.message().to_string())?;
+            let flight = response
+                .into_inner()
+                .map_err(|s| FlightError::Tonic(Box::new(s)));
+            let mut stream = FlightRecordBatchStream::new_from_flight_data(flight);
+            let first = stream.next().await.transpose().map_err(|e| e.to_string())?;
+            let schema = stream.schema().cloned();
+            Ok::<_, String>((first, schema, stream))
+        })
+        .map_err(|m| {
+            ExecutorError::data(
+                partition.path.clone(),
+                format!("cannot be served by the driver at {url}: {m}"),
+            )
+        })?;
+        let (first, schema, rest) = fetched;
+        let schema = match (&first, schema) {
+            (Some(b), _) => b.schema(),
+            (None, Some(s)) => s,
+            (None, None) => std::sync::Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+        };
+        let rest = rest.map_err(|e| e.to_string());
+        let stream = futures::stream::iter(first.map(Ok)).chain(rest).boxed();
+        let offset = if whole { 0 } else { partition.row_offset };
+        Ok(PartitionReader::from_stream(
+            partition, schema, stream, offset,
+        ))
+    }
+}

@@ -1,0 +1,211 @@
+//! Evaluation and prediction with a saved model: each executor loads the model, reads its
+//! share of the data set (through the model's own SQL prep and preprocessing) and either
+//! reports loss and accuracy or writes its predictions as a Parquet part.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use datafusion::arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::ArrowWriter;
+use ringflow_ml::checkpoint;
+use ringflow_ml::loss::LossKind;
+use ringflow_ml::nn::{Model, ModelRegistry};
+use ringflow_ml::{Tensor, no_grad};
+use ringflow_proto::data::Location;
+use ringflow_proto::data::location::download_dir;
+use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::spec::JobSpec;
+
+use crate::error::{ExecutorError, Result};
+use crate::train::setup::{DataOptions, TaskData, prepare_data};
+use crate::train::{Split, TaskContext, TrainEvent, evaluate, label_kind};
+
+/// Rows per prediction batch.
+const PREDICT_BATCH: usize = 4096;
+
+/// One rank's evaluation or prediction task.
+#[derive(Clone, Debug)]
+pub struct InferTask {
+    /// The job's id.
+    pub job_id: String,
+    /// The saved model's job spec.
+    pub spec: JobSpec,
+    /// The saved model's directory (a path or URL).
+    pub model_dir: String,
+    /// How the task reads its data (the model's preprocessing included).
+    pub data: DataOptions,
+    /// For prediction: the output directory and the id column (may be empty).
+    pub predict: Option<(String, String)>,
+    /// This executor's rank.
+    pub rank: usize,
+}
+
+/// Loads the model saved in `dir` (downloading it first when it is in an object store).
+pub fn load_model(dir: &str, spec: &JobSpec, registry: &ModelRegistry) -> Result<Model> {
+    let model = Model::build(&spec.model, registry, spec.train.seed, spec.cluster.device)?;
+    let location = Location::parse(dir).map_err(|e| ExecutorError::Spec(e.to_string()))?;
+    let loaded = match location.local_path() {
+        Some(local) => checkpoint::load(&local)?,
+        None => {
+            let staging = tempfile::tempdir().map_err(|e| {
+                ExecutorError::Spec(format!("cannot create a staging directory for {dir}: {e}"))
+            })?;
+            download_dir(&location, staging.path())
+                .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+            checkpoint::load(staging.path())?
+        }
+    };
+    loaded.restore_model(&model)?;
+    Ok(model)
+}
+
+/// Runs an evaluation (reports [`TrainEvent::Evaluated`]) or a prediction (returns the rows
+/// written) on this rank's share of the data.
+pub fn run_inference(
+    task: &InferTask,
+    registry: &ModelRegistry,
+    ctx: &mut dyn TaskContext,
+) -> Result<u64> {
+    let spec = &task.spec;
+    let model = load_model(&task.model_dir, spec, registry)?;
+    let shape = model.shape();
+    let label = match task.predict {
+        Some(_) => None,
+        None => Some(label_kind(spec.train.loss, shape.outputs)),
+    };
+    let TaskData {
+        read,
+        converter,
+        preprocessing,
+    } = prepare_data(spec, &task.data, shape, label, ctx)?;
+    let plan = ctx.epoch_plan(Split::Test, 0)?;
+    let Some((output, id_column)) = &task.predict else {
+        let stats = evaluate(&model, spec.train.loss, &plan, converter, read)?;
+        ctx.report(TrainEvent::Evaluated(stats))?;
+        return Ok(0);
+    };
+    let id_column = (!id_column.is_empty()).then_some(id_column.as_str());
+    let classes = preprocessing.classes.clone();
+    let mut writer: Option<ArrowWriter<std::fs::File>> = None;
+    let staging = tempfile::NamedTempFile::new()
+        .map_err(|e| ExecutorError::Spec(format!("cannot create a staging file: {e}")))?;
+    let mut rows_written = 0u64;
+    let device = spec.cluster.device;
+    let mut rng = ringflow_ml::rng::seeded(0, 0);
+    let stop = AtomicBool::new(false);
+    read.for_each_batch(&plan.partitions, &stop, |batch, origin| {
+        for start in (0..batch.num_rows()).step_by(PREDICT_BATCH) {
+            let part = batch.slice(start, PREDICT_BATCH.min(batch.num_rows() - start));
+            let rows = converter.convert(&part, origin.file, origin.first_row + start as u64)?;
+            let x = Tensor::from_vec(rows.features, &[rows.rows, shape.inputs], device)?;
+            let out = no_grad(|| model.forward(&x, false, &mut rng))?.to_vec();
+            let columns =
+                prediction_columns(&out, shape.outputs, spec.train.loss, classes.as_deref());
+            let mut fields = Vec::new();
+            let mut arrays: Vec<ArrayRef> = Vec::new();
+            if let Some(id) = id_column {
+                let col = part.column_by_name(id).ok_or_else(|| {
+                    ExecutorError::data(
+                        origin.file,
+                        format!(
+                            "has no column `{id}` (the --id column) to keep with the predictions"
+                        ),
+                    )
+                })?;
+                fields.push(Field::new(id, col.data_type().clone(), true));
+                arrays.push(col.clone());
+            }
+            for (name, array) in columns {
+                fields.push(Field::new(name, array.data_type().clone(), false));
+                arrays.push(array);
+            }
+            let out_batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+                .map_err(|e| ExecutorError::Spec(format!("cannot assemble predictions: {e}")))?;
+            if writer.is_none() {
+                let file = staging.reopen().map_err(|e| {
+                    ExecutorError::Spec(format!("cannot open the staging file: {e}"))
+                })?;
+                writer = Some(
+                    ArrowWriter::try_new(file, out_batch.schema(), None).map_err(|e| {
+                        ExecutorError::Spec(format!("cannot write predictions: {e}"))
+                    })?,
+                );
+            }
+            writer
+                .as_mut()
+                .expect("just created")
+                .write(&out_batch)
+                .map_err(|e| ExecutorError::Spec(format!("cannot write predictions: {e}")))?;
+            rows_written += out_batch.num_rows() as u64;
+        }
+        Ok(!ctx.cancelled())
+    })?;
+    if ctx.cancelled() {
+        return Err(ExecutorError::Cancelled);
+    }
+    let Some(writer) = writer else {
+        return Ok(0);
+    };
+    writer
+        .close()
+        .map_err(|e| ExecutorError::Spec(format!("cannot finish the predictions file: {e}")))?;
+    let part = Location::parse(output)
+        .map_err(|e| ExecutorError::Spec(e.to_string()))?
+        .join(&format!("part-{:05}.parquet", task.rank));
+    let bytes = std::fs::read(staging.path())
+        .map_err(|e| ExecutorError::Spec(format!("cannot read the staged predictions: {e}")))?;
+    block_on(async move { part.write(bytes).await })
+        .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+    Ok(rows_written)
+}
+
+/// The prediction columns for `out` (rows × outputs): `prediction` (class name, class index
+/// or value) and, for classifiers, `probability` of the predicted class.
+fn prediction_columns(
+    out: &[f32],
+    outputs: usize,
+    loss: LossKind,
+    classes: Option<&[String]>,
+) -> Vec<(&'static str, ArrayRef)> {
+    match loss {
+        LossKind::CrossEntropy => {
+            let mut best = Vec::with_capacity(out.len() / outputs);
+            let mut prob = Vec::with_capacity(out.len() / outputs);
+            for row in out.chunks_exact(outputs) {
+                let (mut arg, mut max) = (0, f32::NEG_INFINITY);
+                for (i, &v) in row.iter().enumerate() {
+                    if v > max {
+                        (arg, max) = (i, v);
+                    }
+                }
+                let z: f32 = row.iter().map(|v| (v - max).exp()).sum();
+                best.push(arg);
+                prob.push(1.0 / z);
+            }
+            let prediction: ArrayRef = match classes {
+                Some(c) => Arc::new(StringArray::from_iter_values(
+                    best.iter().map(|&i| c[i].as_str()),
+                )),
+                None => Arc::new(Int64Array::from_iter_values(best.iter().map(|&i| i as i64))),
+            };
+            vec![
+                ("prediction", prediction),
+                ("probability", Arc::new(Float32Array::from(prob))),
+            ]
+        }
+        LossKind::BinaryCrossEntropy => {
+            let p: Vec<f32> = out.iter().map(|&z| 1.0 / (1.0 + (-z).exp())).collect();
+            let class = Int64Array::from_iter_values(p.iter().map(|&p| (p >= 0.5) as i64));
+            vec![
+                ("prediction", Arc::new(class) as ArrayRef),
+                ("probability", Arc::new(Float32Array::from(p))),
+            ]
+        }
+        LossKind::Mse => vec![(
+            "prediction",
+            Arc::new(Float32Array::from(out.to_vec())) as ArrayRef,
+        )],
+    }
+}

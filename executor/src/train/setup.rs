@@ -1,0 +1,182 @@
+//! What a task does with its data before the first step: find out where to read it from
+//! (storage or the driver), set up the SQL prep, and, when the spec asks for them, compute
+//! whole-data statistics together with the other ranks (a two-phase aggregate merged by the
+//! driver).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use ringflow_ml::nn::ModelShape;
+use ringflow_proto::data::partition::unreadable;
+use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
+use ringflow_proto::data::{DataStats, Preprocessing};
+use ringflow_proto::spec::JobSpec;
+
+use crate::data::cache::RowGroupCache;
+use crate::data::features::{Converter, LabelKind, string_values};
+use crate::data::partitions::ReadContext;
+use crate::data::prep::SqlPrep;
+use crate::data::source::DriverSource;
+use crate::error::{ExecutorError, Result};
+use crate::train::context::{PreparePhase, Split, TaskContext};
+
+/// The data part of a task, as the driver planned it.
+#[derive(Clone, Debug, Default)]
+pub struct DataOptions {
+    /// The Parquet columns to read (empty: the features and the label).
+    pub input_columns: Vec<String>,
+    /// Preprocessing known in advance (given label classes; a saved model's).
+    pub preprocessing: Option<Preprocessing>,
+    /// Compute feature moments before training (`normalize = "standard"`).
+    pub collect_moments: bool,
+    /// Collect the classes of a string label before training.
+    pub collect_labels: bool,
+    /// With `data.source = "auto"`: the files to check this executor can read.
+    pub probe_files: Option<Vec<String>>,
+    /// Read partitions from the driver (`data.source = "driver"`).
+    pub source_driver: bool,
+    /// The driver's URL (for Arrow Flight).
+    pub driver_url: String,
+    /// The job's id and ring secret (authorize Flight requests).
+    pub job_id: String,
+    /// The job's secret.
+    pub secret: Vec<u8>,
+}
+
+/// A task's data, ready to read.
+#[derive(Clone, Debug)]
+pub struct TaskData {
+    /// How partitions are read and prepared.
+    pub read: ReadContext,
+    /// Batches to features and labels, with the preprocessing applied.
+    pub converter: Arc<Converter>,
+    /// The preprocessing (saved with the model).
+    pub preprocessing: Preprocessing,
+}
+
+/// Sets up reading for `spec` and runs the preparation phases the task asks for. `label` is
+/// what the label must hold (`None` for prediction, which reads features only).
+pub fn prepare_data(
+    spec: &JobSpec,
+    options: &DataOptions,
+    shape: ModelShape,
+    label: Option<LabelKind>,
+    ctx: &mut dyn TaskContext,
+) -> Result<TaskData> {
+    let data = &spec.data;
+    let mut from_driver = options.source_driver;
+    if let Some(files) = &options.probe_files {
+        let partial = unreadable(files).unwrap_or_default();
+        from_driver = ctx.prepare(PreparePhase::Source, partial)? == "driver";
+    }
+    let driver = if from_driver {
+        Some(Arc::new(DriverSource::connect(
+            &options.driver_url,
+            &options.job_id,
+            &options.secret,
+        )?))
+    } else {
+        None
+    };
+    let prep = match &data.sql {
+        Some(q) => Some(Arc::new(SqlPrep::new(q, &data.tables)?)),
+        None => None,
+    };
+    let converter = Converter::new(
+        &data.features,
+        label.map(|_| data.label.as_str()),
+        label.unwrap_or(LabelKind::Regression),
+        data.scale,
+        shape.inputs,
+    );
+    let columns = if options.input_columns.is_empty() {
+        converter.columns()
+    } else {
+        options.input_columns.clone()
+    };
+    let read = ReadContext {
+        columns,
+        prep,
+        cache: RowGroupCache::new(data.cache_mb << 20),
+        driver,
+    };
+    let mut preprocessing = options.preprocessing.clone().unwrap_or_default();
+    if options.collect_moments || options.collect_labels {
+        let plan = ctx.epoch_plan(Split::Stats, 0)?;
+        let partial = collect_stats(
+            &read,
+            &converter,
+            &plan.partitions,
+            shape.inputs,
+            options.collect_moments,
+            options.collect_labels.then_some(data.label.as_str()),
+        )?;
+        let json = serde_json::to_string(&partial).expect("statistics serialize");
+        let merged = ctx.prepare(PreparePhase::Stats, json)?;
+        let merged = Preprocessing::from_json(&merged)
+            .map_err(|m| ExecutorError::Spec(format!("the driver sent {m}")))?
+            .unwrap_or_default();
+        if merged.classes.is_some() {
+            preprocessing.classes = merged.classes;
+        }
+        if merged.normalize.is_some() {
+            preprocessing.normalize = merged.normalize;
+        }
+    }
+    let converter = Arc::new(converter.with_preprocessing(&preprocessing)?);
+    Ok(TaskData {
+        read,
+        converter,
+        preprocessing,
+    })
+}
+
+/// This rank's partial statistics over `partitions`.
+fn collect_stats(
+    read: &ReadContext,
+    converter: &Converter,
+    partitions: &[ringflow_proto::pb::Partition],
+    width: usize,
+    moments: bool,
+    label: Option<&str>,
+) -> Result<DataStats> {
+    let stop = AtomicBool::new(false);
+    let mut m = FeatureMoments::default();
+    let mut labels: BTreeSet<String> = BTreeSet::new();
+    read.for_each_batch(partitions, &stop, |batch, origin| {
+        if moments {
+            let features = converter.raw_features(batch, origin.file, origin.first_row)?;
+            m.add_rows(&features, width);
+        }
+        if let Some(label) = label {
+            let fail = |m: String| ExecutorError::data(origin.file, format!("column `{label}` {m}"));
+            let col = batch
+                .column_by_name(label)
+                .ok_or_else(|| fail("(data.label) is missing from the data".into()))?;
+            for (i, v) in string_values(col).map_err(fail)?.into_iter().enumerate() {
+                match v {
+                    Some(v) => {
+                        labels.insert(v);
+                    }
+                    None => {
+                        return Err(fail(format!(
+                            "row {} (0-based): the label is null",
+                            origin.first_row + i as u64
+                        )));
+                    }
+                }
+            }
+            if labels.len() > MAX_CLASSES {
+                return Err(fail(format!(
+                    "(data.label) has more than {MAX_CLASSES} distinct values; is it really a class?"
+                )));
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(DataStats {
+        moments: moments.then_some(m),
+        labels: label.map(|_| labels),
+    })
+}

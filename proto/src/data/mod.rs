@@ -1,0 +1,26 @@
+//! How a job's data is found, prepared and summarized: the part of the contract that the
+//! driver (planning), the executors (reading) and the CLI (`ringflow sql`, `predict`) must
+//! interpret identically.
+//!
+//! - [`location`]: local paths and `s3://`, `gs://`, `az://`, `http(s)://` URLs, resolved to
+//!   object stores with credential checks.
+//! - [`partition`]: one partition (a row range of a row group) read as Arrow record batches,
+//!   locally or from an object store; [`flight`]: the ticket that asks the driver for one.
+//! - [`sql`]: DataFusion sessions, lookup tables, and the planning and streaming execution of a
+//!   job's `data.sql` over one partition at a time.
+//! - [`stats`]: the partial and merged whole-data statistics behind `normalize` and string
+//!   label classes.
+//! - [`runtime`]: the small async runtime that storage and SQL calls from synchronous code
+//!   run on.
+
+mod error;
+pub mod flight;
+pub mod location;
+pub mod partition;
+pub mod runtime;
+pub mod sql;
+pub mod stats;
+
+pub use error::{DataError, Result};
+pub use location::Location;
+pub use stats::{DataStats, Preprocessing};

@@ -1,0 +1,341 @@
+//! Reading one partition of a Parquet file as Arrow record batches, from wherever it lives
+//! (executors reading their own partitions; the driver serving them over Arrow Flight).
+//!
+//! A local file is read synchronously on the calling (reader) thread. A file in an object store
+//! is read with the async Parquet reader on the I/O runtime: only the footer and the column
+//! chunks of the partition's row group that the job needs are fetched, with range requests.
+
+use std::fs::File;
+
+use super::error::{DataError, Result};
+use super::location::Location;
+use super::runtime::block_on;
+use crate::pb::Partition;
+use bytes::Bytes;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::{RecordBatch, RecordBatchReader};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
+};
+use datafusion::parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use datafusion::parquet::errors::ParquetError;
+use datafusion::parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+/// Rows decoded per record batch.
+pub const READ_BATCH_ROWS: usize = 4096;
+
+/// Batches of a partition that arrive asynchronously (from an object store or the driver).
+pub type BatchStream = BoxStream<'static, std::result::Result<RecordBatch, String>>;
+
+enum Source {
+    Local(ParquetRecordBatchReader),
+    Remote(Option<BatchStream>),
+}
+
+/// The record batches of one partition, restricted to `columns` (in file order).
+pub struct PartitionReader {
+    source: Source,
+    partition: Partition,
+    schema: SchemaRef,
+    next_row: u64,
+}
+
+/// What to read of a row group: its index, the first row and the number of rows.
+struct Rows {
+    group: usize,
+    offset: u64,
+    count: u64,
+}
+
+impl PartitionReader {
+    /// Opens `partition`, reading only the named top-level columns; a missing column is an
+    /// error that lists the file's columns.
+    pub fn open(partition: &Partition, columns: &[String]) -> Result<PartitionReader> {
+        Self::open_rows(partition, columns, false)
+    }
+
+    /// Opens the whole row group that `partition` lies in (for caching it).
+    pub fn open_row_group(partition: &Partition, columns: &[String]) -> Result<PartitionReader> {
+        Self::open_rows(partition, columns, true)
+    }
+
+    fn open_rows(
+        partition: &Partition,
+        columns: &[String],
+        whole: bool,
+    ) -> Result<PartitionReader> {
+        let path = partition.path.clone();
+        let fail = |m: String| DataError::new(path.clone(), m);
+        let location = Location::parse(&path).map_err(|e| fail(e.message))?;
+        let (source, schema, first) = match location.local_path() {
+            Some(local) => {
+                let file =
+                    File::open(&local).map_err(|e| fail(format!("cannot be opened: {e}")))?;
+                let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+                    .map_err(|e| fail(format!("is not a readable Parquet file: {e}")))?;
+                let (roots, rows) = select(
+                    partition,
+                    columns,
+                    builder.metadata(),
+                    builder.schema(),
+                    whole,
+                )
+                .map_err(fail)?;
+                let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+                let reader = builder
+                    .with_row_groups(vec![rows.group])
+                    .with_projection(mask)
+                    .with_row_selection(selection(&rows))
+                    .with_batch_size(READ_BATCH_ROWS)
+                    .build()
+                    .map_err(|e| fail(format!("cannot be read: {e}")))?;
+                let schema = reader.schema();
+                (Source::Local(reader), schema, rows.offset)
+            }
+            None => {
+                let (p, c) = (partition.clone(), columns.to_vec());
+                let opened = block_on(async move { open_remote(location, &p, &c, whole).await });
+                let (stream, schema, first) = opened.map_err(fail)?;
+                (Source::Remote(Some(stream)), schema, first)
+            }
+        };
+        Ok(PartitionReader {
+            source,
+            partition: partition.clone(),
+            schema,
+            next_row: partition.file_row_start + first,
+        })
+    }
+
+    /// A reader over batches that arrive from `stream` (Arrow Flight), whose first row is row
+    /// `offset` of the partition's row group.
+    pub fn from_stream(
+        partition: &Partition,
+        schema: SchemaRef,
+        stream: BatchStream,
+        offset: u64,
+    ) -> PartitionReader {
+        PartitionReader {
+            source: Source::Remote(Some(stream)),
+            partition: partition.clone(),
+            schema,
+            next_row: partition.file_row_start + offset,
+        }
+    }
+
+    /// The schema of the batches (the projected columns).
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The next batch and the file row number of its first row.
+    pub fn next_batch(&mut self) -> Result<Option<(RecordBatch, u64)>> {
+        let fail = |m: String| {
+            DataError::new(
+                self.partition.path.clone(),
+                format!("cannot decode row group {}: {m}", self.partition.row_group),
+            )
+        };
+        let next = match &mut self.source {
+            Source::Local(r) => r.next().transpose().map_err(|e| fail(e.to_string()))?,
+            Source::Remote(slot) => {
+                let Some(mut stream) = slot.take() else {
+                    return Ok(None);
+                };
+                let (item, stream) = block_on(async move { (stream.next().await, stream) });
+                *slot = Some(stream);
+                item.transpose().map_err(fail)?
+            }
+        };
+        Ok(next.map(|batch| {
+            let first = self.next_row;
+            self.next_row += batch.num_rows() as u64;
+            (batch, first)
+        }))
+    }
+
+    /// The remaining batches as a DataFusion stream (the input of `data.sql`).
+    pub fn into_stream(mut self) -> SendableRecordBatchStream {
+        let schema = self.schema.clone();
+        let iter = std::iter::from_fn(move || match self.next_batch() {
+            Ok(Some((b, _))) => Some(Ok(b)),
+            Ok(None) => None,
+            Err(e) => Some(Err(datafusion::error::DataFusionError::External(Box::new(
+                e,
+            )))),
+        });
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(iter),
+        ))
+    }
+}
+
+fn selection(rows: &Rows) -> RowSelection {
+    RowSelection::from(vec![
+        RowSelector::skip(rows.offset as usize),
+        RowSelector::select(rows.count as usize),
+    ])
+}
+
+/// The root columns to read and the rows of the row group, checked against the footer.
+fn select(
+    partition: &Partition,
+    columns: &[String],
+    meta: &datafusion::parquet::file::metadata::ParquetMetaData,
+    arrow_schema: &SchemaRef,
+    whole: bool,
+) -> std::result::Result<(Vec<usize>, Rows), String> {
+    let mut roots = Vec::with_capacity(columns.len());
+    for c in columns {
+        let idx = arrow_schema.index_of(c).map_err(|_| {
+            let have: Vec<&str> = arrow_schema
+                .fields()
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            format!("has no column `{c}` (its columns: {})", have.join(", "))
+        })?;
+        roots.push(idx);
+    }
+    let rg = partition.row_group as usize;
+    if rg >= meta.num_row_groups() {
+        return Err(format!(
+            "has {} row groups; row group {rg} does not exist (did the file change since the \
+             job was planned?)",
+            meta.num_row_groups()
+        ));
+    }
+    let rg_rows = meta.row_group(rg).num_rows() as u64;
+    if partition.row_offset + partition.row_count > rg_rows {
+        return Err(format!(
+            "row group {rg} has {rg_rows} rows, fewer than the planned partition needs (did the \
+             file change since the job was planned?)"
+        ));
+    }
+    let rows = if whole {
+        Rows {
+            group: rg,
+            offset: 0,
+            count: rg_rows,
+        }
+    } else {
+        Rows {
+            group: rg,
+            offset: partition.row_offset,
+            count: partition.row_count,
+        }
+    };
+    Ok((roots, rows))
+}
+
+type Opened = (BatchStream, SchemaRef, u64);
+
+/// A Parquet file in an object store, read with range requests (the footer once, then only
+/// the column chunks asked for).
+pub struct StoreReader {
+    store: std::sync::Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    size: u64,
+}
+
+impl StoreReader {
+    /// A reader of the `size`-byte object at `location`.
+    pub fn new(location: &Location, size: u64) -> StoreReader {
+        StoreReader {
+            store: location.store().clone(),
+            path: location.path().clone(),
+            size,
+        }
+    }
+}
+
+impl AsyncFileReader for StoreReader {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> BoxFuture<'_, datafusion::parquet::errors::Result<Bytes>> {
+        Box::pin(async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        })
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> BoxFuture<'_, datafusion::parquet::errors::Result<Vec<Bytes>>> {
+        Box::pin(async move {
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        })
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, datafusion::parquet::errors::Result<std::sync::Arc<ParquetMetaData>>> {
+        Box::pin(async move {
+            let size = self.size;
+            let meta = ParquetMetaDataReader::new()
+                .with_prefetch_hint(Some(64 << 10))
+                .load_and_finish(self, size)
+                .await?;
+            Ok(std::sync::Arc::new(meta))
+        })
+    }
+}
+
+async fn open_remote(
+    location: Location,
+    partition: &Partition,
+    columns: &[String],
+    whole: bool,
+) -> std::result::Result<Opened, String> {
+    let size = location.size().await.map_err(|e| e.message)?;
+    let mut reader = StoreReader::new(&location, size);
+    let meta = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
+        .await
+        .map_err(|e| format!("is not a readable Parquet file: {e}"))?;
+    let (roots, rows) = select(partition, columns, meta.metadata(), meta.schema(), whole)?;
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, meta);
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let stream = builder
+        .with_row_groups(vec![rows.group])
+        .with_projection(mask)
+        .with_row_selection(selection(&rows))
+        .with_batch_size(READ_BATCH_ROWS)
+        .build()
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let schema = stream.schema().clone();
+    let stream = stream.map(|r| r.map_err(|e| e.to_string())).boxed();
+    Ok((stream, schema, rows.offset))
+}
+
+/// Checks that this process can open every file (for `data.source = "auto"`): the first
+/// failure, naming the file, or `None`.
+pub fn unreadable(paths: &[String]) -> Option<String> {
+    for path in paths {
+        let location = match Location::parse(path) {
+            Ok(l) => l,
+            Err(e) => return Some(e.to_string()),
+        };
+        if let Err(e) = block_on(async move { location.size().await }) {
+            return Some(e.to_string());
+        }
+    }
+    None
+}

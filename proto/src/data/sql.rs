@@ -1,0 +1,395 @@
+//! SQL prep with DataFusion: the sessions, tables and query plans shared by the driver (which
+//! plans a job's `data.sql` once to check it), the executors (which run it on their own
+//! partitions) and `ringflow sql`.
+//!
+//! A job's query reads the table `input`, which is one partition of a split at a time, plus the
+//! small lookup tables of `[data.tables]`. The driver plans the query against each split's
+//! schema: that checks syntax, tables and columns with DataFusion's own messages, gives the
+//! output schema (checked against `features` and `label`), and tells which `input` columns the
+//! query reads, so executors decode only those from Parquet.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::MemTable;
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::DataFusionError;
+use datafusion::execution::object_store::ObjectStoreRegistry;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::prelude::{
+    CsvReadOptions, JsonReadOptions, ParquetReadOptions, SessionConfig, SessionContext,
+};
+use object_store::ObjectStore;
+use url::Url;
+
+use super::error::{DataError, Result};
+use super::location::{Location, is_local, store_for};
+
+/// The name of the table that holds the current partition in a job's `data.sql`.
+pub const INPUT_TABLE: &str = "input";
+
+/// A new DataFusion session that resolves every URL the way [`Location`] does.
+///
+/// `target_partitions = Some(1)` keeps a query on the calling thread's share of the CPU (as an
+/// executor wants: its cores train); `None` uses every core (as `ringflow sql` wants).
+pub fn session(target_partitions: Option<usize>) -> SessionContext {
+    let mut config = SessionConfig::new().with_batch_size(4096);
+    if let Some(n) = target_partitions {
+        config = config.with_target_partitions(n.max(1));
+    }
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(Stores::default()))
+        .build_arc()
+        .expect("a default runtime environment builds");
+    SessionContext::new_with_config_rt(config, runtime)
+}
+
+/// DataFusion's view of ringflow's stores: any `s3://`, `gs://`, `az://` or `http(s)://` URL
+/// gets the client [`Location`] would build, with the same credential checks.
+#[derive(Debug, Default)]
+struct Stores {
+    registered: Mutex<HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+fn store_key(url: &Url) -> String {
+    format!("{}://{}", url.scheme(), url.authority())
+}
+
+impl ObjectStoreRegistry for Stores {
+    fn register_store(
+        &self,
+        url: &Url,
+        store: Arc<dyn ObjectStore>,
+    ) -> Option<Arc<dyn ObjectStore>> {
+        self.registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(store_key(url), store)
+    }
+
+    fn get_store(&self, url: &Url) -> datafusion::error::Result<Arc<dyn ObjectStore>> {
+        let key = store_key(url);
+        if let Some(s) = self
+            .registered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(s.clone());
+        }
+        store_for(url).map_err(|m| DataFusionError::Configuration(format!("{key}: {m}")))
+    }
+}
+
+/// The first line of a DataFusion error, without the "Error during planning:" noise kept
+/// where it helps (the kind of error stays, nested context goes).
+pub fn df_message(e: &DataFusionError) -> String {
+    let s = e.to_string();
+    let s = s.lines().next().unwrap_or(&s).trim().to_string();
+    s.strip_prefix("External error: ").unwrap_or(&s).to_string()
+}
+
+/// The form DataFusion's listing tables want for `path`: absolute for local paths (directories
+/// with a trailing slash), the URL otherwise. Checks that a local path exists.
+fn table_url(path: &str) -> Result<String> {
+    let loc = Location::parse(path)?;
+    match loc.local_path() {
+        Some(p) if p.is_dir() => Ok(format!("{}/", p.display())),
+        Some(p) if p.exists() || path.contains(['*', '?', '[']) => Ok(p.display().to_string()),
+        Some(_) => Err(DataError::new(path, "does not exist")),
+        None => Ok(loc.url().to_string()),
+    }
+}
+
+/// Registers the table `name` over the file, directory or glob at `path`: CSV (with a header
+/// row) for `.csv`, newline-delimited JSON for `.json`/`.ndjson`, Parquet otherwise.
+pub async fn register_table(ctx: &SessionContext, name: &str, path: &str) -> Result<()> {
+    let url = table_url(path)?;
+    let lower = path.to_ascii_lowercase();
+    let fail =
+        |e: DataFusionError| DataError::new(format!("table `{name}` ({path})"), df_message(&e));
+    if lower.ends_with(".csv") || lower.ends_with(".csv.gz") {
+        ctx.register_csv(name, &url, CsvReadOptions::new())
+            .await
+            .map_err(fail)
+    } else if lower.ends_with(".json") || lower.ends_with(".ndjson") {
+        let options = JsonReadOptions::default().file_extension(if lower.ends_with(".json") {
+            ".json"
+        } else {
+            ".ndjson"
+        });
+        ctx.register_json(name, &url, options).await.map_err(fail)
+    } else {
+        let options = ParquetReadOptions::default();
+        let options = if lower.ends_with(".parquet") || !is_local(path) || url.ends_with('/') {
+            options
+        } else {
+            // A single local file with another extension.
+            options.file_extension("")
+        };
+        ctx.register_parquet(name, &url, options)
+            .await
+            .map_err(fail)
+    }
+}
+
+/// Registers the lookup tables of `[data.tables]`; with `in_memory` each is read once and kept
+/// in memory (executors run the query once per partition and should not re-read them).
+pub async fn register_lookup_tables(
+    ctx: &SessionContext,
+    tables: &BTreeMap<String, String>,
+    in_memory: bool,
+) -> Result<()> {
+    for (name, path) in tables {
+        let what = format!("data.tables.{name}");
+        if name.eq_ignore_ascii_case(INPUT_TABLE) {
+            return Err(DataError::new(
+                what,
+                "`input` is the name of the partition being prepared; give the table another name",
+            ));
+        }
+        register_table(ctx, name, path)
+            .await
+            .map_err(|e| DataError::new(&what, e.to_string()))?;
+        if in_memory {
+            let fail = |e: DataFusionError| DataError::new(&what, df_message(&e));
+            let df = ctx.table(name.as_str()).await.map_err(fail)?;
+            let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+            let batches = df.collect().await.map_err(fail)?;
+            let table = MemTable::try_new(schema, vec![batches]).map_err(fail)?;
+            ctx.deregister_table(name.as_str()).map_err(fail)?;
+            ctx.register_table(name.as_str(), Arc::new(table))
+                .map_err(fail)?;
+        }
+    }
+    Ok(())
+}
+
+/// What planning a job's query against an input schema tells.
+#[derive(Clone, Debug)]
+pub struct PlannedQuery {
+    /// The schema of the query's output.
+    pub output: SchemaRef,
+    /// The columns of `input` that the query reads, in input-schema order.
+    pub input_columns: Vec<String>,
+}
+
+/// Plans `query` with `input` of the given schema (no rows are read from `input`).
+pub async fn plan_query(
+    ctx: &SessionContext,
+    query: &str,
+    input: SchemaRef,
+) -> Result<PlannedQuery> {
+    let fail = |e: DataFusionError| DataError::new("data.sql", df_message(&e));
+    let empty = MemTable::try_new(input.clone(), vec![vec![]]).map_err(fail)?;
+    ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
+    ctx.register_table(INPUT_TABLE, Arc::new(empty))
+        .map_err(fail)?;
+    let df = ctx.sql(query).await.map_err(fail)?;
+    let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let plan = df.into_optimized_plan().map_err(fail)?;
+    let mut used = vec![false; input.fields().len()];
+    let mut scans = 0;
+    plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node
+            && scan.table_name.table() == INPUT_TABLE
+        {
+            scans += 1;
+            match &scan.projection {
+                Some(p) => p.iter().for_each(|&i| used[i] = true),
+                None => used.iter_mut().for_each(|u| *u = true),
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(fail)?;
+    ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
+    if scans == 0 {
+        return Err(DataError::new(
+            "data.sql",
+            "the query does not read the table `input` (the partition being prepared)",
+        ));
+    }
+    let input_columns = input
+        .fields()
+        .iter()
+        .zip(&used)
+        .filter(|(_, u)| **u)
+        .map(|(f, _)| f.name().clone())
+        .collect();
+    Ok(PlannedQuery {
+        output,
+        input_columns,
+    })
+}
+
+/// A partition stream that hands out one prepared stream, once.
+struct OnceStream {
+    schema: SchemaRef,
+    stream: Mutex<Option<SendableRecordBatchStream>>,
+}
+
+impl std::fmt::Debug for OnceStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnceStream")
+    }
+}
+
+impl PartitionStream for OnceStream {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let taken = self.stream.lock().unwrap_or_else(|p| p.into_inner()).take();
+        taken.unwrap_or_else(|| {
+            let schema = self.schema.clone();
+            Box::pin(
+                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                    schema,
+                    futures::stream::once(async {
+                        Err(DataFusionError::Execution(
+                            "the table `input` can be read only once per query".into(),
+                        ))
+                    }),
+                ),
+            )
+        })
+    }
+}
+
+/// Runs `query` with `input` streaming from `rows` (a partition), returning the output as a
+/// stream: neither the partition nor the output is ever held whole.
+pub async fn run_query(
+    ctx: &SessionContext,
+    query: &str,
+    rows: SendableRecordBatchStream,
+) -> Result<SendableRecordBatchStream> {
+    let fail = |e: DataFusionError| DataError::new("data.sql", df_message(&e));
+    let schema = rows.schema();
+    let table = StreamingTable::try_new(
+        schema.clone(),
+        vec![Arc::new(OnceStream {
+            schema,
+            stream: Mutex::new(Some(rows)),
+        })],
+    )
+    .map_err(fail)?;
+    ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
+    ctx.register_table(INPUT_TABLE, Arc::new(table))
+        .map_err(fail)?;
+    let df = ctx.sql(query).await.map_err(fail)?;
+    df.execute_stream().await.map_err(fail)
+}
+
+/// A stream over batches already in memory (a cached row group's slices).
+pub fn memory_stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> SendableRecordBatchStream {
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter(batches.into_iter().map(Ok)),
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Float32Array, Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use futures::TryStreamExt;
+
+    use super::*;
+    use crate::data::runtime::block_on;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Float32, false),
+            Field::new("b", DataType::Int64, false),
+            Field::new("unused", DataType::Utf8, true),
+        ]))
+    }
+
+    #[test]
+    fn planning_finds_the_input_columns_and_the_output_schema() {
+        let planned = block_on(async {
+            let ctx = session(Some(1));
+            plan_query(
+                &ctx,
+                "SELECT a * 2 AS x, b FROM input WHERE b > 0",
+                schema(),
+            )
+            .await
+        })
+        .unwrap();
+        assert_eq!(planned.input_columns, ["a", "b"]);
+        let names: Vec<_> = planned
+            .output
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["x", "b"]);
+    }
+
+    #[test]
+    fn unknown_columns_and_syntax_errors_carry_datafusion_messages() {
+        let e = block_on(async {
+            plan_query(&session(Some(1)), "SELECT nope FROM input", schema()).await
+        })
+        .unwrap_err();
+        assert!(e.to_string().starts_with("data.sql: "), "{e}");
+        assert!(e.to_string().contains("nope"), "{e}");
+        let e =
+            block_on(async { plan_query(&session(Some(1)), "SELEC a FROM input", schema()).await })
+                .unwrap_err();
+        assert!(e.to_string().contains("SELEC"), "{e}");
+        let e = block_on(async { plan_query(&session(Some(1)), "SELECT 1", schema()).await })
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("does not read the table `input`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn queries_stream_over_a_partition() {
+        let batch = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0])),
+                Arc::new(Int64Array::from(vec![-1, 5, 7])),
+                Arc::new(StringArray::from(vec![Some("x"), None, Some("z")])),
+            ],
+        )
+        .unwrap();
+        let out: Vec<RecordBatch> = block_on(async move {
+            let ctx = session(Some(1));
+            let stream = memory_stream(batch.schema(), vec![batch]);
+            let s = run_query(&ctx, "SELECT a + b AS s FROM input WHERE b > 0", stream).await?;
+            s.try_collect()
+                .await
+                .map_err(|e| DataError::new("x", e.to_string()))
+        })
+        .unwrap();
+        let values: Vec<f64> = out
+            .iter()
+            .flat_map(|b| {
+                let c = datafusion::arrow::compute::cast(b.column(0), &DataType::Float64).unwrap();
+                c.as_any()
+                    .downcast_ref::<datafusion::arrow::array::Float64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(values, [7.0, 10.0]);
+    }
+}

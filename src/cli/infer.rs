@@ -1,0 +1,114 @@
+//! `ringflow eval` and `ringflow predict`: a saved model applied to a data set by executors in
+//! parallel, on a local cluster or a running driver's executors.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::pb;
+
+use super::submit::absolute_if_here;
+use super::{cores, local, submit};
+
+/// Where an evaluation or prediction runs.
+#[derive(Args)]
+pub struct ClusterArgs {
+    /// The saved model's directory (`<checkpoint_dir>/model` of a training job; path or URL).
+    #[arg(long, value_name = "DIR")]
+    model: String,
+
+    /// The data: a Parquet file, directory, glob or URL, with the columns the model was trained
+    /// on (raw columns when the model has a `data.sql`, which is applied again).
+    #[arg(long, value_name = "PATH")]
+    data: String,
+
+    /// Executors to spread the data over on a local cluster (default 1).
+    #[arg(long, default_value_t = 1)]
+    executors: usize,
+
+    /// Run on this driver's executors instead of a local cluster.
+    #[arg(long, env = "RINGFLOW_DRIVER")]
+    driver: Option<String>,
+
+    /// Write the summary as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    summary_json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+#[derive(Args)]
+pub struct PredictArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+
+    /// The output directory (path or URL): each executor writes `part-NNNNN.parquet`.
+    #[arg(long, value_name = "PATH")]
+    output: String,
+
+    /// A column to keep next to each prediction (e.g. a row id).
+    #[arg(long = "id", value_name = "COLUMN")]
+    id_column: Option<String>,
+}
+
+fn run(
+    cluster: ClusterArgs,
+    kind: pb::TaskKind,
+    output: String,
+    id_column: String,
+    registry: ModelRegistry,
+) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(cluster.executors >= 1, "--executors must be at least 1");
+    let request = pb::SubmitRequest {
+        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        kind: kind as i32,
+        model_dir: absolute_if_here(&cluster.model),
+        data: absolute_if_here(&cluster.data),
+        executors: cluster.executors as u32,
+        output: if cluster.driver.is_some() && !output.contains("://") && !output.starts_with('/') {
+            std::env::current_dir()?.join(&output).display().to_string()
+        } else {
+            output
+        },
+        id_column,
+        ..Default::default()
+    };
+    match &cluster.driver {
+        Some(url) => submit::follow(url, request, cluster.summary_json.as_ref()),
+        None => {
+            let threads = (cores() / cluster.executors).max(1);
+            local::run_local(
+                registry,
+                cluster.executors,
+                threads,
+                request,
+                cluster.summary_json.as_ref(),
+            )
+        }
+    }
+}
+
+pub fn eval(args: EvalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
+    run(
+        args.cluster,
+        pb::TaskKind::Eval,
+        String::new(),
+        String::new(),
+        registry,
+    )
+}
+
+pub fn predict(args: PredictArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
+    run(
+        args.cluster,
+        pb::TaskKind::Predict,
+        args.output,
+        args.id_column.unwrap_or_default(),
+        registry,
+    )
+}
