@@ -94,8 +94,22 @@ impl JobSummary {
         cancelled: bool,
     ) -> JobSummary {
         let outcomes = progress.outcomes().unwrap_or_default();
-        let samples = outcomes.iter().map(|o| o.samples).sum();
-        let train_seconds = outcomes.iter().map(|o| o.train_seconds).fold(0.0, f64::max);
+        // Without every rank's outcome (a job that failed after training, e.g. while saving),
+        // the finished epochs still tell what was trained.
+        let (samples, steps, train_seconds) = if outcomes.is_empty() {
+            let e = progress.epochs();
+            (
+                e.iter().map(|e| e.samples).sum(),
+                e.iter().map(|e| e.steps).sum(),
+                e.iter().map(|e| e.seconds).sum(),
+            )
+        } else {
+            (
+                outcomes.iter().map(|o| o.samples).sum(),
+                outcomes.first().map(|o| o.steps).unwrap_or(0),
+                outcomes.iter().map(|o| o.train_seconds).fold(0.0, f64::max),
+            )
+        };
         let eval = progress.evaluation();
         let status = match (&error, cancelled) {
             (_, true) => JobStatus::Cancelled,
@@ -110,7 +124,7 @@ impl JobSummary {
             error,
             executors,
             epochs: progress.epochs().len() as u64,
-            steps: outcomes.first().map(|o| o.steps).unwrap_or(0),
+            steps,
             samples,
             wall_s,
             train_samples_per_s: if train_seconds > 0.0 {

@@ -350,18 +350,23 @@ fn wait_with_deadline(child: &mut Child, limit: Duration) {
 }
 
 /// A long-running `ringflow` process (driver or executor), killed when dropped.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
-    ready_line: String,
+    pub(crate) ready_line: String,
 }
 
 impl Daemon {
-    /// Starts `ringflow ARGS` and waits for a stderr line containing `ready`; `ready_line` is
-    /// what follows it.
-    fn start(args: &[&str], ready: &str) -> Daemon {
+    /// Starts `ringflow ARGS` in the repository root and waits for a stderr line containing
+    /// `ready`; `ready_line` is what follows it.
+    pub(crate) fn start(args: &[&str], ready: &str) -> Daemon {
+        Daemon::start_in(args, ready, &repo())
+    }
+
+    /// Starts `ringflow ARGS` in the working directory `cwd`, like [`Daemon::start`].
+    pub(crate) fn start_in(args: &[&str], ready: &str, cwd: &std::path::Path) -> Daemon {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
             .args(args)
-            .current_dir(repo())
+            .current_dir(cwd)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -388,7 +393,7 @@ impl Daemon {
         Daemon { child, ready_line }
     }
 
-    fn terminate(&mut self) {
+    pub(crate) fn terminate(&mut self) {
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }

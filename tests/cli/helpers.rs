@@ -63,16 +63,41 @@ pub fn ringflow(args: &[&str], deadline: Duration) -> Run {
     run_program(Path::new(env!("CARGO_BIN_EXE_ringflow")), args, deadline)
 }
 
+/// Runs `ringflow ARGS` like [`ringflow`] with its environment changed by `env`, in order:
+/// `(NAME, Some(value))` sets a variable, `(NAME, None)` removes an inherited one. Executor
+/// processes of `ringflow local` inherit the result.
+pub fn ringflow_env(args: &[&str], env: &[(&str, Option<&str>)], deadline: Duration) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringflow"));
+    cmd.args(args);
+    for (name, value) in env {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
+    run_command(&mut cmd, deadline)
+}
+
 /// Runs `program ARGS` from the repository root, killing it if it outlives `deadline`.
 pub fn run_program(program: &Path, args: &[&str], deadline: Duration) -> Run {
-    let mut child = Command::new(program)
-        .args(args)
+    run_command(Command::new(program).args(args), deadline)
+}
+
+/// Runs `cmd` (its program, arguments and environment) from the repository root with no
+/// input, capturing its output, killing it if it outlives `deadline`.
+pub fn run_command(cmd: &mut Command, deadline: Duration) -> Run {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut child = cmd
         .current_dir(repo())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("the ringflow binary starts");
+        .unwrap_or_else(|e| panic!("{program} cannot be started: {e}"));
     let mut out = child.stdout.take().expect("piped");
     let mut err = child.stderr.take().expect("piped");
     let out_reader = std::thread::spawn(move || {
@@ -94,8 +119,7 @@ pub fn run_program(program: &Path, args: &[&str], deadline: Duration) -> Run {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "{} {args:?} ran longer than {deadline:?}; killed it. stderr so far:\n{}",
-                program.display(),
+                "{program} {args:?} ran longer than {deadline:?}; killed it. stderr so far:\n{}",
                 err_reader.join().unwrap_or_default()
             );
         }

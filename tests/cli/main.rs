@@ -1,6 +1,8 @@
 //! End-to-end tests of the `ringflow` binary: real processes, real Parquet, real data.
 
+mod data;
 mod distributed;
 mod errors;
 mod helpers;
+mod s3;
 mod train;

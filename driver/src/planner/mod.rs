@@ -137,6 +137,10 @@ impl JobPlan {
     pub fn new(spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
         spec.cluster.device.check_available()?;
+        // Where the model goes must be usable (an object store needs credentials) before any
+        // executor trains for it.
+        Location::parse(&spec.model_dir())
+            .map_err(|e| DriverError::Data(format!("cluster.checkpoint_dir: {e}")))?;
         let train = plan_split("data.train", &spec.data.train, &spec, model, true)?;
         let test = match &spec.data.test {
             Some(path) => Some(plan_split("data.test", path, &spec, model, true)?),

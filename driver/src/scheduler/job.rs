@@ -638,7 +638,7 @@ impl Job {
         let json = match &self.kind {
             JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
                 let mut s = JobSummary::new(
-                    &plan.spec.name,
+                    &self.kind.name(),
                     &self.id,
                     self.ranks.len().max(self.executors_needed()),
                     plan.spec.train.loss.is_classification(),

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::data::Location;
 use ringflow_proto::pb;
 use ringflow_proto::spec::JobSpec;
 use tracing::{info, warn};
@@ -189,6 +190,9 @@ impl Scheduler {
         data: &str,
         predict: Option<&(String, String)>,
     ) -> Result<(JobPlan, String)> {
+        if let Some((output, _)) = predict {
+            Location::parse(output).map_err(|e| DriverError::Data(format!("--output: {e}")))?;
+        }
         let saved = crate::planner::saved_model(model_dir)?;
         let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
         // Without SQL the id column is read from the files; with SQL it must be in the query's

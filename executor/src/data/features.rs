@@ -750,6 +750,57 @@ mod tests {
     }
 
     #[test]
+    fn string_labels_map_to_classes_and_features_are_standardized() {
+        use ringflow_proto::data::stats::Normalization;
+        let b = batch(vec![
+            ("x", Arc::new(Float32Array::from(vec![1.0, 3.0, 5.0]))),
+            (
+                "y",
+                Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                    "b", "a", "b",
+                ])),
+            ),
+        ]);
+        let p = Preprocessing {
+            normalize: Some(Normalization {
+                mean: vec![3.0],
+                std: vec![2.0],
+            }),
+            classes: Some(vec!["a".into(), "b".into()]),
+        };
+        let c = conv(&["x"], LabelKind::Classes(2), None, 1)
+            .with_preprocessing(&p)
+            .unwrap();
+        let rows = c.convert(&b, "f.parquet", 0).unwrap();
+        assert_eq!(rows.features, [-1.0, 0.0, 1.0]);
+        assert_eq!(rows.labels, [1.0, 0.0, 1.0]);
+        assert_eq!(c.raw_features(&b, "f.parquet", 0).unwrap(), [1.0, 3.0, 5.0]);
+        let other = Preprocessing {
+            normalize: None,
+            classes: Some(vec!["a".into(), "c".into()]),
+        };
+        let c = conv(&["x"], LabelKind::Classes(2), None, 1)
+            .with_preprocessing(&other)
+            .unwrap();
+        let msg = error(&c, &b);
+        assert!(
+            msg.contains("row 100")
+                && msg.contains("label \"b\" is not one of the classes (\"a\", \"c\")"),
+            "{msg}"
+        );
+        let three = Preprocessing {
+            normalize: None,
+            classes: Some(vec!["a".into(), "b".into(), "c".into()]),
+        };
+        let e = conv(&["x"], LabelKind::Classes(2), None, 1)
+            .with_preprocessing(&three)
+            .unwrap_err();
+        assert!(e.to_string().contains("3 classes"), "{e}");
+        let msg = error(&conv(&["x"], LabelKind::Classes(2), None, 1), &b);
+        assert!(msg.contains("holds strings"), "{msg}");
+    }
+
+    #[test]
     fn labels_must_fit_the_model() {
         let b = batch(vec![
             ("x", Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0]))),

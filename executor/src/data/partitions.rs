@@ -62,6 +62,10 @@ impl ReadContext {
         stop: &AtomicBool,
         f: &mut impl FnMut(&RecordBatch, Origin<'_>) -> Result<bool>,
     ) -> Result<bool> {
+        // Hands a batch on unless stopped; false ends the reading.
+        let mut emit = |batch: &RecordBatch, file: &str, first_row: u64| -> Result<bool> {
+            Ok(!stop.load(Ordering::Relaxed) && f(batch, Origin { file, first_row })?)
+        };
         // From the cache, or into it while there is room, or straight from the source.
         let group = match self.cache.get(&p.path, p.row_group) {
             Some(g) => Some(g),
@@ -78,9 +82,8 @@ impl ReadContext {
                         .into_iter()
                         .map(|(b, _)| b)
                         .collect();
-                    let schema = match slices.first() {
-                        Some(b) => b.schema(),
-                        None => return Ok(true),
+                    let Some(schema) = slices.first().map(RecordBatch::schema) else {
+                        return Ok(true);
                     };
                     ringflow_proto::data::sql::memory_stream(schema, slices)
                 }
@@ -89,43 +92,21 @@ impl ReadContext {
             let site = format!("{} (row group {}, after data.sql)", p.path, p.row_group);
             let mut prepared = prep.run(input)?;
             let mut row = 0u64;
-            loop {
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(false);
-                }
-                let batch = prepared
-                    .next_batch()
-                    .map_err(|m| ExecutorError::data(site.clone(), m))?;
-                let Some(batch) = batch else {
-                    return Ok(true);
-                };
+            while let Some(batch) = prepared
+                .next_batch()
+                .map_err(|m| ExecutorError::data(site.clone(), m))?
+            {
                 let first_row = row;
                 row += batch.num_rows() as u64;
-                if batch.num_rows() > 0
-                    && !f(
-                        &batch,
-                        Origin {
-                            file: &site,
-                            first_row,
-                        },
-                    )?
-                {
+                if batch.num_rows() > 0 && !emit(&batch, &site, first_row)? {
                     return Ok(false);
                 }
             }
+            return Ok(true);
         }
         if let Some(group) = group {
             for (batch, at) in slice_rows(&group, p.row_offset, p.row_count) {
-                let first_row = p.file_row_start + at;
-                if stop.load(Ordering::Relaxed)
-                    || !f(
-                        &batch,
-                        Origin {
-                            file: &p.path,
-                            first_row,
-                        },
-                    )?
-                {
+                if !emit(&batch, &p.path, p.file_row_start + at)? {
                     return Ok(false);
                 }
             }
@@ -133,15 +114,7 @@ impl ReadContext {
         }
         let mut reader = self.open(p, false)?;
         while let Some((batch, first_row)) = next(&mut reader)? {
-            if stop.load(Ordering::Relaxed)
-                || !f(
-                    &batch,
-                    Origin {
-                        file: &p.path,
-                        first_row,
-                    },
-                )?
-            {
+            if !emit(&batch, &p.path, first_row)? {
                 return Ok(false);
             }
         }

@@ -248,9 +248,14 @@ impl Location {
     }
 
     fn error(&self, what: &str, e: object_store::Error) -> DataError {
+        let text = e.to_string();
         let message = match &e {
             object_store::Error::NotFound { .. } => "does not exist".to_string(),
-            other => format!("{what}: {}", first_line(&other.to_string())),
+            _ if text.contains("NoSuchBucket") => format!(
+                "does not exist: there is no bucket `{}`",
+                self.url.host_str().unwrap_or_default()
+            ),
+            _ => format!("{what}: {}", first_line(&text)),
         };
         DataError::new(&self.text, message)
     }

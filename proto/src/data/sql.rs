@@ -96,21 +96,32 @@ pub fn df_message(e: &DataFusionError) -> String {
 }
 
 /// The form DataFusion's listing tables want for `path`: absolute for local paths (directories
-/// with a trailing slash), the URL otherwise. Checks that a local path exists.
-fn table_url(path: &str) -> Result<String> {
+/// with a trailing slash), the URL otherwise (a prefix with a trailing slash). Checks that the
+/// path exists.
+async fn table_url(path: &str) -> Result<String> {
     let loc = Location::parse(path)?;
+    let glob = path.contains(['*', '?', '[']);
     match loc.local_path() {
         Some(p) if p.is_dir() => Ok(format!("{}/", p.display())),
-        Some(p) if p.exists() || path.contains(['*', '?', '[']) => Ok(p.display().to_string()),
+        Some(p) if p.exists() || glob => Ok(p.display().to_string()),
         Some(_) => Err(DataError::new(path, "does not exist")),
-        None => Ok(loc.url().to_string()),
+        None if glob => Ok(loc.url().to_string()),
+        None => {
+            if loc.size().await.is_ok() {
+                return Ok(loc.url().to_string());
+            }
+            if loc.list().await?.is_empty() {
+                return Err(DataError::new(path, "does not exist"));
+            }
+            Ok(format!("{}/", loc.url().as_str().trim_end_matches('/')))
+        }
     }
 }
 
 /// Registers the table `name` over the file, directory or glob at `path`: CSV (with a header
 /// row) for `.csv`, newline-delimited JSON for `.json`/`.ndjson`, Parquet otherwise.
 pub async fn register_table(ctx: &SessionContext, name: &str, path: &str) -> Result<()> {
-    let url = table_url(path)?;
+    let url = table_url(path).await?;
     let lower = path.to_ascii_lowercase();
     let fail =
         |e: DataFusionError| DataError::new(format!("table `{name}` ({path})"), df_message(&e));
