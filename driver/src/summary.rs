@@ -78,6 +78,9 @@ pub struct JobSummary {
     pub output: Option<String>,
     /// Prediction: rows written.
     pub rows_written: Option<u64>,
+    /// FNV-1a checksum of rank 0's final parameters (equal between runs that trained the same
+    /// replicas bit for bit).
+    pub param_checksum: Option<u64>,
 }
 
 impl JobSummary {
@@ -157,6 +160,7 @@ impl JobSummary {
             output: None,
             rows_written: (!outcomes.is_empty())
                 .then(|| outcomes.iter().map(|o| o.rows_written).sum()),
+            param_checksum: checksums.first().copied(),
         }
     }
 }

@@ -42,22 +42,27 @@ pub struct InferTask {
     pub rank: usize,
 }
 
-/// Loads the model saved in `dir` (downloading it first when it is in an object store).
-pub fn load_model(dir: &str, spec: &JobSpec, registry: &ModelRegistry) -> Result<Model> {
-    let model = Model::build(&spec.model, registry, spec.train.seed, spec.cluster.device)?;
+/// Reads and verifies the checkpoint in `dir` (downloading it first when it is in an object
+/// store).
+pub fn load_checkpoint(dir: &str) -> Result<checkpoint::Loaded> {
     let location = Location::parse(dir).map_err(|e| ExecutorError::Spec(e.to_string()))?;
-    let loaded = match location.local_path() {
-        Some(local) => checkpoint::load(&local)?,
+    match location.local_path() {
+        Some(local) => Ok(checkpoint::load(&local)?),
         None => {
             let staging = tempfile::tempdir().map_err(|e| {
                 ExecutorError::Spec(format!("cannot create a staging directory for {dir}: {e}"))
             })?;
             download_dir(&location, staging.path())
                 .map_err(|e| ExecutorError::Spec(e.to_string()))?;
-            checkpoint::load(staging.path())?
+            Ok(checkpoint::load(staging.path())?)
         }
-    };
-    loaded.restore_model(&model)?;
+    }
+}
+
+/// Loads the model saved in `dir`.
+pub fn load_model(dir: &str, spec: &JobSpec, registry: &ModelRegistry) -> Result<Model> {
+    let model = Model::build(&spec.model, registry, spec.train.seed, spec.cluster.device)?;
+    load_checkpoint(dir)?.restore_model(&model)?;
     Ok(model)
 }
 

@@ -42,7 +42,7 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     }
     let n = spec.cluster.executors;
     let threads = spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1));
-    let request = submit::train_request(&spec, &args.job.job);
+    let request = args.job.request(&spec);
     run_local(
         registry,
         n,

@@ -67,6 +67,11 @@ pub(crate) struct JobArgs {
     /// Write the job's summary as JSON to this file.
     #[arg(long, value_name = "PATH")]
     summary_json: Option<PathBuf>,
+
+    /// Continue the job from the last checkpoint in this checkpoint directory (the job's
+    /// `cluster.checkpoint_dir`, which it then keeps using).
+    #[arg(long, value_name = "DIR")]
+    resume: Option<String>,
 }
 
 impl JobArgs {
@@ -77,7 +82,19 @@ impl JobArgs {
             .iter()
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?;
-        Ok(JobSpec::load(&self.job, &overrides)?)
+        let mut spec = JobSpec::load(&self.job, &overrides)?;
+        if let Some(dir) = &self.resume {
+            spec.cluster.checkpoint_dir = Some(dir.clone());
+        }
+        Ok(spec)
+    }
+
+    /// The request that submits the job.
+    fn request(&self, spec: &JobSpec) -> ringflow_proto::pb::SubmitRequest {
+        ringflow_proto::pb::SubmitRequest {
+            resume: self.resume.is_some(),
+            ..submit::train_request(spec, &self.job)
+        }
     }
 }
 

@@ -173,7 +173,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     absolutize(&mut spec)?;
     follow(
         &args.driver,
-        train_request(&spec, &args.job.job),
+        args.job.request(&spec),
         args.job.summary_json.as_ref(),
     )
 }

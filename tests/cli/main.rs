@@ -4,5 +4,6 @@ mod data;
 mod distributed;
 mod errors;
 mod helpers;
+mod recovery;
 mod s3;
 mod train;

@@ -129,6 +129,51 @@ pub struct JobPlan {
     pub string_label: bool,
     /// Every file of the job (checked by executors with `data.source = "auto"`).
     pub files: Vec<String>,
+    /// Where a resumed job continues from.
+    pub resume: Option<ResumePoint>,
+}
+
+/// The state a resumed job continues from: its last checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// Epochs completed.
+    pub epoch: u64,
+    /// Optimizer steps taken over the whole run.
+    pub step: u64,
+}
+
+/// Reads the last checkpoint of `spec`'s job (`<checkpoint_dir>/checkpoint/checkpoint.json`) and
+/// checks that the spec can continue from it.
+pub fn resume_point(spec: &JobSpec) -> Result<ResumePoint> {
+    let dir = spec.checkpoint_path();
+    let fail = |m: String| DriverError::Data(format!("--resume: {m}"));
+    let meta = Location::parse(&dir)
+        .map_err(|e| fail(e.to_string()))?
+        .join("checkpoint.json");
+    let name = meta.as_str().to_string();
+    let bytes = block_on(async move { meta.read().await })
+        .map_err(|e| fail(format!("{e}: the job has no checkpoint to resume from")))?;
+    let json: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| fail(format!("{name} is not valid JSON: {e}")))?;
+    let model: ringflow_ml::nn::ModelSpec = serde_json::from_value(json["model"].clone())
+        .map_err(|e| fail(format!("{name} holds no readable model spec: {e}")))?;
+    if model != spec.model {
+        return Err(fail(format!(
+            "{name} was saved for another model ({model:?}); the job's is {:?}",
+            spec.model
+        )));
+    }
+    let (epoch, step) = (json["epoch"].as_u64(), json["step"].as_u64());
+    let (Some(epoch), Some(step)) = (epoch, step) else {
+        return Err(fail(format!("{name} has no epoch and step")));
+    };
+    if epoch > spec.train.epochs {
+        return Err(fail(format!(
+            "{name} is at epoch {epoch}, beyond the job's train.epochs = {}",
+            spec.train.epochs
+        )));
+    }
+    Ok(ResumePoint { epoch, step })
 }
 
 impl JobPlan {
@@ -196,6 +241,7 @@ impl JobPlan {
             input_columns,
             string_label,
             files,
+            resume: None,
         })
     }
 
@@ -218,6 +264,7 @@ impl JobPlan {
             input_columns: data.input_columns,
             string_label: data.label == LabelType::String,
             files: data.files,
+            resume: None,
         })
     }
 

@@ -277,6 +277,15 @@ impl Job {
         info!(job = %self.id, executors = n, "job started");
         self.ranks = ranks;
         self.progress = JobProgress::new(n);
+        if let JobKind::Train(plan) = &self.kind
+            && let Some(r) = plan.resume
+        {
+            self.epochs_done = r.epoch;
+            self.message(format!(
+                "resuming from the checkpoint at epoch {} step {}",
+                r.epoch, r.step
+            ));
+        }
         self.finished = vec![false; n];
         self.last_step = vec![None; n];
         self.prepare = Prepare {
@@ -319,6 +328,7 @@ impl Job {
                     preprocessing_json: given.map(|p| p.to_json()).unwrap_or_default(),
                     collect_moments: moments,
                     collect_labels: labels,
+                    resume: plan.resume.is_some(),
                     ..self.source_fields(plan, base)
                 }
             }

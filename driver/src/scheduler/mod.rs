@@ -176,10 +176,14 @@ impl Scheduler {
     }
 
     /// Checks, plans and queues a training job (planning reads Parquet footers).
-    pub fn plan_job(registry: &ModelRegistry, spec_json: &str) -> Result<JobPlan> {
+    pub fn plan_job(registry: &ModelRegistry, spec_json: &str, resume: bool) -> Result<JobPlan> {
         let spec = JobSpec::from_json(spec_json)?;
         spec.validate(std::path::Path::new("<submitted spec>"))?;
-        JobPlan::new(spec, registry)
+        let mut plan = JobPlan::new(spec, registry)?;
+        if resume {
+            plan.resume = Some(crate::planner::resume_point(&plan.spec)?);
+        }
+        Ok(plan)
     }
 
     /// Checks and plans evaluation or prediction (`predict`: output and id column) of the model
@@ -616,7 +620,7 @@ label = "y"
 kind = "transformer"
 "#;
         let spec = JobSpec::parse(text, Path::new("j.toml"), &[]).unwrap();
-        let err = Scheduler::plan_job(s_registry(), &spec.to_json())
+        let err = Scheduler::plan_job(s_registry(), &spec.to_json(), false)
             .unwrap_err()
             .to_string();
         assert!(

@@ -72,19 +72,21 @@ impl Jobs for JobsService {
                 let registry = self.0.registry.clone();
                 let json = req.spec_json;
                 let file = req.spec_file;
+                let resume = req.resume;
                 // Planning reads Parquet footers: keep it off the async workers.
-                let plan =
-                    tokio::task::spawn_blocking(move || Scheduler::plan_job(&registry, &json))
-                        .await
-                        .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
-                        .map_err(|e| {
-                            let prefix = if file.is_empty() {
-                                String::new()
-                            } else {
-                                format!("{file}: ")
-                            };
-                            Status::invalid_argument(format!("{prefix}{e}"))
-                        })?;
+                let plan = tokio::task::spawn_blocking(move || {
+                    Scheduler::plan_job(&registry, &json, resume)
+                })
+                .await
+                .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
+                .map_err(|e| {
+                    let prefix = if file.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{file}: ")
+                    };
+                    Status::invalid_argument(format!("{prefix}{e}"))
+                })?;
                 JobKind::Train(Box::new(plan))
             }
         };

@@ -37,6 +37,8 @@ pub struct TrainTask {
     pub model_dir: String,
     /// How the task reads its data.
     pub data: DataOptions,
+    /// Continue from the job's last checkpoint (`<checkpoint_dir>/checkpoint`).
+    pub resume: bool,
 }
 
 /// What one rank did.
@@ -111,16 +113,43 @@ pub fn run_task(
         Some(label_kind(spec.train.loss, shape.outputs)),
         ctx,
     )?;
-    let mut dropout = rng::seeded(spec.train.seed, streams::DROPOUT + ((rank as u64) << 32));
+    // Dropout masks depend only on (seed, rank, step), so a resumed run draws the same ones.
+    let dropout_at = |step: u64| {
+        rng::seeded(
+            spec.train.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            streams::DROPOUT + ((rank as u64) << 32),
+        )
+    };
+    let (start_epoch, mut global_step) = if task.resume {
+        resume(&spec.checkpoint_path(), &model, &mut optimizer)?
+    } else {
+        (0, 0)
+    };
+    let skip_steps = global_step.saturating_sub(start_epoch * task.steps_per_epoch);
+    let checkpoint = |epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
+        if rank != 0 {
+            return Ok(());
+        }
+        let state = TrainingState {
+            epoch,
+            step,
+            rng: None,
+            extra: serde_json::json!({
+                "job_id": task.job_id,
+                "job": spec,
+                "preprocessing": preprocessing,
+            }),
+        };
+        save_model(&spec.checkpoint_path(), &model, optimizer, &state)
+    };
     let total_steps = task.steps_per_epoch * spec.train.epochs;
     let base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
     let batch_size = spec.train.batch_size;
 
-    let mut global_step = 0u64;
     let mut samples = 0u64;
     let mut train_seconds = 0.0;
     let mut last_loss = f64::NAN;
-    for epoch in 0..spec.train.epochs {
+    for epoch in start_epoch..spec.train.epochs {
         let plan = ctx.epoch_plan(Split::Train, epoch)?;
         if plan.steps != task.steps_per_epoch {
             return Err(ExecutorError::Spec(format!(
@@ -145,7 +174,12 @@ pub fn run_task(
         let epoch_start = Instant::now();
         let (mut window_loss, mut window_steps, mut window_samples) = (0.0, 0u64, 0u64);
         let mut window_start = Instant::now();
-        for step in 0..plan.steps {
+        let first_step = if epoch == start_epoch { skip_steps } else { 0 };
+        for _ in 0..first_step {
+            // Steps the resumed checkpoint already took: draw their batches, train on none.
+            stream.next_batch(batch_size)?;
+        }
+        for step in first_step..plan.steps {
             if ctx.cancelled() {
                 return Err(ExecutorError::Cancelled);
             }
@@ -162,7 +196,7 @@ pub fn run_task(
             let y = Tensor::from_vec(batch.labels, &[rows], device)?;
             let t1 = Instant::now();
             model.params().zero_grad();
-            let output = model.forward(&x, true, &mut dropout)?;
+            let output = model.forward(&x, true, &mut dropout_at(global_step))?;
             let loss = spec.train.loss.compute(&output, &y)?;
             let t2 = Instant::now();
             match buckets.as_mut() {
@@ -207,6 +241,10 @@ pub fn run_task(
                 )));
             }
             global_step += 1;
+            let every = spec.cluster.checkpoint_every_steps;
+            if every > 0 && global_step.is_multiple_of(every) && step + 1 < plan.steps {
+                checkpoint(epoch, global_step, &optimizer)?;
+            }
             epoch_loss += loss_value;
             epoch_samples += rows as u64;
             window_loss += loss_value;
@@ -228,7 +266,7 @@ pub fn run_task(
         let seconds = epoch_start.elapsed().as_secs_f64();
         train_seconds += seconds;
         samples += epoch_samples;
-        last_loss = epoch_loss / plan.steps.max(1) as f64;
+        last_loss = epoch_loss / (plan.steps - first_step).max(1) as f64;
         ctx.report(TrainEvent::EpochEnd(EpochStats {
             epoch,
             steps: plan.steps,
@@ -237,6 +275,7 @@ pub fn run_task(
             seconds,
             phases,
         }))?;
+        checkpoint(epoch + 1, global_step, &optimizer)?;
     }
 
     if spec.data.test.is_some() {
@@ -277,6 +316,15 @@ pub fn run_task(
         param_checksum,
         model_dir,
     })
+}
+
+/// Restores the model and optimizer from the checkpoint in `dir`; returns the epochs completed
+/// and the steps taken.
+fn resume(dir: &str, model: &Model, optimizer: &mut Optimizer) -> Result<(u64, u64)> {
+    let loaded = crate::infer::load_checkpoint(dir)?;
+    loaded.restore_model(model)?;
+    loaded.restore_optimizer(optimizer)?;
+    Ok((loaded.meta.epoch, loaded.meta.step))
 }
 
 /// Saves the model into `dir`: directly when it is local, else into a temporary directory that

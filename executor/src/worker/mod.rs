@@ -200,6 +200,7 @@ fn run_one(
                         steps_per_epoch: task.steps_per_epoch,
                         model_dir: task.model_dir.clone(),
                         data,
+                        resume: task.resume,
                     };
                     let outcome = with_compute_threads(config.threads, || {
                         run_task(&train, registry, &mut ctx, comm)

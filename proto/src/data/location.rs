@@ -262,12 +262,14 @@ impl Location {
 }
 
 /// Copies every file of the local directory `from` to `to` (a directory location), keeping
-/// relative paths.
+/// relative paths; `checkpoint.json` files go last.
 pub fn upload_dir(from: &Path, to: &Location) -> Result<()> {
     let mut files = Vec::new();
     walk_files(from, from, &mut files).map_err(|e| {
         DataError::new(from.display().to_string(), format!("cannot be listed: {e}"))
     })?;
+    // The metadata last: a reader that finds it finds the files it names.
+    files.sort_by_key(|f| f.ends_with("checkpoint.json"));
     for rel in files {
         let bytes = std::fs::read(from.join(&rel)).map_err(|e| {
             DataError::new(

@@ -205,6 +205,10 @@ pub struct ClusterSpec {
     /// silent for this long fails the step (default 30).
     #[serde(default = "defaults::comm_timeout_s")]
     pub comm_timeout_s: u64,
+    /// Rank 0 checkpoints every this many steps (0: only at the end of each epoch, which it
+    /// always does), into `<checkpoint_dir>/checkpoint`.
+    #[serde(default)]
+    pub checkpoint_every_steps: u64,
 }
 
 impl Default for ClusterSpec {
@@ -216,6 +220,7 @@ impl Default for ClusterSpec {
             threads: None,
             rendezvous_timeout_s: defaults::rendezvous_timeout_s(),
             comm_timeout_s: defaults::comm_timeout_s(),
+            checkpoint_every_steps: 0,
         }
     }
 }
@@ -263,11 +268,21 @@ impl JobSpec {
 
     /// Where the trained model is saved: `<checkpoint_dir>/model` (a local path or URL).
     pub fn model_dir(&self) -> String {
-        let dir = match &self.cluster.checkpoint_dir {
+        format!("{}/model", self.checkpoint_root())
+    }
+
+    /// `cluster.checkpoint_dir` (default `runs/<name>`) as a path or URL without a trailing `/`.
+    fn checkpoint_root(&self) -> String {
+        match &self.cluster.checkpoint_dir {
             Some(dir) => dir.trim_end_matches('/').to_string(),
             None => format!("runs/{}", self.name),
-        };
-        format!("{dir}/model")
+        }
+    }
+
+    /// Where rank 0 writes the checkpoints that `--resume` continues from:
+    /// `<checkpoint_dir>/checkpoint`.
+    pub fn checkpoint_path(&self) -> String {
+        format!("{}/checkpoint", self.checkpoint_root())
     }
 
     /// Serializes the spec for an executor.

@@ -1,0 +1,177 @@
+//! Checkpoints and `--resume`: a job killed mid-epoch continues from its last checkpoint to the
+//! same parameters, bit for bit; a damaged checkpoint is refused.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::helpers::{job, repo, ringflow, s, summary};
+
+const LONG: Duration = Duration::from_secs(900);
+
+/// Two executors, Adam, dropout and periodic checkpoints: everything a resume must restore.
+fn spec(dir: &std::path::Path, name: &str) -> String {
+    job(
+        dir,
+        name,
+        &format!(
+            r#"
+[data]
+train = "{repo}/examples/data/mnist/train.parquet"
+test = "{repo}/examples/data/mnist/test.parquet"
+features = ["image"]
+label = "label"
+scale = 255.0
+shuffle_buffer = 2000
+[model]
+kind = "mlp"
+layers = [784, 32, 10]
+dropout = 0.1
+[train]
+epochs = 2
+batch_size = 64
+optimizer = {{ kind = "adam", lr = 0.001 }}
+schedule = {{ kind = "cosine", warmup_steps = 50 }}
+[cluster]
+executors = 2
+checkpoint_every_steps = 100
+"#,
+            repo = s(&repo()),
+        ),
+    )
+}
+
+fn checkpoint_step(dir: &std::path::Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(dir.join("checkpoint/checkpoint.json")).ok()?;
+    let meta: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((meta["epoch"].as_u64()?, meta["step"].as_u64()?))
+}
+
+/// Kills `ringflow local` (driver and executors: SIGKILL, no chance to clean up) once a
+/// mid-run checkpoint exists, resumes with `--resume`, and gets the parameters of an
+/// uninterrupted run; a damaged checkpoint is then refused with the file named.
+#[test]
+fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), "resume");
+
+    let clean_dir = dir.path().join("clean");
+    let clean = dir.path().join("clean.json");
+    ringflow(
+        &[
+            "local",
+            &spec,
+            "--set",
+            &format!("cluster.checkpoint_dir={}", s(&clean_dir)),
+            "--summary-json",
+            &s(&clean),
+        ],
+        LONG,
+    )
+    .assert_success();
+    let clean = summary(&clean);
+    let expected = clean["param_checksum"].as_u64().expect("a checksum");
+    assert_eq!(clean["replicas_identical"], true);
+
+    // The same job, killed after its first checkpoint of the second epoch's middle.
+    let run_dir = dir.path().join("killed");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+        .args([
+            "local",
+            &spec,
+            "--set",
+            &format!("cluster.checkpoint_dir={}", s(&run_dir)),
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let killed_at = loop {
+        if let Some((epoch, step)) = checkpoint_step(&run_dir)
+            && epoch == 1
+            && step > 469
+        {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the job ended before it could be killed"
+            );
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break step;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no mid-epoch checkpoint appeared"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the job ended before a mid-epoch checkpoint"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(!run_dir.join("model").exists(), "killed before the end");
+
+    let resumed = dir.path().join("resumed.json");
+    let run = ringflow(
+        &[
+            "local",
+            &spec,
+            "--resume",
+            &s(&run_dir),
+            "--summary-json",
+            &s(&resumed),
+        ],
+        LONG,
+    );
+    run.assert_success();
+    let (_, saved_step) = checkpoint_step(&run_dir).unwrap();
+    assert!(
+        run.stderr
+            .contains("resuming from the checkpoint at epoch 1 step"),
+        "{}",
+        run.stderr
+    );
+    let resumed = summary(&resumed);
+    assert_eq!(
+        resumed["param_checksum"].as_u64(),
+        Some(expected),
+        "killed at step {killed_at}, saved {saved_step}: the resumed run must end with the \
+         clean run's parameters"
+    );
+    assert_eq!(resumed["test_accuracy"], clean["test_accuracy"]);
+
+    // A damaged tensor file: found by its checksum, never loaded.
+    let ckpt = run_dir.join("checkpoint");
+    let model_file = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("model-"))
+        })
+        .expect("a model file");
+    let mut bytes = std::fs::read(&model_file).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0xff;
+    std::fs::write(&model_file, &bytes).unwrap();
+    let run = ringflow(&["local", &spec, "--resume", &s(&run_dir)], LONG);
+    let err = run.assert_clean_failure();
+    let name = model_file
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    assert!(err.contains(&name), "names the damaged file: {err}");
+
+    // A truncated metadata file: refused by the driver before any executor starts.
+    std::fs::write(ckpt.join("checkpoint.json"), b"{\"format\": 1, \"mod").unwrap();
+    let run = ringflow(&["local", &spec, "--resume", &s(&run_dir)], LONG);
+    let err = run.assert_clean_failure();
+    assert!(
+        err.contains("checkpoint.json") && err.contains("not valid JSON"),
+        "{err}"
+    );
+    assert!(!err.contains("executor processes"), "{err}");
+}
