@@ -175,3 +175,90 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     );
     assert!(!err.contains("executor processes"), "{err}");
 }
+
+/// A hung executor (SIGSTOP: alive, connected, silent) is detected within the ring's deadline
+/// and the job ends with an error naming a rank instead of hanging.
+#[test]
+fn a_hung_executor_is_detected_within_the_deadline() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), "hung");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+        .args([
+            "local",
+            &spec,
+            "--set",
+            &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
+            "--set",
+            "cluster.comm_timeout_s=3",
+            "--set",
+            "train.epochs=20",
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut pids: Vec<i32> = Vec::new();
+    let mut stderr = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        stderr.push_str(&line);
+        stderr.push('\n');
+        if let Some(rest) = line.split("(pids ").nth(1) {
+            pids = rest
+                .split(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .map(|p| p.parse().unwrap())
+                .collect();
+        }
+        if line.starts_with("rank 1: executor") {
+            break;
+        }
+    }
+    assert_eq!(pids.len(), 2, "{stderr}");
+    std::thread::sleep(Duration::from_secs(2));
+    let stopped_at = Instant::now();
+    unsafe {
+        libc::kill(pids[1], libc::SIGSTOP);
+    }
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        for line in lines {
+            rest.push_str(&line.unwrap_or_default());
+            rest.push('\n');
+        }
+        rest
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            unsafe {
+                libc::kill(pids[1], libc::SIGKILL);
+            }
+            panic!("the job hung with a stopped executor");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let detected = stopped_at.elapsed();
+    unsafe {
+        libc::kill(pids[1], libc::SIGKILL);
+    }
+    stderr.push_str(&reader.join().unwrap());
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("rank") && stderr.contains("error: "),
+        "names the rank: {stderr}"
+    );
+    assert!(
+        detected < Duration::from_secs(60),
+        "detected after {detected:?}: {stderr}"
+    );
+}
