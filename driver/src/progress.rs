@@ -73,6 +73,15 @@ impl JobProgress {
         }
     }
 
+    /// Continues on a re-formed ring of `world` ranks: reports of epochs that no longer finish
+    /// on every rank are dropped (the epoch restarts), finished epochs stay.
+    pub fn regroup(&mut self, world: usize) {
+        self.world = world;
+        self.epochs.clear();
+        self.eval = vec![None; world];
+        self.outcomes = vec![None; world];
+    }
+
     /// Records a rank's epoch; returns the epoch's summary once every rank has reported it.
     pub fn epoch_done(&mut self, rank: usize, report: EpochReport) -> Option<EpochSummary> {
         let epoch = report.epoch;

@@ -78,6 +78,10 @@ pub struct JobSummary {
     pub output: Option<String>,
     /// Prediction: rows written.
     pub rows_written: Option<u64>,
+    /// Times an elastic job re-formed its ring after losing executors.
+    pub recoveries: u32,
+    /// Executors lost during the job.
+    pub executors_lost: usize,
     /// FNV-1a checksum of rank 0's final parameters (equal between runs that trained the same
     /// replicas bit for bit).
     pub param_checksum: Option<u64>,
@@ -161,6 +165,8 @@ impl JobSummary {
             rows_written: (!outcomes.is_empty())
                 .then(|| outcomes.iter().map(|o| o.rows_written).sum()),
             param_checksum: checksums.first().copied(),
+            recoveries: 0,
+            executors_lost: 0,
         }
     }
 }

@@ -262,3 +262,138 @@ fn a_hung_executor_is_detected_within_the_deadline() {
         "detected after {detected:?}: {stderr}"
     );
 }
+
+/// An elastic job (`min_executors = 2`) on 4 executors loses one to SIGKILL in its second
+/// epoch: the driver re-forms the ring from the 3 survivors, the epoch restarts on them with
+/// every row used once, and the job ends as accurate as a clean run.
+#[test]
+fn an_elastic_job_survives_a_killed_executor() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let spec = job(
+        dir.path(),
+        "elastic",
+        &format!(
+            r#"
+[data]
+train = "{repo}/examples/data/mnist/train.parquet"
+test = "{repo}/examples/data/mnist/test.parquet"
+features = ["image"]
+label = "label"
+scale = 255.0
+[model]
+kind = "mlp"
+layers = [784, 64, 10]
+[train]
+epochs = 3
+batch_size = 64
+optimizer = {{ kind = "sgd", lr = 0.05, momentum = 0.9 }}
+[cluster]
+executors = 4
+min_executors = 2
+"#,
+            repo = s(&repo()),
+        ),
+    );
+    let clean = dir.path().join("clean.json");
+    ringflow(
+        &[
+            "local",
+            &spec,
+            "--set",
+            &format!("cluster.checkpoint_dir={}", s(&dir.path().join("clean"))),
+            "--summary-json",
+            &s(&clean),
+        ],
+        LONG,
+    )
+    .assert_success();
+    let clean = summary(&clean);
+
+    let out = dir.path().join("elastic.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+        .args([
+            "local",
+            &spec,
+            "--set",
+            &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
+            "--summary-json",
+            &s(&out),
+        ])
+        .current_dir(repo())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut pids: Vec<i32> = Vec::new();
+    let mut stderr = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        stderr.push_str(&line);
+        stderr.push('\n');
+        if let Some(rest) = line.split("(pids ").nth(1) {
+            pids = rest
+                .split(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .map(|p| p.parse().unwrap())
+                .collect();
+        }
+        if line.starts_with("epoch 1/3") {
+            break;
+        }
+    }
+    assert_eq!(pids.len(), 4, "{stderr}");
+    // Into the second epoch, then kill one executor outright.
+    std::thread::sleep(Duration::from_millis(700));
+    unsafe {
+        libc::kill(pids[2], libc::SIGKILL);
+    }
+    let reader = std::thread::spawn(move || {
+        let mut rest = String::new();
+        for line in lines {
+            rest.push_str(&line.unwrap_or_default());
+            rest.push('\n');
+        }
+        rest
+    });
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the elastic job did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    stderr.push_str(&reader.join().unwrap());
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("recovery 1: the ring is re-formed with 3 executors"),
+        "{stderr}"
+    );
+    let sm = summary(&out);
+    assert_eq!(sm["recoveries"], 1, "{sm}");
+    assert_eq!(sm["executors_lost"], 1, "{sm}");
+    assert_eq!(sm["replicas_identical"], true, "{sm}");
+    let history = sm["history"].as_array().unwrap();
+    assert_eq!(history.len(), 3, "{sm}");
+    for epoch in history {
+        assert_eq!(
+            epoch["samples"], 60_000,
+            "every row once per epoch: {epoch}"
+        );
+    }
+    let (a, b) = (
+        sm["test_accuracy"].as_f64().unwrap(),
+        clean["test_accuracy"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - b).abs() <= 0.005,
+        "recovered {a} vs clean {b}: {stderr}"
+    );
+}

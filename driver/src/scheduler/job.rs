@@ -1,5 +1,6 @@
 //! One job's lifecycle: queued, waiting for executors, running, and how it ended.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -97,6 +98,18 @@ pub struct Job {
     plans: Mutex<Option<(u64, Vec<pb::EpochPlan>)>>,
     epochs_done: u64,
     prepare: Prepare,
+    generation: u32,
+    recovery: Option<Recovery>,
+    recoveries: u32,
+    executors_lost: Vec<String>,
+}
+
+/// A ring being re-formed: which ranks asked to recover, which were lost.
+#[derive(Debug, Default)]
+struct Recovery {
+    asked: BTreeMap<usize, String>,
+    lost: BTreeSet<usize>,
+    started: Option<Instant>,
 }
 
 /// Partials of the two preparation phases, per rank, and their merged results.
@@ -130,6 +143,10 @@ impl Job {
             plans: Mutex::new(None),
             epochs_done: 0,
             prepare: Prepare::default(),
+            generation: 0,
+            recovery: None,
+            recoveries: 0,
+            executors_lost: Vec::new(),
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -303,6 +320,7 @@ impl Job {
             job_id: self.id.clone(),
             rank,
             ring,
+            generation: self.generation,
             secret: self.secret.to_vec(),
             ring_timeout_ms: self.comm_timeout().as_millis() as u64,
             ..Default::default()
@@ -329,6 +347,7 @@ impl Job {
                     collect_moments: moments,
                     collect_labels: labels,
                     resume: plan.resume.is_some(),
+                    elastic: plan.spec.cluster.min_executors.is_some(),
                     ..self.source_fields(plan, base)
                 }
             }
@@ -525,6 +544,121 @@ impl Job {
         }
     }
 
+    /// True when the job survives lost executors.
+    pub fn is_elastic(&self) -> bool {
+        matches!(&self.kind, JobKind::Train(plan) if plan.spec.cluster.min_executors.is_some())
+    }
+
+    /// Counts recoveries and lost executors into a summary.
+    pub fn recoveries(&self) -> (u32, usize) {
+        (self.recoveries, self.executors_lost.len())
+    }
+
+    /// The executor of `rank` stopped heartbeating: an elastic job re-forms its ring without it,
+    /// any other job fails.
+    pub fn rank_lost(&mut self, rank: usize, why: String, now: Instant) {
+        if !self.is_elastic() || self.state != JobState::Running || rank >= self.ranks.len() {
+            self.fail(why, now);
+            return;
+        }
+        self.message(format!("{why}; re-forming the ring without it"));
+        let r = self.recovery.get_or_insert_with(Recovery::default);
+        r.started.get_or_insert(now);
+        r.lost.insert(rank);
+        self.executors_lost
+            .push(self.ranks[rank].executor_id.clone());
+    }
+
+    /// A rank of generation `generation` lost its ring (`error`). Returns its new task once the
+    /// ring is re-formed, `Ok(None)` while it is not yet, and `Err` when it must stop.
+    pub fn recover(
+        &mut self,
+        req: &pb::RecoverRequest,
+        min_executors: usize,
+        now: Instant,
+    ) -> std::result::Result<Option<pb::Task>, String> {
+        if self.is_finished() {
+            return Err(format!("job {} has ended", self.id));
+        }
+        if req.generation < self.generation {
+            // The ring was re-formed already: is this executor in it?
+            return match self
+                .ranks
+                .iter()
+                .position(|e| e.executor_id == req.executor_id)
+            {
+                Some(rank) if self.recovery.is_none() => Ok(Some(self.task_for(rank as u32))),
+                Some(_) => Ok(None),
+                None => Err("the ring was re-formed without this executor".into()),
+            };
+        }
+        let rank = req.rank as usize;
+        if !self.is_elastic() || rank >= self.ranks.len() {
+            return Err(format!("job {} is not elastic", self.id));
+        }
+        if self.ranks[rank].executor_id != req.executor_id {
+            return Err("the ring was re-formed without this executor".into());
+        }
+        let r = self.recovery.get_or_insert_with(Recovery::default);
+        r.started.get_or_insert(now);
+        r.asked.entry(rank).or_insert_with(|| req.error.clone());
+        let settled =
+            (0..self.ranks.len()).all(|i| r.asked.contains_key(&i) || r.lost.contains(&i));
+        if !settled {
+            return Ok(None);
+        }
+        let recovery = self.recovery.take().expect("present");
+        let survivors: Vec<pb::ExecutorInfo> = recovery
+            .asked
+            .keys()
+            .filter(|i| !recovery.lost.contains(i))
+            .map(|&i| self.ranks[i].clone())
+            .collect();
+        if survivors.len() < min_executors || survivors.is_empty() {
+            let e = format!(
+                "only {} executors remain after losing {}, fewer than cluster.min_executors = \
+                 {min_executors}",
+                survivors.len(),
+                recovery.lost.len()
+            );
+            self.fail(e.clone(), now);
+            return Err(e);
+        }
+        let waited = recovery
+            .started
+            .map_or(0.0, |s| now.duration_since(s).as_secs_f64());
+        let cause = recovery.asked.values().next().cloned().unwrap_or_default();
+        self.generation += 1;
+        self.recoveries += 1;
+        let mut ranks = survivors;
+        ranks.sort_by(|a, b| {
+            (&a.host, &a.ring_address, &a.executor_id).cmp(&(
+                &b.host,
+                &b.ring_address,
+                &b.executor_id,
+            ))
+        });
+        self.message(format!(
+            "recovery {}: the ring is re-formed with {} executors {waited:.1} s after it broke \
+             ({cause}); the epoch in progress restarts from its beginning",
+            self.recoveries,
+            ranks.len()
+        ));
+        rand::fill(&mut self.secret);
+        let n = ranks.len();
+        self.ranks = ranks;
+        self.progress.regroup(n);
+        self.finished = vec![false; n];
+        self.last_step = vec![None; n];
+        *self.plans.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let rank = self
+            .ranks
+            .iter()
+            .position(|e| e.executor_id == req.executor_id)
+            .expect("the caller survived");
+        Ok(Some(self.task_for(rank as u32)))
+    }
+
     /// Progress from a rank.
     pub fn report(
         &mut self,
@@ -593,11 +727,17 @@ impl Job {
     pub fn finish_rank(
         &mut self,
         rank: usize,
+        executor_id: &str,
         result: Option<pb::finish_task_request::Result>,
         who: &str,
         now: Instant,
     ) {
         if rank >= self.finished.len() || self.is_finished() {
+            return;
+        }
+        if self.ranks[rank].executor_id != executor_id {
+            // An executor that lost its place in a re-formed ring.
+            warn!(job = %self.id, "ignoring the end of {who}: no longer rank {rank}");
             return;
         }
         use pb::finish_task_request::Result as R;
@@ -663,6 +803,8 @@ impl Job {
                         _ => "direct".into(),
                     })
                 });
+                s.recoveries = self.recoveries;
+                s.executors_lost = self.executors_lost.len();
                 if let JobKind::Infer { predict, .. } = &self.kind {
                     s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
                     s.output = predict.as_ref().map(|(o, _)| o.clone());

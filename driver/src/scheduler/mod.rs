@@ -238,6 +238,45 @@ impl Scheduler {
         Ok((merged, stop))
     }
 
+    /// A rank of an elastic job lost its ring: its new task once the ring is re-formed
+    /// (`Ok(None)`: not yet), or a refusal when it must stop.
+    pub fn recover(
+        &mut self,
+        req: &pb::RecoverRequest,
+        now: Instant,
+    ) -> std::result::Result<Option<pb::Task>, String> {
+        let Some(job) = self.jobs.get_mut(&req.job_id) else {
+            return Err(format!("no job {:?}", req.job_id));
+        };
+        let min = match &job.kind {
+            JobKind::Train(plan) => plan.spec.cluster.min_executors.unwrap_or(usize::MAX),
+            _ => usize::MAX,
+        };
+        let task = job.recover(req, min, now);
+        if let Ok(Some(_)) = &task {
+            // Survivors keep working for the job, under their new ranks.
+            let ranks: Vec<(String, u32)> = job
+                .ranks()
+                .iter()
+                .enumerate()
+                .map(|(r, e)| (e.executor_id.clone(), r as u32))
+                .collect();
+            for (id, rank) in ranks {
+                if let Some(e) = self.executors.get_mut(&id) {
+                    e.assigned = Some(registry::Assignment {
+                        job_id: req.job_id.clone(),
+                        rank,
+                    });
+                    e.delivered = true;
+                }
+            }
+        }
+        if task.is_err() {
+            self.release_finished(now);
+        }
+        task
+    }
+
     /// The model registry jobs are checked against.
     pub fn registry(&self) -> &ModelRegistry {
         &self.registry
@@ -319,7 +358,7 @@ impl Scheduler {
             .get_mut(&req.job_id)
             .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
         let who = executor.unwrap_or_else(|| format!("rank {} ({})", req.rank, req.executor_id));
-        job.finish_rank(req.rank as usize, req.result, &who, now);
+        job.finish_rank(req.rank as usize, &req.executor_id, req.result, &who, now);
         if let Some(e) = self.executors.get_mut(&req.executor_id)
             && e.assigned.as_ref().is_some_and(|a| a.job_id == req.job_id)
         {
@@ -359,7 +398,8 @@ impl Scheduler {
                 && !job.is_finished()
             {
                 let who = entry.describe(a.rank);
-                job.fail(
+                job.rank_lost(
+                    a.rank as usize,
                     format!("{who} stopped sending heartbeats {silent:.0} s ago (killed, hung, or cut off)"),
                     now,
                 );

@@ -130,6 +130,40 @@ impl Executors for ExecutorsService {
         }
     }
 
+    async fn recover(
+        &self,
+        req: Request<pb::RecoverRequest>,
+    ) -> Result<Response<pb::RecoverReply>, Status> {
+        let req = req.into_inner();
+        let deadline = Instant::now() + Duration::from_millis(req.wait_ms).min(MAX_POLL);
+        loop {
+            let notified = self.0.task_ready.notified();
+            let got = self.0.lock().recover(&req, Instant::now());
+            match got {
+                Ok(Some(task)) => {
+                    self.0.task_ready.notify_waiters();
+                    return Ok(Response::new(pb::RecoverReply {
+                        task: Some(task),
+                        cancel: false,
+                    }));
+                }
+                Err(why) => {
+                    tracing::info!(job = %req.job_id, executor = %req.executor_id, "not recovered: {why}");
+                    return Ok(Response::new(pb::RecoverReply {
+                        task: None,
+                        cancel: true,
+                    }));
+                }
+                Ok(None) => {}
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Response::new(pb::RecoverReply::default()));
+            }
+            let _ = tokio::time::timeout(left, notified).await;
+        }
+    }
+
     async fn finish_task(
         &self,
         req: Request<pb::FinishTaskRequest>,

@@ -2,6 +2,8 @@
 
 use ringflow_proto::pb::EpochPlan;
 
+use crate::collective::Collective;
+
 use crate::error::Result;
 
 /// Which part of the data a plan covers.
@@ -13,6 +15,14 @@ pub enum Split {
     Test,
     /// `data.train`, every row once, for whole-data statistics
     Stats,
+}
+
+/// This executor's place in a re-formed ring.
+pub struct Recovered {
+    /// The new ring (its rank and world).
+    pub comm: Box<dyn Collective>,
+    /// Steps per epoch on the new ring.
+    pub steps_per_epoch: u64,
 }
 
 /// The two-phase steps before training, merged by the driver.
@@ -134,6 +144,10 @@ pub trait TaskContext: Send {
     /// Sends this rank's partial for `phase` (JSON, or a reason for the source phase) and waits
     /// until the driver has merged every rank's: returns the merged result.
     fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String>;
+
+    /// The ring broke (`error`) in an elastic job: waits until the driver has re-formed it from
+    /// the surviving executors and connects to it. An error when this executor must stop.
+    fn recover(&mut self, error: &str) -> Result<Recovered>;
 
     /// True once the job was cancelled; the loop stops at the next step.
     fn cancelled(&self) -> bool;

@@ -8,6 +8,7 @@
 //!
 //! [`Collective`]: crate::collective::Collective
 
+mod commit;
 mod context;
 mod eval;
 pub mod fusion;
@@ -16,7 +17,7 @@ pub mod setup;
 mod trainer;
 
 pub use context::{
-    EpochStats, EvalStats, PhaseTimes, PreparePhase, Split, TaskContext, TrainEvent,
+    EpochStats, EvalStats, PhaseTimes, PreparePhase, Recovered, Split, TaskContext, TrainEvent,
 };
 pub use eval::evaluate;
 pub use report::Report;

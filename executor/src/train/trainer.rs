@@ -16,6 +16,7 @@ use crate::collective::Collective;
 use crate::data::batches::EpochStream;
 use crate::data::features::LabelKind;
 use crate::error::{ExecutorError, Result};
+use crate::train::commit::Commit;
 use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
 use crate::train::eval::evaluate;
 use crate::train::fusion::GradientBuckets;
@@ -39,6 +40,8 @@ pub struct TrainTask {
     pub data: DataOptions,
     /// Continue from the job's last checkpoint (`<checkpoint_dir>/checkpoint`).
     pub resume: bool,
+    /// Survive lost executors: on a broken ring, ask the driver to re-form it and continue.
+    pub elastic: bool,
 }
 
 /// What one rank did.
@@ -78,7 +81,7 @@ pub fn run_task(
     comm: &mut dyn Collective,
 ) -> Result<TrainOutcome> {
     let spec = &task.spec;
-    let (rank, world) = (comm.rank(), comm.world());
+    let (mut rank, mut world) = (comm.rank(), comm.world());
     let device: Device = spec.cluster.device;
     let model = Model::build(&spec.model, registry, spec.train.seed, device)?;
     let shape = model.shape();
@@ -114,7 +117,7 @@ pub fn run_task(
         ctx,
     )?;
     // Dropout masks depend only on (seed, rank, step), so a resumed run draws the same ones.
-    let dropout_at = |step: u64| {
+    let dropout_at = |rank: usize, step: u64| {
         rng::seeded(
             spec.train.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             streams::DROPOUT + ((rank as u64) << 32),
@@ -125,8 +128,8 @@ pub fn run_task(
     } else {
         (0, 0)
     };
-    let skip_steps = global_step.saturating_sub(start_epoch * task.steps_per_epoch);
-    let checkpoint = |epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
+    let mut skip_steps = global_step.saturating_sub(start_epoch * task.steps_per_epoch);
+    let checkpoint = |rank: usize, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
         if rank != 0 {
             return Ok(());
         }
@@ -142,140 +145,181 @@ pub fn run_task(
         };
         save_model(&spec.checkpoint_path(), &model, optimizer, &state)
     };
-    let total_steps = task.steps_per_epoch * spec.train.epochs;
-    let base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
+    let mut steps_per_epoch = task.steps_per_epoch;
+    let mut total_steps = steps_per_epoch * spec.train.epochs;
+    let mut base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
     let batch_size = spec.train.batch_size;
 
     let mut samples = 0u64;
     let mut train_seconds = 0.0;
     let mut last_loss = f64::NAN;
-    for epoch in start_epoch..spec.train.epochs {
-        let plan = ctx.epoch_plan(Split::Train, epoch)?;
-        if plan.steps != task.steps_per_epoch {
-            return Err(ExecutorError::Spec(format!(
-                "the driver planned {} steps for epoch {epoch}, the task {}",
-                plan.steps, task.steps_per_epoch
-            )));
-        }
-        let shuffle_rng = rng::seeded(
-            spec.train.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            streams::SHUFFLE + ((rank as u64) << 32),
-        );
-        let mut stream = EpochStream::start(
-            &plan,
-            converter.clone(),
-            shape.inputs,
-            Some((spec.data.shuffle_buffer, shuffle_rng)),
-            read.clone(),
-        );
-        let mut phases = PhaseTimes::default();
-        let mut epoch_loss = 0.0;
-        let mut epoch_samples = 0u64;
-        let epoch_start = Instant::now();
-        let (mut window_loss, mut window_steps, mut window_samples) = (0.0, 0u64, 0u64);
-        let mut window_start = Instant::now();
+    // The ring after a recovery (the one this task started with is `comm`).
+    let mut reformed: Option<Box<dyn Collective>> = None;
+    let mut epoch = start_epoch;
+    while epoch < spec.train.epochs {
+        let comm: &mut dyn Collective = match reformed.as_mut() {
+            Some(c) => c.as_mut(),
+            None => &mut *comm,
+        };
+        let commit = if task.elastic {
+            Some(Commit::take(&model, &optimizer, epoch, global_step)?)
+        } else {
+            None
+        };
         let first_step = if epoch == start_epoch { skip_steps } else { 0 };
-        for _ in 0..first_step {
-            // Steps the resumed checkpoint already took: draw their batches, train on none.
-            stream.next_batch(batch_size)?;
-        }
-        for step in first_step..plan.steps {
-            if ctx.cancelled() {
-                return Err(ExecutorError::Cancelled);
-            }
-            let t0 = Instant::now();
-            let batch = stream.next_batch(batch_size)?.ok_or_else(|| {
-                ExecutorError::Spec(format!(
-                    "rank {rank} ran out of rows at step {step} of {} in epoch {epoch}: the \
-                     partitions hold fewer rows than planned",
-                    plan.steps
-                ))
-            })?;
-            let rows = batch.rows;
-            let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
-            let y = Tensor::from_vec(batch.labels, &[rows], device)?;
-            let t1 = Instant::now();
-            model.params().zero_grad();
-            let output = model.forward(&x, true, &mut dropout_at(global_step))?;
-            let loss = spec.train.loss.compute(&output, &y)?;
-            let t2 = Instant::now();
-            match buckets.as_mut() {
-                Some(b) => {
-                    b.begin();
-                    let mut comm_error = None;
-                    let r = loss.backward_with(|p| {
-                        b.ready(p, comm).map_err(|e| {
-                            comm_error = Some(e);
-                            MlError::Backward("a gradient all-reduce failed".into())
-                        })
-                    });
-                    if let Some(e) = comm_error {
-                        return Err(e);
-                    }
-                    r?;
-                }
-                None => loss.backward()?,
-            }
-            let t3 = Instant::now();
-            if let Some(b) = buckets.as_mut() {
-                b.finish(comm)?;
-            }
-            let t4 = Instant::now();
-            if let Some(max_norm) = spec.train.clip_grad_norm {
-                model.params().clip_grad_norm(max_norm);
-            }
-            let lr = spec.train.schedule.lr_at(base_lr, global_step, total_steps);
-            optimizer.step(lr)?;
-            let loss_value = loss.item()? as f64;
-            let t5 = Instant::now();
-            drop((output, loss));
-            phases.data += (t1 - t0).as_secs_f64();
-            phases.forward += (t2 - t1).as_secs_f64();
-            phases.backward += (t3 - t2).as_secs_f64();
-            phases.allreduce += (t4 - t3).as_secs_f64();
-            phases.optimizer += (t5 - t4).as_secs_f64();
-            if !loss_value.is_finite() {
+        let trained: Result<(EpochStats, f64)> = (|| {
+            let plan = ctx.epoch_plan(Split::Train, epoch)?;
+            if plan.steps != steps_per_epoch {
                 return Err(ExecutorError::Spec(format!(
-                    "the training loss became {loss_value} at epoch {epoch} step {step}; lower \
-                     train.optimizer.lr or set train.clip_grad_norm"
+                    "the driver planned {} steps for epoch {epoch}, the task {steps_per_epoch}",
+                    plan.steps
                 )));
             }
-            global_step += 1;
-            let every = spec.cluster.checkpoint_every_steps;
-            if every > 0 && global_step.is_multiple_of(every) && step + 1 < plan.steps {
-                checkpoint(epoch, global_step, &optimizer)?;
+            let shuffle_rng = rng::seeded(
+                spec.train.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                streams::SHUFFLE + ((rank as u64) << 32),
+            );
+            let mut stream = EpochStream::start(
+                &plan,
+                converter.clone(),
+                shape.inputs,
+                Some((spec.data.shuffle_buffer, shuffle_rng)),
+                read.clone(),
+            );
+            let mut phases = PhaseTimes::default();
+            let mut epoch_loss = 0.0;
+            let mut epoch_samples = 0u64;
+            let epoch_start = Instant::now();
+            let (mut window_loss, mut window_steps, mut window_samples) = (0.0, 0u64, 0u64);
+            let mut window_start = Instant::now();
+            for _ in 0..first_step {
+                // Steps the resumed checkpoint already took: draw their batches, train on none.
+                stream.next_batch(batch_size)?;
             }
-            epoch_loss += loss_value;
-            epoch_samples += rows as u64;
-            window_loss += loss_value;
-            window_steps += 1;
-            window_samples += rows as u64;
-            let window = window_start.elapsed().as_secs_f64();
-            if window >= REPORT_INTERVAL_S && step + 1 < plan.steps {
-                ctx.report(TrainEvent::Step {
-                    epoch,
-                    step: step + 1,
-                    steps: plan.steps,
-                    loss: window_loss / window_steps as f64,
-                    samples_per_s: window_samples as f64 / window,
+            for step in first_step..plan.steps {
+                if ctx.cancelled() {
+                    return Err(ExecutorError::Cancelled);
+                }
+                let t0 = Instant::now();
+                let batch = stream.next_batch(batch_size)?.ok_or_else(|| {
+                    ExecutorError::Spec(format!(
+                        "rank {rank} ran out of rows at step {step} of {} in epoch {epoch}: the \
+                     partitions hold fewer rows than planned",
+                        plan.steps
+                    ))
                 })?;
-                (window_loss, window_steps, window_samples) = (0.0, 0, 0);
-                window_start = Instant::now();
+                let rows = batch.rows;
+                let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
+                let y = Tensor::from_vec(batch.labels, &[rows], device)?;
+                let t1 = Instant::now();
+                model.params().zero_grad();
+                let output = model.forward(&x, true, &mut dropout_at(rank, global_step))?;
+                let loss = spec.train.loss.compute(&output, &y)?;
+                let t2 = Instant::now();
+                match buckets.as_mut() {
+                    Some(b) => {
+                        b.begin();
+                        let mut comm_error = None;
+                        let r = loss.backward_with(|p| {
+                            b.ready(p, comm).map_err(|e| {
+                                comm_error = Some(e);
+                                MlError::Backward("a gradient all-reduce failed".into())
+                            })
+                        });
+                        if let Some(e) = comm_error {
+                            return Err(e);
+                        }
+                        r?;
+                    }
+                    None => loss.backward()?,
+                }
+                let t3 = Instant::now();
+                if let Some(b) = buckets.as_mut() {
+                    b.finish(comm)?;
+                }
+                let t4 = Instant::now();
+                if let Some(max_norm) = spec.train.clip_grad_norm {
+                    model.params().clip_grad_norm(max_norm);
+                }
+                let lr = spec.train.schedule.lr_at(base_lr, global_step, total_steps);
+                optimizer.step(lr)?;
+                let loss_value = loss.item()? as f64;
+                let t5 = Instant::now();
+                drop((output, loss));
+                phases.data += (t1 - t0).as_secs_f64();
+                phases.forward += (t2 - t1).as_secs_f64();
+                phases.backward += (t3 - t2).as_secs_f64();
+                phases.allreduce += (t4 - t3).as_secs_f64();
+                phases.optimizer += (t5 - t4).as_secs_f64();
+                if !loss_value.is_finite() {
+                    return Err(ExecutorError::Spec(format!(
+                        "the training loss became {loss_value} at epoch {epoch} step {step}; lower \
+                     train.optimizer.lr or set train.clip_grad_norm"
+                    )));
+                }
+                global_step += 1;
+                let every = spec.cluster.checkpoint_every_steps;
+                if every > 0 && global_step.is_multiple_of(every) && step + 1 < plan.steps {
+                    checkpoint(rank, epoch, global_step, &optimizer)?;
+                }
+                epoch_loss += loss_value;
+                epoch_samples += rows as u64;
+                window_loss += loss_value;
+                window_steps += 1;
+                window_samples += rows as u64;
+                let window = window_start.elapsed().as_secs_f64();
+                if window >= REPORT_INTERVAL_S && step + 1 < plan.steps {
+                    ctx.report(TrainEvent::Step {
+                        epoch,
+                        step: step + 1,
+                        steps: plan.steps,
+                        loss: window_loss / window_steps as f64,
+                        samples_per_s: window_samples as f64 / window,
+                    })?;
+                    (window_loss, window_steps, window_samples) = (0.0, 0, 0);
+                    window_start = Instant::now();
+                }
             }
+            let seconds = epoch_start.elapsed().as_secs_f64();
+            let stats = EpochStats {
+                epoch,
+                steps: plan.steps,
+                samples: epoch_samples,
+                loss: epoch_loss / (plan.steps - first_step).max(1) as f64,
+                seconds,
+                phases,
+            };
+            Ok((stats, seconds))
+        })();
+        match trained {
+            Ok((stats, seconds)) => {
+                train_seconds += seconds;
+                samples += stats.samples;
+                last_loss = stats.loss;
+                ctx.report(TrainEvent::EpochEnd(stats))?;
+                checkpoint(rank, epoch + 1, global_step, &optimizer)?;
+                epoch += 1;
+            }
+            Err(ExecutorError::Comm(why)) if commit.is_some() => {
+                // Elastic recovery: wait for the driver to re-form the ring, go back to the
+                // epoch's start, adopt the new rank 0's state, and run the epoch again on the
+                // new ring (the driver re-plans it, so every row is used once).
+                let recovered = ctx.recover(&why)?;
+                let mut new_comm = recovered.comm;
+                (rank, world, steps_per_epoch) =
+                    (new_comm.rank(), new_comm.world(), recovered.steps_per_epoch);
+                let commit = commit.expect("checked");
+                commit.restore(&model, &mut optimizer)?;
+                (epoch, global_step) =
+                    Commit::sync(&model, &mut optimizer, new_comm.as_mut(), commit)?;
+                skip_steps = 0;
+                buckets = (world > 1).then(|| GradientBuckets::new(model.params()));
+                base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
+                total_steps = global_step + (spec.train.epochs - epoch) * steps_per_epoch;
+                reformed = Some(new_comm);
+            }
+            Err(e) => return Err(e),
         }
-        let seconds = epoch_start.elapsed().as_secs_f64();
-        train_seconds += seconds;
-        samples += epoch_samples;
-        last_loss = epoch_loss / (plan.steps - first_step).max(1) as f64;
-        ctx.report(TrainEvent::EpochEnd(EpochStats {
-            epoch,
-            steps: plan.steps,
-            samples: epoch_samples,
-            loss: last_loss,
-            seconds,
-            phases,
-        }))?;
-        checkpoint(epoch + 1, global_step, &optimizer)?;
     }
 
     if spec.data.test.is_some() {

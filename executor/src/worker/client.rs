@@ -196,6 +196,20 @@ impl DriverClient {
         .await
     }
 
+    /// Asks to continue on a re-formed ring (or polls for it).
+    pub async fn recover(&mut self, req: pb::RecoverRequest) -> Result<pb::RecoverReply> {
+        let wait = Duration::from_millis(req.wait_ms);
+        self.retrying("recovering the ring", |mut c| {
+            let req = req.clone();
+            async move {
+                c.recover(with_deadline(req, wait + CALL))
+                    .await
+                    .map(|r| r.into_inner())
+            }
+        })
+        .await
+    }
+
     /// Reports a task's end.
     pub async fn finish_task(&self, req: pb::FinishTaskRequest) -> Result<()> {
         let mut me = self.clone();

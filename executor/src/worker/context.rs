@@ -7,22 +7,37 @@ use ringflow_proto::pb;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
+use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
 use crate::error::{ExecutorError, Result};
-use crate::train::{PreparePhase, Report, Split, TaskContext, TrainEvent};
+use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};
+use std::time::Duration;
 
 /// How long one preparation call may wait at the driver for the other ranks.
 const PREPARE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A [`TaskContext`] that asks the driver over RPC.
-pub struct RemoteContext {
+pub struct RemoteContext<'a> {
     rt: Handle,
     client: DriverClient,
     job_id: String,
     rank: u32,
     cancel: Arc<AtomicBool>,
+    ring: RingPlace<'a>,
 }
 
-impl RemoteContext {
+/// What re-joining a re-formed ring needs.
+pub struct RingPlace<'a> {
+    /// Where this executor accepts ring connections.
+    pub listener: &'a RingListener,
+    /// This executor's id.
+    pub executor_id: String,
+    /// The generation of the ring the task runs on.
+    pub generation: u32,
+    /// Deadline for ring reads and writes.
+    pub timeout: Duration,
+}
+
+impl<'a> RemoteContext<'a> {
     /// A context for rank `rank` of `job_id`; `cancel` is also set by heartbeat replies.
     pub fn new(
         rt: Handle,
@@ -30,6 +45,7 @@ impl RemoteContext {
         job_id: String,
         rank: u32,
         cancel: Arc<AtomicBool>,
+        ring: RingPlace<'a>,
     ) -> Self {
         RemoteContext {
             rt,
@@ -37,11 +53,17 @@ impl RemoteContext {
             job_id,
             rank,
             cancel,
+            ring,
         }
+    }
+
+    /// This executor's rank now (it changes when the ring is re-formed).
+    pub fn rank(&self) -> u32 {
+        self.rank
     }
 }
 
-impl TaskContext for RemoteContext {
+impl TaskContext for RemoteContext<'_> {
     fn epoch_plan(&mut self, split: Split, epoch: u64) -> Result<pb::EpochPlan> {
         let req = pb::EpochPlanRequest {
             job_id: self.job_id.clone(),
@@ -101,6 +123,49 @@ impl TaskContext for RemoteContext {
             // Sent once; from now on only poll.
             req.has_partial = false;
             req.partial_json = String::new();
+        }
+    }
+
+    fn recover(&mut self, error: &str) -> Result<Recovered> {
+        let req = pb::RecoverRequest {
+            job_id: self.job_id.clone(),
+            executor_id: self.ring.executor_id.clone(),
+            rank: self.rank,
+            generation: self.ring.generation,
+            error: error.to_string(),
+            wait_ms: PREPARE_POLL.as_millis() as u64,
+        };
+        loop {
+            let reply = self.rt.block_on(self.client.recover(req.clone()))?;
+            if let Some(task) = reply.task {
+                let secret = JobSecret::from_bytes(&task.secret).ok_or_else(|| {
+                    ExecutorError::Comm("the re-formed ring's secret is not 32 bytes".into())
+                })?;
+                self.rank = task.rank;
+                self.ring.generation = task.generation;
+                let ring = RingCollective::connect(
+                    self.ring.listener,
+                    RingConfig {
+                        job_id: self.job_id.clone(),
+                        rank: task.rank as usize,
+                        peers: task.ring.clone(),
+                        secret,
+                        timeout: self.ring.timeout,
+                    },
+                )?;
+                return Ok(Recovered {
+                    comm: Box::new(ring),
+                    steps_per_epoch: task.steps_per_epoch,
+                });
+            }
+            if reply.cancel {
+                return Err(ExecutorError::Comm(format!(
+                    "{error}; the driver did not re-form the ring with this executor"
+                )));
+            }
+            if self.cancelled() {
+                return Err(ExecutorError::Cancelled);
+            }
         }
     }
 

@@ -28,7 +28,7 @@ use crate::infer::{InferTask, run_inference};
 use crate::train::setup::DataOptions;
 use crate::train::{TrainTask, run_task, with_compute_threads};
 use client::DriverClient;
-use context::RemoteContext;
+use context::{RemoteContext, RingPlace};
 
 /// How an executor process runs.
 #[derive(Clone, Debug)]
@@ -155,6 +155,10 @@ fn run_one(
         secret,
         timeout: Duration::from_millis(task.ring_timeout_ms.max(1000)),
     };
+    let ring_timeout = ring_cfg.timeout;
+    // An elastic job's rank changes when its ring is re-formed; the end is reported under the
+    // last one.
+    let mut final_rank = task.rank;
     let mut ring = None;
     let result: Result<R> = (|| {
         ring = Some(RingCollective::connect(listener, ring_cfg)?);
@@ -174,6 +178,12 @@ fn run_one(
                     task.job_id.clone(),
                     task.rank,
                     current.cancel.clone(),
+                    RingPlace {
+                        listener,
+                        executor_id: info.executor_id.clone(),
+                        generation: task.generation,
+                        timeout: ring_timeout,
+                    },
                 );
                 let mut outcome = if let Ok(k @ (pb::TaskKind::Eval | pb::TaskKind::Predict)) = kind
                 {
@@ -201,11 +211,13 @@ fn run_one(
                         model_dir: task.model_dir.clone(),
                         data,
                         resume: task.resume,
+                        elastic: task.elastic,
                     };
                     let outcome = with_compute_threads(config.threads, || {
                         run_task(&train, registry, &mut ctx, comm)
-                    })?;
-                    pb::TaskOutcome::from(&outcome)
+                    });
+                    final_rank = ctx.rank();
+                    pb::TaskOutcome::from(&outcome?)
                 };
                 outcome.peak_rss_bytes = peak_rss_bytes();
                 Ok(R::Outcome(outcome))
@@ -223,7 +235,7 @@ fn run_one(
     };
     let finish = pb::FinishTaskRequest {
         job_id: task.job_id.clone(),
-        rank: task.rank,
+        rank: final_rank,
         executor_id: info.executor_id.clone(),
         result: Some(result),
     };

@@ -153,6 +153,17 @@ impl JobSpec {
         if c.executors == 0 {
             return Err(invalid("cluster.executors", "must be at least 1".into()));
         }
+        if let Some(m) = c.min_executors
+            && (m == 0 || m > c.executors)
+        {
+            return Err(invalid(
+                "cluster.min_executors",
+                format!(
+                    "must be between 1 and cluster.executors ({}), not {m}",
+                    c.executors
+                ),
+            ));
+        }
         if c.threads == Some(0) {
             return Err(invalid("cluster.threads", "must be at least 1".into()));
         }

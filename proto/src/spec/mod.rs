@@ -205,6 +205,10 @@ pub struct ClusterSpec {
     /// silent for this long fails the step (default 30).
     #[serde(default = "defaults::comm_timeout_s")]
     pub comm_timeout_s: u64,
+    /// Elastic training: the job survives lost executors as long as this many remain (default:
+    /// no elasticity, a lost executor fails the job).
+    #[serde(default)]
+    pub min_executors: Option<usize>,
     /// Rank 0 checkpoints every this many steps (0: only at the end of each epoch, which it
     /// always does), into `<checkpoint_dir>/checkpoint`.
     #[serde(default)]
@@ -221,6 +225,7 @@ impl Default for ClusterSpec {
             rendezvous_timeout_s: defaults::rendezvous_timeout_s(),
             comm_timeout_s: defaults::comm_timeout_s(),
             checkpoint_every_steps: 0,
+            min_executors: None,
         }
     }
 }

@@ -1,0 +1,91 @@
+//! The in-memory commit of elastic training (Horovod Elastic's commit/restore): the state at
+//! the start of the current epoch, to go back to when the ring breaks, and the broadcast that
+//! makes every rank of a re-formed ring adopt the same state.
+
+use ringflow_ml::nn::Model;
+use ringflow_ml::optim::Optimizer;
+
+use crate::collective::Collective;
+use crate::error::{ExecutorError, Result};
+
+/// Parameters, optimizer state, epoch and step at an epoch's start.
+pub struct Commit {
+    params: Vec<f32>,
+    optimizer: Vec<(String, Vec<usize>, Vec<f32>)>,
+    optimizer_steps: u64,
+    epoch: u64,
+    step: u64,
+}
+
+impl Commit {
+    /// The current state.
+    pub fn take(model: &Model, optimizer: &Optimizer, epoch: u64, step: u64) -> Result<Commit> {
+        Ok(Commit {
+            params: model.params().flatten_values()?,
+            optimizer: optimizer.state_tensors(),
+            optimizer_steps: optimizer.steps(),
+            epoch,
+            step,
+        })
+    }
+
+    /// Puts the committed state back.
+    pub fn restore(&self, model: &Model, optimizer: &mut Optimizer) -> Result<()> {
+        model.params().load_flat_values(&self.params)?;
+        let state = &self.optimizer;
+        optimizer.load_state(self.optimizer_steps, |key| {
+            state
+                .iter()
+                .find(|(n, _, _)| n == key)
+                .map(|(_, shape, values)| (shape.clone(), values.clone()))
+        })?;
+        Ok(())
+    }
+
+    /// Makes every rank of `comm` adopt rank 0's commit (`mine` is this rank's, already
+    /// restored); returns the epoch and step to continue from.
+    pub fn sync(
+        model: &Model,
+        optimizer: &mut Optimizer,
+        comm: &mut dyn Collective,
+        mine: Commit,
+    ) -> Result<(u64, u64)> {
+        // Integers travel bit for bit as the f32 with the same bits.
+        let words = |v: u64| [f32::from_bits(v as u32), f32::from_bits((v >> 32) as u32)];
+        let int = |w: &[f32]| w[0].to_bits() as u64 | ((w[1].to_bits() as u64) << 32);
+        let mut header: Vec<f32> = [mine.epoch, mine.step, mine.optimizer_steps]
+            .into_iter()
+            .flat_map(words)
+            .collect();
+        comm.broadcast(&mut header, 0)?;
+        let (epoch, step, optimizer_steps) =
+            (int(&header[0..2]), int(&header[2..4]), int(&header[4..6]));
+        let mut params = mine.params;
+        comm.broadcast(&mut params, 0)?;
+        let mut state: Vec<f32> = mine
+            .optimizer
+            .iter()
+            .flat_map(|(_, _, v)| v.iter().copied())
+            .collect();
+        comm.broadcast(&mut state, 0)?;
+        let mut tensors = mine.optimizer;
+        let mut at = 0;
+        for (_, _, values) in tensors.iter_mut() {
+            let n = values.len();
+            let part = state.get(at..at + n).ok_or_else(|| {
+                ExecutorError::Comm("rank 0 sent a shorter optimizer state".into())
+            })?;
+            values.copy_from_slice(part);
+            at += n;
+        }
+        Commit {
+            params,
+            optimizer: tensors,
+            optimizer_steps,
+            epoch,
+            step,
+        }
+        .restore(model, optimizer)?;
+        Ok((epoch, step))
+    }
+}
