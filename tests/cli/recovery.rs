@@ -176,24 +176,32 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     assert!(!err.contains("executor processes"), "{err}");
 }
 
-/// A hung executor (SIGSTOP: alive, connected, silent) is detected within the ring's deadline
-/// and the job ends with an error naming a rank instead of hanging.
-#[test]
-fn a_hung_executor_is_detected_within_the_deadline() {
+/// Runs the resume spec on 2 executors with a 3 s ring deadline and `extra` settings, stops
+/// (SIGSTOP) one executor once training runs, and returns the exit status, the time from the
+/// stop to the end, and stderr. The stopped executor is killed afterwards.
+fn run_with_a_hung_executor(
+    extra: &[&str],
+    summary_json: &std::path::Path,
+) -> (std::process::ExitStatus, Duration, String) {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(dir.path(), "hung");
+    let mut args: Vec<String> = [
+        "local",
+        spec.as_str(),
+        "--set",
+        &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
+        "--set",
+        "cluster.comm_timeout_s=3",
+        "--summary-json",
+        &s(summary_json),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().map(|a| a.to_string()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-        .args([
-            "local",
-            &spec,
-            "--set",
-            &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
-            "--set",
-            "cluster.comm_timeout_s=3",
-            "--set",
-            "train.epochs=20",
-        ])
+        .args(&args)
         .current_dir(repo())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -247,20 +255,48 @@ fn a_hung_executor_is_detected_within_the_deadline() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let detected = stopped_at.elapsed();
+    let ended = stopped_at.elapsed();
     unsafe {
         libc::kill(pids[1], libc::SIGKILL);
     }
     stderr.push_str(&reader.join().unwrap());
+    (status, ended, stderr)
+}
+
+/// A hung executor (SIGSTOP: alive, connected, silent) is detected within the ring's deadline
+/// and the job ends with an error naming a rank instead of hanging.
+#[test]
+fn a_hung_executor_is_detected_within_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hung.json");
+    let (status, ended, stderr) = run_with_a_hung_executor(&["--set", "train.epochs=20"], &out);
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("rank") && stderr.contains("error: "),
         "names the rank: {stderr}"
     );
     assert!(
-        detected < Duration::from_secs(60),
-        "detected after {detected:?}: {stderr}"
+        ended < Duration::from_secs(60),
+        "detected after {ended:?}: {stderr}"
     );
+}
+
+/// The same hung executor in an elastic job: detected, the ring re-formed without it, and the
+/// job finishes on the survivor.
+#[test]
+fn an_elastic_job_recovers_without_a_hung_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hung.json");
+    let (status, _, stderr) = run_with_a_hung_executor(&["--set", "cluster.min_executors=1"], &out);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("recovery 1: the ring is re-formed with 1 executors"),
+        "{stderr}"
+    );
+    let sm = summary(&out);
+    assert_eq!(sm["recoveries"], 1, "{sm}");
+    assert_eq!(sm["executors_lost"], 1, "{sm}");
+    assert!(sm["test_accuracy"].as_f64().unwrap() > 0.9, "{sm}");
 }
 
 /// An elastic job (`min_executors = 2`) on 4 executors loses one to SIGKILL in its second
