@@ -300,8 +300,9 @@ fn an_elastic_job_recovers_without_a_hung_executor() {
 }
 
 /// An elastic job (`min_executors = 2`) on 4 executors loses one to SIGKILL in its second
-/// epoch: the driver re-forms the ring from the 3 survivors, the epoch restarts on them with
-/// every row used once, and the job ends as accurate as a clean run.
+/// epoch: the driver re-forms the ring from the 3 survivors and an idle executor that
+/// registered meanwhile, the epoch restarts on them with every row used once, and the job ends
+/// as accurate as a clean run.
 #[test]
 fn an_elastic_job_survives_a_killed_executor() {
     use std::io::{BufRead, BufReader};
@@ -364,6 +365,7 @@ min_executors = 2
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut pids: Vec<i32> = Vec::new();
     let mut stderr = String::new();
+    let mut driver = String::new();
     for line in lines.by_ref() {
         let line = line.unwrap();
         stderr.push_str(&line);
@@ -376,12 +378,18 @@ min_executors = 2
                 .split_whitespace()
                 .map(|p| p.parse().unwrap())
                 .collect();
+            driver = rest.split("for driver ").nth(1).unwrap().trim().to_string();
         }
         if line.starts_with("epoch 1/3") {
             break;
         }
     }
     assert_eq!(pids.len(), 4, "{stderr}");
+    // An executor that registers while the job runs: idle until the ring is re-formed.
+    let _spare = crate::distributed::Daemon::start(
+        &["executor", "--driver", &driver, "--cores", "1"],
+        "registered with",
+    );
     // Into the second epoch, then kill one executor outright.
     std::thread::sleep(Duration::from_millis(700));
     unsafe {
@@ -409,9 +417,10 @@ min_executors = 2
     stderr.push_str(&reader.join().unwrap());
     assert!(status.success(), "{stderr}");
     assert!(
-        stderr.contains("recovery 1: the ring is re-formed with 3 executors"),
+        stderr.contains("recovery 1: the ring is re-formed with 4 executors"),
         "{stderr}"
     );
+    assert!(stderr.contains(" joins the job"), "{stderr}");
     let sm = summary(&out);
     assert_eq!(sm["recoveries"], 1, "{sm}");
     assert_eq!(sm["executors_lost"], 1, "{sm}");

@@ -102,6 +102,7 @@ pub struct Job {
     recovery: Option<Recovery>,
     recoveries: u32,
     executors_lost: Vec<String>,
+    joiners: BTreeSet<String>,
 }
 
 /// A ring being re-formed: which ranks asked to recover, which were lost.
@@ -147,6 +148,7 @@ impl Job {
             recovery: None,
             recoveries: 0,
             executors_lost: Vec::new(),
+            joiners: BTreeSet::new(),
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -343,11 +345,18 @@ impl Job {
                     steps_per_epoch: plan.steps_per_epoch(self.ranks.len()),
                     model_dir: plan.spec.model_dir(),
                     input_columns: plan.input_columns.clone(),
-                    preprocessing_json: given.map(|p| p.to_json()).unwrap_or_default(),
-                    collect_moments: moments,
-                    collect_labels: labels,
+                    preprocessing_json: match (&self.prepare.stats_merged, given) {
+                        // A joiner gets the statistics the others computed.
+                        (Some(merged), _) => merged.clone(),
+                        (None, given) => given.map(|p| p.to_json()).unwrap_or_default(),
+                    },
+                    collect_moments: moments && self.generation == 0,
+                    collect_labels: labels && self.generation == 0,
                     resume: plan.resume.is_some(),
                     elastic: plan.spec.cluster.min_executors.is_some(),
+                    join: self
+                        .joiners
+                        .contains(&self.ranks[rank as usize].executor_id),
                     ..self.source_fields(plan, base)
                 }
             }
@@ -383,7 +392,12 @@ impl Job {
 
     /// The data-source fields of a task.
     fn source_fields(&self, plan: &JobPlan, base: pb::Task) -> pb::Task {
-        let source = plan.spec.data.source;
+        let source = match self.prepare.source_merged.as_deref() {
+            // Decided already (a re-formed ring): joiners read the same way.
+            Some("driver") => DataSource::Driver,
+            Some(_) => DataSource::Direct,
+            None => plan.spec.data.source,
+        };
         pb::Task {
             probe_source: source == DataSource::Auto,
             source_driver: source == DataSource::Driver,
@@ -544,6 +558,11 @@ impl Job {
         }
     }
 
+    /// How many times the ring was re-formed.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
     /// True when the job survives lost executors.
     pub fn is_elastic(&self) -> bool {
         matches!(&self.kind, JobKind::Train(plan) if plan.spec.cluster.min_executors.is_some())
@@ -575,6 +594,7 @@ impl Job {
         &mut self,
         req: &pb::RecoverRequest,
         min_executors: usize,
+        idle: Vec<pb::ExecutorInfo>,
         now: Instant,
     ) -> std::result::Result<Option<pb::Task>, String> {
         if self.is_finished() {
@@ -631,13 +651,35 @@ impl Job {
         self.generation += 1;
         self.recoveries += 1;
         let mut ranks = survivors;
-        ranks.sort_by(|a, b| {
+        let order = |a: &pb::ExecutorInfo, b: &pb::ExecutorInfo| {
             (&a.host, &a.ring_address, &a.executor_id).cmp(&(
                 &b.host,
                 &b.ring_address,
                 &b.executor_id,
             ))
-        });
+        };
+        ranks.sort_by(order);
+        // Idle executors join after the survivors, so rank 0 (whose state everyone adopts) is
+        // always a survivor.
+        let max = match &self.kind {
+            JobKind::Train(plan) => plan
+                .spec
+                .cluster
+                .max_executors
+                .unwrap_or(plan.spec.cluster.executors),
+            _ => ranks.len(),
+        };
+        let mut joiners = idle;
+        joiners.sort_by(order);
+        joiners.truncate(max.saturating_sub(ranks.len()));
+        self.joiners = joiners.iter().map(|e| e.executor_id.clone()).collect();
+        for e in &joiners {
+            self.message(format!(
+                "executor {} on {} joins the job",
+                e.executor_id, e.host
+            ));
+        }
+        ranks.extend(joiners);
         self.message(format!(
             "recovery {}: the ring is re-formed with {} executors {waited:.1} s after it broke \
              ({cause}); the epoch in progress restarts from its beginning",

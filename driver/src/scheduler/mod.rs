@@ -252,8 +252,15 @@ impl Scheduler {
             JobKind::Train(plan) => plan.spec.cluster.min_executors.unwrap_or(usize::MAX),
             _ => usize::MAX,
         };
-        let task = job.recover(req, min, now);
-        if let Ok(Some(_)) = &task {
+        let idle: Vec<pb::ExecutorInfo> = self
+            .executors
+            .values()
+            .filter(|e| e.assigned.is_none())
+            .map(|e| e.info.clone())
+            .collect();
+        let before = job.generation();
+        let task = job.recover(req, min, idle, now);
+        if job.generation() > before {
             // Survivors keep working for the job, under their new ranks.
             let ranks: Vec<(String, u32)> = job
                 .ranks()
@@ -263,11 +270,13 @@ impl Scheduler {
                 .collect();
             for (id, rank) in ranks {
                 if let Some(e) = self.executors.get_mut(&id) {
+                    // Survivors have their task; joiners pick theirs up with their next poll.
+                    let joining = e.assigned.is_none();
                     e.assigned = Some(registry::Assignment {
                         job_id: req.job_id.clone(),
                         rank,
                     });
-                    e.delivered = true;
+                    e.delivered = !joining;
                 }
             }
         }

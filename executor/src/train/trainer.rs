@@ -42,6 +42,8 @@ pub struct TrainTask {
     pub resume: bool,
     /// Survive lost executors: on a broken ring, ask the driver to re-form it and continue.
     pub elastic: bool,
+    /// Join a running elastic job at a re-formed ring (the state comes from rank 0).
+    pub join: bool,
 }
 
 /// What one rank did.
@@ -98,10 +100,13 @@ pub fn run_task(
         )));
     }
 
-    // Every replica starts from rank 0's weights.
-    let mut flat = model.params().flatten_values()?;
-    comm.broadcast(&mut flat, 0)?;
-    model.params().load_flat_values(&flat)?;
+    // Every replica starts from rank 0's weights (a joiner gets them, and the rest of the
+    // state, below).
+    if !task.join {
+        let mut flat = model.params().flatten_values()?;
+        comm.broadcast(&mut flat, 0)?;
+        model.params().load_flat_values(&flat)?;
+    }
 
     let mut optimizer = Optimizer::new(spec.train.optimizer.clone(), model.params())?;
     let mut buckets = (world > 1).then(|| GradientBuckets::new(model.params()));
@@ -123,12 +128,19 @@ pub fn run_task(
             streams::DROPOUT + ((rank as u64) << 32),
         )
     };
-    let (start_epoch, mut global_step) = if task.resume {
+    let (start_epoch, mut global_step) = if task.join {
+        let mine = Commit::take(&model, &optimizer, 0, 0)?;
+        Commit::sync(&model, &mut optimizer, comm, mine)?
+    } else if task.resume {
         resume(&spec.checkpoint_path(), &model, &mut optimizer)?
     } else {
         (0, 0)
     };
-    let mut skip_steps = global_step.saturating_sub(start_epoch * task.steps_per_epoch);
+    let mut skip_steps = if task.join {
+        0
+    } else {
+        global_step.saturating_sub(start_epoch * task.steps_per_epoch)
+    };
     let checkpoint = |rank: usize, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
         if rank != 0 {
             return Ok(());
@@ -146,7 +158,11 @@ pub fn run_task(
         save_model(&spec.checkpoint_path(), &model, optimizer, &state)
     };
     let mut steps_per_epoch = task.steps_per_epoch;
-    let mut total_steps = steps_per_epoch * spec.train.epochs;
+    let mut total_steps = if task.join {
+        global_step + (spec.train.epochs - start_epoch) * steps_per_epoch
+    } else {
+        steps_per_epoch * spec.train.epochs
+    };
     let mut base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
     let batch_size = spec.train.batch_size;
 

@@ -212,6 +212,7 @@ fn run_one(
                         data,
                         resume: task.resume,
                         elastic: task.elastic,
+                        join: task.join,
                     };
                     let outcome = with_compute_threads(config.threads, || {
                         run_task(&train, registry, &mut ctx, comm)

@@ -164,6 +164,17 @@ impl JobSpec {
                 ),
             ));
         }
+        if let Some(m) = c.max_executors
+            && m < c.executors
+        {
+            return Err(invalid(
+                "cluster.max_executors",
+                format!(
+                    "must be at least cluster.executors ({}), not {m}",
+                    c.executors
+                ),
+            ));
+        }
         if c.threads == Some(0) {
             return Err(invalid("cluster.threads", "must be at least 1".into()));
         }

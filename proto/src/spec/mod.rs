@@ -209,6 +209,10 @@ pub struct ClusterSpec {
     /// no elasticity, a lost executor fails the job).
     #[serde(default)]
     pub min_executors: Option<usize>,
+    /// Elastic training: when the ring is re-formed, idle registered executors join it up to
+    /// this many (default: `executors`).
+    #[serde(default)]
+    pub max_executors: Option<usize>,
     /// Rank 0 checkpoints every this many steps (0: only at the end of each epoch, which it
     /// always does), into `<checkpoint_dir>/checkpoint`.
     #[serde(default)]
@@ -226,6 +230,7 @@ impl Default for ClusterSpec {
             comm_timeout_s: defaults::comm_timeout_s(),
             checkpoint_every_steps: 0,
             min_executors: None,
+            max_executors: None,
         }
     }
 }
