@@ -46,6 +46,94 @@ fn checkpoint_step(dir: &std::path::Path) -> Option<(u64, u64)> {
     Some((meta["epoch"].as_u64()?, meta["step"].as_u64()?))
 }
 
+/// A `ringflow local` run whose stderr is followed while it runs, to act on its executors.
+struct Watched {
+    child: std::process::Child,
+    lines: Option<std::io::Lines<std::io::BufReader<std::process::ChildStderr>>>,
+    stderr: String,
+    /// The executor processes' pids.
+    pids: Vec<i32>,
+    /// The embedded driver's URL.
+    driver: String,
+}
+
+impl Watched {
+    /// Starts `ringflow ARGS` and reads stderr up to the first line that starts with `until`.
+    fn start(args: &[String], until: &str) -> Watched {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+            .args(args)
+            .current_dir(repo())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut w = Watched {
+            child,
+            lines: None,
+            stderr: String::new(),
+            pids: Vec::new(),
+            driver: String::new(),
+        };
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            w.stderr.push_str(&line);
+            w.stderr.push('\n');
+            if let Some(rest) = line.split("(pids ").nth(1) {
+                let (pids, driver) = rest.split_once(')').unwrap();
+                w.pids = pids
+                    .split_whitespace()
+                    .map(|p| p.parse().unwrap())
+                    .collect();
+                w.driver = driver
+                    .split("for driver ")
+                    .nth(1)
+                    .unwrap()
+                    .trim()
+                    .to_string();
+            }
+            if line.starts_with(until) {
+                break;
+            }
+        }
+        w.lines = Some(lines);
+        w
+    }
+
+    /// Waits (at most `limit`) for the run to end; returns its status and whole stderr. On
+    /// timeout it kills the run and every executor, and fails the test.
+    fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
+        let lines = self.lines.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut rest = String::new();
+            for line in lines {
+                rest.push_str(&line.unwrap_or_default());
+                rest.push('\n');
+            }
+            rest
+        });
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                for &p in &self.pids {
+                    unsafe {
+                        libc::kill(p, libc::SIGKILL);
+                    }
+                }
+                panic!("the run did not end within {limit:?}:\n{}", self.stderr);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.stderr.push_str(&reader.join().unwrap());
+        (status, self.stderr)
+    }
+}
+
 /// Kills `ringflow local` (driver and executors: SIGKILL, no chance to clean up) once a
 /// mid-run checkpoint exists, resumes with `--resume`, and gets the parameters of an
 /// uninterrupted run; a damaged checkpoint is then refused with the file named.
@@ -183,7 +271,6 @@ fn run_with_a_hung_executor(
     extra: &[&str],
     summary_json: &std::path::Path,
 ) -> (std::process::ExitStatus, Duration, String) {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(dir.path(), "hung");
     let mut args: Vec<String> = [
@@ -200,66 +287,19 @@ fn run_with_a_hung_executor(
     .map(|a| a.to_string())
     .collect();
     args.extend(extra.iter().map(|a| a.to_string()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-        .args(&args)
-        .current_dir(repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut pids: Vec<i32> = Vec::new();
-    let mut stderr = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        stderr.push_str(&line);
-        stderr.push('\n');
-        if let Some(rest) = line.split("(pids ").nth(1) {
-            pids = rest
-                .split(')')
-                .next()
-                .unwrap()
-                .split_whitespace()
-                .map(|p| p.parse().unwrap())
-                .collect();
-        }
-        if line.starts_with("rank 1: executor") {
-            break;
-        }
-    }
-    assert_eq!(pids.len(), 2, "{stderr}");
+    let run = Watched::start(&args, "rank 1: executor");
+    assert_eq!(run.pids.len(), 2, "{}", run.stderr);
+    let stopped = run.pids[1];
     std::thread::sleep(Duration::from_secs(2));
     let stopped_at = Instant::now();
     unsafe {
-        libc::kill(pids[1], libc::SIGSTOP);
+        libc::kill(stopped, libc::SIGSTOP);
     }
-    let reader = std::thread::spawn(move || {
-        let mut rest = String::new();
-        for line in lines {
-            rest.push_str(&line.unwrap_or_default());
-            rest.push('\n');
-        }
-        rest
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            unsafe {
-                libc::kill(pids[1], libc::SIGKILL);
-            }
-            panic!("the job hung with a stopped executor");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let (status, stderr) = run.finish(Duration::from_secs(120));
     let ended = stopped_at.elapsed();
     unsafe {
-        libc::kill(pids[1], libc::SIGKILL);
+        libc::kill(stopped, libc::SIGKILL);
     }
-    stderr.push_str(&reader.join().unwrap());
     (status, ended, stderr)
 }
 
@@ -305,7 +345,6 @@ fn an_elastic_job_recovers_without_a_hung_executor() {
 /// as accurate as a clean run.
 #[test]
 fn an_elastic_job_survives_a_killed_executor() {
-    use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let spec = job(
         dir.path(),
@@ -348,73 +387,30 @@ min_executors = 2
     let clean = summary(&clean);
 
     let out = dir.path().join("elastic.json");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-        .args([
-            "local",
-            &spec,
-            "--set",
-            &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
-            "--summary-json",
-            &s(&out),
-        ])
-        .current_dir(repo())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let mut pids: Vec<i32> = Vec::new();
-    let mut stderr = String::new();
-    let mut driver = String::new();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        stderr.push_str(&line);
-        stderr.push('\n');
-        if let Some(rest) = line.split("(pids ").nth(1) {
-            pids = rest
-                .split(')')
-                .next()
-                .unwrap()
-                .split_whitespace()
-                .map(|p| p.parse().unwrap())
-                .collect();
-            driver = rest.split("for driver ").nth(1).unwrap().trim().to_string();
-        }
-        if line.starts_with("epoch 1/3") {
-            break;
-        }
-    }
-    assert_eq!(pids.len(), 4, "{stderr}");
+    let args: Vec<String> = [
+        "local",
+        spec.as_str(),
+        "--set",
+        &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
+        "--summary-json",
+        &s(&out),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let run = Watched::start(&args, "epoch 1/3");
+    assert_eq!(run.pids.len(), 4, "{}", run.stderr);
     // An executor that registers while the job runs: idle until the ring is re-formed.
     let _spare = crate::distributed::Daemon::start(
-        &["executor", "--driver", &driver, "--cores", "1"],
+        &["executor", "--driver", &run.driver, "--cores", "1"],
         "registered with",
     );
     // Into the second epoch, then kill one executor outright.
     std::thread::sleep(Duration::from_millis(700));
     unsafe {
-        libc::kill(pids[2], libc::SIGKILL);
+        libc::kill(run.pids[2], libc::SIGKILL);
     }
-    let reader = std::thread::spawn(move || {
-        let mut rest = String::new();
-        for line in lines {
-            rest.push_str(&line.unwrap_or_default());
-            rest.push('\n');
-        }
-        rest
-    });
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the elastic job did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    stderr.push_str(&reader.join().unwrap());
+    let (status, stderr) = run.finish(Duration::from_secs(600));
     assert!(status.success(), "{stderr}");
     assert!(
         stderr.contains("recovery 1: the ring is re-formed with 4 executors"),
