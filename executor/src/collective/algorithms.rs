@@ -65,6 +65,15 @@ fn op_name(code: u64) -> &'static str {
 }
 
 impl Link {
+    /// Closes both directions of the ring at this rank after a failure: the left neighbour's
+    /// writes fail and the right neighbour reads end-of-stream (the writer finishes), so the
+    /// failure travels around the ring at once instead of each rank waiting out its deadline.
+    pub fn abort(&mut self) {
+        let _ = self.left.shutdown(std::net::Shutdown::Both);
+        let (closed, _) = std::sync::mpsc::channel();
+        self.outgoing = closed;
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         rank: usize,

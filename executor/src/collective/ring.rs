@@ -245,6 +245,7 @@ impl Drop for RingCollective {
 
 fn comm_loop(mut link: Link, requests: Receiver<Request>) {
     let mut broken: Option<String> = None;
+    let mut aborted = false;
     for request in requests {
         let fail = |b: &Option<String>| b.clone().map(ExecutorError::Comm);
         match request {
@@ -272,6 +273,10 @@ fn comm_loop(mut link: Link, requests: Receiver<Request>) {
                 note_failure(&r, &mut broken);
                 let _ = reply.send(r);
             }
+        }
+        if broken.is_some() && !aborted {
+            link.abort();
+            aborted = true;
         }
     }
 }
