@@ -229,17 +229,16 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     );
     assert_eq!(resumed["test_accuracy"], clean["test_accuracy"]);
 
-    // A damaged tensor file: found by its checksum, never loaded.
+    // A damaged tensor file (the one the metadata names): found by its checksum, never loaded.
     let ckpt = run_dir.join("checkpoint");
-    let model_file = std::fs::read_dir(&ckpt)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("model-"))
-        })
-        .expect("a model file");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join("checkpoint.json")).unwrap())
+            .unwrap();
+    let model_file = ckpt.join(
+        meta["files"]["model"]["name"]
+            .as_str()
+            .expect("a model file"),
+    );
     let mut bytes = std::fs::read(&model_file).unwrap();
     let at = bytes.len() - 10;
     bytes[at] ^= 0xff;
