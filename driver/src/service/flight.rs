@@ -39,9 +39,10 @@ impl PartitionServer {
         let job = s
             .job(&ticket.job_id)
             .ok_or_else(|| Status::not_found(format!("no job {:?}", ticket.job_id)))?;
-        if job.is_finished() {
+        if job.state != ringflow_proto::pb::JobState::Running {
+            // Before it starts a job has no secret yet; after it ends, nobody needs its data.
             return Err(Status::failed_precondition(format!(
-                "job {} has ended",
+                "job {} is not running",
                 ticket.job_id
             )));
         }
@@ -177,5 +178,92 @@ impl FlightService for PartitionServer {
         _: Request<Empty>,
     ) -> Result<Response<Self::ListActionsStream>, Status> {
         only_do_get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    use ringflow_ml::nn::ModelRegistry;
+    use ringflow_proto::pb;
+    use ringflow_proto::spec::JobSpec;
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::scheduler::{JobKind, Scheduler, SchedulerConfig};
+
+    fn ticket(job_id: &str, secret: &[u8], path: &str) -> PartitionTicket {
+        PartitionTicket {
+            job_id: job_id.into(),
+            secret: hex(secret),
+            path: path.into(),
+            row_group: 0,
+            row_offset: 0,
+            row_count: 10,
+            file_row_start: 0,
+            columns: vec!["label".into()],
+            whole: false,
+        }
+    }
+
+    /// Only a running job's own files, with its secret, are served.
+    #[test]
+    fn tickets_are_checked_against_running_jobs() {
+        let data = format!(
+            "{}/../examples/data/mnist/test.parquet",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let toml = dir.path().join("job.toml");
+        std::fs::write(
+            &toml,
+            format!(
+                "[data]\ntrain = \"{data}\"\nfeatures = [\"image\"]\nlabel = \"label\"\n\
+                 [model]\nkind = \"mlp\"\nlayers = [784, 10]\n[cluster]\ncheckpoint_dir = \"{}\"\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let spec = JobSpec::load(&toml, &[]).unwrap();
+        let registry = ModelRegistry::default();
+        let plan = Scheduler::plan_job(&registry, &spec.to_json(), false).unwrap();
+        let shared = Arc::new(Shared {
+            scheduler: Mutex::new(Scheduler::new(SchedulerConfig::default(), registry.clone())),
+            task_ready: Notify::new(),
+            registry,
+        });
+        let now = Instant::now();
+        let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);
+        let server = PartitionServer(shared.clone());
+        // Waiting for executors: nothing is served, whatever the ticket says.
+        let e = server.authorize(&ticket(&id, &[0; 32], &data)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+
+        let executor = pb::ExecutorInfo {
+            executor_id: "e0".into(),
+            host: "h".into(),
+            ring_address: "h:1".into(),
+            ..Default::default()
+        };
+        shared
+            .lock()
+            .job_mut(&id)
+            .unwrap()
+            .start(vec![executor], now);
+        let secret = shared.lock().job(&id).unwrap().secret().to_vec();
+        server.authorize(&ticket(&id, &secret, &data)).unwrap();
+        let e = server.authorize(&ticket(&id, &[7; 32], &data)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+        let e = server
+            .authorize(&ticket(&id, &secret, "/etc/passwd"))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+        assert!(e.message().contains("is not a file of job"), "{e}");
+        let e = server
+            .authorize(&ticket("nope", &secret, &data))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
     }
 }
