@@ -437,3 +437,51 @@ min_executors = 2
         "recovered {a} vs clean {b}: {stderr}"
     );
 }
+
+/// An executor that registers while an elastic job runs joins it at the next epoch boundary
+/// (up to `max_executors`), with the same state as the others.
+#[test]
+fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), "join");
+    let out = dir.path().join("join.json");
+    let args: Vec<String> = [
+        "local",
+        spec.as_str(),
+        "--set",
+        &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
+        "--set",
+        "cluster.min_executors=1",
+        "--set",
+        "cluster.max_executors=3",
+        "--set",
+        "train.epochs=3",
+        "--summary-json",
+        &s(&out),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let run = Watched::start(&args, "epoch 1/3");
+    let _spare = crate::distributed::Daemon::start(
+        &["executor", "--driver", &run.driver, "--cores", "1"],
+        "registered with",
+    );
+    let (status, stderr) = run.finish(Duration::from_secs(600));
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the ring is re-formed with 3 executors at an epoch boundary")
+            && stderr.contains(" joins the job"),
+        "{stderr}"
+    );
+    let sm = summary(&out);
+    assert_eq!(sm["recoveries"], 0, "{sm}");
+    assert_eq!(sm["executors"], 3, "{sm}");
+    assert_eq!(sm["replicas_identical"], true, "{sm}");
+    for epoch in sm["history"].as_array().unwrap() {
+        assert_eq!(
+            epoch["samples"], 60_000,
+            "every row once per epoch: {epoch}"
+        );
+    }
+}

@@ -69,6 +69,7 @@ fn deal(order: &[&RowGroup], shares: &[u64], epoch: u64, steps: u64) -> Vec<Epoc
             partitions: Vec::new(),
             rows: 0,
             steps,
+            reform: false,
         })
         .collect();
     let mut rank = 0;

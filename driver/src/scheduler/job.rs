@@ -103,6 +103,11 @@ pub struct Job {
     recoveries: u32,
     executors_lost: Vec<String>,
     joiners: BTreeSet<String>,
+    /// Idle executors could join (set by the scheduler); the ring is re-formed at the next
+    /// epoch boundary.
+    joinable: bool,
+    /// The epoch before which the ring is re-formed to add executors.
+    reform_before: Mutex<Option<u64>>,
 }
 
 /// A ring being re-formed: which ranks asked to recover, which were lost.
@@ -149,6 +154,8 @@ impl Job {
             recoveries: 0,
             executors_lost: Vec::new(),
             joiners: BTreeSet::new(),
+            joinable: false,
+            reform_before: Mutex::new(None),
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -431,12 +438,31 @@ impl Job {
             pb::Split::Train => {}
         }
         let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reform = self.reform_before.lock().unwrap_or_else(|p| p.into_inner());
         if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
             *cache = Some((epoch, plan.train_epoch(epoch, world)));
+            // At an epoch boundary (never the first epoch of this ring's plan), idle executors
+            // join: every rank is told to re-form before training this epoch.
+            let max = plan
+                .spec
+                .cluster
+                .max_executors
+                .unwrap_or(plan.spec.cluster.executors);
+            if self.joinable && self.is_elastic() && epoch > 0 && world < max && reform.is_none() {
+                *reform = Some(epoch);
+            }
         }
-        cache
+        let mut out = cache
             .as_ref()
-            .and_then(|(_, plans)| plans.get(rank).cloned())
+            .and_then(|(_, plans)| plans.get(rank).cloned())?;
+        out.reform = *reform == Some(epoch);
+        Some(out)
+    }
+
+    /// Whether idle executors are waiting that this job could take (elastic jobs add them at
+    /// the next epoch boundary).
+    pub fn set_joinable(&mut self, joinable: bool) {
+        self.joinable = joinable;
     }
 
     /// A rank's partial for a preparation phase (once), and the merged result when every rank
@@ -649,7 +675,11 @@ impl Job {
             .map_or(0.0, |s| now.duration_since(s).as_secs_f64());
         let cause = recovery.asked.values().next().cloned().unwrap_or_default();
         self.generation += 1;
-        self.recoveries += 1;
+        let lost_any = !recovery.lost.is_empty();
+        if lost_any {
+            self.recoveries += 1;
+        }
+        *self.reform_before.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let mut ranks = survivors;
         let order = |a: &pb::ExecutorInfo, b: &pb::ExecutorInfo| {
             (&a.host, &a.ring_address, &a.executor_id).cmp(&(
@@ -680,12 +710,19 @@ impl Job {
             ));
         }
         ranks.extend(joiners);
-        self.message(format!(
-            "recovery {}: the ring is re-formed with {} executors {waited:.1} s after it broke \
-             ({cause}); the epoch in progress restarts from its beginning",
-            self.recoveries,
-            ranks.len()
-        ));
+        if lost_any {
+            self.message(format!(
+                "recovery {}: the ring is re-formed with {} executors {waited:.1} s after it \
+                 broke ({cause}); the epoch in progress restarts from its beginning",
+                self.recoveries,
+                ranks.len()
+            ));
+        } else {
+            self.message(format!(
+                "the ring is re-formed with {} executors at an epoch boundary",
+                ranks.len()
+            ));
+        }
         rand::fill(&mut self.secret);
         let n = ranks.len();
         self.ranks = ranks;

@@ -381,6 +381,10 @@ impl Scheduler {
     /// start queued jobs that now have enough idle executors.
     pub fn tick(&mut self, now: Instant) {
         self.drop_lost_executors(now);
+        let idle = self.executors.values().any(|e| e.assigned.is_none());
+        for job in self.jobs.values_mut() {
+            job.set_joinable(idle && job.state == pb::JobState::Running);
+        }
         self.expire_waiting_jobs(now);
         self.start_jobs(now);
         self.release_finished(now);

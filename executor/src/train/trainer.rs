@@ -185,6 +185,12 @@ pub fn run_task(
         let first_step = if epoch == start_epoch { skip_steps } else { 0 };
         let trained: Result<(EpochStats, f64)> = (|| {
             let plan = ctx.epoch_plan(Split::Train, epoch)?;
+            if plan.reform && commit.is_some() {
+                // Idle executors join at this epoch boundary: re-form like after a failure.
+                return Err(ExecutorError::Comm(
+                    "the driver re-forms the ring to add executors".into(),
+                ));
+            }
             if plan.steps != steps_per_epoch {
                 return Err(ExecutorError::Spec(format!(
                     "the driver planned {} steps for epoch {epoch}, the task {steps_per_epoch}",
