@@ -278,6 +278,24 @@ checkpoint_dir = "{checkpoint_dir}"
     )
 }
 
+/// Runs the job spec at `spec` on two local executors against the server; returns its summary.
+fn train_on_s3(server: &Moto, spec: &str, dir: &std::path::Path) -> serde_json::Value {
+    let out = dir.join("train.json");
+    ringflow_s3(
+        server,
+        &[
+            "local",
+            spec,
+            "--executors",
+            "2",
+            "--summary-json",
+            &s(&out),
+        ],
+    )
+    .assert_success();
+    summary(&out)
+}
+
 /// Trains on S3 data with checkpoints on S3 (two executors), then evaluates and predicts with
 /// the model straight from the bucket, predictions written back to it and read with SQL.
 #[test]
@@ -298,20 +316,7 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
             "label = \"label\"",
         ),
     );
-    let out = dir.path().join("train.json");
-    ringflow_s3(
-        &server,
-        &[
-            "local",
-            &spec,
-            "--executors",
-            "2",
-            "--summary-json",
-            &s(&out),
-        ],
-    )
-    .assert_success();
-    let sm = summary(&out);
+    let sm = train_on_s3(&server, &spec, dir.path());
     assert_eq!(sm["status"], "succeeded");
     assert_eq!(sm["executors"], 2);
     assert_eq!(sm["samples"], 60_000);
@@ -433,20 +438,7 @@ tables = {{ names = "s3://{BUCKET}/tables/names.csv" }}"#
         "s3-sql",
         &mnist_spec("s3-sql", &format!("s3://{BUCKET}/runs/sql"), &sql),
     );
-    let out = dir.path().join("train.json");
-    ringflow_s3(
-        &server,
-        &[
-            "local",
-            &spec,
-            "--executors",
-            "2",
-            "--summary-json",
-            &s(&out),
-        ],
-    )
-    .assert_success();
-    let sm = summary(&out);
+    let sm = train_on_s3(&server, &spec, dir.path());
     assert_eq!(sm["status"], "succeeded");
     assert_eq!(sm["samples"], 60_000, "every row joined a name");
     assert_eq!(sm["test_rows"], 10_000);

@@ -7,9 +7,9 @@ use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::ModelShape;
-use ringflow_proto::data::Location;
 use ringflow_proto::data::partition::StoreReader;
 use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::data::{Location, is_string};
 use ringflow_proto::spec::DataSpec;
 
 use crate::error::{DriverError, Result};
@@ -77,15 +77,6 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
 
 fn is_number(t: &DataType) -> bool {
     t.is_integer() || t.is_floating()
-}
-
-/// True for the Arrow types that hold strings.
-pub fn is_string(t: &DataType) -> bool {
-    match t {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
-        DataType::Dictionary(_, v) => is_string(v),
-        _ => false,
-    }
 }
 
 /// Values per row that a feature column of type `t` gives: `Some(n)` when fixed, `None` for

@@ -13,6 +13,7 @@ pub mod footer;
 use std::collections::BTreeMap;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::prelude::SessionContext;
 use ringflow_ml::nn::{ModelRegistry, ModelShape};
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::data::{Location, sql};
@@ -38,6 +39,7 @@ fn plan_split(
     spec: &JobSpec,
     model: ModelShape,
     label_required: bool,
+    prep: Option<&SqlPlanner>,
 ) -> Result<SplitPlan> {
     let files = discover::files(key, path)?;
     let split = read_footers(key, &files)?;
@@ -51,7 +53,7 @@ fn plan_split(
             continue;
         }
         seen.push(schema.clone());
-        let (l, columns) = match &data.sql {
+        let (l, columns) = match prep {
             None => {
                 let l = check_schema(
                     &format!("{key}: {file}"),
@@ -67,8 +69,9 @@ fn plan_split(
                 }
                 (l, columns)
             }
-            Some(query) => {
-                let planned = plan_sql(query, &data.tables, schema.clone())
+            Some(prep) => {
+                let planned = prep
+                    .plan(schema.clone())
                     .map_err(|e| DriverError::Data(format!("{key}: {file}: {e}")))?;
                 let what = format!("{key}: {file}: the output of data.sql");
                 let l = check_schema(&what, &planned.output, data, model, loss, label_required)?;
@@ -96,19 +99,40 @@ fn plan_split(
     })
 }
 
-/// Plans `query` against `input` with the lookup tables registered (their schemas are read,
-/// their rows are not).
-fn plan_sql(
-    query: &str,
-    tables: &BTreeMap<String, String>,
-    input: SchemaRef,
-) -> std::result::Result<sql::PlannedQuery, ringflow_proto::data::DataError> {
-    let (query, tables) = (query.to_string(), tables.clone());
-    block_on(async move {
-        let ctx = sql::session(Some(1));
-        sql::register_lookup_tables(&ctx, &tables, false).await?;
-        sql::plan_query(&ctx, &query, input).await
-    })
+/// A job's `data.sql` with its lookup tables registered once (their schemas are read, their
+/// rows are not), planned against each distinct file schema.
+struct SqlPlanner {
+    ctx: SessionContext,
+    query: String,
+}
+
+impl SqlPlanner {
+    /// The planner of `spec`'s query, if it has one.
+    fn new(spec: &JobSpec) -> Result<Option<SqlPlanner>> {
+        let Some(query) = &spec.data.sql else {
+            return Ok(None);
+        };
+        let tables: BTreeMap<String, String> = spec.data.tables.clone();
+        let ctx = block_on(async move {
+            let ctx = sql::session(Some(1));
+            sql::register_lookup_tables(&ctx, &tables, false).await?;
+            Ok::<_, ringflow_proto::data::DataError>(ctx)
+        })
+        .map_err(|e| DriverError::Data(e.to_string()))?;
+        Ok(Some(SqlPlanner {
+            ctx,
+            query: query.clone(),
+        }))
+    }
+
+    /// Plans the query with `input` of the given schema.
+    fn plan(
+        &self,
+        input: SchemaRef,
+    ) -> std::result::Result<sql::PlannedQuery, ringflow_proto::data::DataError> {
+        let (ctx, query) = (self.ctx.clone(), self.query.clone());
+        block_on(async move { sql::plan_query(&ctx, &query, input).await })
+    }
 }
 
 /// A job's data, as the driver knows it after planning.
@@ -186,9 +210,24 @@ impl JobPlan {
         // executor trains for it.
         Location::parse(&spec.model_dir())
             .map_err(|e| DriverError::Data(format!("cluster.checkpoint_dir: {e}")))?;
-        let train = plan_split("data.train", &spec.data.train, &spec, model, true)?;
+        let prep = SqlPlanner::new(&spec)?;
+        let train = plan_split(
+            "data.train",
+            &spec.data.train,
+            &spec,
+            model,
+            true,
+            prep.as_ref(),
+        )?;
         let test = match &spec.data.test {
-            Some(path) => Some(plan_split("data.test", path, &spec, model, true)?),
+            Some(path) => Some(plan_split(
+                "data.test",
+                path,
+                &spec,
+                model,
+                true,
+                prep.as_ref(),
+            )?),
             None => None,
         };
         if let Some(t) = &test
@@ -255,7 +294,8 @@ impl JobPlan {
     ) -> Result<JobPlan> {
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
         spec.cluster.device.check_available()?;
-        let data = plan_split("--data", path, &spec, model, label_required)?;
+        let prep = SqlPlanner::new(&spec)?;
+        let data = plan_split("--data", path, &spec, model, label_required, prep.as_ref())?;
         Ok(JobPlan {
             spec,
             model,

@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{
     UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use datafusion::arrow::record_batch::RecordBatch;
-use ringflow_proto::data::Preprocessing;
+use ringflow_proto::data::{Preprocessing, is_string};
 
 use crate::error::{ExecutorError, Result};
 
@@ -48,15 +48,6 @@ pub struct Converter {
     classes: Option<HashMap<String, usize>>,
     /// Per-feature `(mean, 1 / std)` of `normalize = "standard"`.
     normalize: Option<(Vec<f32>, Vec<f32>)>,
-}
-
-/// True for the Arrow types that hold strings (a string label).
-pub fn is_string(t: &DataType) -> bool {
-    match t {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
-        DataType::Dictionary(_, v) => is_string(v),
-        _ => false,
-    }
 }
 
 /// The values of a string column (nulls as `None`).
@@ -248,19 +239,15 @@ impl Converter {
         c
     }
 
-    /// Converts only the features of `batch` (scaled, not normalized), for statistics.
-    pub fn raw_features(
-        &self,
-        batch: &RecordBatch,
-        file: &str,
-        first_row: u64,
-    ) -> Result<Vec<f32>> {
-        let raw = Converter {
+    /// A converter of the same features that reads no label and does not normalize (scaled
+    /// features, for statistics).
+    pub fn features_only(&self) -> Converter {
+        Converter {
             label: None,
+            classes: None,
             normalize: None,
             ..self.clone()
-        };
-        Ok(raw.convert(batch, file, first_row)?.features)
+        }
     }
 
     /// Converts `batch`, whose first row is row `first_row` of `file`.
@@ -774,7 +761,8 @@ mod tests {
         let rows = c.convert(&b, "f.parquet", 0).unwrap();
         assert_eq!(rows.features, [-1.0, 0.0, 1.0]);
         assert_eq!(rows.labels, [1.0, 0.0, 1.0]);
-        assert_eq!(c.raw_features(&b, "f.parquet", 0).unwrap(), [1.0, 3.0, 5.0]);
+        let raw = c.features_only().convert(&b, "f.parquet", 0).unwrap();
+        assert_eq!(raw.features, [1.0, 3.0, 5.0]);
         let other = Preprocessing {
             normalize: None,
             classes: Some(vec!["a".into(), "c".into()]),

@@ -142,12 +142,13 @@ fn collect_stats(
     label: Option<&str>,
 ) -> Result<DataStats> {
     let stop = AtomicBool::new(false);
+    let raw = converter.features_only();
     let mut m = FeatureMoments::default();
     let mut labels: BTreeSet<String> = BTreeSet::new();
     read.for_each_batch(partitions, &stop, |batch, origin| {
         if moments {
-            let features = converter.raw_features(batch, origin.file, origin.first_row)?;
-            m.add_rows(&features, width);
+            let rows = raw.convert(batch, origin.file, origin.first_row)?;
+            m.add_rows(&rows.features, width);
         }
         if let Some(label) = label {
             let fail = |m: String| ExecutorError::data(origin.file, format!("column `{label}` {m}"));

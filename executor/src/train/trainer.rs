@@ -141,10 +141,9 @@ pub fn run_task(
     } else {
         global_step.saturating_sub(start_epoch * task.steps_per_epoch)
     };
-    let checkpoint = |rank: usize, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
-        if rank != 0 {
-            return Ok(());
-        }
+    // Rank 0 saves the model with what eval, predict and --resume need: the job and the
+    // preprocessing.
+    let save = |dir: &str, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
         let state = TrainingState {
             epoch,
             step,
@@ -155,7 +154,13 @@ pub fn run_task(
                 "preprocessing": preprocessing,
             }),
         };
-        save_model(&spec.checkpoint_path(), &model, optimizer, &state)
+        save_model(dir, &model, optimizer, &state)
+    };
+    let checkpoint = |rank: usize, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
+        if rank != 0 {
+            return Ok(());
+        }
+        save(&spec.checkpoint_path(), epoch, step, optimizer)
     };
     let mut steps_per_epoch = task.steps_per_epoch;
     let mut total_steps = if task.join {
@@ -358,17 +363,7 @@ pub fn run_task(
 
     let param_checksum = model.params().checksum()?;
     let model_dir = if rank == 0 {
-        let state = TrainingState {
-            epoch: spec.train.epochs,
-            step: global_step,
-            rng: None,
-            extra: serde_json::json!({
-                "job_id": task.job_id,
-                "job": spec,
-                "preprocessing": preprocessing,
-            }),
-        };
-        save_model(&task.model_dir, &model, &optimizer, &state)?;
+        save(&task.model_dir, spec.train.epochs, global_step, &optimizer)?;
         Some(task.model_dir.clone())
     } else {
         None

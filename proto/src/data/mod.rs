@@ -22,5 +22,17 @@ pub mod sql;
 pub mod stats;
 
 pub use error::{DataError, Result};
+
+use datafusion::arrow::datatypes::DataType;
+
+/// True for the Arrow types that hold strings (a string label's class names), dictionary
+/// encoded or not.
+pub fn is_string(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, v) => is_string(v),
+        _ => false,
+    }
+}
 pub use location::Location;
 pub use stats::{DataStats, Preprocessing};
