@@ -14,6 +14,9 @@ pub struct EpochSummary {
     pub steps: u64,
     /// Rows trained on, all ranks together.
     pub samples: u64,
+    /// Rows whose gradients backup workers dropped, all ranks together.
+    #[serde(default)]
+    pub dropped_samples: u64,
     /// Mean training loss (mean over ranks of each rank's mean).
     pub loss: f64,
     /// Wall time of the slowest rank.
@@ -110,6 +113,7 @@ impl JobProgress {
             epoch,
             steps: reports[0].steps,
             samples,
+            dropped_samples: reports.iter().map(|r| r.dropped_samples).sum(),
             loss: reports.iter().map(|r| r.loss).sum::<f64>() / n,
             seconds,
             samples_per_s: samples as f64 / seconds.max(1e-9),

@@ -47,6 +47,9 @@ pub struct JobSummary {
     pub steps: u64,
     /// Rows trained on, all ranks and epochs together.
     pub samples: u64,
+    /// Rows whose gradients backup workers dropped (`cluster.backup_workers`), all ranks and
+    /// epochs together.
+    pub dropped_samples: u64,
     /// Wall time from submission to the end, in seconds.
     pub wall_s: f64,
     /// Training throughput: samples over the training loop's time (slowest rank), excluding
@@ -133,6 +136,7 @@ impl JobSummary {
             epochs: progress.epochs().len() as u64,
             steps,
             samples,
+            dropped_samples: progress.epochs().iter().map(|e| e.dropped_samples).sum(),
             wall_s,
             train_samples_per_s: if train_seconds > 0.0 {
                 samples as f64 / train_seconds

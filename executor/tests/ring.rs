@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ringflow_executor::collective::{
-    Collective, JobSecret, ReduceOp, RingCollective, RingConfig, RingListener,
+    Collective, JobSecret, ReduceOp, RingCollective, RingConfig, RingListener, StepResult,
 };
 
 fn listeners(n: usize) -> Vec<RingListener> {
@@ -26,12 +26,23 @@ fn config(
         peers: peers.to_vec(),
         secret: secret.clone(),
         timeout,
+        backup_workers: 0,
     }
 }
 
 /// Forms a ring of `n` and runs `f(rank, collective)` on one thread per rank.
 fn with_ring<T: Send + 'static>(
     n: usize,
+    timeout: Duration,
+    f: impl Fn(usize, RingCollective) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    with_backup_ring(n, 0, timeout, f)
+}
+
+/// [`with_ring`] with `backups` backup workers.
+fn with_backup_ring<T: Send + 'static>(
+    n: usize,
+    backups: usize,
     timeout: Duration,
     f: impl Fn(usize, RingCollective) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<T> {
@@ -42,7 +53,8 @@ fn with_ring<T: Send + 'static>(
         .into_iter()
         .enumerate()
         .map(|(rank, l)| {
-            let cfg = config("job-1", rank, &peers, &secret, timeout);
+            let mut cfg = config("job-1", rank, &peers, &secret, timeout);
+            cfg.backup_workers = backups;
             let f = f.clone();
             std::thread::spawn(move || {
                 let ring = RingCollective::connect(&l, cfg).expect("the ring forms");
@@ -236,4 +248,94 @@ fn ranks_that_disagree_on_the_operation_fail_loudly() {
         msgs.iter().any(|m| m.contains("collective mismatch")),
         "{msgs:?}"
     );
+}
+
+/// Waits (up to 10 s) until the common gradient of `step` is already there.
+fn poll_result(ring: &mut RingCollective, step: u64) -> StepResult {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = ring.backup().unwrap().try_result(step).unwrap() {
+            return r;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "step {step} never came"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn backup_workers_average_the_first_ranks_and_drop_late_ones() {
+    let len = 70_001;
+    let results = with_backup_ring(3, 1, Duration::from_secs(10), move |rank, mut ring| {
+        let mut seen: Vec<StepResult> = Vec::new();
+        let backup = ring.backup().expect("backup connections");
+        assert_eq!(backup.quorum(), 2);
+        if rank == 2 {
+            // Late for step 0; steps 1 finishes without it, so it catches up.
+            std::thread::sleep(Duration::from_millis(300));
+            backup.contribute(0, &data(rank, len));
+            seen.push(backup.result(0).unwrap());
+            seen.push(poll_result(&mut ring, 1));
+            // First at step 2.
+            let backup = ring.backup().unwrap();
+            backup.contribute(2, &data(rank, len));
+            seen.push(backup.result(2).unwrap());
+            backup.finish();
+        } else {
+            for step in 0..2 {
+                backup.contribute(step, &data(rank + step as usize, len));
+                seen.push(backup.result(step).unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+            let backup = ring.backup().unwrap();
+            backup.contribute(2, &data(rank, len));
+            seen.push(backup.result(2).unwrap());
+            backup.finish();
+        }
+        seen
+    });
+    let expected0: Vec<f32> = data(0, len)
+        .iter()
+        .zip(data(1, len))
+        .map(|(a, b)| (a + b) * 0.5)
+        .collect();
+    for (rank, seen) in results.iter().enumerate() {
+        assert_eq!(seen.iter().map(|r| r.step).collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(seen.iter().all(|r| r.contributors == 2));
+        assert_eq!(&*seen[0].gradient, expected0.as_slice(), "rank {rank}");
+        assert_eq!(seen[0].included, rank != 2, "rank {rank} at step 0");
+        for step in 1..3 {
+            assert_eq!(
+                seen[step].gradient, results[0][step].gradient,
+                "every rank applies the same gradient at step {step}"
+            );
+        }
+    }
+    assert!(results[2][2].included, "the early rank is in step 2");
+    let in_step2 = results.iter().filter(|s| s[2].included).count();
+    assert_eq!(in_step2, 2, "exactly the quorum is in step 2");
+}
+
+#[test]
+fn a_rank_that_leaves_fails_the_step_on_every_rank() {
+    let results = with_backup_ring(3, 1, Duration::from_secs(10), |rank, mut ring| {
+        if rank != 0 {
+            drop(ring);
+            return None;
+        }
+        let start = Instant::now();
+        let backup = ring.backup().unwrap();
+        backup.contribute(0, &[1.0; 10]);
+        let err = backup.result(0).unwrap_err().to_string();
+        Some((err, start.elapsed()))
+    });
+    let (err, took) = results[0].clone().unwrap();
+    assert!(
+        err.contains("closed its gradient connection before the end of training")
+            && (err.contains("rank 1") || err.contains("rank 2")),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(5), "gave up after {took:?}");
 }

@@ -133,12 +133,18 @@ fn print_epoch(e: &pb::EpochDone) {
     let p = e.phases.unwrap_or_default();
     let total = (p.data + p.forward + p.backward + p.allreduce + p.optimizer).max(1e-12);
     let pct = |x: f64| 100.0 * x / total;
+    let dropped = if e.dropped_samples > 0 {
+        format!(", {} rows dropped by backup workers", e.dropped_samples)
+    } else {
+        String::new()
+    };
     eprintln!(
-        "epoch {}/{}: loss {:.4}, {:.0} samples/s, {:.1} s (data {:.0}%, forward {:.0}%, \
-         backward {:.0}%, all-reduce {:.0}%, optimizer {:.0}%)",
+        "epoch {}/{}: loss {:.4}, {} rows{dropped}, {:.0} samples/s, {:.1} s (data {:.0}%, \
+         forward {:.0}%, backward {:.0}%, all-reduce {:.0}%, optimizer {:.0}%)",
         e.epoch + 1,
         e.epochs,
         e.loss,
+        e.samples,
         e.samples_per_s,
         e.seconds,
         pct(p.data),

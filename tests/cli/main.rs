@@ -1,5 +1,6 @@
 //! End-to-end tests of the `ringflow` binary: real processes, real Parquet, real data.
 
+mod backup;
 mod data;
 mod distributed;
 mod errors;

@@ -485,3 +485,35 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
         );
     }
 }
+
+/// With backup workers the survivor does not wait for the hung executor at all; the driver
+/// still detects it (heartbeats), tells the survivor to re-form through its progress reports,
+/// and the job finishes on the survivor with every row of every epoch accounted for.
+#[test]
+fn an_elastic_job_with_backup_workers_recovers_without_a_hung_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hung.json");
+    let (status, _, stderr) = run_with_a_hung_executor(
+        &[
+            "--set",
+            "cluster.min_executors=1",
+            "--set",
+            "cluster.backup_workers=1",
+            "--set",
+            "train.epochs=8",
+        ],
+        &out,
+    );
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("recovery 1: the ring is re-formed with 1 executors"),
+        "{stderr}"
+    );
+    let sm = summary(&out);
+    assert_eq!(sm["recoveries"], 1, "{sm}");
+    for epoch in sm["history"].as_array().unwrap() {
+        let rows = epoch["samples"].as_u64().unwrap() + epoch["dropped_samples"].as_u64().unwrap();
+        assert_eq!(rows, 60_000, "every row once per epoch: {epoch}");
+    }
+    assert!(sm["test_accuracy"].as_f64().unwrap() > 0.9, "{sm}");
+}

@@ -349,6 +349,7 @@ impl Job {
                 pb::Task {
                     kind: pb::TaskKind::Train as i32,
                     spec_json: plan.spec.to_json(),
+                    backup_workers: plan.spec.cluster.backup_workers as u32,
                     steps_per_epoch: plan.steps_per_epoch(self.ranks.len()),
                     model_dir: plan.spec.model_dir(),
                     input_columns: plan.input_columns.clone(),
@@ -455,7 +456,9 @@ impl Job {
         let mut out = cache
             .as_ref()
             .and_then(|(_, plans)| plans.get(rank).cloned())?;
-        out.reform = *reform == Some(epoch);
+        // A pending recovery also re-forms at the boundary: with backup workers the survivors
+        // of a lost executor may reach it without a failed collective.
+        out.reform = *reform == Some(epoch) || self.recovery.is_some();
         Some(out)
     }
 
@@ -594,6 +597,11 @@ impl Job {
         matches!(&self.kind, JobKind::Train(plan) if plan.spec.cluster.min_executors.is_some())
     }
 
+    /// True while an elastic job re-forms its ring (an executor was lost or a rank asked).
+    pub fn is_recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
     /// Counts recoveries and lost executors into a summary.
     pub fn recoveries(&self) -> (u32, usize) {
         (self.recoveries, self.executors_lost.len())
@@ -604,6 +612,14 @@ impl Job {
     pub fn rank_lost(&mut self, rank: usize, why: String, now: Instant) {
         if !self.is_elastic() || self.state != JobState::Running || rank >= self.ranks.len() {
             self.fail(why, now);
+            return;
+        }
+        if self.finished.iter().any(|&f| f) {
+            // Training is over on some rank: there is no epoch left to re-form the ring for.
+            self.fail(
+                format!("{why}, after other ranks had finished the job; it cannot be recovered"),
+                now,
+            );
             return;
         }
         self.message(format!("{why}; re-forming the ring without it"));
@@ -779,6 +795,13 @@ impl Job {
             Some(pb::report_request::Report::Epoch(e)) => {
                 if let Some(done) = self.progress.epoch_done(rank, e) {
                     self.epochs_done = done.epoch + 1;
+                    info!(
+                        job = %self.id,
+                        epoch = done.epoch,
+                        rows = done.samples,
+                        dropped_rows = done.dropped_samples,
+                        "epoch trained"
+                    );
                     self.push(pb::job_event::Event::Epoch(pb::EpochDone {
                         epoch: done.epoch,
                         epochs,
@@ -787,6 +810,7 @@ impl Job {
                         loss: done.loss,
                         seconds: done.seconds,
                         samples_per_s: done.samples_per_s,
+                        dropped_samples: done.dropped_samples,
                         phases: Some(pb::PhaseTimes {
                             data: done.phases.data,
                             forward: done.phases.forward,
@@ -837,6 +861,20 @@ impl Job {
             }
         }
         self.finished[rank] = true;
+        if let Some(r) = &self.recovery
+            && !r.lost.is_empty()
+        {
+            let lost: Vec<String> = r.lost.iter().map(|l| format!("rank {l}")).collect();
+            self.fail(
+                format!(
+                    "{who} finished while the ring was being re-formed without {}, which \
+                     cannot finish its share",
+                    lost.join(", ")
+                ),
+                now,
+            );
+            return;
+        }
         if self.finished.iter().all(|&f| f) {
             self.end(JobState::Succeeded, now);
         }

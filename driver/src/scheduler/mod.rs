@@ -343,13 +343,16 @@ impl Scheduler {
         &mut self,
         req: pb::ReportRequest,
         now: Instant,
-    ) -> std::result::Result<bool, Refusal> {
+    ) -> std::result::Result<pb::ReportReply, Refusal> {
         let job = self
             .jobs
             .get_mut(&req.job_id)
             .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
         job.report(req.rank as usize, req.report, now);
-        Ok(job.should_stop())
+        Ok(pb::ReportReply {
+            cancel: job.should_stop(),
+            reform: job.is_recovering(),
+        })
     }
 
     /// A rank's end.

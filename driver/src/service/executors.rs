@@ -92,12 +92,12 @@ impl Executors for ExecutorsService {
         &self,
         req: Request<pb::ReportRequest>,
     ) -> Result<Response<pb::ReportReply>, Status> {
-        let cancel = self
+        let reply = self
             .0
             .lock()
             .report(req.into_inner(), Instant::now())
             .map_err(status)?;
-        Ok(Response::new(pb::ReportReply { cancel }))
+        Ok(Response::new(reply))
     }
 
     async fn prepare(

@@ -1,18 +1,19 @@
 //! Authenticating ring connections.
 //!
-//! The driver gives every job a random 32-byte secret. When rank `a` connects to its right
-//! neighbour `b`, both prove that they hold it without sending it, and `b` checks that the
-//! connection belongs to the job it is in and comes from its left neighbour:
+//! The driver gives every job a random 32-byte secret. When rank `a` connects to rank `b` (its
+//! right neighbour on the ring [`Lane`], or rank 0 on the gradient lane of backup workers),
+//! both prove that they hold it without sending it, and `b` checks that the connection belongs
+//! to the job it is in and comes from a rank it expects on that lane:
 //!
 //! ```text
-//! a → b   "RFLW" version, job id, rank a, nonce_a
-//! b → a   nonce_b, HMAC(secret, "acceptor" | job | b | nonce_a)
-//! a → b   HMAC(secret, "connector" | job | a | nonce_b)
+//! a → b   "RFLW" version, lane, job id, rank a, nonce_a
+//! b → a   nonce_b, HMAC(secret, "acceptor" | lane | job | b | nonce_a)
+//! a → b   HMAC(secret, "connector" | lane | job | a | nonce_b)
 //! b → a   1 (accepted)
 //! ```
 //!
-//! Anything else — another job, a wrong rank, a bad MAC, garbage, silence — is dropped and
-//! logged by the acceptor. Every read has a deadline.
+//! Anything else — another job, a wrong rank or lane, a bad MAC, garbage, silence — is dropped
+//! and logged by the acceptor. Every read has a deadline.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -21,8 +22,35 @@ use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
 const MAGIC: &[u8; 4] = b"RFLW";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const MAX_JOB_ID: usize = 1024;
+
+/// Which of a job's connections a handshake opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// A ring connection, from a rank to its right neighbour.
+    Ring = 0,
+    /// A backup-workers connection, from a rank to the aggregator on rank 0.
+    Gradients = 1,
+}
+
+impl Lane {
+    fn from_byte(b: u8) -> Option<Lane> {
+        match b {
+            0 => Some(Lane::Ring),
+            1 => Some(Lane::Gradients),
+            _ => None,
+        }
+    }
+
+    /// The lane's name in messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Lane::Ring => "ring",
+            Lane::Gradients => "gradient",
+        }
+    }
+}
 
 /// A job's ring secret.
 #[derive(Clone, PartialEq, Eq)]
@@ -47,11 +75,20 @@ impl JobSecret {
         bytes.try_into().ok().map(JobSecret)
     }
 
-    fn keyed(&self, role: &str, job: &str, rank: u32, nonce: &[u8; 16]) -> Hmac<Sha256> {
+    fn keyed(
+        &self,
+        role: &str,
+        lane: Lane,
+        job: &str,
+        rank: u32,
+        nonce: &[u8; 16],
+    ) -> Hmac<Sha256> {
         let mut m = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("any key length");
         for part in [
-            b"ringflow-ring-v1|".as_slice(),
+            b"ringflow-ring-v2|".as_slice(),
             role.as_bytes(),
+            b"|",
+            &[lane as u8],
             b"|",
             job.as_bytes(),
         ] {
@@ -62,15 +99,25 @@ impl JobSecret {
         m
     }
 
-    fn mac(&self, role: &str, job: &str, rank: u32, nonce: &[u8; 16]) -> Vec<u8> {
-        self.keyed(role, job, rank, nonce)
+    fn mac(&self, role: &str, lane: Lane, job: &str, rank: u32, nonce: &[u8; 16]) -> Vec<u8> {
+        self.keyed(role, lane, job, rank, nonce)
             .finalize()
             .into_bytes()
             .to_vec()
     }
 
-    fn verify(&self, role: &str, job: &str, rank: u32, nonce: &[u8; 16], tag: &[u8]) -> bool {
-        self.keyed(role, job, rank, nonce).verify_slice(tag).is_ok()
+    fn verify(
+        &self,
+        role: &str,
+        lane: Lane,
+        job: &str,
+        rank: u32,
+        nonce: &[u8; 16],
+        tag: &[u8],
+    ) -> bool {
+        self.keyed(role, lane, job, rank, nonce)
+            .verify_slice(tag)
+            .is_ok()
     }
 }
 
@@ -80,9 +127,10 @@ fn nonce() -> [u8; 16] {
     n
 }
 
-/// Runs the connector's side (rank `rank` connecting to its right neighbour `peer_rank`).
+/// Runs the connector's side (rank `rank` connecting to rank `peer_rank` on `lane`).
 pub fn connect(
     stream: &mut TcpStream,
+    lane: Lane,
     job: &str,
     rank: u32,
     peer_rank: u32,
@@ -92,6 +140,7 @@ pub fn connect(
     let mut hello = Vec::with_capacity(32 + job.len());
     hello.extend_from_slice(MAGIC);
     hello.push(VERSION);
+    hello.push(lane as u8);
     hello.extend_from_slice(&(job.len() as u16).to_le_bytes());
     hello.extend_from_slice(job.as_bytes());
     hello.extend_from_slice(&rank.to_le_bytes());
@@ -100,10 +149,10 @@ pub fn connect(
     let mut reply = [0u8; 48];
     stream.read_exact(&mut reply).map_err(|e| e.to_string())?;
     let peer_nonce: [u8; 16] = reply[..16].try_into().expect("16 bytes");
-    if !secret.verify("acceptor", job, peer_rank, &my_nonce, &reply[16..]) {
+    if !secret.verify("acceptor", lane, job, peer_rank, &my_nonce, &reply[16..]) {
         return Err("the peer could not prove it holds this job's secret".into());
     }
-    let proof = secret.mac("connector", job, rank, &peer_nonce);
+    let proof = secret.mac("connector", lane, job, rank, &peer_nonce);
     stream.write_all(&proof).map_err(|e| e.to_string())?;
     let mut ok = [0u8; 1];
     stream.read_exact(&mut ok).map_err(|e| e.to_string())?;
@@ -113,15 +162,16 @@ pub fn connect(
     Ok(())
 }
 
-/// Runs the acceptor's side for `job` as rank `rank`, expecting rank `expected_peer`.
+/// Runs the acceptor's side for `job` as rank `rank`; `expected` says which lanes and ranks may
+/// connect (it explains a refusal). Returns the connection's lane and rank.
 pub fn accept(
     stream: &mut TcpStream,
     job: &str,
     rank: u32,
-    expected_peer: u32,
     secret: &JobSecret,
-) -> Result<(), String> {
-    let mut head = [0u8; 7];
+    expected: impl Fn(Lane, u32) -> Result<(), String>,
+) -> Result<(Lane, u32), String> {
+    let mut head = [0u8; 8];
     stream.read_exact(&mut head).map_err(|e| e.to_string())?;
     if &head[..4] != MAGIC {
         return Err("not a ringflow ring connection".into());
@@ -132,7 +182,8 @@ pub fn accept(
             head[4]
         ));
     }
-    let len = u16::from_le_bytes([head[5], head[6]]) as usize;
+    let lane = Lane::from_byte(head[5]).ok_or_else(|| format!("unknown lane {}", head[5]))?;
+    let len = u16::from_le_bytes([head[6], head[7]]) as usize;
     if len > MAX_JOB_ID {
         return Err("job id too long".into());
     }
@@ -146,22 +197,18 @@ pub fn accept(
             "it is for job {their_job:?}, this executor runs {job:?}"
         ));
     }
-    if their_rank != expected_peer {
-        return Err(format!(
-            "it claims rank {their_rank}, the left neighbour is rank {expected_peer}"
-        ));
-    }
+    expected(lane, their_rank)?;
     let my_nonce = nonce();
     let mut reply = Vec::with_capacity(48);
     reply.extend_from_slice(&my_nonce);
-    reply.extend_from_slice(&secret.mac("acceptor", job, rank, &their_nonce));
+    reply.extend_from_slice(&secret.mac("acceptor", lane, job, rank, &their_nonce));
     stream.write_all(&reply).map_err(|e| e.to_string())?;
     let mut proof = [0u8; 32];
     stream.read_exact(&mut proof).map_err(|e| e.to_string())?;
-    if !secret.verify("connector", job, their_rank, &my_nonce, &proof) {
+    if !secret.verify("connector", lane, job, their_rank, &my_nonce, &proof) {
         let _ = stream.write_all(&[0]);
         return Err("bad MAC: the peer does not hold this job's secret".into());
     }
     stream.write_all(&[1]).map_err(|e| e.to_string())?;
-    Ok(())
+    Ok((lane, their_rank))
 }

@@ -4,13 +4,16 @@
 //! broadcast, all-gather and barrier over f32 buffers. [`Solo`] is the world of one, where every
 //! collective is the identity; [`RingCollective`] connects the executors of a job in a ring over
 //! raw TCP and runs Horovod's bandwidth-optimal ring algorithms on a background communication
-//! thread ([`ring`]).
+//! thread ([`ring`]). With backup workers the ring also carries star connections to rank 0,
+//! whose aggregator averages each step's first N−b gradients ([`backup`]).
 
 mod algorithms;
+mod backup;
 mod handshake;
 mod ring;
 mod wire;
 
+pub use backup::{BackupReduce, StepResult};
 pub use handshake::JobSecret;
 pub use ring::{RingCollective, RingConfig, RingListener};
 
@@ -104,6 +107,16 @@ pub trait Collective: Send {
 
     /// Returns once every rank has called it.
     fn barrier(&mut self) -> Result<()>;
+
+    /// Backup-worker gradient aggregation, when the job has `cluster.backup_workers` and more
+    /// than one rank.
+    fn backup(&mut self) -> Option<&mut BackupReduce> {
+        None
+    }
+
+    /// Closes the connections after a failure, so that peers still waiting learn of it at once;
+    /// every later operation fails.
+    fn close(&mut self) {}
 }
 
 /// The collective of a job with one executor.

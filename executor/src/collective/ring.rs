@@ -5,6 +5,9 @@
 //! ([`RingConfig`]); [`RingCollective::connect`] then connects to the right neighbour and
 //! accepts the left one, both through the authenticated handshake, before a deadline.
 //!
+//! With backup workers, every other rank also connects to rank 0 on the gradient lane
+//! ([`BackupReduce`]).
+//!
 //! After that, one background thread owns the sockets (Horovod's design): the train loop only
 //! enqueues operations and waits for their results. A writer thread beside it sends to the right
 //! neighbour while the communication thread receives from the left. Every read and write has a
@@ -19,7 +22,8 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use crate::collective::algorithms::{self, Link, Outgoing};
-use crate::collective::handshake::{self, JobSecret};
+use crate::collective::backup::BackupReduce;
+use crate::collective::handshake::{self, JobSecret, Lane};
 use crate::collective::wire::{configure, describe, write_f32s};
 use crate::collective::{Collective, PendingReduce, ReduceOp};
 use crate::error::{ExecutorError, Result};
@@ -62,6 +66,9 @@ pub struct RingConfig {
     pub secret: JobSecret,
     /// Deadline for forming the ring and for every read and write afterwards.
     pub timeout: Duration,
+    /// `cluster.backup_workers`: ranks whose gradients a step may do without (0: every step
+    /// all-reduces on the ring). At most `world − 1` are used.
+    pub backup_workers: usize,
 }
 
 enum Request {
@@ -77,6 +84,7 @@ pub struct RingCollective {
     timeout: Duration,
     requests: Option<Sender<Request>>,
     comm: Option<JoinHandle<()>>,
+    backup: Option<BackupReduce>,
 }
 
 fn peer_name(cfg: &RingConfig, rank: usize) -> String {
@@ -100,28 +108,64 @@ impl RingCollective {
                 timeout: cfg.timeout,
                 requests: None,
                 comm: None,
+                backup: None,
             });
         }
         let deadline = Instant::now() + cfg.timeout;
         let right_rank = (cfg.rank + 1) % world;
         let left_rank = (cfg.rank + world - 1) % world;
-        let connector = {
+        let backups = cfg.backup_workers.min(world - 1);
+        let connect = |lane: Lane, peer: usize| {
             let cfg = cfg.clone();
             std::thread::Builder::new()
                 .name("ringflow-ring-connect".into())
-                .spawn(move || connect_right(&cfg, right_rank, deadline))
-                .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?
+                .spawn(move || connect_to(&cfg, lane, peer, deadline))
+                .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))
         };
-        let left = accept_left(listener, &cfg, left_rank, deadline);
-        let right = connector
-            .join()
-            .unwrap_or_else(|_| Err(ExecutorError::Comm("the ring connector failed".into())));
-        let (left, right) = (left?, right?);
-        for s in [&left, &right] {
+        let join = |h: JoinHandle<Result<TcpStream>>| {
+            h.join()
+                .unwrap_or_else(|_| Err(ExecutorError::Comm("the ring connector failed".into())))
+        };
+        let connector = connect(Lane::Ring, right_rank)?;
+        let uplink = match (backups, cfg.rank) {
+            (0, _) | (_, 0) => None,
+            _ => Some(connect(Lane::Gradients, 0)?),
+        };
+        let mut expected = vec![(Lane::Ring, left_rank)];
+        if backups > 0 && cfg.rank == 0 {
+            expected.extend((1..world).map(|r| (Lane::Gradients, r)));
+        }
+        let accepted = accept_peers(listener, &cfg, &expected, deadline);
+        let right = join(connector);
+        let uplink = uplink.map(join).transpose();
+        let (mut accepted, right, uplink) = (accepted?, right?, uplink?);
+        let left = accepted.remove(0);
+        for s in accepted
+            .iter()
+            .chain([&left, &right])
+            .chain(uplink.as_ref())
+        {
             configure(s, cfg.timeout)
                 .map_err(|e| ExecutorError::Comm(format!("cannot configure a ring socket: {e}")))?;
         }
-        debug!(rank = cfg.rank, world, "ring formed");
+        let quorum = world - backups;
+        let backup = match uplink {
+            Some(up) => Some(BackupReduce::connect(
+                cfg.rank,
+                world,
+                quorum,
+                up,
+                cfg.timeout,
+            )?),
+            None if backups > 0 => Some(BackupReduce::aggregate(
+                world,
+                quorum,
+                accepted,
+                cfg.timeout,
+            )?),
+            None => None,
+        };
+        debug!(rank = cfg.rank, world, backups, "ring formed");
 
         let (out_tx, out_rx) = channel::<Outgoing>();
         let (pool_tx, pool_rx) = channel::<Vec<f32>>();
@@ -159,6 +203,7 @@ impl RingCollective {
             timeout: cfg.timeout,
             requests: Some(req_tx),
             comm: Some(comm),
+            backup,
         })
     }
 
@@ -218,6 +263,16 @@ impl Collective for RingCollective {
         }
         let data = mine.to_vec();
         self.submit(|tx| Request::AllGather(data, tx))?.wait()
+    }
+
+    fn backup(&mut self) -> Option<&mut BackupReduce> {
+        self.backup.as_mut()
+    }
+
+    fn close(&mut self) {
+        self.backup.take();
+        // The communication thread ends after its current operation (which has a deadline).
+        self.requests.take();
     }
 
     fn barrier(&mut self) -> Result<()> {
@@ -315,9 +370,15 @@ fn write_loop(
     let _ = right.shutdown(std::net::Shutdown::Write);
 }
 
-fn connect_right(cfg: &RingConfig, right_rank: usize, deadline: Instant) -> Result<TcpStream> {
-    let addr = &cfg.peers[right_rank];
-    let name = peer_name(cfg, right_rank);
+/// Connects to `peer_rank` on `lane` through the handshake, retrying until `deadline`.
+fn connect_to(
+    cfg: &RingConfig,
+    lane: Lane,
+    peer_rank: usize,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let addr = &cfg.peers[peer_rank];
+    let name = peer_name(cfg, peer_rank);
     let mut last = String::from("no attempt");
     while Instant::now() < deadline {
         let targets: Vec<SocketAddr> = match addr.to_socket_addrs() {
@@ -335,9 +396,10 @@ fn connect_right(cfg: &RingConfig, right_rank: usize, deadline: Instant) -> Resu
                     let _ = configure(&stream, HANDSHAKE_DEADLINE);
                     match handshake::connect(
                         &mut stream,
+                        lane,
                         &cfg.job_id,
                         cfg.rank as u32,
-                        right_rank as u32,
+                        peer_rank as u32,
                         &cfg.secret,
                     ) {
                         Ok(()) => return Ok(stream),
@@ -349,20 +411,27 @@ fn connect_right(cfg: &RingConfig, right_rank: usize, deadline: Instant) -> Resu
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    let whom = match lane {
+        Lane::Ring => format!("its right neighbour {name}"),
+        Lane::Gradients => format!("the gradient aggregator on {name}"),
+    };
     Err(ExecutorError::Comm(format!(
-        "rank {} could not connect to its right neighbour {name} within {:.0} s: {last}",
+        "rank {} could not connect to {whom} within {:.0} s: {last}",
         cfg.rank,
         cfg.timeout.as_secs_f64()
     )))
 }
 
-fn accept_left(
+/// Accepts one authenticated connection for each `(lane, rank)` in `expected`, before
+/// `deadline`; returns them in that order.
+fn accept_peers(
     listener: &RingListener,
     cfg: &RingConfig,
-    left_rank: usize,
+    expected: &[(Lane, usize)],
     deadline: Instant,
-) -> Result<TcpStream> {
-    while Instant::now() < deadline {
+) -> Result<Vec<TcpStream>> {
+    let mut accepted: Vec<Option<TcpStream>> = expected.iter().map(|_| None).collect();
+    while accepted.iter().any(Option::is_none) && Instant::now() < deadline {
         match listener.listener.accept() {
             Ok((mut stream, from)) => {
                 let ok = stream.set_nonblocking(false).is_ok()
@@ -370,14 +439,35 @@ fn accept_left(
                 if !ok {
                     continue;
                 }
+                let wanted = |lane: Lane, rank: u32| match expected
+                    .iter()
+                    .position(|&(l, r)| l == lane && r == rank as usize)
+                {
+                    Some(i) if accepted[i].is_none() => Ok(()),
+                    Some(_) => Err(format!(
+                        "rank {rank} is already connected on the {} lane",
+                        lane.describe()
+                    )),
+                    None => Err(format!(
+                        "rank {rank} may not connect on the {} lane of rank {}",
+                        lane.describe(),
+                        cfg.rank
+                    )),
+                };
                 match handshake::accept(
                     &mut stream,
                     &cfg.job_id,
                     cfg.rank as u32,
-                    left_rank as u32,
                     &cfg.secret,
+                    wanted,
                 ) {
-                    Ok(()) => return Ok(stream),
+                    Ok((lane, rank)) => {
+                        let i = expected
+                            .iter()
+                            .position(|&(l, r)| l == lane && r == rank as usize)
+                            .expect("the handshake accepted an expected peer");
+                        accepted[i] = Some(stream);
+                    }
                     Err(e) => warn!(
                         rank = cfg.rank,
                         %from,
@@ -395,10 +485,17 @@ fn accept_left(
             }
         }
     }
-    Err(ExecutorError::Comm(format!(
-        "rank {} waited {:.0} s for its left neighbour {} to connect",
-        cfg.rank,
-        cfg.timeout.as_secs_f64(),
-        peer_name(cfg, left_rank)
-    )))
+    if let Some(i) = accepted.iter().position(Option::is_none) {
+        let (lane, rank) = expected[i];
+        let whom = match lane {
+            Lane::Ring => format!("its left neighbour {}", peer_name(cfg, rank)),
+            Lane::Gradients => format!("{} to send gradients", peer_name(cfg, rank)),
+        };
+        return Err(ExecutorError::Comm(format!(
+            "rank {} waited {:.0} s for {whom} to connect",
+            cfg.rank,
+            cfg.timeout.as_secs_f64(),
+        )));
+    }
+    Ok(accepted.into_iter().flatten().collect())
 }

@@ -63,8 +63,11 @@ pub struct EpochStats {
     pub epoch: u64,
     /// Steps taken.
     pub steps: u64,
-    /// Rows trained on.
+    /// Rows whose gradients went into the model.
     pub samples: u64,
+    /// Rows of this rank whose gradients were dropped by backup workers (late, or skipped to
+    /// catch up).
+    pub dropped_samples: u64,
     /// Mean training loss over the epoch's steps.
     pub loss: f64,
     /// Wall time of the epoch's steps.
@@ -151,4 +154,10 @@ pub trait TaskContext: Send {
 
     /// True once the job was cancelled; the loop stops at the next step.
     fn cancelled(&self) -> bool;
+
+    /// True when the driver's reply to the last report said that it is re-forming the ring (an
+    /// elastic job lost an executor).
+    fn reforming(&self) -> bool {
+        false
+    }
 }

@@ -4,7 +4,8 @@
 //! weights, then for each epoch asks its [`TaskContext`] (the driver) for this rank's
 //! partitions, streams them through the shuffle buffer, and runs forward, backward, gradient
 //! averaging through the [`Collective`], and the optimizer step. After training it evaluates its
-//! share of the test split, and rank 0 saves the model.
+//! share of the test split, and rank 0 saves the model. [`sync`] is how a step's gradients
+//! become common: ring all-reduce, or backup workers.
 //!
 //! [`Collective`]: crate::collective::Collective
 
@@ -14,6 +15,7 @@ mod eval;
 pub mod fusion;
 mod report;
 pub mod setup;
+pub mod sync;
 mod trainer;
 
 pub use context::{

@@ -23,6 +23,7 @@ impl From<&EpochStats> for pb::EpochReport {
             epoch: e.epoch,
             steps: e.steps,
             samples: e.samples,
+            dropped_samples: e.dropped_samples,
             loss: e.loss,
             seconds: e.seconds,
             phases: Some((&e.phases).into()),

@@ -7,7 +7,7 @@ use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry};
 use ringflow_ml::optim::Optimizer;
 use ringflow_ml::rng::{self, streams};
-use ringflow_ml::{Device, MlError, Tensor};
+use ringflow_ml::{Device, Tensor};
 use ringflow_proto::data::Location;
 use ringflow_proto::data::location::upload_dir;
 use ringflow_proto::spec::JobSpec;
@@ -19,8 +19,8 @@ use crate::error::{ExecutorError, Result};
 use crate::train::commit::Commit;
 use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
 use crate::train::eval::evaluate;
-use crate::train::fusion::GradientBuckets;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
+use crate::train::sync::{Contribution, GradientSync, straggler_delay};
 
 /// Seconds between [`TrainEvent::Step`] reports.
 const REPORT_INTERVAL_S: f64 = 1.0;
@@ -109,7 +109,7 @@ pub fn run_task(
     }
 
     let mut optimizer = Optimizer::new(spec.train.optimizer.clone(), model.params())?;
-    let mut buckets = (world > 1).then(|| GradientBuckets::new(model.params()));
+    let mut sync = GradientSync::new(comm, model.params());
     let TaskData {
         read,
         converter,
@@ -215,7 +215,11 @@ pub fn run_task(
             );
             let mut phases = PhaseTimes::default();
             let mut epoch_loss = 0.0;
+            let mut epoch_steps = 0u64;
             let mut epoch_samples = 0u64;
+            // Backup workers: rows whose gradient came too late, and rows of skipped steps.
+            let (mut late_samples, mut skipped_samples) = (0u64, 0u64);
+            let straggler = straggler_delay(rank)?;
             let epoch_start = Instant::now();
             let (mut window_loss, mut window_steps, mut window_samples) = (0.0, 0u64, 0u64);
             let mut window_start = Instant::now();
@@ -223,7 +227,8 @@ pub fn run_task(
                 // Steps the resumed checkpoint already took: draw their batches, train on none.
                 stream.next_batch(batch_size)?;
             }
-            for step in first_step..plan.steps {
+            let mut step = first_step;
+            while step < plan.steps {
                 if ctx.cancelled() {
                     return Err(ExecutorError::Cancelled);
                 }
@@ -236,6 +241,19 @@ pub fn run_task(
                     ))
                 })?;
                 let rows = batch.rows;
+                let lr = spec.train.schedule.lr_at(base_lr, global_step, total_steps);
+                if sync.caught_up(comm, model.params(), global_step)? {
+                    // Backup workers: the others finished this step without this rank; apply
+                    // their gradient and skip the batch.
+                    if let Some(max_norm) = spec.train.clip_grad_norm {
+                        model.params().clip_grad_norm(max_norm);
+                    }
+                    optimizer.step(lr)?;
+                    skipped_samples += rows as u64;
+                    global_step += 1;
+                    step += 1;
+                    continue;
+                }
                 let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
                 let y = Tensor::from_vec(batch.labels, &[rows], device)?;
                 let t1 = Instant::now();
@@ -243,32 +261,18 @@ pub fn run_task(
                 let output = model.forward(&x, true, &mut dropout_at(rank, global_step))?;
                 let loss = spec.train.loss.compute(&output, &y)?;
                 let t2 = Instant::now();
-                match buckets.as_mut() {
-                    Some(b) => {
-                        b.begin();
-                        let mut comm_error = None;
-                        let r = loss.backward_with(|p| {
-                            b.ready(p, comm).map_err(|e| {
-                                comm_error = Some(e);
-                                MlError::Backward("a gradient all-reduce failed".into())
-                            })
-                        });
-                        if let Some(e) = comm_error {
-                            return Err(e);
-                        }
-                        r?;
-                    }
-                    None => loss.backward()?,
+                sync.backward(&loss, comm)?;
+                if let Some(delay) = straggler {
+                    std::thread::sleep(delay);
                 }
                 let t3 = Instant::now();
-                if let Some(b) = buckets.as_mut() {
-                    b.finish(comm)?;
+                if sync.exchange(comm, model.params(), global_step)? == Contribution::Dropped {
+                    late_samples += rows as u64;
                 }
                 let t4 = Instant::now();
                 if let Some(max_norm) = spec.train.clip_grad_norm {
                     model.params().clip_grad_norm(max_norm);
                 }
-                let lr = spec.train.schedule.lr_at(base_lr, global_step, total_steps);
                 optimizer.step(lr)?;
                 let loss_value = loss.item()? as f64;
                 let t5 = Instant::now();
@@ -285,24 +289,33 @@ pub fn run_task(
                     )));
                 }
                 global_step += 1;
+                step += 1;
                 let every = spec.cluster.checkpoint_every_steps;
-                if every > 0 && global_step.is_multiple_of(every) && step + 1 < plan.steps {
+                if every > 0 && global_step.is_multiple_of(every) && step < plan.steps {
                     checkpoint(rank, epoch, global_step, &optimizer)?;
                 }
                 epoch_loss += loss_value;
+                epoch_steps += 1;
                 epoch_samples += rows as u64;
                 window_loss += loss_value;
                 window_steps += 1;
                 window_samples += rows as u64;
                 let window = window_start.elapsed().as_secs_f64();
-                if window >= REPORT_INTERVAL_S && step + 1 < plan.steps {
+                if window >= REPORT_INTERVAL_S && step < plan.steps {
                     ctx.report(TrainEvent::Step {
                         epoch,
-                        step: step + 1,
+                        step,
                         steps: plan.steps,
                         loss: window_loss / window_steps as f64,
                         samples_per_s: window_samples as f64 / window,
                     })?;
+                    if commit.is_some() && ctx.reforming() {
+                        // An executor was lost while this rank's steps did not need it (backup
+                        // workers): recover now rather than at the epoch's end.
+                        return Err(ExecutorError::Comm(
+                            "the driver is re-forming the ring after losing an executor".into(),
+                        ));
+                    }
                     (window_loss, window_steps, window_samples) = (0.0, 0, 0);
                     window_start = Instant::now();
                 }
@@ -311,8 +324,9 @@ pub fn run_task(
             let stats = EpochStats {
                 epoch,
                 steps: plan.steps,
-                samples: epoch_samples,
-                loss: epoch_loss / (plan.steps - first_step).max(1) as f64,
+                samples: epoch_samples - late_samples,
+                dropped_samples: late_samples + skipped_samples,
+                loss: epoch_loss / epoch_steps.max(1) as f64,
                 seconds,
                 phases,
             };
@@ -331,6 +345,7 @@ pub fn run_task(
                 // Elastic recovery: wait for the driver to re-form the ring, go back to the
                 // epoch's start, adopt the new rank 0's state, and run the epoch again on the
                 // new ring (the driver re-plans it, so every row is used once).
+                comm.close();
                 let recovered = ctx.recover(&why)?;
                 let mut new_comm = recovered.comm;
                 (rank, world, steps_per_epoch) =
@@ -340,13 +355,18 @@ pub fn run_task(
                 (epoch, global_step) =
                     Commit::sync(&model, &mut optimizer, new_comm.as_mut(), commit)?;
                 skip_steps = 0;
-                buckets = (world > 1).then(|| GradientBuckets::new(model.params()));
+                sync = GradientSync::new(new_comm.as_mut(), model.params());
                 base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
                 total_steps = global_step + (spec.train.epochs - epoch) * steps_per_epoch;
                 reformed = Some(new_comm);
             }
             Err(e) => return Err(e),
         }
+    }
+
+    match reformed.as_mut() {
+        Some(c) => sync.finish(c.as_mut()),
+        None => sync.finish(comm),
     }
 
     if spec.data.test.is_some() {

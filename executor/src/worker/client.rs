@@ -170,13 +170,13 @@ impl DriverClient {
     }
 
     /// Sends progress; returns whether the task should stop.
-    pub async fn report(&mut self, req: pb::ReportRequest) -> Result<bool> {
+    pub async fn report(&mut self, req: pb::ReportRequest) -> Result<pb::ReportReply> {
         self.retrying("reporting progress", |mut c| {
             let req = req.clone();
             async move {
                 c.report(with_deadline(req, CALL))
                     .await
-                    .map(|r| r.into_inner().cancel)
+                    .map(|r| r.into_inner())
             }
         })
         .await

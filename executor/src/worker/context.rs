@@ -23,6 +23,7 @@ pub struct RemoteContext<'a> {
     rank: u32,
     cancel: Arc<AtomicBool>,
     ring: RingPlace<'a>,
+    reforming: bool,
 }
 
 /// What re-joining a re-formed ring needs.
@@ -35,6 +36,8 @@ pub struct RingPlace<'a> {
     pub generation: u32,
     /// Deadline for ring reads and writes.
     pub timeout: Duration,
+    /// `cluster.backup_workers` (the re-formed ring uses at most its world − 1).
+    pub backup_workers: usize,
 }
 
 impl<'a> RemoteContext<'a> {
@@ -54,6 +57,7 @@ impl<'a> RemoteContext<'a> {
             rank,
             cancel,
             ring,
+            reforming: false,
         }
     }
 
@@ -90,9 +94,11 @@ impl TaskContext for RemoteContext<'_> {
             rank: self.rank,
             report: Some(report),
         };
-        if self.rt.block_on(self.client.report(req))? {
+        let reply = self.rt.block_on(self.client.report(req))?;
+        if reply.cancel {
             self.cancel.store(true, Ordering::Relaxed);
         }
+        self.reforming = reply.reform;
         Ok(())
     }
 
@@ -127,6 +133,7 @@ impl TaskContext for RemoteContext<'_> {
     }
 
     fn recover(&mut self, error: &str) -> Result<Recovered> {
+        self.reforming = false;
         let req = pb::RecoverRequest {
             job_id: self.job_id.clone(),
             executor_id: self.ring.executor_id.clone(),
@@ -151,6 +158,7 @@ impl TaskContext for RemoteContext<'_> {
                         peers: task.ring.clone(),
                         secret,
                         timeout: self.ring.timeout,
+                        backup_workers: self.ring.backup_workers,
                     },
                 )?;
                 return Ok(Recovered {
@@ -171,5 +179,9 @@ impl TaskContext for RemoteContext<'_> {
 
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
+    }
+
+    fn reforming(&self) -> bool {
+        self.reforming
     }
 }

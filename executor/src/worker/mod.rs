@@ -154,6 +154,7 @@ fn run_one(
         peers: task.ring.clone(),
         secret,
         timeout: Duration::from_millis(task.ring_timeout_ms.max(1000)),
+        backup_workers: task.backup_workers as usize,
     };
     let ring_timeout = ring_cfg.timeout;
     // An elastic job's rank changes when its ring is re-formed; the end is reported under the
@@ -183,6 +184,7 @@ fn run_one(
                         executor_id: info.executor_id.clone(),
                         generation: task.generation,
                         timeout: ring_timeout,
+                        backup_workers: task.backup_workers as usize,
                     },
                 );
                 let mut outcome = if let Ok(k @ (pb::TaskKind::Eval | pb::TaskKind::Predict)) = kind

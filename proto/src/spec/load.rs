@@ -175,6 +175,16 @@ impl JobSpec {
                 ),
             ));
         }
+        if c.backup_workers > 0 && c.backup_workers >= c.executors {
+            return Err(invalid(
+                "cluster.backup_workers",
+                format!(
+                    "must be less than cluster.executors ({}), not {}: at least one rank's \
+                     gradients must make each step",
+                    c.executors, c.backup_workers
+                ),
+            ));
+        }
         if c.threads == Some(0) {
             return Err(invalid("cluster.threads", "must be at least 1".into()));
         }
@@ -326,6 +336,15 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         );
         let msg = parse("name = \"x\"\n[data\n", &[]).unwrap_err().to_string();
         assert!(msg.contains("not valid TOML"), "{msg}");
+        let msg = parse(MNIST, &["cluster.backup_workers=1"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("cluster.backup_workers") && msg.contains("less than cluster.executors"),
+            "{msg}"
+        );
+        let ok = parse(MNIST, &["cluster.executors=3", "cluster.backup_workers=2"]).unwrap();
+        assert_eq!(ok.cluster.backup_workers, 2);
     }
 
     #[test]

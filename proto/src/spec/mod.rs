@@ -217,6 +217,11 @@ pub struct ClusterSpec {
     /// always does), into `<checkpoint_dir>/checkpoint`.
     #[serde(default)]
     pub checkpoint_every_steps: u64,
+    /// Backup workers (the TensorFlow paper's synchronous SGD with backups): each step averages
+    /// the gradients of the first `executors − backup_workers` ranks to finish it and drops the
+    /// rest (default 0: every step waits for every rank). See docs/backup-workers.md.
+    #[serde(default)]
+    pub backup_workers: usize,
 }
 
 impl Default for ClusterSpec {
@@ -229,6 +234,7 @@ impl Default for ClusterSpec {
             rendezvous_timeout_s: defaults::rendezvous_timeout_s(),
             comm_timeout_s: defaults::comm_timeout_s(),
             checkpoint_every_steps: 0,
+            backup_workers: 0,
             min_executors: None,
             max_executors: None,
         }
