@@ -20,7 +20,7 @@ use crate::train::commit::Commit;
 use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
 use crate::train::eval::evaluate;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
-use crate::train::sync::{Contribution, GradientSync, straggler_delay};
+use crate::train::sync::{Contribution, GradientSync, Straggler};
 
 /// Seconds between [`TrainEvent::Step`] reports.
 const REPORT_INTERVAL_S: f64 = 1.0;
@@ -219,7 +219,7 @@ pub fn run_task(
             let mut epoch_samples = 0u64;
             // Backup workers: rows whose gradient came too late, and rows of skipped steps.
             let (mut late_samples, mut skipped_samples) = (0u64, 0u64);
-            let straggler = straggler_delay(rank)?;
+            let straggler = Straggler::from_env(rank)?;
             let epoch_start = Instant::now();
             let (mut window_loss, mut window_steps, mut window_samples) = (0.0, 0u64, 0u64);
             let mut window_start = Instant::now();
@@ -262,7 +262,7 @@ pub fn run_task(
                 let loss = spec.train.loss.compute(&output, &y)?;
                 let t2 = Instant::now();
                 sync.backward(&loss, comm)?;
-                if let Some(delay) = straggler {
+                if let Some(delay) = straggler.and_then(|s| s.delay_at(rank, global_step)) {
                     std::thread::sleep(delay);
                 }
                 let t3 = Instant::now();
@@ -319,6 +319,12 @@ pub fn run_task(
                     (window_loss, window_steps, window_samples) = (0.0, 0, 0);
                     window_start = Instant::now();
                 }
+            }
+            if sync.skips_late_ranks() && epoch + 1 == spec.train.epochs {
+                // With backup workers no step waited for every rank: before any rank finishes,
+                // all must be alive, so a hung one is recovered from (the last epoch runs again
+                // without it) rather than found after the others have ended.
+                comm.barrier()?;
             }
             let seconds = epoch_start.elapsed().as_secs_f64();
             let stats = EpochStats {
