@@ -69,7 +69,7 @@ pub struct JobSummary {
     pub model_path: Option<String>,
     /// Whether every rank ended with bit-identical parameters (compared by checksum).
     pub replicas_identical: Option<bool>,
-    /// Per-epoch figures.
+    /// Per-epoch figures of the epochs every rank of the ring reported.
     pub history: Vec<EpochSummary>,
     /// `"train"`, `"eval"` or `"predict"`.
     pub kind: String,
@@ -133,7 +133,11 @@ impl JobSummary {
             status,
             error,
             executors,
-            epochs: progress.epochs().len() as u64,
+            // The ranks' own count when they finished; `history` may lack epochs that a rank
+            // lost since never reported (backup workers train on without a hung rank).
+            epochs: outcomes
+                .first()
+                .map_or(progress.epochs().len() as u64, |o| o.epochs),
             steps,
             samples,
             dropped_samples: progress.epochs().iter().map(|e| e.dropped_samples).sum(),
