@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{job, repo, ringflow_env, s, summary};
+use crate::helpers::{job, mnist_data, ringflow_env, s, summary};
 
 const LIMIT: Duration = Duration::from_secs(600);
 
@@ -15,13 +15,7 @@ fn backup_workers_train_past_a_straggler() {
         "backup",
         &format!(
             r#"
-[data]
-train = "{repo}/examples/data/mnist/train.parquet"
-test = "{repo}/examples/data/mnist/test.parquet"
-features = ["image"]
-label = "label"
-scale = 255.0
-shuffle_buffer = 2000
+{data}shuffle_buffer = 2000
 [model]
 kind = "mlp"
 layers = [784, 32, 10]
@@ -34,7 +28,7 @@ executors = 3
 backup_workers = 1
 checkpoint_dir = "{ckpt}"
 "#,
-            repo = s(&repo()),
+            data = mnist_data(),
             ckpt = s(&dir.path().join("run")),
         ),
     );

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{job, repo, ringflow, s, summary, write_regression_data};
+use crate::helpers::{job, mnist_data, repo, ringflow, s, summary, write_regression_data};
 
 const LONG: Duration = Duration::from_secs(900);
 
@@ -176,13 +176,7 @@ fn standalone_driver_executors_and_rendezvous_timeout() {
             name,
             &format!(
                 r#"
-[data]
-train = "{repo}/examples/data/mnist/train.parquet"
-test = "{repo}/examples/data/mnist/test.parquet"
-features = ["image"]
-label = "label"
-scale = 255.0
-[model]
+{data}[model]
 kind = "mlp"
 layers = [784, 32, 10]
 [train]
@@ -194,7 +188,7 @@ executors = {n}
 rendezvous_timeout_s = {timeout}
 checkpoint_dir = "{ckpt}"
 "#,
-                repo = s(&repo()),
+                data = mnist_data(),
                 ckpt = s(&dir.path().join(name)),
             ),
         )

@@ -167,6 +167,20 @@ pub fn job(dir: &Path, name: &str, toml: &str) -> String {
     path.display().to_string()
 }
 
+/// The `[data]` table of a job on the committed MNIST example data, for specs written by tests.
+pub fn mnist_data() -> String {
+    format!(
+        r#"[data]
+train = "{repo}/examples/data/mnist/train.parquet"
+test = "{repo}/examples/data/mnist/test.parquet"
+features = ["image"]
+label = "label"
+scale = 255.0
+"#,
+        repo = s(&repo())
+    )
+}
+
 /// A temporary directory's path as a string, for specs and arguments.
 pub fn s(p: &Path) -> String {
     p.display().to_string()

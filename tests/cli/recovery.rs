@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{job, repo, ringflow, s, summary};
+use crate::helpers::{job, mnist_data, repo, ringflow, s, summary};
 
 const LONG: Duration = Duration::from_secs(900);
 
@@ -15,13 +15,7 @@ fn spec(dir: &std::path::Path, name: &str) -> String {
         name,
         &format!(
             r#"
-[data]
-train = "{repo}/examples/data/mnist/train.parquet"
-test = "{repo}/examples/data/mnist/test.parquet"
-features = ["image"]
-label = "label"
-scale = 255.0
-shuffle_buffer = 2000
+{data}shuffle_buffer = 2000
 [model]
 kind = "mlp"
 layers = [784, 32, 10]
@@ -35,7 +29,7 @@ schedule = {{ kind = "cosine", warmup_steps = 50 }}
 executors = 2
 checkpoint_every_steps = 100
 "#,
-            repo = s(&repo()),
+            data = mnist_data(),
         ),
     )
 }
@@ -350,13 +344,7 @@ fn an_elastic_job_survives_a_killed_executor() {
         "elastic",
         &format!(
             r#"
-[data]
-train = "{repo}/examples/data/mnist/train.parquet"
-test = "{repo}/examples/data/mnist/test.parquet"
-features = ["image"]
-label = "label"
-scale = 255.0
-[model]
+{data}[model]
 kind = "mlp"
 layers = [784, 64, 10]
 [train]
@@ -367,7 +355,7 @@ optimizer = {{ kind = "sgd", lr = 0.05, momentum = 0.9 }}
 executors = 4
 min_executors = 2
 "#,
-            repo = s(&repo()),
+            data = mnist_data(),
         ),
     );
     let clean = dir.path().join("clean.json");
