@@ -321,15 +321,26 @@ fn an_elastic_job_recovers_without_a_hung_executor() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hung.json");
     let (status, _, stderr) = run_with_a_hung_executor(&["--set", "cluster.min_executors=1"], &out);
+    let sm = recovered_on_the_survivor(status, &stderr, &out);
+    assert_eq!(sm["executors_lost"], 1, "{sm}");
+}
+
+/// Checks that a hung-executor run succeeded after one recovery onto the survivor, with the
+/// accuracy of a good run; returns the summary.
+fn recovered_on_the_survivor(
+    status: std::process::ExitStatus,
+    stderr: &str,
+    out: &std::path::Path,
+) -> serde_json::Value {
     assert!(status.success(), "{stderr}");
     assert!(
         stderr.contains("recovery 1: the ring is re-formed with 1 executors"),
         "{stderr}"
     );
-    let sm = summary(&out);
+    let sm = summary(out);
     assert_eq!(sm["recoveries"], 1, "{sm}");
-    assert_eq!(sm["executors_lost"], 1, "{sm}");
     assert!(sm["test_accuracy"].as_f64().unwrap() > 0.9, "{sm}");
+    sm
 }
 
 /// An elastic job (`min_executors = 2`) on 4 executors loses one to SIGKILL in its second
@@ -492,16 +503,14 @@ fn an_elastic_job_with_backup_workers_recovers_without_a_hung_executor() {
         ],
         &out,
     );
-    assert!(status.success(), "{stderr}");
+    let sm = recovered_on_the_survivor(status, &stderr, &out);
+    let history = sm["history"].as_array().unwrap();
     assert!(
-        stderr.contains("recovery 1: the ring is re-formed with 1 executors"),
-        "{stderr}"
+        !history.is_empty(),
+        "at least the epoch after the recovery: {sm}"
     );
-    let sm = summary(&out);
-    assert_eq!(sm["recoveries"], 1, "{sm}");
-    for epoch in sm["history"].as_array().unwrap() {
+    for epoch in history {
         let rows = epoch["samples"].as_u64().unwrap() + epoch["dropped_samples"].as_u64().unwrap();
         assert_eq!(rows, 60_000, "every row once per epoch: {epoch}");
     }
-    assert!(sm["test_accuracy"].as_f64().unwrap() > 0.9, "{sm}");
 }

@@ -159,11 +159,6 @@ impl BackupReduce {
         })
     }
 
-    /// This rank.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
     /// How many ranks' gradients make a step (N − b).
     pub fn quorum(&self) -> usize {
         self.quorum
