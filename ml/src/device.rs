@@ -30,6 +30,15 @@ impl Device {
         }
     }
 
+    /// The CUDA devices this process can use, in ordinal order: none in a build without the
+    /// `cuda` feature, on a machine without the CUDA driver library, or without a GPU (after
+    /// `CUDA_VISIBLE_DEVICES`). Never fails and never panics.
+    pub fn cuda_devices() -> Vec<Device> {
+        (0..crate::backend::cuda::device_count())
+            .map(Device::Cuda)
+            .collect()
+    }
+
     /// True for [`Device::Cpu`].
     pub fn is_cpu(self) -> bool {
         matches!(self, Device::Cpu)

@@ -17,3 +17,8 @@ pub fn check_available(ordinal: usize) -> Result<()> {
          (rebuild with `--features cuda`)"
     )))
 }
+
+/// No CUDA devices in this build.
+pub fn device_count() -> usize {
+    0
+}
