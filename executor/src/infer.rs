@@ -12,7 +12,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use ringflow_ml::checkpoint;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry};
-use ringflow_ml::{Tensor, no_grad};
+use ringflow_ml::{Device, Tensor, no_grad};
 use ringflow_proto::data::Location;
 use ringflow_proto::data::location::download_dir;
 use ringflow_proto::data::runtime::block_on;
@@ -40,6 +40,9 @@ pub struct InferTask {
     pub predict: Option<(String, String)>,
     /// This executor's rank.
     pub rank: usize,
+    /// Where the model lives: the saved spec's `cluster.device` as placed on this executor (see
+    /// [`crate::placement`]).
+    pub device: Device,
 }
 
 /// Reads and verifies the checkpoint in `dir` (downloading it first when it is in an object
@@ -59,9 +62,14 @@ pub fn load_checkpoint(dir: &str) -> Result<checkpoint::Loaded> {
     }
 }
 
-/// Loads the model saved in `dir`.
-pub fn load_model(dir: &str, spec: &JobSpec, registry: &ModelRegistry) -> Result<Model> {
-    let model = Model::build(&spec.model, registry, spec.train.seed, spec.cluster.device)?;
+/// Loads the model saved in `dir` onto `device`.
+pub fn load_model(
+    dir: &str,
+    spec: &JobSpec,
+    registry: &ModelRegistry,
+    device: Device,
+) -> Result<Model> {
+    let model = Model::build(&spec.model, registry, spec.train.seed, device)?;
     load_checkpoint(dir)?.restore_model(&model)?;
     Ok(model)
 }
@@ -74,7 +82,7 @@ pub fn run_inference(
     ctx: &mut dyn TaskContext,
 ) -> Result<u64> {
     let spec = &task.spec;
-    let model = load_model(&task.model_dir, spec, registry)?;
+    let model = load_model(&task.model_dir, spec, registry, task.device)?;
     let shape = model.shape();
     let label = match task.predict {
         Some(_) => None,
@@ -97,7 +105,7 @@ pub fn run_inference(
     let staging = tempfile::NamedTempFile::new()
         .map_err(|e| ExecutorError::Spec(format!("cannot create a staging file: {e}")))?;
     let mut rows_written = 0u64;
-    let device = spec.cluster.device;
+    let device = task.device;
     let mut rng = ringflow_ml::rng::seeded(0, 0);
     let stop = AtomicBool::new(false);
     read.for_each_batch(&plan.partitions, &stop, |batch, origin| {

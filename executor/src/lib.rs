@@ -5,12 +5,14 @@
 //! keeps its replica identical to the others' through collective operations ([`collective`]).
 //! It learns everything about a job — spec, rank, partitions — from the driver, through the
 //! [`train::TaskContext`] interface; [`worker`] is the process that registers with the driver
-//! and runs the tasks of successive jobs; [`infer`] evaluates or applies a saved model.
+//! and runs the tasks of successive jobs; [`infer`] evaluates or applies a saved model;
+//! [`placement`] chooses the GPU (or the CPU) each executor's model lives on.
 
 pub mod collective;
 pub mod data;
 pub mod error;
 pub mod infer;
+pub mod placement;
 pub mod train;
 pub mod worker;
 

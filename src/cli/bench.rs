@@ -1,14 +1,20 @@
-//! `ringflow bench allreduce`: ring all-reduce bandwidth on local executor processes.
+//! `ringflow bench`: measurements of ringflow itself.
+//!
+//! - `bench allreduce`: ring all-reduce bandwidth on local executor processes.
+//! - `bench train`: training steps per second of an MLP on one device (CPU or GPU) with synthetic
+//!   in-memory data, for side-by-side comparisons with PyTorch (`benches/gpu_mlp.py`).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use ringflow_driver::scheduler::SchedulerConfig;
 use ringflow_driver::service::{self, DriverConfig};
-use ringflow_ml::nn::ModelRegistry;
+use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
+use ringflow_ml::optim::{Optimizer, OptimizerSpec};
+use ringflow_ml::{Device, Tensor, loss, rng};
 use ringflow_proto::pb;
 
 use super::children::Children;
@@ -18,6 +24,8 @@ use super::submit::{self, Watched};
 pub enum BenchCommand {
     /// Time ring all-reduces among N local executor processes.
     Allreduce(AllreduceArgs),
+    /// Time training steps of an MLP on one device with synthetic data (no data loading).
+    Train(TrainArgs),
 }
 
 #[derive(Args)]
@@ -55,7 +63,13 @@ struct BenchSummary {
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
-    let BenchCommand::Allreduce(args) = cmd;
+    match cmd {
+        BenchCommand::Allreduce(args) => allreduce(args),
+        BenchCommand::Train(args) => train(args),
+    }
+}
+
+fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.ranks >= 1, "--ranks must be at least 1");
     anyhow::ensure!(args.iters >= 1, "--iters must be at least 1");
     anyhow::ensure!(args.size_mb > 0.0, "--size-mb must be positive");
@@ -124,4 +138,306 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The optimizers `bench train` can use, with the hyper-parameters its peer script uses too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchOptimizer {
+    /// SGD with momentum 0.9 (default lr 0.01), as `torch.optim.SGD(lr, momentum=0.9)`.
+    Sgd,
+    /// Adam with betas (0.9, 0.999) and eps 1e-8 (default lr 1e-3), as `torch.optim.Adam(lr)`.
+    Adam,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct TrainArgs {
+    /// The device to train on: `cpu`, `cuda` (ordinal 0) or `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    device: Device,
+
+    /// Layer widths of the MLP, inputs first and classes last.
+    #[arg(long, value_delimiter = ',', default_value = "784,1024,1024,10")]
+    layers: Vec<usize>,
+
+    /// Activation between the layers.
+    #[arg(long, default_value = "relu")]
+    activation: String,
+
+    /// Rows per step.
+    #[arg(long, default_value_t = 1024)]
+    batch: usize,
+
+    /// Timed steps.
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+
+    /// Untimed steps first (warms caches, compiles kernels, fills the allocator).
+    #[arg(long, default_value_t = 20)]
+    warmup: usize,
+
+    /// The optimizer.
+    #[arg(long, value_enum, default_value_t = BenchOptimizer::Sgd)]
+    optimizer: BenchOptimizer,
+
+    /// Learning rate (default: 0.01 for sgd, 0.001 for adam).
+    #[arg(long)]
+    lr: Option<f32>,
+
+    /// Distinct random batches uploaded to the device before timing and cycled through.
+    #[arg(long, default_value_t = 4)]
+    batches: usize,
+
+    /// Seed of the initial weights and the synthetic data.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+
+    /// Print the result as one JSON object on one line instead of a `key=value` line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `bench train` measured.
+#[derive(Debug, serde::Serialize)]
+struct TrainReport {
+    framework: &'static str,
+    device: String,
+    layers: Vec<usize>,
+    activation: String,
+    params: usize,
+    batch: usize,
+    optimizer: &'static str,
+    lr: f32,
+    warmup: usize,
+    steps: usize,
+    /// Rows per second over the timed steps: `batch · steps / total time`.
+    samples_per_s: f64,
+    ms_per_step_median: f64,
+    ms_per_step_mean: f64,
+    /// Loss of the first warm-up step (about ln(classes) for a fresh model).
+    first_loss: f32,
+    /// Loss of the last timed step.
+    final_loss: f32,
+}
+
+impl TrainReport {
+    fn line(&self) -> String {
+        let layers: Vec<String> = self.layers.iter().map(|w| w.to_string()).collect();
+        format!(
+            "train device={} layers={} batch={} optimizer={} lr={} steps={} samples_per_s={:.0} \
+             ms_per_step_median={:.3} ms_per_step_mean={:.3} first_loss={:.4} final_loss={:.4}",
+            self.device,
+            layers.join("-"),
+            self.batch,
+            self.optimizer,
+            self.lr,
+            self.steps,
+            self.samples_per_s,
+            self.ms_per_step_median,
+            self.ms_per_step_mean,
+            self.first_loss,
+            self.final_loss,
+        )
+    }
+}
+
+fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
+    let report = train_bench(&args)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).context("cannot write the report as JSON")?
+        );
+    } else {
+        println!("{}", report.line());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the model, uploads the synthetic batches and times `args.steps` training steps.
+fn train_bench(args: &TrainArgs) -> anyhow::Result<TrainReport> {
+    // One sentence when the device cannot be used (a build without `cuda`, no driver, no GPU).
+    args.device.check_available()?;
+    anyhow::ensure!(
+        args.layers.len() >= 2 && args.layers.iter().all(|&w| w > 0),
+        "--layers needs at least two positive widths (inputs and classes), not {:?}",
+        args.layers
+    );
+    anyhow::ensure!(args.batch >= 1, "--batch must be at least 1");
+    anyhow::ensure!(args.steps >= 1, "--steps must be at least 1");
+    anyhow::ensure!(args.batches >= 1, "--batches must be at least 1");
+    let device = args.device;
+    let (inputs, classes) = (args.layers[0], args.layers[args.layers.len() - 1]);
+
+    let spec = ModelSpec::mlp(&args.layers, &args.activation);
+    let model = Model::build(&spec, &ModelRegistry::default(), args.seed, device)
+        .with_context(|| format!("cannot build the MLP {:?} on {device}", args.layers))?;
+    let (opt_spec, lr) = match args.optimizer {
+        BenchOptimizer::Sgd => {
+            let lr = args.lr.unwrap_or(0.01);
+            let spec = OptimizerSpec::Sgd {
+                lr,
+                momentum: 0.9,
+                dampening: 0.0,
+                nesterov: false,
+                weight_decay: 0.0,
+            };
+            (spec, lr)
+        }
+        BenchOptimizer::Adam => {
+            let lr = args.lr.unwrap_or(1e-3);
+            let spec = OptimizerSpec::Adam {
+                lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            };
+            (spec, lr)
+        }
+    };
+    let optimizer_name = opt_spec.kind();
+    let mut optimizer = Optimizer::new(opt_spec, model.params())
+        .with_context(|| format!("cannot create the {optimizer_name} optimizer on {device}"))?;
+
+    // The data: a few fixed batches, uploaded once; the timed loop moves nothing to the device.
+    let mut data_rng = rng::seeded(args.seed, DATA_STREAM);
+    let mut batches = Vec::with_capacity(args.batches);
+    for _ in 0..args.batches {
+        let x = Tensor::uniform(&[args.batch, inputs], 0.0, 1.0, &mut data_rng, device)
+            .with_context(|| format!("cannot upload a synthetic batch to {device}"))?;
+        // Integer class indices in 0..classes, stored as f32 like every label.
+        let labels = Tensor::uniform(&[args.batch], 0.0, 1.0, &mut data_rng, Device::Cpu)?
+            .to_vec()
+            .into_iter()
+            .map(|u| ((u * classes as f32) as usize).min(classes - 1) as f32)
+            .collect();
+        let y = Tensor::from_vec(labels, &[args.batch], device)
+            .with_context(|| format!("cannot upload synthetic labels to {device}"))?;
+        batches.push((x, y));
+    }
+
+    let mut dropout = rng::seeded(args.seed, rng::streams::DROPOUT);
+    let mut step = |i: usize| -> anyhow::Result<f32> {
+        let (x, y) = &batches[i % batches.len()];
+        let logits = model.forward(x, true, &mut dropout)?;
+        let loss = loss::cross_entropy(&logits, y)?;
+        loss.backward()?;
+        optimizer.step(lr)?;
+        model.params().zero_grad();
+        // The per-step metric download; on a GPU it waits for the step's work to finish.
+        let value = loss.item()?;
+        anyhow::ensure!(
+            value.is_finite(),
+            "the loss is {value} at step {} (training diverged; try a smaller --lr)",
+            i + 1
+        );
+        Ok(value)
+    };
+
+    let mut first_loss = None;
+    for i in 0..args.warmup {
+        let l = step(i).with_context(|| format!("warm-up step {} failed", i + 1))?;
+        first_loss.get_or_insert(l);
+    }
+    let mut times = Vec::with_capacity(args.steps);
+    let mut final_loss = f32::NAN;
+    let start = Instant::now();
+    for i in args.warmup..args.warmup + args.steps {
+        let t = Instant::now();
+        final_loss = step(i).with_context(|| format!("step {} failed", i + 1))?;
+        times.push(t.elapsed().as_secs_f64());
+        first_loss.get_or_insert(final_loss);
+    }
+    let total = start.elapsed().as_secs_f64();
+
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    Ok(TrainReport {
+        framework: "ringflow",
+        device: device.to_string(),
+        layers: args.layers.clone(),
+        activation: args.activation.clone(),
+        params: model.params().numel(),
+        batch: args.batch,
+        optimizer: optimizer_name,
+        lr,
+        warmup: args.warmup,
+        steps: args.steps,
+        samples_per_s: (args.batch * args.steps) as f64 / total,
+        ms_per_step_median: median * 1e3,
+        ms_per_step_mean: mean * 1e3,
+        first_loss: first_loss.unwrap_or(final_loss),
+        final_loss,
+    })
+}
+
+/// The random stream of the synthetic data (apart from initialization and dropout).
+const DATA_STREAM: u64 = 100;
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: BenchCommand,
+    }
+
+    fn parse(args: &[&str]) -> TrainArgs {
+        let argv = ["bench", "train"].iter().chain(args);
+        match Cli::try_parse_from(argv).expect("valid arguments").cmd {
+            BenchCommand::Train(a) => a,
+            BenchCommand::Allreduce(_) => unreachable!("parsed bench train"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_wide_mlp_at_batch_1024() {
+        let a = parse(&[]);
+        assert_eq!(a.layers, [784, 1024, 1024, 10]);
+        assert_eq!((a.batch, a.steps, a.warmup), (1024, 200, 20));
+        assert_eq!((a.device, a.optimizer), (Device::Cpu, BenchOptimizer::Sgd));
+        assert_eq!(parse(&["--device", "cuda:1"]).device, Device::Cuda(1));
+    }
+
+    #[test]
+    fn a_small_mlp_trains_on_the_cpu() {
+        for opt in ["sgd", "adam"] {
+            let args = parse(&[
+                "--layers",
+                "6,32,3",
+                "--batch",
+                "16",
+                "--steps",
+                "40",
+                "--warmup",
+                "2",
+                "--batches",
+                "1",
+                "--optimizer",
+                opt,
+                "--lr",
+                "0.05",
+            ]);
+            let r = train_bench(&args).expect("trains");
+            assert_eq!(r.params, 6 * 32 + 32 + 32 * 3 + 3);
+            assert!(r.samples_per_s > 0.0 && r.ms_per_step_median > 0.0);
+            // Random labels, but one batch of 16 rows, seen again and again: the model memorizes it.
+            assert!(r.final_loss < r.first_loss, "{opt}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn an_unusable_device_is_one_sentence() {
+        let args = parse(&["--device", "cuda:7"]);
+        if args.device.check_available().is_ok() {
+            return; // a machine with eight GPUs
+        }
+        let e = train_bench(&args).expect_err("no such device");
+        assert!(e.to_string().contains("cuda:7"), "{e:#}");
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use ringflow_driver::scheduler::SchedulerConfig;
 use ringflow_driver::service::{self, DriverConfig};
+use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 
@@ -40,6 +41,9 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
         anyhow::ensure!(n >= 1, "--executors must be at least 1");
         spec.cluster.executors = n;
     }
+    // The executors run on this machine: a device it cannot use fails now, before any
+    // planning or executor process.
+    check_local_device(spec.cluster.device, "the job's")?;
     let n = spec.cluster.executors;
     let threads = spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1));
     let request = args.job.request(&spec);
@@ -52,8 +56,19 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     )
 }
 
+/// Fails with one sentence when `device` cannot be used on this machine, where a local
+/// cluster's executors run; `whose` names where the device comes from ("the job's").
+fn check_local_device(device: Device, whose: &str) -> anyhow::Result<()> {
+    device.check_available().map_err(|e| {
+        anyhow::anyhow!(
+            "{whose} cluster.device = \"{device}\" cannot be used by executors on this machine: {e}"
+        )
+    })
+}
+
 /// Runs one job on a local cluster: a driver in this process and `n` executor processes with
-/// `threads` compute threads each. Planning errors are reported before any executor starts.
+/// `threads` compute threads each. Planning errors, and a device this machine cannot use, are
+/// reported before any executor starts.
 pub fn run_local(
     registry: ModelRegistry,
     n: usize,
@@ -74,7 +89,18 @@ pub fn run_local(
         .await?;
         let url = driver.url();
         let mut client = submit::connect(&url).await?;
-        let job_id = match submit::submit(&mut client, request).await {
+        let whose = match pb::TaskKind::try_from(request.kind) {
+            Ok(pb::TaskKind::Eval | pb::TaskKind::Predict) => "the saved model's",
+            _ => "the job's",
+        };
+        let submitted = submit::submit(&mut client, request).await;
+        // The device is known once the job is planned (for eval and predict it is the saved
+        // model's).
+        let checked = submitted.and_then(|id| {
+            let device = driver.job_device(&id).unwrap_or(Device::Cpu);
+            check_local_device(device, whose).map(|()| id)
+        });
+        let job_id = match checked {
             Ok(id) => id,
             Err(e) => {
                 driver.shutdown().await;

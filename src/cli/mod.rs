@@ -49,7 +49,7 @@ enum Command {
     Eval(infer::EvalArgs),
     /// Write a saved model's predictions for a data set as Parquet, on executors in parallel.
     Predict(infer::PredictArgs),
-    /// Measure ringflow: `bench allreduce`.
+    /// Measure ringflow: `bench allreduce`, `bench train`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }

@@ -63,17 +63,18 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!();
         println!("EXECUTORS ({})", execs.len());
         println!(
-            "{:<34} {:<20} {:<22} {:>5} {:<6} {:<20} {:>9}",
-            "ID", "HOST", "RING", "CORES", "STATE", "JOB", "HEARTBEAT"
+            "{:<34} {:<20} {:<22} {:>5} {:<16} {:<6} {:<20} {:>9}",
+            "ID", "HOST", "RING", "CORES", "DEVICES", "STATE", "JOB", "HEARTBEAT"
         );
         for e in &execs {
             let info = e.info.clone().unwrap_or_default();
             println!(
-                "{:<34} {:<20} {:<22} {:>5} {:<6} {:<20} {:>8.1}s",
+                "{:<34} {:<20} {:<22} {:>5} {:<16} {:<6} {:<20} {:>8.1}s",
                 info.executor_id,
                 info.host,
                 info.ring_address,
                 info.cores,
+                info.devices.join(","),
                 e.state,
                 if e.job_id.is_empty() {
                     "-".to_string()

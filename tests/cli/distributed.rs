@@ -247,6 +247,11 @@ checkpoint_dir = "{ckpt}"
         status.stdout
     );
     assert!(status.stdout.contains("succeeded"), "{}", status.stdout);
+    assert!(
+        status.stdout.contains("DEVICES") && status.stdout.contains(" cpu"),
+        "executors list their devices: {}",
+        status.stdout
+    );
 
     for d in [&mut e1, &mut e2, &mut driver] {
         d.terminate();

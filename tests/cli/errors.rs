@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use datafusion::arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
 
-use crate::helpers::{job, ringflow, s, summary, write_parquet};
+use crate::helpers::{job, ringflow, ringflow_env, s, summary, write_parquet};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -139,6 +139,42 @@ fn a_label_outside_the_model_classes_names_file_column_and_row() {
     assert!(err.contains("column `label` row "), "{err}");
     assert!(err.contains("not one of the model's 5 classes"), "{err}");
     assert_eq!(summary(&out)["status"], "failed");
+}
+
+#[test]
+fn a_cuda_job_on_a_machine_without_a_usable_gpu_fails_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = spec(
+        "examples/data/mnist/train.parquet",
+        "[\"image\"]",
+        "[784, 10]",
+        "",
+    )
+    .replace(
+        "[train]",
+        &format!(
+            "[cluster]\ndevice = \"cuda\"\ncheckpoint_dir = \"{}\"\n[train]",
+            s(dir.path())
+        ),
+    );
+    let path = job(dir.path(), "gpu", &body);
+    // No GPU is visible even where there is one, so a `--features cuda` build fails too.
+    let run = ringflow_env(
+        &["local", &path],
+        &[("CUDA_VISIBLE_DEVICES", Some(""))],
+        DEADLINE,
+    );
+    let err = run.assert_clean_failure();
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 1, "one error line:\n{err}");
+    assert!(lines[0].contains("cluster.device = \"cuda\""), "{err}");
+    if !cfg!(feature = "cuda") {
+        assert!(lines[0].contains("without CUDA support"), "{err}");
+    }
+    assert!(
+        !err.contains("executor processes"),
+        "fails before starting executors:\n{err}"
+    );
 }
 
 /// A file with a feature column of `values` and an integer label.

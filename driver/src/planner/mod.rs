@@ -204,8 +204,10 @@ impl JobPlan {
     /// Plans `spec`: checks the model against `registry`, lists and inspects the data, and
     /// plans `data.sql`.
     pub fn new(spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
+        // `cluster.device` is not checked here: the driver needs no GPU. Executors advertise
+        // theirs, the scheduler places the job only on executors that have its device, and
+        // each executor checks the device it is given.
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
-        spec.cluster.device.check_available()?;
         // Where the model goes must be usable (an object store needs credentials) before any
         // executor trains for it.
         Location::parse(&spec.model_dir())
@@ -293,7 +295,6 @@ impl JobPlan {
         label_required: bool,
     ) -> Result<JobPlan> {
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
-        spec.cluster.device.check_available()?;
         let prep = SqlPlanner::new(&spec)?;
         let data = plan_split("--data", path, &spec, model, label_required, prep.as_ref())?;
         Ok(JobPlan {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use ringflow_ml::Device;
 use ringflow_proto::pb::{self, JobState};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -198,6 +199,15 @@ impl Job {
         match &self.kind {
             JobKind::Train(plan) => plan.spec.cluster.executors,
             JobKind::Infer { executors, .. } | JobKind::Bench { executors, .. } => *executors,
+        }
+    }
+
+    /// The device the job's executors must have: `cluster.device` for training and inference,
+    /// the CPU for benchmarks.
+    pub fn device(&self) -> Device {
+        match &self.kind {
+            JobKind::Train(plan) | JobKind::Infer { plan, .. } => plan.spec.cluster.device,
+            JobKind::Bench { .. } => Device::Cpu,
         }
     }
 

@@ -7,10 +7,12 @@
 //! - **Registration.** Executors register and then heartbeat with their full registration, so a
 //!   restarted driver learns them again from their next heartbeat. A protocol version other than
 //!   [`ringflow_proto::PROTOCOL_VERSION`] is refused with a message naming both.
-//! - **Rendezvous.** A queued job waits for `cluster.executors` idle executors. The chosen ones
-//!   are sorted by host, ring address and id, and take ranks 0..N−1 in that order. A job that
-//!   waits longer than `cluster.rendezvous_timeout_s` fails with a message that says how many
-//!   executors registered and from where.
+//! - **Rendezvous.** A queued job waits for `cluster.executors` idle executors that have its
+//!   device (every executor runs CPU jobs; a `cluster.device = "cuda"` job needs executors that
+//!   advertised a `cuda:*` device, see [`ExecutorEntry::offers`]). The chosen ones are sorted by
+//!   host, ring address and id, and take ranks 0..N−1 in that order. A job that waits longer than
+//!   `cluster.rendezvous_timeout_s` fails with a message that says how many executors registered
+//!   and from where, and for a GPU job which of them have no GPU.
 //! - **Health.** An executor that misses heartbeats for `executor_timeout` is dropped; a job it
 //!   was training fails with a message naming it.
 
@@ -23,6 +25,7 @@ pub use registry::ExecutorEntry;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::data::Location;
 use ringflow_proto::pb;
@@ -252,10 +255,12 @@ impl Scheduler {
             JobKind::Train(plan) => plan.spec.cluster.min_executors.unwrap_or(usize::MAX),
             _ => usize::MAX,
         };
+        // Only executors with the job's device may join its re-formed ring.
+        let device = job.device();
         let idle: Vec<pb::ExecutorInfo> = self
             .executors
             .values()
-            .filter(|e| e.assigned.is_none())
+            .filter(|e| e.assigned.is_none() && e.offers(device))
             .map(|e| e.info.clone())
             .collect();
         let before = job.generation();
@@ -384,8 +389,12 @@ impl Scheduler {
     /// start queued jobs that now have enough idle executors.
     pub fn tick(&mut self, now: Instant) {
         self.drop_lost_executors(now);
-        let idle = self.executors.values().any(|e| e.assigned.is_none());
         for job in self.jobs.values_mut() {
+            let device = job.device();
+            let idle = self
+                .executors
+                .values()
+                .any(|e| e.assigned.is_none() && e.offers(device));
             job.set_joinable(idle && job.state == pb::JobState::Running);
         }
         self.expire_waiting_jobs(now);
@@ -424,28 +433,69 @@ impl Scheduler {
     }
 
     fn expire_waiting_jobs(&mut self, now: Instant) {
-        let registered = self.describe_executors();
-        let count = self.executors.len();
         for id in self.queue.clone() {
-            let job = self.jobs.get_mut(&id).expect("queued jobs exist");
+            let job = &self.jobs[&id];
             let limit = job.rendezvous_timeout();
             if now.duration_since(job.submitted) > limit {
-                let need = job.executors_needed();
-                job.fail(
-                    format!(
-                        "waited {:.0} s for {need} executors, but {count} registered{}",
-                        limit.as_secs_f64(),
-                        if count == 0 {
-                            String::from(" (start executors with `ringflow executor --driver URL`)")
-                        } else {
-                            format!(": {registered}")
-                        }
-                    ),
-                    now,
-                );
+                let error = self.rendezvous_failure(job.executors_needed(), job.device(), limit);
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.fail(error, now);
+                }
                 self.queue.retain(|j| *j != id);
             }
         }
+    }
+
+    /// Why a job that needs `need` executors with `device` waited `limit` in vain: how many
+    /// executors registered and from where, and for a GPU job, which of them have no GPU.
+    fn rendezvous_failure(&self, need: usize, device: Device, limit: Duration) -> String {
+        let count = self.executors.len();
+        let waited = limit.as_secs_f64();
+        let gpu = match device {
+            Device::Cpu => None,
+            Device::Cuda(0) => Some("a CUDA device".to_string()),
+            Device::Cuda(n) => Some(format!("CUDA device cuda:{n}")),
+        };
+        let wanted = match &gpu {
+            None => format!("{need} executors"),
+            Some(gpu) => format!("{need} executors with {gpu} (cluster.device = \"{device}\")"),
+        };
+        if count == 0 {
+            return format!(
+                "waited {waited:.0} s for {wanted}, but 0 registered (start executors with \
+                 `ringflow executor --driver URL`)"
+            );
+        }
+        let registered = self.describe_executors();
+        let Some(gpu) = gpu else {
+            return format!(
+                "waited {waited:.0} s for {wanted}, but {count} registered: {registered}"
+            );
+        };
+        let lacking: Vec<String> = self
+            .executors
+            .values()
+            .filter(|e| !e.offers(device))
+            .map(|e| {
+                format!(
+                    "{} on {} (devices: {})",
+                    e.info.executor_id,
+                    e.info.host,
+                    e.info.devices.join(", ")
+                )
+            })
+            .collect();
+        if lacking.is_empty() {
+            return format!(
+                "waited {waited:.0} s for {wanted}, but {count} registered: {registered}"
+            );
+        }
+        format!(
+            "waited {waited:.0} s for {wanted}, but {count} registered: {registered}; without \
+             {gpu}: {} (an executor advertises the GPUs it can see when it is built with \
+             `--features cuda`)",
+            lacking.join(", ")
+        )
     }
 
     fn describe_executors(&self) -> String {
@@ -466,10 +516,11 @@ impl Scheduler {
     fn start_jobs(&mut self, now: Instant) {
         while let Some(id) = self.queue.front().cloned() {
             let need = self.jobs[&id].executors_needed();
+            let device = self.jobs[&id].device();
             let mut idle: Vec<&ExecutorEntry> = self
                 .executors
                 .values()
-                .filter(|e| e.assigned.is_none())
+                .filter(|e| e.assigned.is_none() && e.offers(device))
                 .collect();
             if idle.len() < need {
                 return;
@@ -683,6 +734,202 @@ kind = "transformer"
             err.contains("model.kind \"transformer\" is not known"),
             "{err}"
         );
+    }
+
+    /// An executor advertising `devices`.
+    fn with_devices(id: &str, host: &str, port: u16, devices: &[&str]) -> pb::ExecutorInfo {
+        pb::ExecutorInfo {
+            devices: devices.iter().map(|d| d.to_string()).collect(),
+            ..info(id, host, port)
+        }
+    }
+
+    /// A planned training job on `executors` executors with `cluster.device = device` (the plan
+    /// is made up: no data is read).
+    fn train_on(device: &str, executors: usize) -> JobKind {
+        let text = format!(
+            r#"
+[data]
+train = "x.parquet"
+features = ["a"]
+label = "y"
+[model]
+kind = "mlp"
+layers = [1, 2]
+[cluster]
+executors = {executors}
+device = "{device}"
+"#
+        );
+        let spec = JobSpec::parse(&text, Path::new("j.toml"), &[]).unwrap();
+        let train = (0..4)
+            .map(|i| crate::planner::footer::RowGroup {
+                path: "x.parquet".into(),
+                index: i,
+                rows: 10,
+                file_row_start: 10 * u64::from(i),
+            })
+            .collect();
+        JobKind::Train(Box::new(JobPlan {
+            spec,
+            model: ringflow_ml::nn::ModelShape {
+                inputs: 1,
+                outputs: 2,
+            },
+            train,
+            test: Vec::new(),
+            input_columns: vec!["a".into(), "y".into()],
+            string_label: false,
+            files: vec!["x.parquet".into()],
+            resume: None,
+        }))
+    }
+
+    #[test]
+    fn a_cuda_job_waits_for_executors_with_a_gpu() {
+        let now = Instant::now();
+        let mut s = sched();
+        s.register(info("cpu-1", "host-1", 5), now).unwrap();
+        s.register(info("cpu-2", "host-1", 6), now).unwrap();
+        let id = s.submit(train_on("cuda", 2), now);
+        s.tick(now);
+        assert_eq!(s.job(&id).unwrap().state, pb::JobState::Waiting);
+        assert!(s.take_task("cpu-1").is_none() && s.take_task("cpu-2").is_none());
+
+        // One GPU executor is not enough for two ranks; a second one starts the job.
+        s.register(with_devices("gpu-1", "host-2", 5, &["cpu", "cuda:0"]), now)
+            .unwrap();
+        s.tick(now);
+        assert_eq!(s.job(&id).unwrap().state, pb::JobState::Waiting);
+        s.register(
+            with_devices("gpu-2", "host-2", 6, &["cpu", "cuda:0", "cuda:1"]),
+            now,
+        )
+        .unwrap();
+        s.tick(now);
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Running);
+        let ranks: Vec<&str> = job.ranks().iter().map(|e| e.executor_id.as_str()).collect();
+        assert_eq!(ranks, ["gpu-1", "gpu-2"]);
+        assert!(s.take_task("gpu-1").is_some() && s.take_task("gpu-2").is_some());
+        assert!(s.take_task("cpu-1").is_none());
+    }
+
+    #[test]
+    fn cpu_jobs_and_benchmarks_run_on_any_executor() {
+        let now = Instant::now();
+        let mut s = sched();
+        s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
+            .unwrap();
+        s.register(info("cpu-1", "host-2", 5), now).unwrap();
+        let train = s.submit(train_on("cpu", 2), now);
+        s.tick(now);
+        assert_eq!(s.job(&train).unwrap().state, pb::JobState::Running);
+
+        let mut s = sched();
+        s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
+            .unwrap();
+        s.register(info("cpu-1", "host-2", 5), now).unwrap();
+        let bench = s.submit(bench(2), now);
+        s.tick(now);
+        assert_eq!(s.job(&bench).unwrap().state, pb::JobState::Running);
+    }
+
+    #[test]
+    fn a_pinned_ordinal_needs_executors_that_advertise_it() {
+        let now = Instant::now();
+        let mut s = sched();
+        s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
+            .unwrap();
+        let id = s.submit(train_on("cuda:1", 1), now);
+        s.tick(now);
+        assert_eq!(s.job(&id).unwrap().state, pb::JobState::Waiting);
+        s.register(
+            with_devices("gpu-2", "host-2", 5, &["cpu", "cuda:0", "cuda:1"]),
+            now,
+        )
+        .unwrap();
+        s.tick(now);
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Running);
+        assert_eq!(job.ranks()[0].executor_id, "gpu-2");
+    }
+
+    #[test]
+    fn a_cuda_job_that_waits_too_long_names_the_executors_without_a_gpu() {
+        let start = Instant::now();
+        let mut s = sched();
+        s.register(info("cpu-1", "host-1", 5), start).unwrap();
+        s.register(
+            with_devices("gpu-1", "host-2", 5, &["cpu", "cuda:0"]),
+            start,
+        )
+        .unwrap();
+        let id = s.submit(train_on("cuda", 2), start);
+        s.tick(start);
+        let later = start + Duration::from_secs(61);
+        s.heartbeat(info("cpu-1", "host-1", 5), "", later).unwrap();
+        s.heartbeat(
+            with_devices("gpu-1", "host-2", 5, &["cpu", "cuda:0"]),
+            "",
+            later,
+        )
+        .unwrap();
+        s.tick(later);
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Failed);
+        let err = job.error().unwrap();
+        assert!(
+            err.contains("for 2 executors with a CUDA device (cluster.device = \"cuda\")"),
+            "{err}"
+        );
+        assert!(
+            err.contains("without a CUDA device: cpu-1 on host-1 (devices: cpu)"),
+            "{err}"
+        );
+        assert!(!err.contains("gpu-1 on host-2 (devices"), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn only_executors_with_a_gpu_join_a_cuda_job() {
+        let now = Instant::now();
+        let mut s = sched();
+        s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
+            .unwrap();
+        s.register(with_devices("gpu-2", "host-1", 6, &["cpu", "cuda:0"]), now)
+            .unwrap();
+        let mut kind = train_on("cuda", 2);
+        if let JobKind::Train(plan) = &mut kind {
+            plan.spec.cluster.min_executors = Some(1);
+            plan.spec.cluster.max_executors = Some(3);
+        }
+        let id = s.submit(kind, now);
+        s.tick(now);
+        assert!(s.take_task("gpu-1").is_some() && s.take_task("gpu-2").is_some());
+        // A CPU-only executor registers while the job runs: the job is not joinable for it,
+        // and the re-formed ring after a loss leaves it out.
+        s.register(info("cpu-1", "host-2", 5), now).unwrap();
+        s.tick(now);
+        let recover = |rank: u32, executor: &str| pb::RecoverRequest {
+            job_id: id.clone(),
+            executor_id: executor.into(),
+            rank,
+            generation: 0,
+            error: "connection closed".into(),
+            wait_ms: 0,
+        };
+        assert_eq!(s.recover(&recover(0, "gpu-1"), now), Ok(None));
+        let task = s.recover(&recover(1, "gpu-2"), now).unwrap().unwrap();
+        assert_eq!(task.ring.len(), 2, "{:?}", task.ring);
+        let ranks: Vec<&str> = s
+            .job(&id)
+            .unwrap()
+            .ranks()
+            .iter()
+            .map(|e| e.executor_id.as_str())
+            .collect();
+        assert_eq!(ranks, ["gpu-1", "gpu-2"]);
     }
 
     fn s_registry() -> &'static ModelRegistry {

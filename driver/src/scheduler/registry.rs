@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use ringflow_ml::Device;
 use ringflow_proto::pb;
 
 /// The job and rank an executor was given.
@@ -44,6 +45,17 @@ impl ExecutorEntry {
             rank,
         });
         self.delivered = false;
+    }
+
+    /// Whether the executor advertised a device that can run a job on `device`: every executor
+    /// runs CPU jobs; a job on `"cuda"` (ordinal 0, placed by local rank) needs any `cuda:*`
+    /// device, one pinned to `cuda:N` needs that one.
+    pub fn offers(&self, device: Device) -> bool {
+        match device {
+            Device::Cpu => true,
+            Device::Cuda(0) => self.info.devices.iter().any(|d| d.starts_with("cuda")),
+            Device::Cuda(n) => self.info.devices.iter().any(|d| *d == format!("cuda:{n}")),
+        }
     }
 
     /// "executor ID (rank R) on HOST": how errors name it.

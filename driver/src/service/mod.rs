@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb::executors_server::ExecutorsServer;
 use ringflow_proto::pb::jobs_server::JobsServer;
@@ -76,6 +77,13 @@ impl DriverHandle {
     /// The driver's URL, `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The device job `job_id` runs on (`cluster.device`; the CPU for benchmarks), if the job
+    /// exists. Embedded drivers use it to check the device on the machine their executors
+    /// share.
+    pub fn job_device(&self, job_id: &str) -> Option<Device> {
+        self.shared.lock().job(job_id).map(|j| j.device())
     }
 
     /// Cancels every unfinished job (used on Ctrl-C).

@@ -44,6 +44,9 @@ pub struct TrainTask {
     pub elastic: bool,
     /// Join a running elastic job at a re-formed ring (the state comes from rank 0).
     pub join: bool,
+    /// Where this rank's model lives: `spec.cluster.device` as placed on this executor (see
+    /// [`crate::placement`]).
+    pub device: Device,
 }
 
 /// What one rank did.
@@ -84,7 +87,7 @@ pub fn run_task(
 ) -> Result<TrainOutcome> {
     let spec = &task.spec;
     let (mut rank, mut world) = (comm.rank(), comm.world());
-    let device: Device = spec.cluster.device;
+    let device = task.device;
     let model = Model::build(&spec.model, registry, spec.train.seed, device)?;
     let shape = model.shape();
     if spec.train.loss == LossKind::BinaryCrossEntropy && shape.outputs != 1 {

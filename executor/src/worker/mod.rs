@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::data::Preprocessing;
 use ringflow_proto::pb;
@@ -25,6 +26,7 @@ use tracing::{error, info, warn};
 use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
 use crate::error::{ExecutorError, Result};
 use crate::infer::{InferTask, run_inference};
+use crate::placement;
 use crate::train::setup::DataOptions;
 use crate::train::{TrainTask, run_task, with_compute_threads};
 use client::DriverClient;
@@ -78,7 +80,7 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         host: hostname(),
         ring_address,
         cores: config.threads as u32,
-        devices: vec!["cpu".into()],
+        devices: advertised_devices(),
         protocol_version: ringflow_proto::PROTOCOL_VERSION,
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
@@ -89,7 +91,13 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         config.exit_with_driver,
     ))?;
     let interval = rt.block_on(client.register(&info, &stop))?;
-    info!(executor = %info.executor_id, ring = %info.ring_address, "registered with {}", config.driver);
+    info!(
+        executor = %info.executor_id,
+        ring = %info.ring_address,
+        devices = %info.devices.join(","),
+        "registered with {}",
+        config.driver
+    );
     if !config.quiet {
         eprintln!(
             "executor {} registered with {} (ring {})",
@@ -172,6 +180,9 @@ fn run_one(
             kind => {
                 let spec = JobSpec::from_json(&task.spec_json)
                     .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+                // Before any model is built: a GPU this executor cannot use fails the task
+                // with a sentence naming the executor.
+                let device = place_task(spec.cluster.device, task, kind.ok(), &info.executor_id)?;
                 let data = data_options(task, &config.driver)?;
                 let mut ctx = RemoteContext::new(
                     rt.handle().clone(),
@@ -197,6 +208,7 @@ fn run_one(
                         predict: (k == pb::TaskKind::Predict)
                             .then(|| (task.output.clone(), task.id_column.clone())),
                         rank: task.rank as usize,
+                        device,
                     };
                     let rows_written = with_compute_threads(config.threads, || {
                         run_inference(&infer, registry, &mut ctx)
@@ -215,6 +227,7 @@ fn run_one(
                         resume: task.resume,
                         elastic: task.elastic,
                         join: task.join,
+                        device,
                     };
                     let outcome = with_compute_threads(config.threads, || {
                         run_task(&train, registry, &mut ctx, comm)
@@ -245,6 +258,46 @@ fn run_one(
     let sent = rt.block_on(client.finish_task(finish));
     drop(ring);
     sent
+}
+
+/// The devices this executor advertises at registration: `cpu`, then `cuda:I` for each CUDA
+/// device it can see (none in a build without the `cuda` feature or on a machine without a
+/// GPU).
+fn advertised_devices() -> Vec<String> {
+    std::iter::once("cpu".to_string())
+        .chain(Device::cuda_devices().into_iter().filter_map(|d| match d {
+            Device::Cuda(i) => Some(format!("cuda:{i}")),
+            Device::Cpu => None,
+        }))
+        .collect()
+}
+
+/// Chooses the device this executor runs `task` on (see [`crate::placement`]) and checks that
+/// it can use it; the error names the executor.
+fn place_task(
+    requested: Device,
+    task: &pb::Task,
+    kind: Option<pb::TaskKind>,
+    executor_id: &str,
+) -> Result<Device> {
+    let visible = if requested.is_cpu() {
+        0
+    } else {
+        Device::cuda_devices().len()
+    };
+    let placed = placement::place(requested, &task.ring, task.rank as usize, visible);
+    placed.device.check_available().map_err(|e| {
+        ExecutorError::Spec(format!(
+            "executor {executor_id} cannot use the job's cluster.device = \"{requested}\": {e}"
+        ))
+    })?;
+    let verb = match kind {
+        Some(pb::TaskKind::Eval) => "evaluates",
+        Some(pb::TaskKind::Predict) => "predicts",
+        _ => "trains",
+    };
+    info!(job = %task.job_id, rank = task.rank, "executor {executor_id} {verb} on {placed}");
+    Ok(placed.device)
 }
 
 /// The data part of a task.
@@ -388,4 +441,49 @@ fn advertise_host(config: &ExecutorConfig) -> Result<String> {
             ))
         })?;
     Ok(ip.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(ring: &[&str], rank: u32) -> pb::Task {
+        pb::Task {
+            job_id: "j".into(),
+            rank,
+            ring: ring.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn executors_advertise_the_cpu_and_every_visible_gpu() {
+        let devices = advertised_devices();
+        assert_eq!(devices[0], "cpu");
+        assert_eq!(devices.len(), 1 + Device::cuda_devices().len());
+        assert!(devices[1..].iter().all(|d| d.starts_with("cuda:")));
+    }
+
+    #[test]
+    fn cpu_tasks_are_placed_on_the_cpu() {
+        let t = task(&["h:1", "h:2"], 1);
+        let device = place_task(Device::Cpu, &t, Some(pb::TaskKind::Train), "exec-1");
+        assert_eq!(device.unwrap(), Device::Cpu);
+    }
+
+    #[test]
+    fn a_gpu_this_executor_cannot_use_fails_the_task_naming_it() {
+        if !Device::cuda_devices().is_empty() {
+            return; // This machine has a usable GPU.
+        }
+        let t = task(&["h:1"], 0);
+        let err = place_task(Device::Cuda(0), &t, Some(pb::TaskKind::Train), "exec-1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("executor exec-1 cannot use the job's cluster.device = \"cuda\": "),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
 }
