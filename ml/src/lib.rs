@@ -24,7 +24,7 @@
 //! let mut dropout = rng::seeded(7, rng::streams::DROPOUT);
 //! let loss = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
 //! loss.backward()?;
-//! assert!(model.params().grad_norm() > 0.0);
+//! assert!(model.params().grad_norm()? > 0.0);
 //! # Ok::<(), ringflow_ml::MlError>(())
 //! ```
 

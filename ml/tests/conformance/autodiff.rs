@@ -66,13 +66,13 @@ fn backward_needs_one_element(device: Device) -> TestResult {
         0.0,
         "d sum / dx",
     )?;
-    let s = Tensor::scalar(3.0, device)?.into_parameter();
+    let s = Tensor::scalar(3.0, device)?.into_parameter()?;
     s.backward()?;
     assert_close(&s.grad().expect("grad").to_vec(), &[1.0], 0.0, "ds/ds")
 }
 
 fn gradients_accumulate_until_zero_grad(device: Device) -> TestResult {
-    let x = tensor(&[1., -2., 3.], &[3], device).into_parameter();
+    let x = tensor(&[1., -2., 3.], &[3], device).into_parameter()?;
     let c = tensor(&[0.5, 2., -1.], &[3], device);
     ensure(x.grad().is_none(), "a fresh parameter has a gradient")?;
     let loss = || x.mul(&c)?.sum_all();
@@ -110,10 +110,10 @@ fn gradients_accumulate_until_zero_grad(device: Device) -> TestResult {
     x.copy_grad_to_slice(&mut buf)?;
     assert_close(&buf, &[2., -4., 6.], 0.0, "copy_grad_to_slice")?;
     ensure(
-        (x.grad_sum_squares() - 56.0).abs() < 1e-9,
+        (x.grad_sum_squares()? - 56.0).abs() < 1e-9,
         "grad_sum_squares",
     )?;
-    x.scale_grad(0.5);
+    x.scale_grad(0.5)?;
     assert_close(
         &x.grad().expect("grad").to_vec(),
         &[1., -2., 3.],
@@ -153,17 +153,17 @@ fn gradients_reach_only_parameters(device: Device) -> TestResult {
     ensure(x.grad().is_none(), "a constant input got a gradient")?;
     ensure(h.grad().is_none(), "an intermediate tensor kept a gradient")?;
     // detach cuts the graph: only the attached factor contributes.
-    let p = tensor(&[3.0], &[1], device).into_parameter();
-    p.detach().mul(&p)?.sum_all()?.backward()?;
+    let p = tensor(&[3.0], &[1], device).into_parameter()?;
+    p.detach()?.mul(&p)?.sum_all()?.backward()?;
     assert_close(
         &p.grad().expect("grad").to_vec(),
         &[3.0],
         0.0,
         "d(stop(p)·p)/dp",
     )?;
-    ensure(!p.detach().requires_grad(), "detach requires grad")?;
+    ensure(!p.detach()?.requires_grad(), "detach requires grad")?;
     // into_parameter on a computed tensor makes a new leaf; gradients stop there.
-    let q = p.square()?.into_parameter();
+    let q = p.square()?.into_parameter()?;
     ensure(
         q.is_leaf() && q.requires_grad(),
         "into_parameter of a result is a leaf parameter",
@@ -181,7 +181,7 @@ fn gradients_reach_only_parameters(device: Device) -> TestResult {
 
 fn deep_chains_do_not_overflow(device: Device) -> TestResult {
     // 20 000 recorded ops: the backward pass must be iterative, not recursive.
-    let x = Tensor::scalar(1.0, device)?.into_parameter();
+    let x = Tensor::scalar(1.0, device)?.into_parameter()?;
     let mut y = x.clone();
     for _ in 0..20_000 {
         y = y.add_scalar(0.0)?;
@@ -246,10 +246,10 @@ fn values_round_trip(device: Device) -> TestResult {
     let y = x.clone();
     x.copy_from_slice(&[5., 6., 7., 8.])?;
     assert_close(&y.to_vec(), &[5., 6., 7., 8.], 0.0, "clones share data")?;
-    let d = x.detach();
+    let d = x.detach()?;
     x.copy_from_slice(&[0.; 4])?;
     assert_close(&d.to_vec(), &[5., 6., 7., 8.], 0.0, "detach copies")?;
-    ensure(x.to_array().shape() == [2, 2], "to_array shape")?;
+    ensure(x.to_array()?.shape() == [2, 2], "to_array shape")?;
     assert_close(
         &Tensor::full(&[3], 2.5, device)?.to_vec(),
         &[2.5; 3],
