@@ -201,6 +201,9 @@ impl OptimizerSpec {
     }
 }
 
+/// A named tensor's shape and values on the host, as checkpoints store them.
+pub type NamedValues = (String, Vec<usize>, Vec<f32>);
+
 fn missing_slot(name: &str) -> MlError {
     MlError::spec(format!("optimizer state {name:?} was not allocated"))
 }
@@ -339,7 +342,7 @@ impl Optimizer {
     }
 
     /// The state buffers as `(name, shape, values)` with names `<param>.<slot>`, for checkpoints.
-    pub fn state_tensors(&self) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+    pub fn state_tensors(&self) -> Result<Vec<NamedValues>> {
         let names = self.spec.slot_names();
         let mut out = Vec::new();
         for ((pname, _), slots) in self.params.iter().zip(&self.slots) {
