@@ -42,6 +42,6 @@ pub mod shape;
 mod tensor;
 
 pub use autodiff::{NoGradGuard, no_grad};
-pub use device::Device;
+pub use device::{AllocatorStats, Device, PinnedHost};
 pub use error::{MlError, Result};
 pub use tensor::{Tensor, TensorKey};

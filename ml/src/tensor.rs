@@ -410,6 +410,65 @@ impl Tensor {
         }
     }
 
+    /// Copies the gradients of `params` back to back into `dst` (zeros where there is none),
+    /// queuing every GPU copy and waiting once: with `dst` page-locked
+    /// ([`Device::pin_host`]) the copies run by DMA. `dst.len()` must equal the parameters'
+    /// total size.
+    pub fn gather_grads(params: &[Tensor], dst: &mut [f32]) -> Result<()> {
+        let total: usize = params.iter().map(Tensor::numel).sum();
+        if total != dst.len() {
+            return Err(MlError::invalid(
+                "gather_grads",
+                format!(
+                    "{} values do not match {total} gradient elements",
+                    dst.len()
+                ),
+            ));
+        }
+        let mut at = 0;
+        let mut devices = Vec::new();
+        for p in params {
+            let n = p.numel();
+            let out = &mut dst[at..at + n];
+            let g = lock(&p.0.grad);
+            match (&g.storage, g.stale) {
+                (Some(s), false) => s.queue_copy_to_slice(out)?,
+                _ => out.fill(0.0),
+            }
+            if !devices.contains(&p.device()) {
+                devices.push(p.device());
+            }
+            at += n;
+        }
+        devices.into_iter().try_for_each(Device::synchronize)
+    }
+
+    /// Overwrites the gradients of `params` from `src` (back to back, as [`Tensor::gather_grads`]
+    /// wrote them), waiting once for all the copies.
+    pub fn scatter_grads(params: &[Tensor], src: &[f32]) -> Result<()> {
+        let total: usize = params.iter().map(Tensor::numel).sum();
+        if total != src.len() {
+            return Err(MlError::invalid(
+                "scatter_grads",
+                format!(
+                    "{} values do not match {total} gradient elements",
+                    src.len()
+                ),
+            ));
+        }
+        let mut at = 0;
+        let mut devices = Vec::new();
+        for p in params {
+            let n = p.numel();
+            p.copy_grad_from_slice(&src[at..at + n])?;
+            if !devices.contains(&p.device()) {
+                devices.push(p.device());
+            }
+            at += n;
+        }
+        devices.into_iter().try_for_each(Device::synchronize)
+    }
+
     /// Overwrites the accumulated gradient from `src` (after an all-reduce, for instance).
     pub fn copy_grad_from_slice(&self, src: &[f32]) -> Result<()> {
         self.check_len("copy_grad_from_slice", src.len())?;

@@ -24,6 +24,25 @@ pub fn check_available(ordinal: usize) -> Result<()> {
     )))
 }
 
+/// A page-locked host buffer. Uninhabited in this build.
+pub enum HostRegistration {}
+
+impl HostRegistration {
+    pub fn new(ordinal: usize, _: &mut [f32]) -> Result<HostRegistration> {
+        unavailable(ordinal)
+    }
+}
+
+/// Always an error in this build.
+pub fn synchronize(ordinal: usize) -> Result<()> {
+    unavailable(ordinal)
+}
+
+/// No allocator in this build.
+pub fn allocator_stats(_: usize) -> Option<crate::device::AllocatorStats> {
+    None
+}
+
 /// No CUDA devices in this build.
 pub fn device_count() -> usize {
     0
@@ -53,6 +72,9 @@ impl CudaStorage {
         match *self {}
     }
     pub fn copy_to_slice(&self, _: &mut [f32]) -> Result<()> {
+        match *self {}
+    }
+    pub fn queue_copy_to_slice(&self, _: &mut [f32]) -> Result<()> {
         match *self {}
     }
     pub fn copy_from_slice(&mut self, _: &[f32]) -> Result<()> {

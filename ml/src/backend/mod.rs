@@ -138,7 +138,18 @@ impl Storage {
         }
     }
 
-    /// Overwrites the elements from `src` (row-major; the caller checked the length).
+    /// Like [`Storage::copy_to_slice`], but a GPU copy into page-locked memory is only queued:
+    /// `dst` holds the values after [`Device::synchronize`].
+    pub fn queue_copy_to_slice(&self, dst: &mut [f32]) -> Result<()> {
+        match self {
+            Storage::Cpu(_) => self.copy_to_slice(dst),
+            Storage::Cuda(c) => c.queue_copy_to_slice(dst),
+        }
+    }
+
+    /// Overwrites the elements from `src` (row-major; the caller checked the length). A GPU
+    /// copy from page-locked memory is only queued: `src` must not change before
+    /// [`Device::synchronize`].
     pub fn copy_from_slice(&mut self, src: &[f32]) -> Result<()> {
         match self {
             Storage::Cpu(a) => {
@@ -368,9 +379,9 @@ impl Storage {
             (Storage::Cpu(p), Storage::Cpu(t), Storage::Cpu(g)) => Ok(Storage::Cpu(
                 cpu::loss::cross_entropy_backward(p, t, scalar(g)),
             )),
-            (Storage::Cuda(p), Storage::Cuda(t), Storage::Cuda(g)) => Ok(Storage::Cuda(
-                CudaStorage::cross_entropy_backward(p, t, g)?,
-            )),
+            (Storage::Cuda(p), Storage::Cuda(t), Storage::Cuda(g)) => {
+                Ok(Storage::Cuda(CudaStorage::cross_entropy_backward(p, t, g)?))
+            }
             _ => Err(mixed("cross_entropy backward")),
         }
     }
@@ -381,7 +392,9 @@ impl Storage {
             (Storage::Cpu(x), Storage::Cpu(z)) => {
                 Ok(Storage::Cpu(cpu::loss::bce_with_logits(x, z)))
             }
-            (Storage::Cuda(x), Storage::Cuda(z)) => Ok(Storage::Cuda(CudaStorage::bce_with_logits(x, z)?)),
+            (Storage::Cuda(x), Storage::Cuda(z)) => {
+                Ok(Storage::Cuda(CudaStorage::bce_with_logits(x, z)?))
+            }
             _ => Err(mixed("binary_cross_entropy_with_logits")),
         }
     }

@@ -273,7 +273,45 @@ fn values_round_trip(device: Device) -> TestResult {
     ensure(u.iter().all(|v| (-3.0..-1.0).contains(v)), "uniform range")
 }
 
+/// Gradients leave and return through one flat buffer (the executors' gradient buckets), page-
+/// locked where the device is a GPU.
+fn gradients_gather_and_scatter(device: Device) -> TestResult {
+    let a = param(&[3, 4], -1.0, 1.0, 1, device);
+    let b = param(&[5], -1.0, 1.0, 2, device);
+    let unused = param(&[2], -1.0, 1.0, 3, device);
+    a.sum_all()?.add(&b.square()?.sum_all()?)?.backward()?;
+    let params = [a.clone(), unused.clone(), b.clone()];
+    let mut flat = vec![7.0f32; 12 + 2 + 5];
+    let pin = device.pin_host(&mut flat)?;
+    Tensor::gather_grads(&params, &mut flat)?;
+    let mut want = vec![1.0f32; 12];
+    want.extend([0.0, 0.0]);
+    want.extend(b.to_vec().iter().map(|v| 2.0 * v));
+    assert_close(&flat, &want, 1e-6, "gathered gradients")?;
+    let halves: Vec<f32> = flat.iter().map(|v| v / 2.0).collect();
+    Tensor::scatter_grads(&params, &halves)?;
+    assert_close(
+        &a.grad().expect("a").to_vec(),
+        &[0.5; 12],
+        1e-6,
+        "scattered a",
+    )?;
+    assert_close(
+        &unused.grad().expect("unused").to_vec(),
+        &[0.0; 2],
+        0.0,
+        "scattered unused",
+    )?;
+    ensure(
+        Tensor::gather_grads(&params, &mut flat[1..]).is_err(),
+        "a buffer of the wrong size is refused",
+    )?;
+    drop(pin);
+    Ok(())
+}
+
 device_test!(
+    gradients_gather_and_scatter,
     no_grad_records_nothing,
     backward_needs_one_element,
     gradients_accumulate_until_zero_grad,

@@ -51,7 +51,9 @@ pub fn uniform(shape: &[usize], low: f32, high: f32, seed: u64, device: Device) 
 
 /// A parameter of uniform values in `[low, high)`.
 pub fn param(shape: &[usize], low: f32, high: f32, seed: u64, device: Device) -> Tensor {
-    uniform(shape, low, high, seed, device).into_parameter().expect("parameter")
+    uniform(shape, low, high, seed, device)
+        .into_parameter()
+        .expect("parameter")
 }
 
 /// A parameter whose values have magnitude in `[min, max)` and a random sign: safely away from
@@ -72,7 +74,8 @@ pub fn param_away_from_zero(
         .collect();
     Tensor::from_vec(data, shape, device)
         .expect("shape")
-        .into_parameter().expect("parameter")
+        .into_parameter()
+        .expect("parameter")
 }
 
 /// A constant tensor.

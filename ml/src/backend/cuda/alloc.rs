@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError, sys};
 
+use crate::device::AllocatorStats;
+
 /// Requests between two debug reports of the hit rate.
 pub const REPORT_EVERY: u64 = 10_000;
 
@@ -33,28 +35,6 @@ pub fn size_class(len: usize) -> usize {
         len.next_power_of_two()
     } else {
         len.div_ceil(LARGE_STEP) * LARGE_STEP
-    }
-}
-
-/// How well the pool is doing.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct AllocatorStats {
-    /// Blocks requested.
-    pub requests: u64,
-    /// Requests served from the pool (no driver call).
-    pub hits: u64,
-    /// Bytes held in the pool, free for reuse.
-    pub cached_bytes: u64,
-}
-
-impl AllocatorStats {
-    /// The fraction of requests served from the pool.
-    pub fn hit_rate(&self) -> f64 {
-        if self.requests == 0 {
-            0.0
-        } else {
-            self.hits as f64 / self.requests as f64
-        }
     }
 }
 
@@ -80,7 +60,11 @@ impl Allocator {
     }
 
     /// A block of at least `len` floats (uninitialized), from the pool when one is free.
-    pub fn take(&self, stream: &std::sync::Arc<CudaStream>, len: usize) -> Result<CudaSlice<f32>, DriverError> {
+    pub fn take(
+        &self,
+        stream: &std::sync::Arc<CudaStream>,
+        len: usize,
+    ) -> Result<CudaSlice<f32>, DriverError> {
         let class = size_class(len);
         let requests = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         if requests.is_multiple_of(REPORT_EVERY) {

@@ -135,7 +135,10 @@ impl Gpu {
     /// A kernel by name.
     pub fn kernel(&self, name: &'static str) -> Result<&CudaFunction> {
         self.kernels.get(name).ok_or_else(|| {
-            device_error(self.ordinal, format!("kernel {name} is missing from the module"))
+            device_error(
+                self.ordinal,
+                format!("kernel {name} is missing from the module"),
+            )
         })
     }
 

@@ -265,7 +265,7 @@ extern "C" __global__ void softmax_fwd(long long outer, long long len, long long
     long long o = warp / inner, i = warp % inner;
     const float* px = x + o * len * inner + i;
     float* py = y + o * len * inner + i;
-    float mx = -INFINITY;
+    float mx = -__int_as_float(0x7f800000);
     for (long long j = lane; j < len; j += 32) mx = fmaxf(mx, px[j * inner]);
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.0f;
@@ -313,7 +313,7 @@ extern "C" __global__ void cross_entropy_fwd(long long n, long long c, const flo
     if (row >= n) return;
     const float* px = x + row * c;
     float* pp = probs + row * c;
-    float mx = -INFINITY;
+    float mx = -__int_as_float(0x7f800000);
     for (long long j = lane; j < c; j += 32) mx = fmaxf(mx, px[j]);
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     float sum = 0.0f;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
-use cudarc::nvrtc::{CompileOptions, compile_ptx_with_opts};
+use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 
 /// The CUDA C source.
 const SOURCE: &str = include_str!("kernels.cu");
@@ -63,6 +63,26 @@ pub struct Strided {
 // ints, then two arrays of eight 8-byte-aligned long longs).
 unsafe impl DeviceRepr for Strided {}
 
+/// The kernels compiled to PTX for a virtual architecture such as `compute_90` (NVRTC only: no
+/// GPU is involved).
+fn ptx_for(arch: &str) -> Result<Ptx, String> {
+    compile_ptx_with_opts(
+        SOURCE,
+        CompileOptions {
+            options: vec![format!("--gpu-architecture={arch}")],
+            name: Some("ringflow_kernels.cu".into()),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| match e {
+        CompileError::CompileError { log, .. } => format!(
+            "NVRTC could not compile the kernels for {arch}: {}",
+            log.to_string_lossy()
+        ),
+        other => format!("NVRTC could not compile the kernels for {arch}: {other}"),
+    })
+}
+
 /// The loaded kernels of one device.
 pub struct Kernels {
     functions: HashMap<&'static str, CudaFunction>,
@@ -76,15 +96,7 @@ impl Kernels {
             .map_err(|e| format!("cannot read the compute capability: {e}"))?;
         let arch = format!("compute_{major}{minor}");
         let started = std::time::Instant::now();
-        let ptx = compile_ptx_with_opts(
-            SOURCE,
-            CompileOptions {
-                options: vec![format!("--gpu-architecture={arch}")],
-                name: Some("ringflow_kernels.cu".into()),
-                ..Default::default()
-            },
-        )
-        .map_err(|e| format!("NVRTC could not compile the kernels for {arch}: {e}"))?;
+        let ptx = ptx_for(&arch)?;
         let module = ctx
             .load_module(ptx)
             .map_err(|e| format!("cannot load the compiled kernels: {e}"))?;
@@ -123,6 +135,30 @@ mod tests {
         }
         let defined = SOURCE.matches("__global__ void ").count();
         assert_eq!(defined, NAMES.len(), "a kernel in kernels.cu is not listed");
-        assert_eq!(std::mem::size_of::<Strided>(), 4 + 4 * MAX_DIMS + 4 + 16 * MAX_DIMS);
+        assert_eq!(
+            std::mem::size_of::<Strided>(),
+            4 + 4 * MAX_DIMS + 4 + 16 * MAX_DIMS
+        );
+    }
+
+    /// NVRTC needs no GPU, so wherever `libnvrtc` can be loaded the CUDA C is compiled for the
+    /// architectures ringflow targets (Ampere, Hopper) and every kernel must be in the PTX.
+    #[test]
+    fn kernels_compile_wherever_nvrtc_is_installed() {
+        // SAFETY: only tries to load the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            eprintln!("skipping: NVRTC (libnvrtc.so) is not installed");
+            return;
+        }
+        for arch in ["compute_80", "compute_90"] {
+            let ptx = ptx_for(arch).unwrap_or_else(|e| panic!("{e}"));
+            let text = ptx.to_src();
+            for name in NAMES {
+                assert!(
+                    text.contains(&format!(".entry {name}(")),
+                    "{name} is missing from the PTX for {arch}"
+                );
+            }
+        }
     }
 }

@@ -11,19 +11,20 @@ mod alloc;
 mod device;
 mod kernels;
 mod ops;
+mod staging;
 
 use std::fmt;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
 
-pub use alloc::AllocatorStats;
-pub use device::{check_available, device_count};
 use device::Gpu;
+pub use device::{check_available, device_count};
 use kernels::{MAX_DIMS, Strided};
+pub use staging::{HostRegistration, synchronize};
 
 use crate::backend::cpu::{self, CpuArray};
-use crate::device::Device;
+use crate::device::{AllocatorStats, Device};
 use crate::error::{MlError, Result};
 use crate::shape::numel;
 
@@ -106,7 +107,10 @@ fn strided(op: &'static str, dims: &[usize], sa: &[i64], sb: &[i64]) -> Result<S
     };
     for (d, &n) in dims.iter().enumerate() {
         s.dims[d] = i32::try_from(n).map_err(|_| {
-            MlError::invalid(op, format!("dimension {n} is too large for the CUDA backend"))
+            MlError::invalid(
+                op,
+                format!("dimension {n} is too large for the CUDA backend"),
+            )
         })?;
         s.sa[d] = sa[d];
         s.sb[d] = sb[d];
@@ -216,18 +220,28 @@ impl CudaStorage {
 
     /// Downloads the elements into `dst` (waits for the device).
     pub fn copy_to_slice(&self, dst: &mut [f32]) -> Result<()> {
+        self.queue_copy_to_slice(dst)?;
+        self.gpu
+            .stream
+            .synchronize()
+            .map_err(|e| self.gpu.fail("copying to the host", e))
+    }
+
+    /// Queues the download of the elements into `dst` without waiting: `dst` holds them only
+    /// after [`synchronize`] (for page-locked `dst`; pageable memory is copied at once).
+    pub fn queue_copy_to_slice(&self, dst: &mut [f32]) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
         let view = self.buf().slice(0..self.len);
-        let stream = &self.gpu.stream;
-        stream
+        self.gpu
+            .stream
             .memcpy_dtoh(&view, &mut dst[..self.len])
-            .and_then(|()| stream.synchronize())
             .map_err(|e| self.gpu.fail("copying to the host", e))
     }
 
-    /// Uploads `src` over the elements (queued; `src` may be reused when this returns).
+    /// Uploads `src` over the elements (queued: from page-locked memory the copy runs
+    /// asynchronously, so `src` must not change before [`synchronize`]).
     pub fn copy_from_slice(&mut self, src: &[f32]) -> Result<()> {
         if self.len == 0 {
             return Ok(());

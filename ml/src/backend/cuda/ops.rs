@@ -245,7 +245,9 @@ impl CudaStorage {
             .chain(dst.shape.iter().copied())
             .collect();
         // Leading dimensions summed away and the rest kept whole: [rows, cols] down to [cols].
-        let split = (0..=x.len()).find(|&k| target[k..] == x[k..]).unwrap_or(x.len());
+        let split = (0..=x.len())
+            .find(|&k| target[k..] == x[k..])
+            .unwrap_or(x.len());
         if target[..split].iter().all(|&d| d == 1) {
             let rows = numel(&x[..split]) as i64;
             let cols = numel(&x[split..]) as i64;
@@ -280,7 +282,12 @@ impl CudaStorage {
     }
 
     /// Copies `self` through a strided view into a new contiguous tensor of `shape`.
-    fn strided_copy(&self, op: &'static str, shape: &[usize], src_strides: &[i64]) -> Result<CudaStorage> {
+    fn strided_copy(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        src_strides: &[i64],
+    ) -> Result<CudaStorage> {
         let mut out = self.alloc_like(shape)?;
         if out.len > 0 {
             let s = strided(op, shape, src_strides, &contiguous_strides(shape))?;
@@ -300,7 +307,11 @@ impl CudaStorage {
 
     /// A contiguous copy broadcast to `shape`.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<CudaStorage> {
-        self.strided_copy("broadcast_to", shape, &broadcast_strides(&self.shape, shape))
+        self.strided_copy(
+            "broadcast_to",
+            shape,
+            &broadcast_strides(&self.shape, shape),
+        )
     }
 
     /// The sum of all elements (0-dimensional) or along `axis`.
@@ -406,7 +417,11 @@ impl CudaStorage {
         a.same_gpu(dst, "matmul")?;
         let (a_rows, a_cols) = (a.shape[0], a.shape[1]);
         let (b_rows, b_cols) = (b.shape[0], b.shape[1]);
-        let (m, k) = if transpose_a { (a_cols, a_rows) } else { (a_rows, a_cols) };
+        let (m, k) = if transpose_a {
+            (a_cols, a_rows)
+        } else {
+            (a_rows, a_cols)
+        };
         let n = if transpose_b { b_rows } else { b_cols };
         if m == 0 || n == 0 {
             return Ok(());
@@ -439,6 +454,11 @@ impl CudaStorage {
             ldc: dim(n)?,
         };
         let gpu = dst.gpu.clone();
+        // cuBLAS works in the calling thread's current context.
+        gpu.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| gpu.fail("binding the context", e))?;
         let blas = gpu.blas();
         // SAFETY: the dimensions and leading dimensions describe exactly the stored operands
         // (a: a_rows × a_cols, b: b_rows × b_cols, dst: m × n, all row-major and at least that
