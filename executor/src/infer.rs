@@ -113,7 +113,7 @@ pub fn run_inference(
             let part = batch.slice(start, PREDICT_BATCH.min(batch.num_rows() - start));
             let rows = converter.convert(&part, origin.file, origin.first_row + start as u64)?;
             let x = Tensor::from_vec(rows.features, &[rows.rows, shape.inputs], device)?;
-            let out = no_grad(|| model.forward(&x, false, &mut rng))?.to_vec();
+            let out = no_grad(|| model.forward(&x, false, &mut rng))?.try_to_vec()?;
             let columns =
                 prediction_columns(&out, shape.outputs, spec.train.loss, classes.as_deref());
             let mut fields = Vec::new();

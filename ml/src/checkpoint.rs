@@ -110,8 +110,11 @@ pub fn save(
     let params: Vec<(String, Vec<usize>, Vec<f32>)> = model
         .params()
         .iter()
-        .map(|p| (p.name.clone(), p.tensor.shape().to_vec(), p.tensor.to_vec()))
-        .collect();
+        .map(|p| {
+            let values = p.tensor.try_to_vec()?;
+            Ok((p.name.clone(), p.tensor.shape().to_vec(), values))
+        })
+        .collect::<Result<_>>()?;
     files.insert(
         MODEL_ROLE.to_string(),
         write_tensors(dir, MODEL_ROLE, generation, &params)?,
@@ -119,7 +122,7 @@ pub fn save(
     if let Some(opt) = optimizer {
         files.insert(
             OPTIMIZER_ROLE.to_string(),
-            write_tensors(dir, OPTIMIZER_ROLE, generation, &opt.state_tensors())?,
+            write_tensors(dir, OPTIMIZER_ROLE, generation, &opt.state_tensors()?)?,
         );
     }
 

@@ -11,6 +11,41 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{MlError, Result};
 
+/// A host buffer page-locked for a GPU's copies ([`Device::pin_host`]); unlocked on drop.
+pub struct PinnedHost(#[allow(dead_code)] crate::backend::cuda::HostRegistration);
+
+impl PinnedHost {
+    /// Leaves the pages locked instead of unlocking them: for a buffer that was freed while
+    /// registered (unlocking an address that may now belong to someone else would be wrong).
+    // Without the `cuda` feature the registration has no `Drop`, and no value exists anyway.
+    #[allow(clippy::forget_non_drop)]
+    pub fn forget(self) {
+        std::mem::forget(self);
+    }
+}
+
+/// How well the pool is doing.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AllocatorStats {
+    /// Blocks requested.
+    pub requests: u64,
+    /// Requests served from the pool (no driver call).
+    pub hits: u64,
+    /// Bytes held in the pool, free for reuse.
+    pub cached_bytes: u64,
+}
+
+impl AllocatorStats {
+    /// The fraction of requests served from the pool.
+    pub fn hit_rate(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.hits as f64 / self.requests as f64
+        }
+    }
+}
+
 /// A compute device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(into = "String", try_from = "String")]
@@ -37,6 +72,33 @@ impl Device {
         (0..crate::backend::cuda::device_count())
             .map(Device::Cuda)
             .collect()
+    }
+
+    /// Waits until everything queued on this device has run (nothing to wait for on the CPU).
+    pub fn synchronize(self) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda(ordinal) => crate::backend::cuda::synchronize(ordinal),
+        }
+    }
+
+    /// Page-locks `buf` so that copies between it and this device run by DMA, asynchronously
+    /// (`None` on the CPU, where there is nothing to copy). `buf` must stay allocated at the same
+    /// address until the registration is dropped (or [forgotten](PinnedHost::forget)).
+    pub fn pin_host(self, buf: &mut [f32]) -> Result<Option<PinnedHost>> {
+        match self {
+            Device::Cpu => Ok(None),
+            Device::Cuda(ordinal) => crate::backend::cuda::HostRegistration::new(ordinal, buf)
+                .map(|r| Some(PinnedHost(r))),
+        }
+    }
+
+    /// The CUDA caching allocator's counters, for a GPU that is in use.
+    pub fn allocator_stats(self) -> Option<AllocatorStats> {
+        match self {
+            Device::Cpu => None,
+            Device::Cuda(ordinal) => crate::backend::cuda::allocator_stats(ordinal),
+        }
     }
 
     /// True for [`Device::Cpu`].

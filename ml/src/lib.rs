@@ -24,7 +24,7 @@
 //! let mut dropout = rng::seeded(7, rng::streams::DROPOUT);
 //! let loss = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
 //! loss.backward()?;
-//! assert!(model.params().grad_norm() > 0.0);
+//! assert!(model.params().grad_norm()? > 0.0);
 //! # Ok::<(), ringflow_ml::MlError>(())
 //! ```
 
@@ -42,6 +42,6 @@ pub mod shape;
 mod tensor;
 
 pub use autodiff::{NoGradGuard, no_grad};
-pub use device::Device;
+pub use device::{AllocatorStats, Device, PinnedHost};
 pub use error::{MlError, Result};
 pub use tensor::{Tensor, TensorKey};

@@ -60,8 +60,7 @@ impl Backward for CrossEntropyBackward {
         g: &Storage,
         sink: &mut GradSink,
     ) -> Result<()> {
-        let scale = g.to_host().iter().next().copied().unwrap_or(0.0);
-        let gx = Storage::cross_entropy_backward(&self.probs, &inputs[1].read(), scale)?;
+        let gx = Storage::cross_entropy_backward(&self.probs, &inputs[1].read(), g)?;
         sink.add(&inputs[0], gx)
     }
 }
@@ -107,8 +106,7 @@ impl Backward for BceBackward {
         g: &Storage,
         sink: &mut GradSink,
     ) -> Result<()> {
-        let scale = g.to_host().iter().next().copied().unwrap_or(0.0);
-        let gx = Storage::bce_with_logits_backward(&inputs[0].read(), &inputs[1].read(), scale)?;
+        let gx = Storage::bce_with_logits_backward(&inputs[0].read(), &inputs[1].read(), g)?;
         sink.add(&inputs[0], gx)
     }
 }

@@ -135,7 +135,7 @@ impl Tensor {
     /// Every element `value`.
     pub fn full(shape: &[usize], value: f32, device: Device) -> Result<Tensor> {
         let mut s = Storage::zeros(shape, device)?;
-        s.fill(value);
+        s.fill(value)?;
         Ok(Self::from_storage(s))
     }
 
@@ -179,21 +179,22 @@ impl Tensor {
         Self::from_vec(data, shape, device)
     }
 
-    /// The same values as a new leaf that needs gradients: a trainable parameter.
-    pub fn into_parameter(self) -> Tensor {
+    /// The same values as a new leaf that needs gradients: a trainable parameter. The values
+    /// are moved when this is the last handle to a leaf, copied otherwise.
+    pub fn into_parameter(self) -> Result<Tensor> {
         let storage = match Arc::try_unwrap(self.0) {
             Ok(inner) if inner.node.is_none() => {
                 inner.data.into_inner().unwrap_or_else(|p| p.into_inner())
             }
-            Ok(inner) => Tensor(Arc::new(inner)).read().duplicate(),
-            Err(shared) => Tensor(shared).read().duplicate(),
+            Ok(inner) => Tensor(Arc::new(inner)).read().duplicate()?,
+            Err(shared) => Tensor(shared).read().duplicate()?,
         };
-        Tensor::new(storage, true, None)
+        Ok(Tensor::new(storage, true, None))
     }
 
     /// A copy of the values that is cut off from the graph (a leaf without gradients).
-    pub fn detach(&self) -> Tensor {
-        Self::from_storage(self.read().duplicate())
+    pub fn detach(&self) -> Result<Tensor> {
+        Ok(Self::from_storage(self.read().duplicate()?))
     }
 
     // ----- inspection ---------------------------------------------------------------------
@@ -249,14 +250,26 @@ impl Tensor {
             .and_then(|mut inner| inner.node.take())
     }
 
-    /// The elements in row-major order (downloaded from the device if needed).
+    /// The elements in row-major order, downloaded from the device if needed.
+    ///
+    /// # Panics
+    ///
+    /// If a GPU fails to copy the data (a device fault or a lost device). Code that must not
+    /// panic, like the executors', uses [`Tensor::try_to_vec`].
     pub fn to_vec(&self) -> Vec<f32> {
-        let host = self.read().to_host();
-        cpu::slice(&host).to_vec()
+        self.try_to_vec()
+            .unwrap_or_else(|e| panic!("cannot read a tensor from {}: {e}", self.device()))
+    }
+
+    /// The elements in row-major order, downloaded from the device if needed.
+    pub fn try_to_vec(&self) -> Result<Vec<f32>> {
+        let mut out = vec![0.0; self.numel()];
+        self.read().copy_to_slice(&mut out)?;
+        Ok(out)
     }
 
     /// The elements as an ndarray (downloaded from the device if needed).
-    pub fn to_array(&self) -> ArrayD<f32> {
+    pub fn to_array(&self) -> Result<ArrayD<f32>> {
         self.read().to_host()
     }
 
@@ -271,7 +284,7 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(self.to_vec()[0])
+        Ok(self.try_to_vec()?[0])
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Storage> {
@@ -285,22 +298,14 @@ impl Tensor {
     /// Copies the values into `dst` (row-major; `dst.len()` must equal [`Tensor::numel`]).
     pub fn copy_to_slice(&self, dst: &mut [f32]) -> Result<()> {
         self.check_len("copy_to_slice", dst.len())?;
-        match &*self.read() {
-            Storage::Cpu(a) => dst.copy_from_slice(cpu::slice(a)),
-            Storage::Cuda(c) => match *c {},
-        }
-        Ok(())
+        self.read().copy_to_slice(dst)
     }
 
     /// Overwrites the values in place from `src` (row-major). Used to load checkpoints and
     /// broadcast weights; it does not touch the graph.
     pub fn copy_from_slice(&self, src: &[f32]) -> Result<()> {
         self.check_len("copy_from_slice", src.len())?;
-        match &mut *self.write() {
-            Storage::Cpu(a) => cpu::slice_mut(a).copy_from_slice(src),
-            Storage::Cuda(c) => match *c {},
-        }
-        Ok(())
+        self.write().copy_from_slice(src)
     }
 
     fn check_len(&self, op: &'static str, len: usize) -> Result<()> {
@@ -338,7 +343,7 @@ impl Tensor {
         let copy = if g.stale {
             Storage::zeros(self.shape(), self.device()).ok()?
         } else {
-            storage.duplicate()
+            storage.duplicate().ok()?
         };
         Some(Tensor::from_storage(copy))
     }
@@ -385,7 +390,7 @@ impl Tensor {
         let GradBuffer { storage, stale } = &mut *g;
         match storage.as_mut() {
             None => *storage = Some(Storage::zeros(self.shape(), self.device())?),
-            Some(buf) if *stale => buf.fill(0.0),
+            Some(buf) if *stale => buf.fill(0.0)?,
             Some(_) => {}
         }
         *stale = false;
@@ -397,11 +402,71 @@ impl Tensor {
         self.check_len("copy_grad_to_slice", dst.len())?;
         let g = lock(&self.0.grad);
         match (&g.storage, g.stale) {
-            (Some(Storage::Cpu(a)), false) => dst.copy_from_slice(cpu::slice(a)),
-            (Some(Storage::Cuda(c)), false) => match *c {},
-            _ => dst.fill(0.0),
+            (Some(s), false) => s.copy_to_slice(dst),
+            _ => {
+                dst.fill(0.0);
+                Ok(())
+            }
         }
-        Ok(())
+    }
+
+    /// Copies the gradients of `params` back to back into `dst` (zeros where there is none),
+    /// queuing every GPU copy and waiting once: with `dst` page-locked
+    /// ([`Device::pin_host`]) the copies run by DMA. `dst.len()` must equal the parameters'
+    /// total size.
+    pub fn gather_grads(params: &[Tensor], dst: &mut [f32]) -> Result<()> {
+        let total: usize = params.iter().map(Tensor::numel).sum();
+        if total != dst.len() {
+            return Err(MlError::invalid(
+                "gather_grads",
+                format!(
+                    "{} values do not match {total} gradient elements",
+                    dst.len()
+                ),
+            ));
+        }
+        let mut at = 0;
+        let mut devices = Vec::new();
+        for p in params {
+            let n = p.numel();
+            let out = &mut dst[at..at + n];
+            let g = lock(&p.0.grad);
+            match (&g.storage, g.stale) {
+                (Some(s), false) => s.queue_copy_to_slice(out)?,
+                _ => out.fill(0.0),
+            }
+            if !devices.contains(&p.device()) {
+                devices.push(p.device());
+            }
+            at += n;
+        }
+        devices.into_iter().try_for_each(Device::synchronize)
+    }
+
+    /// Overwrites the gradients of `params` from `src` (back to back, as [`Tensor::gather_grads`]
+    /// wrote them), waiting once for all the copies.
+    pub fn scatter_grads(params: &[Tensor], src: &[f32]) -> Result<()> {
+        let total: usize = params.iter().map(Tensor::numel).sum();
+        if total != src.len() {
+            return Err(MlError::invalid(
+                "scatter_grads",
+                format!(
+                    "{} values do not match {total} gradient elements",
+                    src.len()
+                ),
+            ));
+        }
+        let mut at = 0;
+        let mut devices = Vec::new();
+        for p in params {
+            let n = p.numel();
+            p.copy_grad_from_slice(&src[at..at + n])?;
+            if !devices.contains(&p.device()) {
+                devices.push(p.device());
+            }
+            at += n;
+        }
+        devices.into_iter().try_for_each(Device::synchronize)
     }
 
     /// Overwrites the accumulated gradient from `src` (after an all-reduce, for instance).
@@ -410,10 +475,7 @@ impl Tensor {
         let shape = cpu::from_vec(self.shape(), src.to_vec());
         self.write_grad(|slot| match slot {
             GradWrite::Add(buf) | GradWrite::Overwrite(buf) => {
-                match buf {
-                    Storage::Cpu(a) => cpu::slice_mut(a).copy_from_slice(src),
-                    Storage::Cuda(c) => match *c {},
-                }
+                buf.copy_from_slice(src)?;
                 Ok(None)
             }
             GradWrite::New => Storage::from_host(shape, self.device()).map(Some),
@@ -421,21 +483,22 @@ impl Tensor {
     }
 
     /// Multiplies the accumulated gradient by `factor` in place.
-    pub fn scale_grad(&self, factor: f32) {
+    pub fn scale_grad(&self, factor: f32) -> Result<()> {
         let mut g = lock(&self.0.grad);
         if !g.stale
             && let Some(s) = g.storage.as_mut()
         {
-            s.scale(factor);
+            s.scale(factor)?;
         }
+        Ok(())
     }
 
     /// The squared L2 norm of the accumulated gradient (0 if there is none).
-    pub fn grad_sum_squares(&self) -> f64 {
+    pub fn grad_sum_squares(&self) -> Result<f64> {
         let g = lock(&self.0.grad);
         match (&g.storage, g.stale) {
             (Some(s), false) => s.sum_squares(),
-            _ => 0.0,
+            _ => Ok(0.0),
         }
     }
 

@@ -22,7 +22,7 @@ impl Commit {
     pub fn take(model: &Model, optimizer: &Optimizer, epoch: u64, step: u64) -> Result<Commit> {
         Ok(Commit {
             params: model.params().flatten_values()?,
-            optimizer: optimizer.state_tensors(),
+            optimizer: optimizer.state_tensors()?,
             optimizer_steps: optimizer.steps(),
             epoch,
             step,

@@ -41,7 +41,7 @@ pub fn evaluate(
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
             stats.rows += rows as u64;
             stats.loss_sum += loss * rows as f64;
-            let out = output.to_vec();
+            let out = output.try_to_vec()?;
             match loss_kind {
                 LossKind::CrossEntropy => {
                     for (row, &label) in out.chunks_exact(shape.outputs).zip(&labels) {

@@ -249,7 +249,7 @@ pub fn run_task(
                     // Backup workers: the others finished this step without this rank; apply
                     // their gradient and skip the batch.
                     if let Some(max_norm) = spec.train.clip_grad_norm {
-                        model.params().clip_grad_norm(max_norm);
+                        model.params().clip_grad_norm(max_norm)?;
                     }
                     optimizer.step(lr)?;
                     skipped_samples += rows as u64;
@@ -274,7 +274,7 @@ pub fn run_task(
                 }
                 let t4 = Instant::now();
                 if let Some(max_norm) = spec.train.clip_grad_norm {
-                    model.params().clip_grad_norm(max_norm);
+                    model.params().clip_grad_norm(max_norm)?;
                 }
                 optimizer.step(lr)?;
                 let loss_value = loss.item()? as f64;

@@ -156,7 +156,7 @@ pub(crate) fn run_backward(
         pending: HashMap::new(),
     };
     let mut seed = Storage::zeros(root.shape(), root.device())?;
-    seed.fill(1.0);
+    seed.fill(1.0)?;
     if root.is_leaf() {
         sink.add(root, seed)?;
         return on_ready(root);

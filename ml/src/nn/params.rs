@@ -64,7 +64,7 @@ impl ParamStore {
         let tensor = if tensor.requires_grad() && tensor.is_leaf() {
             tensor
         } else {
-            tensor.into_parameter()
+            tensor.into_parameter()?
         };
         self.params.push(Param {
             name,
@@ -81,25 +81,25 @@ impl ParamStore {
     }
 
     /// The L2 norm of all gradients together.
-    pub fn grad_norm(&self) -> f64 {
-        self.params
-            .iter()
-            .map(|p| p.tensor.grad_sum_squares())
-            .sum::<f64>()
-            .sqrt()
+    pub fn grad_norm(&self) -> Result<f64> {
+        let mut total = 0.0;
+        for p in &self.params {
+            total += p.tensor.grad_sum_squares()?;
+        }
+        Ok(total.sqrt())
     }
 
     /// Scales all gradients so that their joint L2 norm is at most `max_norm`; returns the norm
     /// before clipping (`torch.nn.utils.clip_grad_norm_`).
-    pub fn clip_grad_norm(&self, max_norm: f64) -> f64 {
-        let norm = self.grad_norm();
+    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
+        let norm = self.grad_norm()?;
         if norm > max_norm && norm > 0.0 {
             let factor = (max_norm / (norm + 1e-6)) as f32;
             for p in &self.params {
-                p.tensor.scale_grad(factor);
+                p.tensor.scale_grad(factor)?;
             }
         }
-        norm
+        Ok(norm)
     }
 
     /// All parameter values concatenated in store order.

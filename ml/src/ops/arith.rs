@@ -22,15 +22,15 @@ impl Backward for BinaryBackward {
         match self.0 {
             BinaryOp::Add => {
                 if sink.wants(b) {
-                    sink.add_reduced(b, g.duplicate())?;
+                    sink.add_reduced(b, g.duplicate()?)?;
                 }
-                sink.add_reduced(a, g.duplicate())
+                sink.add_reduced(a, g.duplicate()?)
             }
             BinaryOp::Sub => {
                 if sink.wants(b) {
                     sink.add_reduced(b, g.affine(-1.0, 0.0)?)?;
                 }
-                sink.add_reduced(a, g.duplicate())
+                sink.add_reduced(a, g.duplicate()?)
             }
             BinaryOp::Mul => {
                 if sink.wants(a) {

@@ -2,6 +2,7 @@
 
 use rand::RngExt;
 
+use crate::backend::Storage;
 use crate::error::{MlError, Result};
 use crate::tensor::Tensor;
 
@@ -19,11 +20,10 @@ impl Tensor {
         if p == 0.0 {
             return Ok(self.clone());
         }
-        let keep = 1.0 / (1.0 - p);
-        let mask: Vec<f32> = (0..self.numel())
-            .map(|_| if rng.random::<f32>() < p { 0.0 } else { keep })
-            .collect();
-        let mask = Tensor::from_vec(mask, self.shape(), self.device())?;
-        self.mul(&mask)
+        // One draw from `rng` seeds a counter-based stream: the mask is generated where the
+        // tensor lives (no upload) and is the same on every device for the same `rng`.
+        let seed: u64 = rng.random();
+        let mask = Storage::dropout_mask(self.shape(), p, seed, self.device())?;
+        self.mul(&Tensor::from_storage(mask))
     }
 }

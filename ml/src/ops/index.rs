@@ -21,7 +21,7 @@ impl Backward for IndexSelectBackward {
         sink.accumulate_with(table, |slot| match slot {
             GradWrite::Add(d) => d.index_add(&idx, g).map(|_| None),
             GradWrite::Overwrite(d) => {
-                d.fill(0.0);
+                d.fill(0.0)?;
                 d.index_add(&idx, g).map(|_| None)
             }
             GradWrite::New => {

@@ -46,7 +46,7 @@ impl Backward for LinearBackward {
         matmul_grads(&inputs[0], &inputs[1], g, sink)?;
         let bias = &inputs[2];
         if sink.wants(bias) {
-            sink.add_reduced(bias, g.duplicate())?;
+            sink.add_reduced(bias, g.duplicate()?)?;
         }
         Ok(())
     }

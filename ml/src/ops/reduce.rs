@@ -55,7 +55,7 @@ impl Tensor {
         let scale = if mean { 1.0 / count.max(1) as f32 } else { 1.0 };
         let mut out = self.read().sum(axis, keepdim)?;
         if mean {
-            out.scale(scale);
+            out.scale(scale)?;
         }
         Ok(Tensor::from_op(
             out,

@@ -88,7 +88,7 @@ impl Backward for NarrowBackward {
         if start > 0 {
             parts.push(zeros_of(start)?);
         }
-        parts.push(g.duplicate());
+        parts.push(g.duplicate()?);
         if start + len < total {
             parts.push(zeros_of(total - start - len)?);
         }

@@ -9,5 +9,5 @@
 mod optimizer;
 mod schedule;
 
-pub use optimizer::{Optimizer, OptimizerSpec};
+pub use optimizer::{NamedValues, Optimizer, OptimizerSpec};
 pub use schedule::Schedule;

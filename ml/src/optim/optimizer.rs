@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Storage;
-use crate::backend::cpu::{self, optim as kernels};
+use crate::backend::cpu;
+use crate::backend::{AdagradStep, AdamStep, SgdStep, Storage};
 use crate::error::{MlError, Result};
 use crate::nn::ParamStore;
 use crate::tensor::Tensor;
@@ -201,6 +201,13 @@ impl OptimizerSpec {
     }
 }
 
+/// A named tensor's shape and values on the host, as checkpoints store them.
+pub type NamedValues = (String, Vec<usize>, Vec<f32>);
+
+fn missing_slot(name: &str) -> MlError {
+    MlError::spec(format!("optimizer state {name:?} was not allocated"))
+}
+
 /// An optimizer bound to a model's parameters.
 pub struct Optimizer {
     spec: OptimizerSpec,
@@ -224,7 +231,7 @@ impl Optimizer {
                     ..
                 } = spec
                 {
-                    s.fill(initial_accumulator);
+                    s.fill(initial_accumulator)?;
                 }
                 bufs.push(s);
             }
@@ -260,17 +267,7 @@ impl Optimizer {
         let spec = self.spec.clone();
         for ((_, param), slots) in self.params.iter().zip(self.slots.iter_mut()) {
             param.update_with(|value, grad| {
-                let (Storage::Cpu(p), Storage::Cpu(g)) = (value, grad) else {
-                    return Err(MlError::Device(
-                        "optimizer step: parameter and gradient are on different devices".into(),
-                    ));
-                };
-                let p = cpu::slice_mut(p);
-                let g = cpu::slice(g);
-                let mut bufs = slots.iter_mut().map(|s| match s {
-                    Storage::Cpu(a) => cpu::slice_mut(a),
-                    Storage::Cuda(c) => match *c {},
-                });
+                let mut bufs = slots.iter_mut();
                 match spec {
                     OptimizerSpec::Sgd {
                         momentum,
@@ -278,11 +275,11 @@ impl Optimizer {
                         nesterov,
                         weight_decay,
                         ..
-                    } => kernels::sgd(
-                        p,
-                        g,
+                    } => Storage::sgd_update(
+                        value,
+                        grad,
                         bufs.next(),
-                        kernels::SgdStep {
+                        SgdStep {
                             lr,
                             momentum,
                             dampening,
@@ -294,8 +291,17 @@ impl Optimizer {
                     OptimizerSpec::Adagrad {
                         eps, weight_decay, ..
                     } => {
-                        let acc = bufs.next().expect("adagrad has an accumulator");
-                        kernels::adagrad(p, g, acc, lr, eps, weight_decay)
+                        let acc = bufs.next().ok_or_else(|| missing_slot("sum"))?;
+                        Storage::adagrad_update(
+                            value,
+                            grad,
+                            acc,
+                            AdagradStep {
+                                lr,
+                                eps,
+                                weight_decay,
+                            },
+                        )
                     }
                     OptimizerSpec::Adam {
                         beta1,
@@ -311,14 +317,14 @@ impl Optimizer {
                         weight_decay,
                         ..
                     } => {
-                        let m = bufs.next().expect("adam has a first moment");
-                        let v = bufs.next().expect("adam has a second moment");
-                        kernels::adam(
-                            p,
-                            g,
+                        let m = bufs.next().ok_or_else(|| missing_slot("exp_avg"))?;
+                        let v = bufs.next().ok_or_else(|| missing_slot("exp_avg_sq"))?;
+                        Storage::adam_update(
+                            value,
+                            grad,
                             m,
                             v,
-                            kernels::AdamStep {
+                            AdamStep {
                                 lr,
                                 beta1,
                                 beta2,
@@ -330,19 +336,18 @@ impl Optimizer {
                         )
                     }
                 }
-                Ok(())
             })?;
         }
         Ok(())
     }
 
     /// The state buffers as `(name, shape, values)` with names `<param>.<slot>`, for checkpoints.
-    pub fn state_tensors(&self) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    pub fn state_tensors(&self) -> Result<Vec<NamedValues>> {
         let names = self.spec.slot_names();
         let mut out = Vec::new();
         for ((pname, _), slots) in self.params.iter().zip(&self.slots) {
             for (slot, s) in names.iter().zip(slots) {
-                let host = s.to_host();
+                let host = s.to_host()?;
                 out.push((
                     format!("{pname}.{slot}"),
                     host.shape().to_vec(),
@@ -350,7 +355,7 @@ impl Optimizer {
                 ));
             }
         }
-        out
+        Ok(out)
     }
 
     /// Restores the state saved by [`Optimizer::state_tensors`] and the step count.

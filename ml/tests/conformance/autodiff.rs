@@ -66,13 +66,13 @@ fn backward_needs_one_element(device: Device) -> TestResult {
         0.0,
         "d sum / dx",
     )?;
-    let s = Tensor::scalar(3.0, device)?.into_parameter();
+    let s = Tensor::scalar(3.0, device)?.into_parameter()?;
     s.backward()?;
     assert_close(&s.grad().expect("grad").to_vec(), &[1.0], 0.0, "ds/ds")
 }
 
 fn gradients_accumulate_until_zero_grad(device: Device) -> TestResult {
-    let x = tensor(&[1., -2., 3.], &[3], device).into_parameter();
+    let x = tensor(&[1., -2., 3.], &[3], device).into_parameter()?;
     let c = tensor(&[0.5, 2., -1.], &[3], device);
     ensure(x.grad().is_none(), "a fresh parameter has a gradient")?;
     let loss = || x.mul(&c)?.sum_all();
@@ -110,10 +110,10 @@ fn gradients_accumulate_until_zero_grad(device: Device) -> TestResult {
     x.copy_grad_to_slice(&mut buf)?;
     assert_close(&buf, &[2., -4., 6.], 0.0, "copy_grad_to_slice")?;
     ensure(
-        (x.grad_sum_squares() - 56.0).abs() < 1e-9,
+        (x.grad_sum_squares()? - 56.0).abs() < 1e-9,
         "grad_sum_squares",
     )?;
-    x.scale_grad(0.5);
+    x.scale_grad(0.5)?;
     assert_close(
         &x.grad().expect("grad").to_vec(),
         &[1., -2., 3.],
@@ -153,17 +153,17 @@ fn gradients_reach_only_parameters(device: Device) -> TestResult {
     ensure(x.grad().is_none(), "a constant input got a gradient")?;
     ensure(h.grad().is_none(), "an intermediate tensor kept a gradient")?;
     // detach cuts the graph: only the attached factor contributes.
-    let p = tensor(&[3.0], &[1], device).into_parameter();
-    p.detach().mul(&p)?.sum_all()?.backward()?;
+    let p = tensor(&[3.0], &[1], device).into_parameter()?;
+    p.detach()?.mul(&p)?.sum_all()?.backward()?;
     assert_close(
         &p.grad().expect("grad").to_vec(),
         &[3.0],
         0.0,
         "d(stop(p)·p)/dp",
     )?;
-    ensure(!p.detach().requires_grad(), "detach requires grad")?;
+    ensure(!p.detach()?.requires_grad(), "detach requires grad")?;
     // into_parameter on a computed tensor makes a new leaf; gradients stop there.
-    let q = p.square()?.into_parameter();
+    let q = p.square()?.into_parameter()?;
     ensure(
         q.is_leaf() && q.requires_grad(),
         "into_parameter of a result is a leaf parameter",
@@ -181,7 +181,7 @@ fn gradients_reach_only_parameters(device: Device) -> TestResult {
 
 fn deep_chains_do_not_overflow(device: Device) -> TestResult {
     // 20 000 recorded ops: the backward pass must be iterative, not recursive.
-    let x = Tensor::scalar(1.0, device)?.into_parameter();
+    let x = Tensor::scalar(1.0, device)?.into_parameter()?;
     let mut y = x.clone();
     for _ in 0..20_000 {
         y = y.add_scalar(0.0)?;
@@ -246,10 +246,10 @@ fn values_round_trip(device: Device) -> TestResult {
     let y = x.clone();
     x.copy_from_slice(&[5., 6., 7., 8.])?;
     assert_close(&y.to_vec(), &[5., 6., 7., 8.], 0.0, "clones share data")?;
-    let d = x.detach();
+    let d = x.detach()?;
     x.copy_from_slice(&[0.; 4])?;
     assert_close(&d.to_vec(), &[5., 6., 7., 8.], 0.0, "detach copies")?;
-    ensure(x.to_array().shape() == [2, 2], "to_array shape")?;
+    ensure(x.to_array()?.shape() == [2, 2], "to_array shape")?;
     assert_close(
         &Tensor::full(&[3], 2.5, device)?.to_vec(),
         &[2.5; 3],
@@ -273,7 +273,44 @@ fn values_round_trip(device: Device) -> TestResult {
     ensure(u.iter().all(|v| (-3.0..-1.0).contains(v)), "uniform range")
 }
 
+/// Gradients leave and return through one flat buffer (the executors' gradient buckets), page-
+/// locked where the device is a GPU.
+fn gradients_gather_and_scatter(device: Device) -> TestResult {
+    let a = param(&[3, 4], -1.0, 1.0, 1, device);
+    let b = param(&[5], -1.0, 1.0, 2, device);
+    let unused = param(&[2], -1.0, 1.0, 3, device);
+    a.sum_all()?.add(&b.square()?.sum_all()?)?.backward()?;
+    let params = [a.clone(), unused.clone(), b.clone()];
+    let mut flat = vec![7.0f32; 12 + 2 + 5];
+    let _pinned = device.pin_host(&mut flat)?;
+    Tensor::gather_grads(&params, &mut flat)?;
+    let mut want = vec![1.0f32; 12];
+    want.extend([0.0, 0.0]);
+    want.extend(b.to_vec().iter().map(|v| 2.0 * v));
+    assert_close(&flat, &want, 1e-6, "gathered gradients")?;
+    let halves: Vec<f32> = flat.iter().map(|v| v / 2.0).collect();
+    Tensor::scatter_grads(&params, &halves)?;
+    assert_close(
+        &a.grad().expect("a").to_vec(),
+        &[0.5; 12],
+        1e-6,
+        "scattered a",
+    )?;
+    assert_close(
+        &unused.grad().expect("unused").to_vec(),
+        &[0.0; 2],
+        0.0,
+        "scattered unused",
+    )?;
+    ensure(
+        Tensor::gather_grads(&params, &mut flat[1..]).is_err(),
+        "a buffer of the wrong size is refused",
+    )?;
+    Ok(())
+}
+
 device_test!(
+    gradients_gather_and_scatter,
     no_grad_records_nothing,
     backward_needs_one_element,
     gradients_accumulate_until_zero_grad,

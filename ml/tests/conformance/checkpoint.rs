@@ -56,7 +56,7 @@ fn epoch(
         model.params().zero_grad();
         let logits = model.forward(&x.narrow(0, s * BATCH, BATCH)?, true, dropout)?;
         loss::cross_entropy(&logits, &y.narrow(0, s * BATCH, BATCH)?)?.backward()?;
-        model.params().clip_grad_norm(5.0);
+        model.params().clip_grad_norm(5.0)?;
         opt.step(0.01)?;
     }
     Ok(())

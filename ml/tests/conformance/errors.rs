@@ -89,7 +89,7 @@ fn invalid_arguments_are_errors(device: Device) -> TestResult {
 
 /// Axis ops on a 0-dimensional tensor: a value or an error, but never a panic.
 fn axis_ops_on_scalars_do_not_panic(device: Device) -> TestResult {
-    let s = Tensor::scalar(2.0, device)?.into_parameter();
+    let s = Tensor::scalar(2.0, device)?.into_parameter()?;
     let results = [
         ("sum(0)", s.sum(0, false)),
         ("mean(-1, keepdim)", s.mean(-1, true)),

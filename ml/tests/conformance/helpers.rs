@@ -51,7 +51,9 @@ pub fn uniform(shape: &[usize], low: f32, high: f32, seed: u64, device: Device) 
 
 /// A parameter of uniform values in `[low, high)`.
 pub fn param(shape: &[usize], low: f32, high: f32, seed: u64, device: Device) -> Tensor {
-    uniform(shape, low, high, seed, device).into_parameter()
+    uniform(shape, low, high, seed, device)
+        .into_parameter()
+        .expect("parameter")
 }
 
 /// A parameter whose values have magnitude in `[min, max)` and a random sign: safely away from
@@ -73,6 +75,7 @@ pub fn param_away_from_zero(
     Tensor::from_vec(data, shape, device)
         .expect("shape")
         .into_parameter()
+        .expect("parameter")
 }
 
 /// A constant tensor.
@@ -135,7 +138,7 @@ pub fn output_weights(
 ) -> Result<Tensor, Box<dyn std::error::Error>> {
     let y = no_grad(|| f(inputs))?;
     let r = param_away_from_zero(y.shape(), 0.5, 1.5, seed ^ 0x5eed, y.device());
-    Ok(r.detach())
+    Ok(r.detach()?)
 }
 
 /// The gradients of `L = sum(f(inputs) · r)` from `backward`, one flat vector per input (zeros

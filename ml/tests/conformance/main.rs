@@ -8,11 +8,13 @@
 //! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
 //! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
 //! - `checkpoint`: bit-exact resume and refusal of damaged files.
+//! - `cross_device`: CUDA against the CPU on random inputs (ops, gradients, optimizers, an MLP).
 
 mod helpers;
 
 mod autodiff;
 mod checkpoint;
+mod cross_device;
 mod errors;
 mod grads;
 mod nn;

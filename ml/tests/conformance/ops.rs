@@ -354,7 +354,7 @@ fn loss_values(device: Device) -> TestResult {
         "cross_entropy",
     )?;
     // Huge logits: finite loss and gradient.
-    let big = tensor(&[1e4, -1e4], &[1, 2], device).into_parameter();
+    let big = tensor(&[1e4, -1e4], &[1, 2], device).into_parameter()?;
     let l = loss::cross_entropy(&big, &tensor(&[0.], &[1], device))?;
     ensure(
         l.item()?.abs() < 1e-3,
@@ -428,8 +428,8 @@ fn large_tensors_match_serial_loops(device: Device) -> TestResult {
         ensure(affine[i] == xs[i] * 2.0 + 0.5, format!("affine at {i}"))?;
     }
     // Reductions to a bias and the relu backward, through a parameter's gradient.
-    let p = Tensor::from_vec(xs.clone(), &[rows, cols], device)?.into_parameter();
-    let bias = Tensor::zeros(&[cols], device)?.into_parameter();
+    let p = Tensor::from_vec(xs.clone(), &[rows, cols], device)?.into_parameter()?;
+    let bias = Tensor::zeros(&[cols], device)?.into_parameter()?;
     p.add(&bias)?.relu()?.sum_all()?.backward()?;
     let gp = p.grad().expect("a gradient").to_vec();
     let gb = bias.grad().expect("a gradient").to_vec();

@@ -9,6 +9,7 @@ pub mod gemm;
 pub mod index;
 pub mod loss;
 pub mod optim;
+pub mod random;
 pub mod reduce;
 pub mod softmax;
 

@@ -83,6 +83,17 @@ fn adagrad_serial(p: &mut [f32], g: &[f32], acc: &mut [f32], lr: f32, eps: f32, 
     }
 }
 
+/// Hyper-parameters of one Adagrad step.
+#[derive(Clone, Copy, Debug)]
+pub struct AdagradStep {
+    /// Learning rate.
+    pub lr: f32,
+    /// Added to the denominator.
+    pub eps: f32,
+    /// L2 penalty added to the gradient.
+    pub weight_decay: f32,
+}
+
 /// Hyper-parameters of one Adam or AdamW step.
 #[derive(Clone, Copy, Debug)]
 pub struct AdamStep {

@@ -1,0 +1,164 @@
+//! The kernels of `kernels.cu`, compiled at run time with NVRTC for the device's architecture
+//! and loaded once per device: no CUDA compiler is needed to build ringflow.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
+use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
+
+/// The CUDA C source.
+const SOURCE: &str = include_str!("kernels.cu");
+
+/// Every `extern "C"` kernel in [`SOURCE`].
+const NAMES: &[&str] = &[
+    "unary_fwd",
+    "unary_bwd",
+    "binary_same",
+    "binary_row",
+    "binary_bcast",
+    "strided_copy",
+    "affine",
+    "add_assign",
+    "fill",
+    "scale",
+    "sum_rows",
+    "sum_to_shape",
+    "sum_axis",
+    "sum_lanes",
+    "sum_squares",
+    "softmax_fwd",
+    "softmax_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_bwd",
+    "bce_terms",
+    "bce_bwd",
+    "index_select",
+    "index_add",
+    "dropout_mask",
+    "sgd_plain",
+    "sgd_momentum",
+    "adagrad",
+    "adam",
+];
+
+/// The most dimensions a kernel's index arithmetic handles.
+pub const MAX_DIMS: usize = 8;
+
+/// `struct Strided` of `kernels.cu`: a shape and two sets of strides.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Strided {
+    /// Dimensions in use.
+    pub ndim: i32,
+    /// The shape iterated over.
+    pub dims: [i32; MAX_DIMS],
+    /// Strides of the first operand.
+    pub sa: [i64; MAX_DIMS],
+    /// Strides of the second operand (or the output).
+    pub sb: [i64; MAX_DIMS],
+}
+
+// SAFETY: `Strided` is `repr(C)`, plain old data, and laid out as the CUDA struct (an int, eight
+// ints, then two arrays of eight 8-byte-aligned long longs).
+unsafe impl DeviceRepr for Strided {}
+
+/// The kernels compiled to PTX for a virtual architecture such as `compute_90` (NVRTC only: no
+/// GPU is involved).
+fn ptx_for(arch: &str) -> Result<Ptx, String> {
+    compile_ptx_with_opts(
+        SOURCE,
+        CompileOptions {
+            options: vec![format!("--gpu-architecture={arch}")],
+            name: Some("ringflow_kernels.cu".into()),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| match e {
+        CompileError::CompileError { log, .. } => format!(
+            "NVRTC could not compile the kernels for {arch}: {}",
+            log.to_string_lossy()
+        ),
+        other => format!("NVRTC could not compile the kernels for {arch}: {other}"),
+    })
+}
+
+/// The loaded kernels of one device.
+pub struct Kernels {
+    functions: HashMap<&'static str, CudaFunction>,
+}
+
+impl Kernels {
+    /// Compiles the module for `ctx`'s device and loads every kernel.
+    pub fn compile(ctx: &Arc<CudaContext>) -> Result<Kernels, String> {
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| format!("cannot read the compute capability: {e}"))?;
+        let arch = format!("compute_{major}{minor}");
+        let started = std::time::Instant::now();
+        let ptx = ptx_for(&arch)?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(|e| format!("cannot load the compiled kernels: {e}"))?;
+        let mut functions = HashMap::new();
+        for &name in NAMES {
+            let f = module
+                .load_function(name)
+                .map_err(|e| format!("cannot load kernel {name}: {e}"))?;
+            functions.insert(name, f);
+        }
+        tracing::debug!(
+            "compiled {} kernels for {arch} in {:.2} s",
+            NAMES.len(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(Kernels { functions })
+    }
+
+    /// A kernel by name.
+    pub fn get(&self, name: &str) -> Option<&CudaFunction> {
+        self.functions.get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_kernel_is_defined_in_the_source() {
+        for name in NAMES {
+            assert!(
+                SOURCE.contains(&format!("__global__ void {name}(")),
+                "{name} is not in kernels.cu"
+            );
+        }
+        let defined = SOURCE.matches("__global__ void ").count();
+        assert_eq!(defined, NAMES.len(), "a kernel in kernels.cu is not listed");
+        assert_eq!(
+            std::mem::size_of::<Strided>(),
+            4 + 4 * MAX_DIMS + 4 + 16 * MAX_DIMS
+        );
+    }
+
+    /// NVRTC needs no GPU, so wherever `libnvrtc` can be loaded the CUDA C is compiled for the
+    /// architectures ringflow targets (Ampere, Hopper) and every kernel must be in the PTX.
+    #[test]
+    fn kernels_compile_wherever_nvrtc_is_installed() {
+        // SAFETY: only tries to load the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            eprintln!("skipping: NVRTC (libnvrtc.so) is not installed");
+            return;
+        }
+        for arch in ["compute_80", "compute_90"] {
+            let ptx = ptx_for(arch).unwrap_or_else(|e| panic!("{e}"));
+            let text = ptx.to_src();
+            for name in NAMES {
+                assert!(
+                    text.contains(&format!(".entry {name}(")),
+                    "{name} is missing from the PTX for {arch}"
+                );
+            }
+        }
+    }
+}

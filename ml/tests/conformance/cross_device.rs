@@ -1,0 +1,352 @@
+//! CUDA against the CPU on random inputs: every op's output and the gradients of every input
+//! must agree within float32 tolerances, and so must optimizer steps and a short MLP training
+//! run. Each case skips itself (with a note on stderr) where no GPU can be used.
+
+use ringflow_ml::backend::UnaryOp;
+use ringflow_ml::loss;
+use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
+use ringflow_ml::optim::{Optimizer, OptimizerSpec};
+use ringflow_ml::{Device, Tensor, rng};
+
+use crate::helpers::*;
+
+/// `|gpu - cpu| <= ATOL + RTOL · |cpu|` elementwise.
+const ATOL: f32 = 1e-5;
+const RTOL: f32 = 1e-4;
+
+/// `cross_device!(name)` runs `fn name(device) -> Result<Vec<Vec<f32>>>` on the CPU and on
+/// `cuda:0` and compares every returned vector.
+macro_rules! cross_device {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                super::compare(stringify!($name), super::$name);
+            }
+        )+
+    };
+}
+
+type Outputs = Result<Vec<Vec<f32>>, Box<dyn std::error::Error>>;
+
+/// Runs `case` on both devices and compares (or skips without a GPU). The CPU run happens
+/// everywhere, so that the cases themselves are exercised in every build.
+pub fn compare(name: &str, case: fn(Device) -> Outputs) {
+    let want = case(Device::Cpu).unwrap_or_else(|e| panic!("{name} on the CPU: {e}"));
+    assert!(
+        want.iter().any(|v| v.iter().any(|&x| x != 0.0)),
+        "{name}: every output is zero; the comparison would prove nothing"
+    );
+    let gpu = Device::Cuda(0);
+    if let Err(e) = gpu.check_available() {
+        eprintln!("skipping {name}: {e}");
+        return;
+    }
+    let got = case(gpu).unwrap_or_else(|e| panic!("{name} on {gpu}: {e}"));
+    assert_eq!(want.len(), got.len(), "{name}: number of outputs");
+    for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+        assert_eq!(w.len(), g.len(), "{name}: output {k} length");
+        for (i, (&w, &g)) in w.iter().zip(g).enumerate() {
+            assert!(
+                (w - g).abs() <= ATOL + RTOL * w.abs(),
+                "{name}: output {k}, element {i}: cuda gives {g}, the cpu {w}"
+            );
+        }
+    }
+}
+
+/// The output of `f` on parameters of `shapes` (uniform in `[-1, 1)`), then the gradient of
+/// `Σ f(x)·r` for every input, `r` fixed random weights.
+fn forward_and_grads(device: Device, shapes: &[&[usize]], seed: u64, f: &OpFn<'_>) -> Outputs {
+    let inputs: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| param(s, -1.0, 1.0, seed + i as u64, device))
+        .collect();
+    let y = f(&inputs)?;
+    let r = uniform(y.shape(), 0.5, 1.5, seed ^ 0xabc, device);
+    y.mul(&r)?.sum_all()?.backward()?;
+    let mut out = vec![y.try_to_vec()?];
+    for x in &inputs {
+        out.push(match x.grad() {
+            Some(g) => g.try_to_vec()?,
+            None => vec![0.0; x.numel()],
+        });
+    }
+    Ok(out)
+}
+
+pub fn matmul(device: Device) -> Outputs {
+    forward_and_grads(device, &[&[37, 65], &[65, 29]], 1, &|t: &[Tensor]| {
+        t[0].matmul(&t[1])
+    })
+}
+
+pub fn linear_wide(device: Device) -> Outputs {
+    forward_and_grads(
+        device,
+        &[&[128, 784], &[784, 256], &[256]],
+        2,
+        &|t: &[Tensor]| t[0].linear(&t[1], &t[2])?.relu(),
+    )
+}
+
+pub fn unary_ops(device: Device) -> Outputs {
+    let mut out = Vec::new();
+    for (k, op) in [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Relu,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Gelu,
+        UnaryOp::Square,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        out.extend(forward_and_grads(
+            device,
+            &[&[7, 13]],
+            10 + k as u64,
+            &|t: &[Tensor]| t[0].unary(op),
+        )?);
+    }
+    // Positive inputs for log and sqrt.
+    for (k, op) in [UnaryOp::Log, UnaryOp::Sqrt].into_iter().enumerate() {
+        out.extend(forward_and_grads(
+            device,
+            &[&[5, 11]],
+            20 + k as u64,
+            &|t: &[Tensor]| t[0].affine(0.5, 1.0)?.unary(op),
+        )?);
+    }
+    Ok(out)
+}
+
+pub fn broadcasting(device: Device) -> Outputs {
+    let cases: [(&[usize], &[usize]); 5] = [
+        (&[6, 9], &[6, 9]),
+        (&[6, 9], &[9]),
+        (&[6, 1], &[1, 9]),
+        (&[2, 3, 4], &[3, 1]),
+        (&[4], &[3, 2, 4]),
+    ];
+    let mut out = Vec::new();
+    for (k, (a, b)) in cases.into_iter().enumerate() {
+        out.extend(forward_and_grads(
+            device,
+            &[a, b],
+            30 + k as u64,
+            &|t: &[Tensor]| {
+                t[0].add(&t[1])?
+                    .mul(&t[1])?
+                    .sub(&t[0])?
+                    .div(&t[1].affine(0.1, 2.0)?)
+            },
+        )?);
+    }
+    Ok(out)
+}
+
+pub fn reductions(device: Device) -> Outputs {
+    let mut out = forward_and_grads(device, &[&[300, 70]], 40, &|t: &[Tensor]| t[0].sum_all())?;
+    out.extend(forward_and_grads(
+        device,
+        &[&[3, 50, 4]],
+        41,
+        &|t: &[Tensor]| t[0].sum(1, false),
+    )?);
+    out.extend(forward_and_grads(
+        device,
+        &[&[3, 50, 4]],
+        42,
+        &|t: &[Tensor]| t[0].mean(-1, true),
+    )?);
+    out.extend(forward_and_grads(
+        device,
+        &[&[2000]],
+        43,
+        &|t: &[Tensor]| t[0].mean_all(),
+    )?);
+    Ok(out)
+}
+
+pub fn softmax(device: Device) -> Outputs {
+    let mut out = forward_and_grads(device, &[&[33, 10]], 50, &|t: &[Tensor]| {
+        t[0].affine(4.0, 0.0)?.softmax(-1)
+    })?;
+    out.extend(forward_and_grads(
+        device,
+        &[&[4, 70, 3]],
+        51,
+        &|t: &[Tensor]| t[0].log_softmax(1),
+    )?);
+    out.extend(forward_and_grads(
+        device,
+        &[&[5, 1000]],
+        52,
+        &|t: &[Tensor]| t[0].affine(10.0, 0.0)?.log_softmax(-1),
+    )?);
+    Ok(out)
+}
+
+pub fn losses(device: Device) -> Outputs {
+    let labels: Vec<f32> = (0..64).map(|i| ((i * 7) % 10) as f32).collect();
+    let labels = tensor(&labels, &[64], device);
+    let mut out = forward_and_grads(device, &[&[64, 10]], 60, &|t: &[Tensor]| {
+        loss::cross_entropy(&t[0].affine(3.0, 0.0)?, &labels)
+    })?;
+    let targets = uniform(&[64, 3], 0.0, 1.0, 61, device);
+    out.extend(forward_and_grads(
+        device,
+        &[&[64, 3]],
+        62,
+        &|t: &[Tensor]| loss::binary_cross_entropy_with_logits(&t[0].affine(4.0, 0.0)?, &targets),
+    )?);
+    let y = uniform(&[64, 1], -1.0, 1.0, 63, device);
+    out.extend(forward_and_grads(
+        device,
+        &[&[64, 1]],
+        64,
+        &|t: &[Tensor]| loss::mse(&t[0], &y),
+    )?);
+    Ok(out)
+}
+
+pub fn layout(device: Device) -> Outputs {
+    let mut out = forward_and_grads(device, &[&[2, 3, 4, 5]], 70, &|t: &[Tensor]| {
+        t[0].permute(&[2, 0, 3, 1])
+    })?;
+    out.extend(forward_and_grads(
+        device,
+        &[&[6, 8]],
+        71,
+        &|t: &[Tensor]| t[0].transpose(0, 1)?.reshape(&[4, 12])?.narrow(1, 3, 7),
+    )?);
+    out.extend(forward_and_grads(
+        device,
+        &[&[3, 2, 4], &[3, 5, 4], &[3, 1, 4]],
+        72,
+        &|t: &[Tensor]| Tensor::concat(&[&t[0], &t[1], &t[2]], 1),
+    )?);
+    Ok(out)
+}
+
+pub fn embedding(device: Device) -> Outputs {
+    let idx = tensor(&[3., 0., 7., 3., 3., 9., 1.], &[7], device);
+    forward_and_grads(device, &[&[10, 6]], 80, &|t: &[Tensor]| {
+        t[0].index_select(&idx)
+    })
+}
+
+pub fn dropout(device: Device) -> Outputs {
+    // The mask comes from a counter-based stream: the same on every device.
+    forward_and_grads(device, &[&[64, 33]], 90, &|t: &[Tensor]| {
+        t[0].dropout(0.3, &mut rng::seeded(5, rng::streams::DROPOUT))
+    })
+}
+
+/// Five steps of `spec` from the same start with the same gradients.
+fn optimizer_steps(device: Device, spec: OptimizerSpec) -> Outputs {
+    let mut params = ParamStore::new();
+    let w = params.insert("w".into(), uniform(&[1000], -1.0, 1.0, 100, device))?;
+    let mut opt = Optimizer::new(spec, &params)?;
+    let mut out = Vec::new();
+    for step in 0..5 {
+        let g = uniform(&[1000], -1.0, 1.0, 200 + step, device).to_vec();
+        w.copy_grad_from_slice(&g)?;
+        opt.step(0.05)?;
+        out.push(w.try_to_vec()?);
+    }
+    for (_, _, values) in opt.state_tensors()? {
+        out.push(values);
+    }
+    Ok(out)
+}
+
+pub fn optimizers(device: Device) -> Outputs {
+    let specs = [
+        OptimizerSpec::Sgd {
+            lr: 0.05,
+            momentum: 0.0,
+            dampening: 0.0,
+            nesterov: false,
+            weight_decay: 0.01,
+        },
+        OptimizerSpec::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            dampening: 0.1,
+            nesterov: false,
+            weight_decay: 0.0,
+        },
+        OptimizerSpec::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            dampening: 0.0,
+            nesterov: true,
+            weight_decay: 0.01,
+        },
+    ];
+    let mut out = Vec::new();
+    for spec in specs {
+        out.extend(optimizer_steps(device, spec)?);
+    }
+    for text in [
+        r#"{"kind": "adagrad", "lr": 0.05, "weight_decay": 0.01}"#,
+        r#"{"kind": "adam", "lr": 0.05, "weight_decay": 0.01}"#,
+        r#"{"kind": "adamw", "lr": 0.05, "weight_decay": 0.01}"#,
+    ] {
+        let spec: OptimizerSpec = serde_json::from_str(text)?;
+        out.extend(optimizer_steps(device, spec)?);
+    }
+    Ok(out)
+}
+
+/// Ten SGD steps of an MLP with dropout on fixed batches: the losses and the final weights.
+pub fn mlp_training(device: Device) -> Outputs {
+    let spec = ModelSpec::new(
+        "mlp",
+        serde_json::json!({ "layers": [20, 64, 64, 5], "activation": "gelu", "dropout": 0.1 }),
+    )?;
+    let model = Model::build(&spec, &ModelRegistry::default(), 3, device)?;
+    let mut opt = Optimizer::new(
+        serde_json::from_str(r#"{"kind": "sgd", "lr": 0.1, "momentum": 0.9}"#)?,
+        model.params(),
+    )?;
+    let mut dropout = rng::seeded(9, rng::streams::DROPOUT);
+    let mut losses = Vec::new();
+    for step in 0..10 {
+        let x = uniform(&[32, 20], -1.0, 1.0, 300 + step, device);
+        let labels: Vec<f32> = (0..32).map(|i| ((i + step as usize) % 5) as f32).collect();
+        let y = tensor(&labels, &[32], device);
+        model.params().zero_grad();
+        let loss = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
+        loss.backward()?;
+        opt.step(0.1)?;
+        losses.push(loss.item()?);
+    }
+    let mut out = vec![losses];
+    for p in model.params().iter() {
+        out.push(p.tensor.try_to_vec()?);
+    }
+    Ok(out)
+}
+
+mod cuda_matches_cpu {
+    cross_device!(
+        matmul,
+        linear_wide,
+        unary_ops,
+        broadcasting,
+        reductions,
+        softmax,
+        losses,
+        layout,
+        embedding,
+        dropout,
+        optimizers,
+        mlp_training,
+    );
+}
