@@ -469,6 +469,25 @@ impl Tensor {
         devices.into_iter().try_for_each(Device::synchronize)
     }
 
+    /// For each parameter on a GPU, the device address and length of its gradient (zeros are
+    /// materialized where the backward pass did not reach it, so every rank reduces the same
+    /// buffers), for collectives that work in device memory (NCCL). The buffers stay in place
+    /// until the next backward pass; ask again after each one.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_grad_buffers(params: &[Tensor]) -> Result<Vec<(u64, usize)>> {
+        params
+            .iter()
+            .map(|p| {
+                p.with_grad_buffer(|s| match s {
+                    Storage::Cuda(c) => Ok((c.device_address(), c.len())),
+                    Storage::Cpu(_) => Err(MlError::Device(
+                        "a device-memory collective needs gradients on a GPU, not the CPU".into(),
+                    )),
+                })
+            })
+            .collect()
+    }
+
     /// Overwrites the accumulated gradient from `src` (after an all-reduce, for instance).
     pub fn copy_grad_from_slice(&self, src: &[f32]) -> Result<()> {
         self.check_len("copy_grad_from_slice", src.len())?;

@@ -5,16 +5,22 @@
 //! collective is the identity; [`RingCollective`] connects the executors of a job in a ring over
 //! raw TCP and runs Horovod's bandwidth-optimal ring algorithms on a background communication
 //! thread ([`ring`]). With backup workers the ring also carries star connections to rank 0,
-//! whose aggregator averages each step's first N−b gradients ([`backup`]).
+//! whose aggregator averages each step's first N−b gradients ([`backup`]). With the `nccl`
+//! feature, rings whose ranks all train on GPUs of one host average gradients on the devices
+//! (`nccl`).
 
 mod algorithms;
 mod backup;
 mod handshake;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod ring;
 mod wire;
 
 pub use backup::{BackupReduce, StepResult};
 pub use handshake::JobSecret;
+#[cfg(feature = "nccl")]
+pub use nccl::NcclAllReduce;
 pub use ring::{RingCollective, RingConfig, RingListener};
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

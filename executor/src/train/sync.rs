@@ -28,6 +28,9 @@ pub enum GradientSync {
     Ring(GradientBuckets),
     /// Backup workers: the average of the first N−b ranks' gradients (a flat staging buffer).
     Backup(Vec<f32>),
+    /// NCCL on the GPUs of one host.
+    #[cfg(feature = "nccl")]
+    Nccl(crate::collective::NcclAllReduce),
 }
 
 /// What a step's exchange did with this rank's gradient.
@@ -40,15 +43,31 @@ pub enum Contribution {
 }
 
 impl GradientSync {
-    /// The way `comm` combines gradients of `params`.
-    pub fn new(comm: &mut dyn Collective, params: &ParamStore) -> GradientSync {
+    /// The way `comm` combines gradients of `params`. With the `nccl` feature this is a
+    /// collective step of the ring (its ranks decide together whether NCCL can carry the
+    /// gradients, waiting at most `timeout`).
+    pub fn new(comm: &mut dyn Collective, params: &ParamStore, timeout: Duration) -> GradientSync {
         if comm.world() == 1 {
-            GradientSync::Alone
-        } else if comm.backup().is_some() {
-            GradientSync::Backup(vec![0.0; params.numel()])
-        } else {
-            GradientSync::Ring(GradientBuckets::new(params))
+            return GradientSync::Alone;
         }
+        if comm.backup().is_some() {
+            return GradientSync::Backup(vec![0.0; params.numel()]);
+        }
+        #[cfg(feature = "nccl")]
+        {
+            let device = params
+                .iter()
+                .next()
+                .map_or(ringflow_ml::Device::Cpu, |p| p.tensor.device());
+            match crate::collective::NcclAllReduce::connect(comm, device, timeout) {
+                Ok(Some(nccl)) => return GradientSync::Nccl(nccl),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("gradients go over the TCP ring: {e}"),
+            }
+        }
+        #[cfg(not(feature = "nccl"))]
+        let _ = timeout;
+        GradientSync::Ring(GradientBuckets::new(params))
     }
 
     /// Runs the backward pass of `loss`; on a ring, buckets start reducing as they complete.
@@ -81,6 +100,11 @@ impl GradientSync {
             GradientSync::Alone => Ok(Contribution::Used),
             GradientSync::Ring(buckets) => {
                 buckets.finish(comm)?;
+                Ok(Contribution::Used)
+            }
+            #[cfg(feature = "nccl")]
+            GradientSync::Nccl(nccl) => {
+                nccl.all_reduce(params)?;
                 Ok(Contribution::Used)
             }
             GradientSync::Backup(flat) => {

@@ -1,6 +1,6 @@
 //! [`run_task`]: training, evaluation and the final save, for one rank.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ringflow_ml::checkpoint::{self, TrainingState};
 use ringflow_ml::loss::LossKind;
@@ -112,7 +112,8 @@ pub fn run_task(
     }
 
     let mut optimizer = Optimizer::new(spec.train.optimizer.clone(), model.params())?;
-    let mut sync = GradientSync::new(comm, model.params());
+    let comm_timeout = Duration::from_secs(spec.cluster.comm_timeout_s);
+    let mut sync = GradientSync::new(comm, model.params(), comm_timeout);
     let TaskData {
         read,
         converter,
@@ -364,7 +365,7 @@ pub fn run_task(
                 (epoch, global_step) =
                     Commit::sync(&model, &mut optimizer, new_comm.as_mut(), commit)?;
                 skip_steps = 0;
-                sync = GradientSync::new(new_comm.as_mut(), model.params());
+                sync = GradientSync::new(new_comm.as_mut(), model.params(), comm_timeout);
                 base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
                 total_steps = global_step + (spec.train.epochs - epoch) * steps_per_epoch;
                 reformed = Some(new_comm);

@@ -28,6 +28,12 @@ use crate::device::{AllocatorStats, Device};
 use crate::error::{MlError, Result};
 use crate::shape::numel;
 
+/// The stream every operation of device `ordinal` is queued on, for libraries that queue work
+/// beside ringflow's (NCCL): work queued there is ordered with the tensor engine's.
+pub fn stream(ordinal: usize) -> Result<Arc<cudarc::driver::CudaStream>> {
+    Ok(Gpu::get(ordinal)?.stream.clone())
+}
+
 /// The caching allocator's counters for device `ordinal`, if it has been opened.
 pub fn allocator_stats(ordinal: usize) -> Option<AllocatorStats> {
     Gpu::get(ordinal).ok().map(|g| g.pool.stats())
@@ -267,6 +273,24 @@ impl CudaStorage {
                 .map_err(|e| self.gpu.fail("copying on the device", e))?;
         }
         Ok(out)
+    }
+
+    /// The device address of the elements, for libraries that take raw pointers (NCCL).
+    pub fn device_address(&mut self) -> u64 {
+        let block = self.block.as_mut().expect("a block is held until drop");
+        let (ptr, _unused_without_event_tracking) =
+            cudarc::driver::DevicePtrMut::device_ptr_mut(block, &self.gpu.stream);
+        ptr
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a tensor without elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The same elements with a new shape.
