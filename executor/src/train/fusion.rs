@@ -7,11 +7,15 @@
 //! bucket's buffer and handed to the communication thread, which reduces it while the training
 //! thread continues backward. The loop waits only before the optimizer step, then copies the
 //! averaged gradients back. Bucket buffers are allocated once and reused every step.
+//!
+//! On a GPU the buffers are page-locked ([`Device::pin_host`]), so a bucket's gradients are
+//! downloaded by DMA in one batch of queued copies and one wait, and uploaded the same way: the
+//! ring itself runs on the host, over TCP, exactly as for CPU training.
 
 use std::collections::HashMap;
 
 use ringflow_ml::nn::ParamStore;
-use ringflow_ml::{Tensor, TensorKey};
+use ringflow_ml::{Device, PinnedHost, Tensor, TensorKey};
 
 use crate::collective::{Collective, PendingReduce, ReduceOp};
 use crate::error::Result;
@@ -27,6 +31,41 @@ struct Bucket {
     waiting_for: usize,
     buffer: Option<Vec<f32>>,
     pending: Option<PendingReduce>,
+    /// The page-locking of `buffer` (GPU training), and the address it locked.
+    pinned: Option<(PinnedHost, usize)>,
+}
+
+impl Bucket {
+    /// Page-locks the buffer for `device`'s copies; without it (a CPU, or locking refused) the
+    /// copies are merely slower.
+    fn pin(&mut self, device: Device) {
+        let Some(buf) = self.buffer.as_mut() else {
+            return;
+        };
+        match device.pin_host(buf) {
+            Ok(Some(pin)) => self.pinned = Some((pin, buf.as_ptr() as usize)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("gradient staging stays pageable: {e}"),
+        }
+    }
+}
+
+impl Drop for Bucket {
+    fn drop(&mut self) {
+        if let Some((pin, address)) = self.pinned.take() {
+            // A buffer lost in a failed reduce was freed while locked: leave it locked rather
+            // than unlock an address that may belong to new memory.
+            let alive = self
+                .buffer
+                .as_ref()
+                .is_some_and(|b| b.as_ptr() as usize == address);
+            if alive {
+                drop(pin);
+            } else {
+                pin.forget();
+            }
+        }
+    }
 }
 
 /// The buckets of one model's gradients.
@@ -60,6 +99,7 @@ impl GradientBuckets {
                     waiting_for: 0,
                     buffer: None,
                     pending: None,
+                    pinned: None,
                 });
             }
             let b = buckets.last_mut().expect("just ensured");
@@ -67,8 +107,10 @@ impl GradientBuckets {
             b.numel += t.numel();
             bucket_of.insert(t.key(), buckets.len() - 1);
         }
+        let device = params.iter().next().map_or(Device::Cpu, |p| p.tensor.device());
         for b in &mut buckets {
             b.buffer = Some(vec![0.0; b.numel]);
+            b.pin(device);
         }
         GradientBuckets { buckets, bucket_of }
     }
@@ -118,12 +160,7 @@ impl GradientBuckets {
         }
         for b in &mut self.buckets {
             let reduced = b.pending.take().expect("started above").wait()?;
-            let mut at = 0;
-            for p in &b.params {
-                let n = p.numel();
-                p.copy_grad_from_slice(&reduced[at..at + n])?;
-                at += n;
-            }
+            Tensor::scatter_grads(&b.params, &reduced)?;
             b.buffer = Some(reduced);
         }
         Ok(())
@@ -132,12 +169,7 @@ impl GradientBuckets {
 
 fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<()> {
     let mut buf = b.buffer.take().unwrap_or_else(|| vec![0.0; b.numel]);
-    let mut at = 0;
-    for p in &b.params {
-        let n = p.numel();
-        p.copy_grad_to_slice(&mut buf[at..at + n])?;
-        at += n;
-    }
+    Tensor::gather_grads(&b.params, &mut buf)?;
     b.pending = Some(comm.start_all_reduce(buf, ReduceOp::Average)?);
     Ok(())
 }

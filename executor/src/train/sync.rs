@@ -109,12 +109,7 @@ impl GradientSync {
             }
             GradientSync::Backup(flat) => {
                 let backup = backup_of(comm)?;
-                let mut at = 0;
-                for p in params.iter() {
-                    let n = p.tensor.numel();
-                    p.tensor.copy_grad_to_slice(&mut flat[at..at + n])?;
-                    at += n;
-                }
+                Tensor::gather_grads(&params.tensors(), flat)?;
                 backup.contribute(step, flat);
                 let result = backup.result(step)?;
                 load_gradient(params, &result.gradient)?;
@@ -177,13 +172,7 @@ fn load_gradient(params: &ParamStore, gradient: &[f32]) -> Result<()> {
             params.numel()
         )));
     }
-    let mut at = 0;
-    for p in params.iter() {
-        let n = p.tensor.numel();
-        p.tensor.copy_grad_from_slice(&gradient[at..at + n])?;
-        at += n;
-    }
-    Ok(())
+    Ok(Tensor::scatter_grads(&params.tensors(), gradient)?)
 }
 
 /// A test-only injected straggler, from [`STRAGGLER_ENV`]: `RANK:MS[:FRACTION]` delays rank

@@ -31,6 +31,11 @@ impl ParamStore {
         self.params.iter()
     }
 
+    /// The parameter tensors in registration order (handles sharing the values).
+    pub fn tensors(&self) -> Vec<Tensor> {
+        self.params.iter().map(|p| p.tensor.clone()).collect()
+    }
+
     /// The number of parameters (tensors).
     pub fn len(&self) -> usize {
         self.params.len()
