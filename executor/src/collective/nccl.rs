@@ -97,7 +97,9 @@ impl NcclAllReduce {
         };
         if ring.rank() == 0 {
             // SAFETY: writes one id into `id`.
-            check("creating a unique id", unsafe { sys::ncclGetUniqueId(&mut id) })?;
+            check("creating a unique id", unsafe {
+                sys::ncclGetUniqueId(&mut id)
+            })?;
         }
         let mut packed: Vec<f32> = id.internal.iter().map(|&b| b as u8 as f32).collect();
         ring.broadcast(&mut packed, 0)?;

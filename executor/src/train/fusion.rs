@@ -107,7 +107,10 @@ impl GradientBuckets {
             b.numel += t.numel();
             bucket_of.insert(t.key(), buckets.len() - 1);
         }
-        let device = params.iter().next().map_or(Device::Cpu, |p| p.tensor.device());
+        let device = params
+            .iter()
+            .next()
+            .map_or(Device::Cpu, |p| p.tensor.device());
         for b in &mut buckets {
             b.buffer = Some(vec![0.0; b.numel]);
             b.pin(device);
