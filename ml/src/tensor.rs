@@ -40,6 +40,9 @@ struct Inner {
     requires_grad: bool,
     node: Option<Node>,
     grad: Mutex<GradBuffer>,
+    /// Set by [`Tensor::from_indices`]: every element is an integer below this, checked on the
+    /// host, so ops taking indices need not download them again.
+    index_limit: Option<usize>,
 }
 
 /// A parameter's gradient. `zero_grad` only marks it stale ("logically zero"): the next
@@ -77,6 +80,7 @@ impl Tensor {
             requires_grad,
             node,
             grad: Mutex::new(GradBuffer::default()),
+            index_limit: None,
         }))
     }
 
@@ -115,6 +119,38 @@ impl Tensor {
             ));
         }
         Self::from_array(cpu::from_vec(shape, data), device)
+    }
+
+    /// A tensor of class labels or row indices: every value must be an integer in `0..limit`
+    /// (an error names the first that is not). The check happens here, on the host, so that
+    /// [`crate::loss::cross_entropy`] and [`Tensor::index_select`] need not read a GPU tensor
+    /// back to check it in every step.
+    pub fn from_indices(
+        data: Vec<f32>,
+        shape: &[usize],
+        limit: usize,
+        device: Device,
+    ) -> Result<Tensor> {
+        if let Some((i, v)) = data
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !(**v >= 0.0 && v.fract() == 0.0 && (**v as usize) < limit))
+        {
+            return Err(MlError::invalid(
+                "from_indices",
+                format!("value {v} at position {i} is not an integer in 0..{limit}"),
+            ));
+        }
+        let mut t = Self::from_vec(data, shape, device)?;
+        if let Some(inner) = Arc::get_mut(&mut t.0) {
+            inner.index_limit = Some(limit);
+        }
+        Ok(t)
+    }
+
+    /// The bound [`Tensor::from_indices`] checked, if this tensor was made by it.
+    pub(crate) fn index_limit(&self) -> Option<usize> {
+        self.0.index_limit
     }
 
     /// A tensor holding an ndarray's elements.

@@ -36,7 +36,8 @@ pub fn evaluate(
             let rows = batch.rows;
             let labels = batch.labels;
             let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
-            let y = Tensor::from_vec(labels.clone(), &[rows], device)?;
+            let y =
+                super::trainer::labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
             let output = model.forward(&x, false, &mut rng)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
             stats.rows += rows as u64;

@@ -259,7 +259,7 @@ pub fn run_task(
                     continue;
                 }
                 let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
-                let y = Tensor::from_vec(batch.labels, &[rows], device)?;
+                let y = labels_tensor(spec.train.loss, batch.labels, shape.outputs, device)?;
                 let t1 = Instant::now();
                 model.params().zero_grad();
                 let output = model.forward(&x, true, &mut dropout_at(rank, global_step))?;
@@ -436,4 +436,21 @@ fn save_model(
     })?;
     checkpoint::save(staging.path(), model, Some(optimizer), state)?;
     upload_dir(staging.path(), &location).map_err(|e| ExecutorError::Spec(e.to_string()))
+}
+
+/// The labels of a batch on `device`. Class labels are checked on the host as they are uploaded,
+/// so the loss need not read them back from a GPU in every step.
+pub fn labels_tensor(
+    loss: ringflow_ml::loss::LossKind,
+    labels: Vec<f32>,
+    outputs: usize,
+    device: Device,
+) -> Result<Tensor> {
+    let rows = labels.len();
+    Ok(match loss {
+        ringflow_ml::loss::LossKind::CrossEntropy => {
+            Tensor::from_indices(labels, &[rows], outputs, device)?
+        }
+        _ => Tensor::from_vec(labels, &[rows], device)?,
+    })
 }

@@ -42,6 +42,12 @@ pub(crate) fn check_indices(
     indices: &Tensor,
     limit: usize,
 ) -> Result<()> {
+    if indices
+        .index_limit()
+        .is_some_and(|checked| checked <= limit)
+    {
+        return Ok(());
+    }
     for (i, &v) in indices.to_vec().iter().enumerate() {
         if !(v >= 0.0 && v.fract() == 0.0 && (v as usize) < limit) {
             return Err(MlError::invalid(

@@ -129,7 +129,34 @@ fn cross_entropy_label_errors_name_the_label(device: Device) -> TestResult {
     Ok(())
 }
 
+/// Labels checked on the host as they are made: bad ones are refused there, naming the
+/// position, and good ones serve the loss (which then skips its own check).
+fn indices_are_checked_on_the_host(device: Device) -> TestResult {
+    for (bad, at) in [(vec![0.0, 3.0], 1), (vec![1.5], 0), (vec![-1.0], 0)] {
+        let message = match Tensor::from_indices(bad.clone(), &[bad.len()], 3, device) {
+            Err(e) => e.to_string(),
+            Ok(_) => return Err(format!("{bad:?} was accepted below 3").into()),
+        };
+        ensure(
+            message.contains(&format!("position {at}")) && message.contains("0..3"),
+            format!("unclear error: {message}"),
+        )?;
+    }
+    let labels = Tensor::from_indices(vec![2.0, 0.0], &[2], 3, device)?;
+    let logits = tensor(&[0., 0., 5., 5., 0., 0.], &[2, 3], device);
+    let by_check = loss::cross_entropy(&logits, &tensor(&[2., 0.], &[2], device))?.item()?;
+    let checked_before = loss::cross_entropy(&logits, &labels)?.item()?;
+    ensure(by_check == checked_before, "the same loss either way")?;
+    // A bound checked for more classes than the loss has does not skip the loss's own check.
+    let wide = Tensor::from_indices(vec![2.0, 5.0], &[2], 6, device)?;
+    ensure(
+        loss::cross_entropy(&logits, &wide).is_err(),
+        "label 5 of 3 classes is refused",
+    )
+}
+
 device_test!(
+    indices_are_checked_on_the_host,
     invalid_arguments_are_errors,
     axis_ops_on_scalars_do_not_panic,
     cross_entropy_label_errors_name_the_label,
