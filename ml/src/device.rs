@@ -17,11 +17,15 @@ pub struct PinnedHost(#[allow(dead_code)] crate::backend::cuda::HostRegistration
 impl PinnedHost {
     /// Leaves the pages locked instead of unlocking them: for a buffer that was freed while
     /// registered (unlocking an address that may now belong to someone else would be wrong).
-    // Without the `cuda` feature the registration has no `Drop`, and no value exists anyway.
-    #[allow(clippy::forget_non_drop)]
     pub fn forget(self) {
         std::mem::forget(self);
     }
+}
+
+impl Drop for PinnedHost {
+    /// Unlocks the pages (the registration inside does the work; without the `cuda` feature no
+    /// value exists).
+    fn drop(&mut self) {}
 }
 
 /// How well the pool is doing.
