@@ -217,6 +217,8 @@ struct TrainReport {
     first_loss: f32,
     /// Loss of the last timed step.
     final_loss: f32,
+    /// The share of GPU allocations the caching allocator served from its pool (GPUs only).
+    allocator_hit_rate: Option<f64>,
 }
 
 impl TrainReport {
@@ -236,7 +238,10 @@ impl TrainReport {
             self.ms_per_step_mean,
             self.first_loss,
             self.final_loss,
-        )
+        ) + &self
+            .allocator_hit_rate
+            .map(|r| format!(" allocator_hit_rate={r:.4}"))
+            .unwrap_or_default()
     }
 }
 
@@ -369,6 +374,7 @@ fn train_bench(args: &TrainArgs) -> anyhow::Result<TrainReport> {
         ms_per_step_mean: mean * 1e3,
         first_loss: first_loss.unwrap_or(final_loss),
         final_loss,
+        allocator_hit_rate: device.allocator_stats().map(|s| s.hit_rate()),
     })
 }
 

@@ -320,7 +320,16 @@ fn a_hung_executor_is_detected_within_the_deadline() {
 fn an_elastic_job_recovers_without_a_hung_executor() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hung.json");
-    let (status, _, stderr) = run_with_a_hung_executor(&["--set", "cluster.min_executors=1"], &out);
+    // Enough epochs that the stop 2 s in lands while both ranks are still training.
+    let (status, _, stderr) = run_with_a_hung_executor(
+        &[
+            "--set",
+            "cluster.min_executors=1",
+            "--set",
+            "train.epochs=6",
+        ],
+        &out,
+    );
     let sm = recovered_on_the_survivor(status, &stderr, &out);
     assert_eq!(sm["executors_lost"], 1, "{sm}");
 }
