@@ -68,7 +68,7 @@ impl Drop for CudaStorage {
 
 /// Launches kernel `$name` of `$gpu` over `$cfg` with the given arguments.
 macro_rules! launch {
-    ($gpu:expr, $name:literal, $cfg:expr, $($arg:expr),+ $(,)?) => {{
+    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
         let gpu: &Gpu = &$gpu;
         let cfg = $cfg;
         let f = gpu.kernel($name)?;

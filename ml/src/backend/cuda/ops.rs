@@ -185,32 +185,26 @@ impl CudaStorage {
 
     /// Sets every element to `value`.
     pub fn fill(&mut self, value: f32) -> Result<()> {
-        if self.len == 0 {
-            return Ok(());
-        }
-        let (gpu, n) = (self.gpu.clone(), self.n());
-        launch!(
-            gpu,
-            "fill",
-            Gpu::elementwise(self.len),
-            &n,
-            &value,
-            self.buf_mut()
-        )
+        self.in_place("fill", value)
     }
 
     /// Multiplies every element by `factor`.
     pub fn scale(&mut self, factor: f32) -> Result<()> {
+        self.in_place("scale", factor)
+    }
+
+    /// Runs `kernel(n, value, self)`, an in-place elementwise update with one scalar.
+    fn in_place(&mut self, kernel: &'static str, value: f32) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
         let (gpu, n) = (self.gpu.clone(), self.n());
         launch!(
             gpu,
-            "scale",
+            kernel,
             Gpu::elementwise(self.len),
             &n,
-            &factor,
+            &value,
             self.buf_mut()
         )
     }
