@@ -4,14 +4,16 @@
 //! data and reads Parquet footers (never rows) to split each epoch into per-rank partitions; its
 //! [`scheduler`] registers executors, holds the rendezvous, assigns ranks and watches health;
 //! [`service`] serves both over gRPC; [`progress`] combines the executors' reports into epochs
-//! and a final [`summary`].
+//! and a final [`summary`]; [`events`] writes each job's event log for `ringflow history`.
 
 pub mod error;
+pub mod events;
 pub mod planner;
 pub mod progress;
 pub mod scheduler;
 pub mod service;
 pub mod summary;
+mod ui;
 
 pub use error::{DriverError, Result};
 pub use planner::JobPlan;

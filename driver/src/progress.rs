@@ -62,9 +62,16 @@ pub struct JobProgress {
     eval: Vec<Option<EvalReport>>,
     outcomes: Vec<Option<TaskOutcome>>,
     finished_epochs: Vec<EpochSummary>,
+    /// Each rank's phase times in the latest epoch it reported.
+    last_phases: Vec<Option<PhaseTimes>>,
 }
 
 impl JobProgress {
+    /// The phase times `rank` reported for the latest epoch it finished.
+    pub fn latest_phases(&self, rank: usize) -> Option<PhaseTimes> {
+        self.last_phases.get(rank).copied().flatten()
+    }
+
     /// Progress of a job on `world` ranks.
     pub fn new(world: usize) -> Self {
         JobProgress {
@@ -73,6 +80,7 @@ impl JobProgress {
             eval: vec![None; world],
             outcomes: vec![None; world],
             finished_epochs: Vec::new(),
+            last_phases: vec![None; world],
         }
     }
 
@@ -83,11 +91,15 @@ impl JobProgress {
         self.epochs.clear();
         self.eval = vec![None; world];
         self.outcomes = vec![None; world];
+        self.last_phases = vec![None; world];
     }
 
     /// Records a rank's epoch; returns the epoch's summary once every rank has reported it.
     pub fn epoch_done(&mut self, rank: usize, report: EpochReport) -> Option<EpochSummary> {
         let epoch = report.epoch;
+        if let Some(slot) = self.last_phases.get_mut(rank) {
+            *slot = report.phases;
+        }
         let slots = self
             .epochs
             .entry(epoch)

@@ -18,6 +18,7 @@ use ringflow_ml::{Device, Tensor, loss, rng};
 use ringflow_proto::pb;
 
 use super::children::Children;
+use super::progress::Observer;
 use super::submit::{self, Watched};
 
 #[derive(Subcommand)]
@@ -83,6 +84,8 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
             DriverConfig {
                 bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
                 scheduler: SchedulerConfig::default(),
+                ui: None,
+                ui_next_free_port: false,
             },
             ModelRegistry::default(),
         )
@@ -106,7 +109,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
             .map_err(|s| anyhow::anyhow!("{}", s.message()))?
             .into_inner()
             .job_id;
-        let watched = submit::watch(&mut client, &job_id).await;
+        let watched = submit::watch(&mut client, &job_id, &mut Observer::show_only()).await;
         if !matches!(watched, Ok(Watched::Summary(_))) {
             driver.cancel_all();
         }

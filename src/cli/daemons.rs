@@ -24,6 +24,11 @@ pub struct DriverArgs {
     /// Seconds of silence after which an executor is considered lost.
     #[arg(long, default_value_t = 15)]
     executor_timeout: u64,
+
+    /// Address of the web UI, its JSON API (/api/v1) and Prometheus metrics (/metrics);
+    /// `off` serves none.
+    #[arg(long, default_value = "127.0.0.1:4040")]
+    ui: String,
 }
 
 impl TryFrom<&DriverArgs> for DriverConfig {
@@ -40,6 +45,8 @@ impl TryFrom<&DriverArgs> for DriverConfig {
                 heartbeat_interval: Duration::from_millis(1000),
                 executor_timeout: Duration::from_secs(a.executor_timeout),
             },
+            ui: super::local::parse_ui(&a.ui)?,
+            ui_next_free_port: false,
         })
     }
 }
@@ -50,6 +57,9 @@ pub fn driver(args: DriverArgs, registry: ModelRegistry) -> anyhow::Result<ExitC
     rt.block_on(async {
         let handle = service::start(config, registry).await?;
         eprintln!("driver listening on {}", handle.url());
+        if let Some(ui) = handle.ui_url() {
+            eprintln!("web UI at {ui}");
+        }
         shutdown_signal().await;
         eprintln!("driver stopping");
         handle.cancel_all();

@@ -8,6 +8,7 @@ use clap::Args;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 
+use super::progress::Observer;
 use super::submit::absolute_if_here;
 use super::{cores, local, submit};
 
@@ -79,7 +80,13 @@ fn run(
         ..Default::default()
     };
     match &cluster.driver {
-        Some(url) => submit::follow(url, request, cluster.summary_json.as_ref()),
+        Some(url) => submit::follow(
+            url,
+            request,
+            cluster.summary_json.as_ref(),
+            Observer::show_only(),
+            None,
+        ),
         None => {
             let threads = (cores() / cluster.executors).max(1);
             local::run_local(
@@ -88,6 +95,9 @@ fn run(
                 threads,
                 request,
                 cluster.summary_json.as_ref(),
+                None,
+                Observer::show_only(),
+                None,
             )
         }
     }

@@ -13,7 +13,9 @@ use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 
 use super::children::Children;
+use super::progress::Observer;
 use super::submit::{self, Watched};
+use super::timeline::Timeline;
 use super::{JobArgs, cores};
 
 #[derive(Args)]
@@ -24,6 +26,21 @@ pub struct LocalArgs {
     /// Executors to train with (overrides `cluster.executors`).
     #[arg(long)]
     executors: Option<usize>,
+
+    /// Address of the web UI, its JSON API and Prometheus metrics (`off`: none). When the
+    /// default port is taken the next free one is used, as Spark does.
+    #[arg(long, default_value = "127.0.0.1:4040")]
+    ui: String,
+}
+
+/// `--ui ADDR` or `--ui off`.
+pub fn parse_ui(value: &str) -> anyhow::Result<Option<SocketAddr>> {
+    if value == "off" {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|_| {
+        anyhow::anyhow!("--ui {value:?} is not an address like 127.0.0.1:4040 or `off`")
+    })
 }
 
 /// The scheduler timing of an embedded driver: everything is on this machine, so loss is
@@ -47,12 +64,18 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     let n = spec.cluster.executors;
     let threads = spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1));
     let request = args.job.request(&spec);
+    let observer = args.job.observer()?;
+    let ui = parse_ui(&args.ui)?;
+    let timeline = args.job.timeline()?;
     run_local(
         registry,
         n,
         threads,
         request,
         args.job.summary_json.as_ref(),
+        ui,
+        observer,
+        timeline,
     )
 }
 
@@ -69,12 +92,16 @@ fn check_local_device(device: Device, whose: &str) -> anyhow::Result<()> {
 /// Runs one job on a local cluster: a driver in this process and `n` executor processes with
 /// `threads` compute threads each. Planning errors, and a device this machine cannot use, are
 /// reported before any executor starts.
+#[allow(clippy::too_many_arguments)]
 pub fn run_local(
     registry: ModelRegistry,
     n: usize,
     threads: usize,
     request: pb::SubmitRequest,
     summary_json: Option<&PathBuf>,
+    ui: Option<SocketAddr>,
+    mut observer: Observer,
+    timeline: Option<Timeline>,
 ) -> anyhow::Result<ExitCode> {
     let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
     let rt = super::runtime()?;
@@ -83,10 +110,15 @@ pub fn run_local(
             DriverConfig {
                 bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
                 scheduler: local_timing(),
+                ui,
+                ui_next_free_port: true,
             },
             registry,
         )
         .await?;
+        if let Some(ui) = driver.ui_url() {
+            eprintln!("web UI at {ui}");
+        }
         let url = driver.url();
         let mut client = submit::connect(&url).await?;
         let whose = match pb::TaskKind::try_from(request.kind) {
@@ -117,9 +149,13 @@ pub fn run_local(
                 .collect::<Vec<_>>()
                 .join(" ")
         );
-        let watched = submit::watch(&mut client, &job_id).await;
+        let recorder = timeline.map(|t| t.follow(&client, &job_id));
+        let watched = submit::watch(&mut client, &job_id, &mut observer).await;
         if matches!(watched, Ok(Watched::Signal(_)) | Err(_)) {
             driver.cancel_all();
+        }
+        if let Some(r) = recorder {
+            r.finish().await;
         }
         children.stop(Duration::from_secs(5));
         driver.shutdown().await;

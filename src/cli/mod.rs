@@ -3,12 +3,16 @@
 mod bench;
 mod children;
 mod daemons;
+mod history;
 mod infer;
 mod local;
+mod progress;
 mod signals;
 mod sql;
 mod status;
 mod submit;
+mod tensorboard;
+mod timeline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +53,8 @@ enum Command {
     Eval(infer::EvalArgs),
     /// Write a saved model's predictions for a data set as Parquet, on executors in parallel.
     Predict(infer::PredictArgs),
+    /// Summarize the jobs of a checkpoint directory from their event log (`events.jsonl`).
+    History(history::HistoryArgs),
     /// Measure ringflow: `bench allreduce`, `bench train`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -72,6 +78,16 @@ pub(crate) struct JobArgs {
     /// `cluster.checkpoint_dir`, which it then keeps using).
     #[arg(long, value_name = "DIR")]
     resume: Option<String>,
+
+    /// Write the training loss, throughput and test figures as TensorBoard event files into
+    /// this local directory (created if missing), for `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    tensorboard: Option<PathBuf>,
+
+    /// Write every rank's per-step phases (data, forward, backward, all-reduce, optimizer) to
+    /// this file as a Chrome trace, for Perfetto or chrome://tracing.
+    #[arg(long, value_name = "PATH")]
+    timeline: Option<PathBuf>,
 }
 
 impl JobArgs {
@@ -87,6 +103,20 @@ impl JobArgs {
             spec.cluster.checkpoint_dir = Some(dir.clone());
         }
         Ok(spec)
+    }
+
+    /// What follows the job: its progress display and the `--tensorboard` writer, whose
+    /// directory and event file are created now.
+    fn observer(&self) -> anyhow::Result<progress::Observer> {
+        progress::Observer::new(self.tensorboard.as_deref())
+    }
+
+    /// The `--timeline` file, created now so that a bad path fails before the job starts.
+    fn timeline(&self) -> anyhow::Result<Option<timeline::Timeline>> {
+        self.timeline
+            .as_deref()
+            .map(timeline::Timeline::create)
+            .transpose()
     }
 
     /// The request that submits the job.
@@ -118,6 +148,7 @@ pub fn main(registry: ModelRegistry) -> ExitCode {
         Command::Sql(args) => sql::run(args),
         Command::Eval(args) => infer::eval(args, registry),
         Command::Predict(args) => infer::predict(args, registry),
+        Command::History(args) => history::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     };
     match result {

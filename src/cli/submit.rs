@@ -12,7 +12,9 @@ use ringflow_proto::spec::JobSpec;
 use tonic::transport::{Channel, Endpoint};
 
 use super::JobArgs;
+use super::progress::Observer;
 use super::signals::{Signal, shutdown_signal};
+use super::timeline::Timeline;
 
 #[derive(Args)]
 pub struct SubmitArgs {
@@ -100,8 +102,23 @@ pub enum Watched {
     Signal(Signal),
 }
 
-/// Follows a job's events, printing them, until its summary (or a signal).
-pub async fn watch(client: &mut JobsClient<Channel>, job_id: &str) -> anyhow::Result<Watched> {
+/// Follows a job's events, handing them to `observer` (which shows them), until its summary (or
+/// a signal).
+pub async fn watch(
+    client: &mut JobsClient<Channel>,
+    job_id: &str,
+    observer: &mut Observer,
+) -> anyhow::Result<Watched> {
+    let watched = watch_events(client, job_id, observer).await;
+    observer.done();
+    watched
+}
+
+async fn watch_events(
+    client: &mut JobsClient<Channel>,
+    job_id: &str,
+    observer: &mut Observer,
+) -> anyhow::Result<Watched> {
     let mut stream = client
         .watch(pb::WatchRequest {
             job_id: job_id.to_string(),
@@ -121,38 +138,17 @@ pub async fn watch(client: &mut JobsClient<Channel>, job_id: &str) -> anyhow::Re
         };
         use pb::job_event::Event;
         match event.event {
-            Some(Event::Message(m)) => eprintln!("{m}"),
-            Some(Event::Epoch(e)) => print_epoch(&e),
-            Some(Event::SummaryJson(json)) => return Ok(Watched::Summary(json)),
-            Some(Event::State(_)) | Some(Event::Step(_)) | None => {}
+            Some(Event::Message(m)) => observer.message(&m),
+            Some(Event::Step(s)) => observer.step(&s),
+            Some(Event::Epoch(e)) => observer.epoch(&e),
+            Some(Event::SummaryJson(json)) => {
+                observer.summary(&json);
+                return Ok(Watched::Summary(json));
+            }
+            // States, and whatever else is not shown.
+            _ => {}
         }
     }
-}
-
-fn print_epoch(e: &pb::EpochDone) {
-    let p = e.phases.unwrap_or_default();
-    let total = (p.data + p.forward + p.backward + p.allreduce + p.optimizer).max(1e-12);
-    let pct = |x: f64| 100.0 * x / total;
-    let dropped = if e.dropped_samples > 0 {
-        format!(", {} rows dropped by backup workers", e.dropped_samples)
-    } else {
-        String::new()
-    };
-    eprintln!(
-        "epoch {}/{}: loss {:.4}, {} rows{dropped}, {:.0} samples/s, {:.1} s (data {:.0}%, \
-         forward {:.0}%, backward {:.0}%, all-reduce {:.0}%, optimizer {:.0}%)",
-        e.epoch + 1,
-        e.epochs,
-        e.loss,
-        e.samples,
-        e.samples_per_s,
-        e.seconds,
-        pct(p.data),
-        pct(p.forward),
-        pct(p.backward),
-        pct(p.allreduce),
-        pct(p.optimizer),
-    );
 }
 
 /// Prints a training job's summary, writes it where asked, and returns the exit code.
@@ -177,35 +173,50 @@ pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<Exit
 pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let mut spec = args.job.load()?;
     absolutize(&mut spec)?;
+    let observer = args.job.observer()?;
+    let timeline = args.job.timeline()?;
     follow(
         &args.driver,
         args.job.request(&spec),
         args.job.summary_json.as_ref(),
+        observer,
+        timeline,
     )
 }
 
-/// Submits `request` to the driver at `url` and follows the job to its end.
+/// Submits `request` to the driver at `url` and follows the job to its end, showing it with
+/// `observer` (and writing its `--timeline`).
 pub fn follow(
     url: &str,
     request: pb::SubmitRequest,
     summary_json: Option<&PathBuf>,
+    mut observer: Observer,
+    timeline: Option<Timeline>,
 ) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     rt.block_on(async {
         let mut client = connect(url).await?;
         let job_id = submit(&mut client, request).await?;
         eprintln!("submitted job {job_id} to {url}");
-        match watch(&mut client, &job_id).await? {
-            Watched::Summary(json) => finish(&json, summary_json),
-            Watched::Signal(sig) => {
-                eprintln!("cancelling job {job_id}");
-                let _ = client
-                    .cancel(pb::CancelRequest {
-                        job_id: job_id.clone(),
-                    })
-                    .await;
-                Ok(ExitCode::from(sig.exit_code()))
+        let recorder = timeline.map(|t| t.follow(&client, &job_id));
+        let code: anyhow::Result<ExitCode> = async {
+            match watch(&mut client, &job_id, &mut observer).await? {
+                Watched::Summary(json) => finish(&json, summary_json),
+                Watched::Signal(sig) => {
+                    eprintln!("cancelling job {job_id}");
+                    let _ = client
+                        .cancel(pb::CancelRequest {
+                            job_id: job_id.clone(),
+                        })
+                        .await;
+                    Ok(ExitCode::from(sig.exit_code()))
+                }
             }
         }
+        .await;
+        if let Some(r) = recorder {
+            r.finish().await;
+        }
+        code
     })
 }

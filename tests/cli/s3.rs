@@ -409,6 +409,31 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
         "{}",
         run.stdout
     );
+    // The event log is in the bucket: the training job, then the evaluation and prediction of
+    // its model; `ringflow history` reads it from there.
+    let run = ringflow_s3(
+        &server,
+        &["history", &format!("s3://{BUCKET}/runs/x"), "--json"],
+    );
+    run.assert_success();
+    let history: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let jobs: Vec<(&str, &str)> = history["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["kind"].as_str().unwrap(), j["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        jobs,
+        [
+            ("train", "succeeded"),
+            ("eval", "succeeded"),
+            ("predict", "succeeded")
+        ],
+        "{}",
+        run.stdout
+    );
+    assert_eq!(history["jobs"][0]["epochs"].as_array().unwrap().len(), 1);
     assert_no_local_s3_dir();
     eprintln!("train/eval/predict on S3 took {:?}", started.elapsed());
 }

@@ -14,8 +14,9 @@ use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::spec::DataSource;
 
+use crate::events::{Event, EventLog, RankInfo, ResumedFrom, micros};
 use crate::planner::JobPlan;
-use crate::progress::JobProgress;
+use crate::progress::{JobProgress, PhaseSeconds};
 use crate::summary::JobSummary;
 
 /// What a job does.
@@ -76,6 +77,13 @@ pub struct BenchSummary {
     pub seconds: Vec<f64>,
 }
 
+/// Step spans (`--timeline`) a job keeps for its watchers, all ranks together: about 12 MB.
+/// Later spans are dropped, with a message.
+pub const MAX_JOB_SPANS: usize = 250_000;
+
+/// How long ending a job waits for its event log to reach storage.
+const EVENT_LOG_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// A job and everything that happened to it.
 pub struct Job {
     /// The job's id.
@@ -109,6 +117,12 @@ pub struct Job {
     joinable: bool,
     /// The epoch before which the ring is re-formed to add executors.
     reform_before: Mutex<Option<u64>>,
+    /// `<checkpoint_dir>/events.jsonl`, once opened by the scheduler.
+    log: Option<EventLog>,
+    /// The test split's evaluation went into the event log.
+    evaluation_logged: bool,
+    /// Step spans forwarded to watchers so far.
+    spans_kept: usize,
 }
 
 /// A ring being re-formed: which ranks asked to recover, which were lost.
@@ -157,6 +171,9 @@ impl Job {
             joiners: BTreeSet::new(),
             joinable: false,
             reform_before: Mutex::new(None),
+            log: None,
+            evaluation_logged: false,
+            spans_kept: 0,
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -266,9 +283,29 @@ impl Job {
         &self.secret
     }
 
+    /// The latest in-epoch progress report of `rank`, if any (for the web UI).
+    pub fn last_step(&self, rank: usize) -> Option<&pb::StepReport> {
+        self.last_step.get(rank)?.as_ref()
+    }
+
+    /// The step-phase times of `rank`'s latest reported epoch (for the web UI).
+    pub fn last_phases(&self, rank: usize) -> Option<pb::PhaseTimes> {
+        self.progress.latest_phases(rank)
+    }
+
+    /// When the job ended, if it has.
+    pub fn ended(&self) -> Option<Instant> {
+        self.ended
+    }
+
     /// The executors of the running job, by rank.
     pub fn ranks(&self) -> &[pb::ExecutorInfo] {
         &self.ranks
+    }
+
+    /// Every event so far, borrowed (for views that summarize them without copying).
+    pub fn events(&self) -> &[pb::JobEvent] {
+        &self.events
     }
 
     /// Events from `from` on, and a receiver that changes when more arrive.
@@ -287,6 +324,107 @@ impl Job {
             event: Some(event),
         });
         self.event_count.send_replace(self.events.len());
+    }
+
+    /// Where the job's event log goes: `<checkpoint_dir>/events.jsonl` for training, the
+    /// directory above the saved model (`<checkpoint_dir>` again) for evaluation and prediction;
+    /// benchmarks have none.
+    pub fn event_log_path(&self) -> Option<String> {
+        match &self.kind {
+            JobKind::Train(plan) => Some(plan.spec.events_path()),
+            JobKind::Infer { model_dir, .. } => model_dir
+                .trim_end_matches('/')
+                .strip_suffix("/model")
+                .filter(|dir| !dir.is_empty())
+                .map(crate::events::log_path),
+            JobKind::Bench { .. } => None,
+        }
+    }
+
+    /// Starts the job's event log ([`crate::events`]) with its `submitted` event.
+    pub fn open_event_log(&mut self) {
+        let Some(path) = self.event_log_path() else {
+            return;
+        };
+        self.log = Some(EventLog::open(path, self.id.clone()));
+        let executors = self.executors_needed();
+        let name = self.kind.name();
+        let event = match &self.kind {
+            JobKind::Train(plan) => Event::Submitted {
+                name,
+                kind: "train".into(),
+                executors,
+                epochs: Some(plan.spec.train.epochs),
+                steps_per_epoch: Some(plan.steps_per_epoch(executors)),
+                rows: Some(plan.train_rows()),
+                batch_size: Some(plan.spec.train.batch_size),
+                model: Some(plan.spec.model.kind.clone()),
+                device: Some(plan.spec.cluster.device.to_string()),
+                resumed_from: plan.resume.map(|r| ResumedFrom {
+                    epochs_done: r.epoch,
+                    step: r.step,
+                }),
+            },
+            JobKind::Infer { plan, predict, .. } => Event::Submitted {
+                name,
+                kind: if predict.is_some() { "predict" } else { "eval" }.into(),
+                executors,
+                epochs: None,
+                steps_per_epoch: None,
+                rows: Some(plan.test_rows()),
+                batch_size: None,
+                model: Some(plan.spec.model.kind.clone()),
+                device: Some(plan.spec.cluster.device.to_string()),
+                resumed_from: None,
+            },
+            JobKind::Bench { .. } => return,
+        };
+        self.log(event);
+    }
+
+    /// Appends `event` to the job's event log, if it has one.
+    fn log(&mut self, event: Event) {
+        let elapsed = self.submitted.elapsed().as_secs_f64();
+        if let Some(log) = self.log.as_mut() {
+            log.write(elapsed, event);
+        }
+    }
+
+    /// An executor registered with the driver while this job waits or runs.
+    pub fn executor_registered(&mut self, info: &pb::ExecutorInfo) {
+        if !self.is_finished() {
+            self.log(Event::ExecutorRegistered {
+                executor_id: info.executor_id.clone(),
+                host: info.host.clone(),
+            });
+        }
+    }
+
+    /// Forwards `rank`'s step spans to watchers (`--timeline`), up to [`MAX_JOB_SPANS`] per job.
+    fn forward_spans(&mut self, rank: usize, mut spans: Vec<pb::StepSpan>) {
+        if spans.is_empty() || self.spans_kept >= MAX_JOB_SPANS {
+            return;
+        }
+        let room = MAX_JOB_SPANS - self.spans_kept;
+        if spans.len() >= room {
+            spans.truncate(room);
+            self.message(format!(
+                "timeline: the job keeps the first {MAX_JOB_SPANS} step spans of its ranks; later                  steps are left out"
+            ));
+        }
+        self.spans_kept += spans.len();
+        let (executor_id, host) = self
+            .ranks
+            .get(rank)
+            .map(|e| (e.executor_id.clone(), e.host.clone()))
+            .unwrap_or_default();
+        self.push(pb::job_event::Event::Spans(pb::RankSpans {
+            rank: rank as u32,
+            executor_id,
+            host,
+            generation: self.generation,
+            spans,
+        }));
     }
 
     /// Adds a line for people to the job's events.
@@ -329,6 +467,8 @@ impl Job {
             stats: vec![None; n],
             ..Default::default()
         };
+        let ranks = self.rank_infos();
+        self.log(Event::Started { ranks });
         self.set_state(JobState::Running);
     }
 
@@ -590,6 +730,18 @@ impl Job {
         Ok(p)
     }
 
+    fn rank_infos(&self) -> Vec<RankInfo> {
+        self.ranks
+            .iter()
+            .enumerate()
+            .map(|(rank, e)| RankInfo {
+                rank,
+                executor_id: e.executor_id.clone(),
+                host: e.host.clone(),
+            })
+            .collect()
+    }
+
     fn describe_rank(&self, rank: usize) -> String {
         match self.ranks.get(rank) {
             Some(e) => format!("rank {rank} (executor {} on {})", e.executor_id, e.host),
@@ -620,6 +772,16 @@ impl Job {
     /// The executor of `rank` stopped heartbeating: an elastic job re-forms its ring without it,
     /// any other job fails.
     pub fn rank_lost(&mut self, rank: usize, why: String, now: Instant) {
+        if let Some(e) = self.ranks.get(rank).cloned()
+            && !self.is_finished()
+        {
+            self.log(Event::ExecutorLost {
+                rank,
+                executor_id: e.executor_id,
+                host: e.host,
+                reason: why.clone(),
+            });
+        }
         if !self.is_elastic() || self.state != JobState::Running || rank >= self.ranks.len() {
             self.fail(why, now);
             return;
@@ -749,6 +911,19 @@ impl Job {
                 ranks.len()
             ));
         }
+        self.log(Event::Recovery {
+            generation: self.generation,
+            world_before: self.ranks.len(),
+            world_after: ranks.len(),
+            lost: recovery
+                .lost
+                .iter()
+                .filter_map(|&r| self.ranks.get(r).map(|e| e.executor_id.clone()))
+                .collect(),
+            joined: self.joiners.iter().cloned().collect(),
+            waited_s: micros(waited),
+            cause: if lost_any { cause } else { String::new() },
+        });
         rand::fill(&mut self.secret);
         let n = ranks.len();
         self.ranks = ranks;
@@ -779,31 +954,52 @@ impl Job {
             JobKind::Infer { .. } | JobKind::Bench { .. } => 0,
         };
         match report {
-            Some(pb::report_request::Report::Step(s)) => {
+            Some(pb::report_request::Report::Step(mut s)) => {
+                let spans = std::mem::take(&mut s.spans);
+                self.forward_spans(rank, spans);
+                let (epoch, step, steps) = (s.epoch, s.step, s.steps);
                 self.last_step[rank] = Some(s);
                 if rank == 0 {
                     let latest: Vec<&pb::StepReport> = self
                         .last_step
                         .iter()
                         .flatten()
-                        .filter(|r| r.epoch == s.epoch)
+                        .filter(|r| r.epoch == epoch)
                         .collect();
                     let loss = latest.iter().map(|r| r.loss).sum::<f64>() / latest.len() as f64;
                     let rate: f64 = latest.iter().map(|r| r.samples_per_s).sum::<f64>()
                         * self.ranks.len() as f64
                         / latest.len() as f64;
                     self.push(pb::job_event::Event::Step(pb::StepProgress {
-                        epoch: s.epoch,
+                        epoch,
                         epochs,
-                        step: s.step,
-                        steps: s.steps,
+                        step,
+                        steps,
                         loss,
                         samples_per_s: rate,
                     }));
                 }
             }
-            Some(pb::report_request::Report::Epoch(e)) => {
+            Some(pb::report_request::Report::Epoch(mut e)) => {
+                let spans = std::mem::take(&mut e.spans);
+                self.forward_spans(rank, spans);
                 if let Some(done) = self.progress.epoch_done(rank, e) {
+                    self.log(Event::EpochEnd {
+                        epoch: done.epoch,
+                        steps: done.steps,
+                        loss: done.loss,
+                        samples: done.samples,
+                        dropped_samples: done.dropped_samples,
+                        seconds: micros(done.seconds),
+                        samples_per_s: (done.samples_per_s * 10.0).round() / 10.0,
+                        phases: PhaseSeconds {
+                            data: micros(done.phases.data),
+                            forward: micros(done.phases.forward),
+                            backward: micros(done.phases.backward),
+                            allreduce: micros(done.phases.allreduce),
+                            optimizer: micros(done.phases.optimizer),
+                        },
+                    });
                     self.epochs_done = done.epoch + 1;
                     info!(
                         job = %self.id,
@@ -831,7 +1027,16 @@ impl Job {
                     }));
                 }
             }
-            Some(pb::report_request::Report::Eval(e)) => self.progress.evaluated(rank, e),
+            Some(pb::report_request::Report::Eval(e)) => {
+                self.progress.evaluated(rank, e);
+                self.log_evaluation();
+            }
+            Some(pb::report_request::Report::Checkpoint(c)) => self.log(Event::Checkpoint {
+                epochs_done: c.epochs_done,
+                step: c.step,
+                path: c.path,
+                seconds: micros(c.seconds),
+            }),
             None => {}
         }
     }
@@ -909,6 +1114,27 @@ impl Job {
         }
     }
 
+    /// Logs the test split's evaluation once every rank has reported its share.
+    fn log_evaluation(&mut self) {
+        if self.evaluation_logged {
+            return;
+        }
+        let Some(e) = self.progress.evaluation() else {
+            return;
+        };
+        let classification = self
+            .plan()
+            .is_some_and(|p| p.spec.train.loss.is_classification());
+        let rows = e.rows.max(1) as f64;
+        self.evaluation_logged = true;
+        self.log(Event::Evaluated {
+            rows: e.rows,
+            loss: e.loss_sum / rows,
+            accuracy: classification.then(|| e.correct as f64 / rows),
+            mse: (!classification).then(|| e.squared_error / rows),
+        });
+    }
+
     fn end(&mut self, state: JobState, now: Instant) {
         self.ended = Some(now);
         let wall_s = now.duration_since(self.submitted).as_secs_f64();
@@ -953,9 +1179,24 @@ impl Job {
                 seconds: self.bench_seconds.clone(),
             }),
         };
+        let json = json.expect("summaries serialize");
+        if self.log.is_some() {
+            self.log(Event::Finished {
+                state: match state {
+                    JobState::Succeeded => "succeeded",
+                    JobState::Cancelled => "cancelled",
+                    _ => "failed",
+                }
+                .into(),
+                error: self.error.clone(),
+                summary: serde_json::from_str(&json).ok(),
+            });
+            // The log is complete before watchers learn that the job ended.
+            if let Some(log) = self.log.as_mut() {
+                log.close(EVENT_LOG_CLOSE_WAIT);
+            }
+        }
         self.set_state(state);
-        self.push(pb::job_event::Event::SummaryJson(
-            json.expect("summaries serialize"),
-        ));
+        self.push(pb::job_event::Event::SummaryJson(json));
     }
 }

@@ -15,6 +15,8 @@
 //!   and from where, and for a GPU job which of them have no GPU.
 //! - **Health.** An executor that misses heartbeats for `executor_timeout` is dropped; a job it
 //!   was training fails with a message naming it.
+//! - **Event log.** Each training job (and evaluation or prediction of a saved model) writes
+//!   what happens to it to `<checkpoint_dir>/events.jsonl` ([`crate::events`]).
 
 mod job;
 mod registry;
@@ -63,6 +65,7 @@ pub struct Scheduler {
     jobs: BTreeMap<String, Job>,
     queue: VecDeque<String>,
     next_job: u64,
+    event_logs: bool,
 }
 
 /// A refusal of an RPC, mapped to a gRPC status by the service.
@@ -91,7 +94,14 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             queue: VecDeque::new(),
             next_job: 1,
+            event_logs: true,
         }
+    }
+
+    /// A scheduler whose jobs write no event logs (for tests of its rules).
+    pub fn without_event_logs(mut self) -> Scheduler {
+        self.event_logs = false;
+        self
     }
 
     /// The timing rules.
@@ -134,6 +144,9 @@ impl Scheduler {
                     "executor {} registered from {} (ring {})",
                     info.executor_id, info.host, info.ring_address
                 ));
+                for job in self.jobs.values_mut() {
+                    job.executor_registered(&info);
+                }
                 self.executors
                     .insert(info.executor_id.clone(), ExecutorEntry::new(info, now));
             }
@@ -301,7 +314,10 @@ impl Scheduler {
         let name = kind.name();
         let id = format!("{name}-{:04}", self.next_job);
         self.next_job += 1;
-        let job = Job::new(id.clone(), kind, now);
+        let mut job = Job::new(id.clone(), kind, now);
+        if self.event_logs {
+            job.open_event_log();
+        }
         info!(job = %id, "job submitted");
         self.jobs.insert(id.clone(), job);
         self.queue.push_back(id.clone());
@@ -598,7 +614,7 @@ mod tests {
     }
 
     fn sched() -> Scheduler {
-        Scheduler::new(SchedulerConfig::default(), ModelRegistry::default())
+        Scheduler::new(SchedulerConfig::default(), ModelRegistry::default()).without_event_logs()
     }
 
     fn bench(executors: usize) -> JobKind {
@@ -930,6 +946,185 @@ device = "{device}"
             .map(|e| e.executor_id.as_str())
             .collect();
         assert_eq!(ranks, ["gpu-1", "gpu-2"]);
+    }
+
+    #[test]
+    fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = Instant::now();
+        let mut s = Scheduler::new(SchedulerConfig::default(), ModelRegistry::default());
+        s.register(info("e1", "h1", 1), now).unwrap();
+        s.register(info("e2", "h1", 2), now).unwrap();
+        let mut kind = train_on("cpu", 2);
+        if let JobKind::Train(plan) = &mut kind {
+            plan.spec.cluster.checkpoint_dir = Some(dir.path().display().to_string());
+            plan.spec.train.epochs = 1;
+        }
+        let id = s.submit(kind, now);
+        s.tick(now);
+        assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+        s.register(info("e3", "h2", 1), now).unwrap();
+        for rank in 0..2u32 {
+            let span = pb::StepSpan {
+                epoch: 0,
+                step: 0,
+                start_unix_s: 1.0,
+                ..Default::default()
+            };
+            let epoch = pb::EpochReport {
+                epoch: 0,
+                steps: 1,
+                samples: 10,
+                loss: 0.5,
+                seconds: 1.0,
+                phases: Some(pb::PhaseTimes::default()),
+                spans: vec![span],
+                ..Default::default()
+            };
+            s.report(
+                pb::ReportRequest {
+                    job_id: id.clone(),
+                    rank,
+                    report: Some(pb::report_request::Report::Epoch(epoch)),
+                },
+                now,
+            )
+            .unwrap();
+        }
+        s.report(
+            pb::ReportRequest {
+                job_id: id.clone(),
+                rank: 0,
+                report: Some(pb::report_request::Report::Checkpoint(
+                    pb::CheckpointReport {
+                        epochs_done: 1,
+                        step: 1,
+                        path: "ckpt".into(),
+                        seconds: 0.1,
+                    },
+                )),
+            },
+            now,
+        )
+        .unwrap();
+        for (rank, e) in [(0u32, "e1"), (1, "e2")] {
+            s.finish_task(
+                pb::FinishTaskRequest {
+                    job_id: id.clone(),
+                    rank,
+                    executor_id: e.into(),
+                    result: Some(pb::finish_task_request::Result::Outcome(
+                        pb::TaskOutcome::default(),
+                    )),
+                },
+                now,
+            )
+            .unwrap();
+        }
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Succeeded);
+        let (events, _) = job.events_since(0);
+        let spans: Vec<(u32, String)> = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Some(pb::job_event::Event::Spans(s)) => Some((s.rank, s.executor_id.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(spans, [(0, "e1".to_string()), (1, "e2".to_string())]);
+
+        let (_, records) = crate::events::read(dir.path().to_str().unwrap()).unwrap();
+        let names: Vec<&str> = records.iter().map(|r| r.event.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "submitted",
+                "started",
+                "executor_registered",
+                "epoch_end",
+                "checkpoint",
+                "finished"
+            ]
+        );
+        assert!(records.iter().all(|r| r.job_id == id));
+        let crate::events::Event::Started { ranks } = &records[1].event else {
+            unreachable!()
+        };
+        assert_eq!(ranks[1].executor_id, "e2");
+        let crate::events::Event::Finished { state, summary, .. } = &records[5].event else {
+            unreachable!()
+        };
+        assert_eq!(state, "succeeded");
+        assert_eq!(summary.as_ref().unwrap()["job_id"], id.as_str());
+    }
+
+    #[test]
+    fn an_elastic_job_logs_the_executor_it_lost_and_its_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = Instant::now();
+        let mut s = Scheduler::new(SchedulerConfig::default(), ModelRegistry::default());
+        s.register(info("e1", "h1", 1), start).unwrap();
+        s.register(info("e2", "h2", 1), start).unwrap();
+        let mut kind = train_on("cpu", 2);
+        if let JobKind::Train(plan) = &mut kind {
+            plan.spec.cluster.checkpoint_dir = Some(dir.path().display().to_string());
+            plan.spec.cluster.min_executors = Some(1);
+        }
+        let id = s.submit(kind, start);
+        s.tick(start);
+        assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+        let later = start + Duration::from_secs(20);
+        s.heartbeat(info("e1", "h1", 1), &id, later).unwrap();
+        s.tick(later);
+        let req = pb::RecoverRequest {
+            job_id: id.clone(),
+            executor_id: "e1".into(),
+            rank: 0,
+            generation: 0,
+            error: "connection reset".into(),
+            wait_ms: 0,
+        };
+        let task = s.recover(&req, later).unwrap().unwrap();
+        assert_eq!(task.ring.len(), 1);
+        s.cancel(&id, later).unwrap();
+
+        let (_, records) = crate::events::read(dir.path().to_str().unwrap()).unwrap();
+        let names: Vec<&str> = records.iter().map(|r| r.event.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "submitted",
+                "started",
+                "executor_lost",
+                "recovery",
+                "finished"
+            ]
+        );
+        let crate::events::Event::ExecutorLost {
+            rank, executor_id, ..
+        } = &records[2].event
+        else {
+            unreachable!()
+        };
+        assert_eq!((*rank, executor_id.as_str()), (1, "e2"));
+        let crate::events::Event::Recovery {
+            generation,
+            world_before,
+            world_after,
+            lost,
+            cause,
+            ..
+        } = &records[3].event
+        else {
+            unreachable!()
+        };
+        assert_eq!((*generation, *world_before, *world_after), (1, 2, 1));
+        assert_eq!(lost, &["e2".to_string()]);
+        assert_eq!(cause, "connection reset");
+        let crate::events::Event::Finished { state, .. } = &records[4].event else {
+            unreachable!()
+        };
+        assert_eq!(state, "cancelled");
     }
 
     fn s_registry() -> &'static ModelRegistry {

@@ -61,6 +61,11 @@ pub struct DriverConfig {
     pub bind: SocketAddr,
     /// Heartbeat and loss timing.
     pub scheduler: SchedulerConfig,
+    /// Where to serve the web UI, its JSON API and Prometheus metrics (`None`: not at all).
+    pub ui: Option<SocketAddr>,
+    /// When the UI's port is taken, try the next ones (and finally any free port) instead of
+    /// failing: for embedded drivers, several of which may run at once.
+    pub ui_next_free_port: bool,
 }
 
 /// A running driver.
@@ -71,12 +76,21 @@ pub struct DriverHandle {
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<()>>,
     ticker: JoinHandle<()>,
+    /// The web UI's address, when it is served.
+    pub ui_addr: Option<SocketAddr>,
+    ui_shutdown: Option<oneshot::Sender<()>>,
+    ui_server: Option<JoinHandle<()>>,
 }
 
 impl DriverHandle {
     /// The driver's URL, `http://ADDR`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The web UI's URL, `http://ADDR/`, when it is served.
+    pub fn ui_url(&self) -> Option<String> {
+        self.ui_addr.map(|a| format!("http://{a}/"))
     }
 
     /// The device job `job_id` runs on (`cluster.device`; the CPU for benchmarks), if the job
@@ -105,10 +119,41 @@ impl DriverHandle {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        if let Some(tx) = self.ui_shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(ui) = self.ui_server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), ui).await;
+        }
         self.ticker.abort();
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
         }
+    }
+}
+
+/// Ports tried after a taken UI port, before any free port.
+const UI_PORT_TRIES: u16 = 16;
+
+/// Binds the UI's address, or with `next_free` the next free port after it.
+async fn bind_ui(ui: SocketAddr, next_free: bool) -> Result<tokio::net::TcpListener> {
+    let fail =
+        |e: std::io::Error| DriverError::Data(format!("cannot serve the web UI on {ui}: {e}"));
+    match tokio::net::TcpListener::bind(ui).await {
+        Ok(l) => Ok(l),
+        Err(e) if next_free && e.kind() == std::io::ErrorKind::AddrInUse => {
+            for offset in 1..=UI_PORT_TRIES {
+                let mut next = ui;
+                next.set_port(ui.port().saturating_add(offset));
+                if let Ok(l) = tokio::net::TcpListener::bind(next).await {
+                    return Ok(l);
+                }
+            }
+            let mut any = ui;
+            any.set_port(0);
+            tokio::net::TcpListener::bind(any).await.map_err(fail)
+        }
+        Err(e) => Err(fail(e)),
     }
 }
 
@@ -120,6 +165,11 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
     let addr = listener
         .local_addr()
         .map_err(|e| DriverError::Data(format!("cannot read the bound address: {e}")))?;
+    // The UI's port is taken before anything runs, so that a taken port fails the start cleanly.
+    let ui_listener = match config.ui {
+        None => None,
+        Some(ui) => Some(bind_ui(ui, config.ui_next_free_port).await?),
+    };
     let shared = Arc::new(Shared {
         scheduler: Mutex::new(Scheduler::new(config.scheduler.clone(), registry.clone())),
         task_ready: Notify::new(),
@@ -147,6 +197,20 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
             }
         })
     };
+    let (ui_addr, ui_shutdown, ui_server) = match ui_listener {
+        None => (None, None, None),
+        Some(listener) => {
+            let ui_addr = listener.local_addr().map_err(|e| {
+                DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
+            })?;
+            let (tx, rx) = oneshot::channel::<()>();
+            let server = tokio::spawn(crate::ui::serve(listener, shared.clone(), async {
+                let _ = rx.await;
+            }));
+            tracing::info!(%ui_addr, "web UI listening");
+            (Some(ui_addr), Some(tx), Some(server))
+        }
+    };
     let ticker = {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -164,5 +228,8 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         shutdown: Some(tx),
         server: Some(server),
         ticker,
+        ui_addr,
+        ui_shutdown,
+        ui_server,
     })
 }

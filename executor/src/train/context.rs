@@ -3,6 +3,7 @@
 use ringflow_proto::pb::EpochPlan;
 
 use crate::collective::Collective;
+use crate::train::timeline::StepSpan;
 
 use crate::error::Result;
 
@@ -74,6 +75,8 @@ pub struct EpochStats {
     pub seconds: f64,
     /// Where that time went.
     pub phases: PhaseTimes,
+    /// The steps timed since the previous report (`--timeline`).
+    pub spans: Vec<StepSpan>,
 }
 
 /// Evaluation of one rank's share of the test split; ranks' stats add up.
@@ -129,9 +132,22 @@ pub enum TrainEvent {
         loss: f64,
         /// Rows per second since the last report.
         samples_per_s: f64,
+        /// The steps timed since the last report (`--timeline`).
+        spans: Vec<StepSpan>,
     },
     /// An epoch finished.
     EpochEnd(EpochStats),
+    /// Rank 0 wrote a checkpoint.
+    Checkpoint {
+        /// Epochs completed at the checkpoint.
+        epochs_done: u64,
+        /// Optimizer steps taken.
+        step: u64,
+        /// Where it was written.
+        path: String,
+        /// Seconds the save took.
+        seconds: f64,
+    },
     /// The rank evaluated its share of the test split.
     Evaluated(EvalStats),
 }

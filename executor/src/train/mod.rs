@@ -5,7 +5,8 @@
 //! partitions, streams them through the shuffle buffer, and runs forward, backward, gradient
 //! averaging through the [`Collective`], and the optimizer step. After training it evaluates its
 //! share of the test split, and rank 0 saves the model. [`sync`] is how a step's gradients
-//! become common: ring all-reduce, or backup workers.
+//! become common: ring all-reduce, or backup workers. [`timeline`] records each step's phases
+//! for `--timeline`.
 //!
 //! [`Collective`]: crate::collective::Collective
 
@@ -16,6 +17,7 @@ pub mod fusion;
 mod report;
 pub mod setup;
 pub mod sync;
+pub mod timeline;
 mod trainer;
 
 pub use context::{

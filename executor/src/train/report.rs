@@ -3,6 +3,7 @@
 use ringflow_proto::pb;
 
 use crate::train::context::{EpochStats, EvalStats, PhaseTimes, TrainEvent};
+use crate::train::timeline::StepSpan;
 use crate::train::trainer::TrainOutcome;
 
 impl From<&PhaseTimes> for pb::PhaseTimes {
@@ -17,6 +18,25 @@ impl From<&PhaseTimes> for pb::PhaseTimes {
     }
 }
 
+impl From<&StepSpan> for pb::StepSpan {
+    fn from(s: &StepSpan) -> Self {
+        pb::StepSpan {
+            epoch: s.epoch,
+            step: s.step,
+            start_unix_s: s.start_unix_s,
+            data: s.phases.data as f32,
+            forward: s.phases.forward as f32,
+            backward: s.phases.backward as f32,
+            allreduce: s.phases.allreduce as f32,
+            optimizer: s.phases.optimizer as f32,
+        }
+    }
+}
+
+fn spans(s: &[StepSpan]) -> Vec<pb::StepSpan> {
+    s.iter().map(pb::StepSpan::from).collect()
+}
+
 impl From<&EpochStats> for pb::EpochReport {
     fn from(e: &EpochStats) -> Self {
         pb::EpochReport {
@@ -27,6 +47,7 @@ impl From<&EpochStats> for pb::EpochReport {
             loss: e.loss,
             seconds: e.seconds,
             phases: Some((&e.phases).into()),
+            spans: spans(&e.spans),
         }
     }
 }
@@ -66,6 +87,8 @@ pub enum Report {
     Epoch(pb::EpochReport),
     /// Evaluation finished.
     Eval(pb::EvalReport),
+    /// Rank 0 wrote a checkpoint.
+    Checkpoint(pb::CheckpointReport),
 }
 
 impl From<&TrainEvent> for Report {
@@ -77,15 +100,28 @@ impl From<&TrainEvent> for Report {
                 steps,
                 loss,
                 samples_per_s,
+                spans: timed,
             } => Report::Step(pb::StepReport {
                 epoch: *epoch,
                 step: *step,
                 steps: *steps,
                 loss: *loss,
                 samples_per_s: *samples_per_s,
+                spans: spans(timed),
             }),
             TrainEvent::EpochEnd(s) => Report::Epoch(s.into()),
             TrainEvent::Evaluated(s) => Report::Eval(s.into()),
+            TrainEvent::Checkpoint {
+                epochs_done,
+                step,
+                path,
+                seconds,
+            } => Report::Checkpoint(pb::CheckpointReport {
+                epochs_done: *epochs_done,
+                step: *step,
+                path: path.clone(),
+                seconds: *seconds,
+            }),
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEve
 use crate::train::eval::evaluate;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::sync::{Contribution, GradientSync, Straggler};
+use crate::train::timeline::StepSpans;
 
 /// Seconds between [`TrainEvent::Step`] reports.
 const REPORT_INTERVAL_S: f64 = 1.0;
@@ -160,12 +161,22 @@ pub fn run_task(
         };
         save_model(dir, &model, optimizer, &state)
     };
-    let checkpoint = |rank: usize, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<()> {
-        if rank != 0 {
-            return Ok(());
-        }
-        save(&spec.checkpoint_path(), epoch, step, optimizer)
-    };
+    // Returns what to report when this rank wrote one.
+    let checkpoint =
+        |rank: usize, epoch: u64, step: u64, optimizer: &Optimizer| -> Result<Option<TrainEvent>> {
+            if rank != 0 {
+                return Ok(None);
+            }
+            let started = Instant::now();
+            let path = spec.checkpoint_path();
+            save(&path, epoch, step, optimizer)?;
+            Ok(Some(TrainEvent::Checkpoint {
+                epochs_done: epoch,
+                step,
+                path,
+                seconds: started.elapsed().as_secs_f64(),
+            }))
+        };
     let mut steps_per_epoch = task.steps_per_epoch;
     let mut total_steps = if task.join {
         global_step + (spec.train.epochs - start_epoch) * steps_per_epoch
@@ -181,6 +192,8 @@ pub fn run_task(
     // The ring after a recovery (the one this task started with is `comm`).
     let mut reformed: Option<Box<dyn Collective>> = None;
     let mut epoch = start_epoch;
+    // Every step's phases, sent with the next report (`--timeline`).
+    let mut spans = StepSpans::new();
     while epoch < spec.train.epochs {
         let comm: &mut dyn Collective = match reformed.as_mut() {
             Some(c) => c.as_mut(),
@@ -281,11 +294,19 @@ pub fn run_task(
                 let loss_value = loss.item()? as f64;
                 let t5 = Instant::now();
                 drop((output, loss));
-                phases.data += (t1 - t0).as_secs_f64();
-                phases.forward += (t2 - t1).as_secs_f64();
-                phases.backward += (t3 - t2).as_secs_f64();
-                phases.allreduce += (t4 - t3).as_secs_f64();
-                phases.optimizer += (t5 - t4).as_secs_f64();
+                let step_phases = PhaseTimes {
+                    data: (t1 - t0).as_secs_f64(),
+                    forward: (t2 - t1).as_secs_f64(),
+                    backward: (t3 - t2).as_secs_f64(),
+                    allreduce: (t4 - t3).as_secs_f64(),
+                    optimizer: (t5 - t4).as_secs_f64(),
+                };
+                phases.data += step_phases.data;
+                phases.forward += step_phases.forward;
+                phases.backward += step_phases.backward;
+                phases.allreduce += step_phases.allreduce;
+                phases.optimizer += step_phases.optimizer;
+                spans.record(epoch, step, t0, step_phases);
                 if !loss_value.is_finite() {
                     return Err(ExecutorError::Spec(format!(
                         "the training loss became {loss_value} at epoch {epoch} step {step}; lower \
@@ -295,8 +316,12 @@ pub fn run_task(
                 global_step += 1;
                 step += 1;
                 let every = spec.cluster.checkpoint_every_steps;
-                if every > 0 && global_step.is_multiple_of(every) && step < plan.steps {
-                    checkpoint(rank, epoch, global_step, &optimizer)?;
+                if every > 0
+                    && global_step.is_multiple_of(every)
+                    && step < plan.steps
+                    && let Some(written) = checkpoint(rank, epoch, global_step, &optimizer)?
+                {
+                    ctx.report(written)?;
                 }
                 epoch_loss += loss_value;
                 epoch_steps += 1;
@@ -312,6 +337,7 @@ pub fn run_task(
                         steps: plan.steps,
                         loss: window_loss / window_steps as f64,
                         samples_per_s: window_samples as f64 / window,
+                        spans: spans.take(),
                     })?;
                     if commit.is_some() && ctx.reforming() {
                         // An executor was lost while this rank's steps did not need it (backup
@@ -339,6 +365,7 @@ pub fn run_task(
                 loss: epoch_loss / epoch_steps.max(1) as f64,
                 seconds,
                 phases,
+                spans: spans.take(),
             };
             Ok((stats, seconds))
         })();
@@ -348,7 +375,9 @@ pub fn run_task(
                 samples += stats.samples;
                 last_loss = stats.loss;
                 ctx.report(TrainEvent::EpochEnd(stats))?;
-                checkpoint(rank, epoch + 1, global_step, &optimizer)?;
+                if let Some(written) = checkpoint(rank, epoch + 1, global_step, &optimizer)? {
+                    ctx.report(written)?;
+                }
                 epoch += 1;
             }
             Err(ExecutorError::Comm(why)) if commit.is_some() => {

@@ -88,6 +88,7 @@ impl TaskContext for RemoteContext<'_> {
             Report::Step(s) => R::Step(s),
             Report::Epoch(e) => R::Epoch(e),
             Report::Eval(e) => R::Eval(e),
+            Report::Checkpoint(c) => R::Checkpoint(c),
         };
         let req = pb::ReportRequest {
             job_id: self.job_id.clone(),

@@ -295,6 +295,12 @@ impl JobSpec {
         }
     }
 
+    /// The job's event log, `<checkpoint_dir>/events.jsonl` (a local path or URL), which
+    /// `ringflow history` reads.
+    pub fn events_path(&self) -> String {
+        format!("{}/events.jsonl", self.checkpoint_root())
+    }
+
     /// Where rank 0 writes the checkpoints that `--resume` continues from:
     /// `<checkpoint_dir>/checkpoint`.
     pub fn checkpoint_path(&self) -> String {

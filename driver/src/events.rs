@@ -1,0 +1,715 @@
+//! A job's event log: `<checkpoint_dir>/events.jsonl`, one JSON object per line.
+//!
+//! Every line is a [`Record`]: `{"event": "epoch_end", "job_id": "mnist-0001", "at":
+//! "2025-05-01T12:00:03.250Z", "elapsed_s": 3.25, ...fields}`, where `at` is the driver's wall
+//! clock (RFC 3339, UTC) and `elapsed_s` the seconds since the job was submitted. The events
+//! ([`Event`]) are `submitted`, `started`, `executor_registered`, `executor_lost`, `epoch_end`,
+//! `checkpoint`, `recovery`, `evaluated` and `finished`. Readers skip event names they do not
+//! know, so later versions may add some.
+//!
+//! An [`EventLog`] writes on a thread of its own, so the scheduler never waits for storage
+//! while it holds its lock. A local file is appended to; an object store (which cannot append)
+//! gets the whole file rewritten after each batch of events, starting from what it held before,
+//! so a resumed job's events follow the first run's. A log that cannot be written never fails
+//! the job: it warns once and the job goes on.
+//!
+//! [`read`] and [`parse`] are the other half, for `ringflow history`.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ringflow_proto::data::Location;
+use ringflow_proto::data::runtime::block_on;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::warn;
+
+use crate::progress::PhaseSeconds;
+
+/// The file name of an event log within a checkpoint directory.
+pub const FILE_NAME: &str = "events.jsonl";
+
+/// One executor of a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankInfo {
+    /// Its rank in the ring.
+    pub rank: usize,
+    /// The executor's id.
+    pub executor_id: String,
+    /// Its machine.
+    pub host: String,
+}
+
+/// The checkpoint a resumed job continues from.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResumedFrom {
+    /// Epochs completed.
+    pub epochs_done: u64,
+    /// Optimizer steps taken.
+    pub step: u64,
+}
+
+/// Something that happened to a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The driver accepted the job.
+    Submitted {
+        /// The job's name.
+        name: String,
+        /// `"train"`, `"eval"` or `"predict"`.
+        kind: String,
+        /// Executors it runs on.
+        executors: usize,
+        /// Epochs to train.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epochs: Option<u64>,
+        /// Steps per epoch on every rank.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steps_per_epoch: Option<u64>,
+        /// Rows of the training split (training) or of the data set (eval, predict).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rows: Option<u64>,
+        /// Rows per step and rank.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        batch_size: Option<usize>,
+        /// `model.kind`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// `cluster.device`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device: Option<String>,
+        /// The checkpoint a `--resume` continues from.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resumed_from: Option<ResumedFrom>,
+    },
+    /// The job has its executors and runs.
+    Started {
+        /// Its executors, by rank.
+        #[serde(default)]
+        ranks: Vec<RankInfo>,
+    },
+    /// An executor registered with the driver while the job was waiting or running.
+    ExecutorRegistered {
+        /// The executor's id.
+        executor_id: String,
+        /// Its machine.
+        host: String,
+    },
+    /// An executor of the job stopped heartbeating.
+    ExecutorLost {
+        /// Its rank.
+        rank: usize,
+        /// The executor's id.
+        executor_id: String,
+        /// Its machine.
+        host: String,
+        /// What the driver noticed.
+        reason: String,
+    },
+    /// Every rank finished an epoch.
+    EpochEnd {
+        /// 0-based epoch.
+        epoch: u64,
+        /// Steps every rank took.
+        steps: u64,
+        /// Mean training loss.
+        loss: f64,
+        /// Rows trained on, all ranks together.
+        samples: u64,
+        /// Rows whose gradients backup workers dropped.
+        #[serde(default)]
+        dropped_samples: u64,
+        /// Wall time of the slowest rank.
+        seconds: f64,
+        /// `samples / seconds`.
+        samples_per_s: f64,
+        /// Mean over ranks of the seconds per step phase.
+        #[serde(default)]
+        phases: PhaseSeconds,
+    },
+    /// Rank 0 wrote a checkpoint that `--resume` can continue from.
+    Checkpoint {
+        /// Epochs completed at the checkpoint.
+        epochs_done: u64,
+        /// Optimizer steps taken.
+        step: u64,
+        /// Where it was written.
+        path: String,
+        /// Seconds the save took.
+        seconds: f64,
+    },
+    /// An elastic job re-formed its ring.
+    Recovery {
+        /// The ring's generation after the re-forming.
+        generation: u32,
+        /// Executors before and after.
+        world_before: usize,
+        /// Executors after.
+        world_after: usize,
+        /// Executors left out (lost), by id.
+        #[serde(default)]
+        lost: Vec<String>,
+        /// Idle executors that joined, by id.
+        #[serde(default)]
+        joined: Vec<String>,
+        /// Seconds from the break to the new ring.
+        waited_s: f64,
+        /// What broke (empty when executors joined at an epoch boundary).
+        #[serde(default)]
+        cause: String,
+    },
+    /// Every rank evaluated its share of the test split.
+    Evaluated {
+        /// Rows evaluated.
+        rows: u64,
+        /// Mean test loss.
+        loss: f64,
+        /// Test accuracy (classification).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accuracy: Option<f64>,
+        /// Test mean squared error (regression).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mse: Option<f64>,
+    },
+    /// The job ended; the last event of a job.
+    Finished {
+        /// `"succeeded"`, `"failed"` or `"cancelled"`.
+        state: String,
+        /// Why it failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// The job's final summary (as `--summary-json` writes it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        summary: Option<Value>,
+    },
+    /// An event this version does not know (written by a later one).
+    #[serde(other)]
+    Unknown,
+}
+
+impl Event {
+    /// The event's name, as written in its `event` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Submitted { .. } => "submitted",
+            Event::Started { .. } => "started",
+            Event::ExecutorRegistered { .. } => "executor_registered",
+            Event::ExecutorLost { .. } => "executor_lost",
+            Event::EpochEnd { .. } => "epoch_end",
+            Event::Checkpoint { .. } => "checkpoint",
+            Event::Recovery { .. } => "recovery",
+            Event::Evaluated { .. } => "evaluated",
+            Event::Finished { .. } => "finished",
+            Event::Unknown => "unknown",
+        }
+    }
+}
+
+/// One line of an event log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    /// The job the event belongs to (a checkpoint directory holds every run of a resumed job).
+    pub job_id: String,
+    /// The driver's wall clock, RFC 3339 in UTC.
+    pub at: String,
+    /// Seconds since the job was submitted.
+    pub elapsed_s: f64,
+    /// What happened.
+    pub event: Event,
+}
+
+impl Record {
+    /// The record as one line of JSON (without the newline): `event`, `job_id`, `at` and
+    /// `elapsed_s` first, then the event's fields.
+    pub fn to_line(&self) -> String {
+        let text = |v: &str| Value::from(v).to_string();
+        let mut out = format!(
+            "{{\"event\":{},\"job_id\":{},\"at\":{},\"elapsed_s\":{}",
+            text(self.event.name()),
+            text(&self.job_id),
+            text(&self.at),
+            Value::from(round3(self.elapsed_s))
+        );
+        if let Ok(Value::Object(fields)) = serde_json::to_value(&self.event) {
+            for (k, v) in fields.iter().filter(|(k, _)| k.as_str() != "event") {
+                out.push(',');
+                out.push_str(&text(k));
+                out.push(':');
+                out.push_str(&v.to_string());
+            }
+        }
+        out.push('}');
+        out
+    }
+
+    /// Reads one line written by [`Record::to_line`].
+    pub fn from_line(line: &str) -> Result<Record, String> {
+        let value: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        let Value::Object(fields) = &value else {
+            return Err("it is not a JSON object".into());
+        };
+        let text = |key: &str| -> Result<String, String> {
+            match fields.get(key) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(_) => Err(format!("`{key}` is not a string")),
+                None => Err(format!("it has no `{key}`")),
+            }
+        };
+        text("event")?;
+        let job_id = text("job_id")?;
+        let at = text("at")?;
+        let elapsed_s = fields
+            .get("elapsed_s")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let event = Event::deserialize(&value).map_err(|e| e.to_string())?;
+        Ok(Record {
+            job_id,
+            at,
+            elapsed_s,
+            event,
+        })
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// `seconds` rounded to microseconds, for readable logs.
+pub fn micros(seconds: f64) -> f64 {
+    (seconds * 1e6).round() / 1e6
+}
+
+/// `t` as RFC 3339 in UTC with milliseconds, e.g. `2025-05-01T12:00:03.250Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil algorithm.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        d.subsec_millis()
+    )
+}
+
+enum Message {
+    Line(String),
+    /// Write what is pending, then acknowledge and stop.
+    Close(mpsc::SyncSender<()>),
+}
+
+/// The event log of one job, written on a thread of its own.
+pub struct EventLog {
+    job_id: String,
+    path: String,
+    tx: Option<mpsc::Sender<Message>>,
+}
+
+impl EventLog {
+    /// A log that appends `job_id`'s events to `path` (a local path or an object-store URL).
+    /// Nothing is opened before the first event.
+    pub fn open(path: String, job_id: String) -> EventLog {
+        let (tx, rx) = mpsc::channel();
+        let target = path.clone();
+        let job = job_id.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ringflow-events".into())
+            .spawn(move || write_loop(&target, &job, rx));
+        let tx = match spawned {
+            Ok(_) => Some(tx),
+            Err(e) => {
+                warn!(job = %job_id, "the event log {path} cannot be written: {e}");
+                None
+            }
+        };
+        EventLog { job_id, path, tx }
+    }
+
+    /// Where the log is written.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Appends `event`, `elapsed_s` seconds after the job's submission. Never blocks on
+    /// storage.
+    pub fn write(&mut self, elapsed_s: f64, event: Event) {
+        let Some(tx) = &self.tx else { return };
+        let record = Record {
+            job_id: self.job_id.clone(),
+            at: rfc3339(SystemTime::now()),
+            elapsed_s,
+            event,
+        };
+        if tx.send(Message::Line(record.to_line())).is_err() {
+            self.tx = None;
+        }
+    }
+
+    /// Writes what is pending and stops, waiting at most `wait` for storage (a later write
+    /// finishes in the background).
+    pub fn close(&mut self, wait: Duration) {
+        let Some(tx) = self.tx.take() else { return };
+        let (done_tx, done_rx) = mpsc::sync_channel(1);
+        if tx.send(Message::Close(done_tx)).is_ok() && done_rx.recv_timeout(wait).is_err() {
+            warn!(
+                job = %self.job_id,
+                "the event log {} is still being written after {:.0} s; the rest is written in \
+                 the background",
+                self.path,
+                wait.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Where a log's lines go.
+enum Sink {
+    /// A local file, appended to.
+    Local {
+        path: PathBuf,
+        file: Option<std::fs::File>,
+    },
+    /// An object: everything it held before, then this job's lines, rewritten whole.
+    Store {
+        location: Location,
+        content: Option<Vec<u8>>,
+    },
+}
+
+impl Sink {
+    fn new(path: &str) -> Result<Sink, String> {
+        let location = Location::parse(path).map_err(|e| e.to_string())?;
+        Ok(match location.local_path() {
+            Some(path) => Sink::Local { path, file: None },
+            None => Sink::Store {
+                location,
+                content: None,
+            },
+        })
+    }
+
+    fn append(&mut self, lines: &[String]) -> Result<(), String> {
+        let mut bytes = Vec::new();
+        for l in lines {
+            bytes.extend_from_slice(l.as_bytes());
+            bytes.push(b'\n');
+        }
+        match self {
+            Sink::Local { path, file } => {
+                if file.is_none() {
+                    if let Some(dir) = path.parent() {
+                        std::fs::create_dir_all(dir)
+                            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                    }
+                    let opened = OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&*path)
+                        .map_err(|e| e.to_string())?;
+                    *file = Some(opened);
+                }
+                let f = file.as_mut().expect("opened above");
+                f.write_all(&bytes).map_err(|e| {
+                    *file = None;
+                    e.to_string()
+                })
+            }
+            Sink::Store { location, content } => {
+                if content.is_none() {
+                    let l = location.clone();
+                    let before = match block_on(async move { l.read().await }) {
+                        Ok(b) => b,
+                        Err(e) if e.to_string().ends_with("does not exist") => Vec::new(),
+                        // Rewriting without what it held would lose earlier runs' events.
+                        Err(e) => return Err(e.to_string()),
+                    };
+                    *content = Some(before);
+                }
+                let all = content.as_mut().expect("read above");
+                if !all.is_empty() && !all.ends_with(b"\n") {
+                    all.push(b'\n');
+                }
+                all.extend_from_slice(&bytes);
+                let (l, whole) = (location.clone(), all.clone());
+                block_on(async move { l.write(whole).await }).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+fn write_loop(path: &str, job_id: &str, rx: mpsc::Receiver<Message>) {
+    let mut sink = Sink::new(path);
+    let mut warned = false;
+    let mut warn_once = |e: &str| {
+        if !warned {
+            warn!(job = %job_id, "the event log {path} cannot be written ({e}); the job goes on without it");
+            warned = true;
+        }
+    };
+    // Lines that could not be written yet (an object store that failed): kept, within a bound,
+    // for the next attempt.
+    let mut pending: Vec<String> = Vec::new();
+    const MAX_PENDING: usize = 100_000;
+    while let Ok(first) = rx.recv() {
+        let mut done = None;
+        for m in std::iter::once(first).chain(rx.try_iter()) {
+            match m {
+                Message::Line(l) if pending.len() < MAX_PENDING => pending.push(l),
+                Message::Line(_) => {}
+                Message::Close(ack) => done = Some(ack),
+            }
+        }
+        match &mut sink {
+            Ok(s) => match s.append(&pending) {
+                Ok(()) => pending.clear(),
+                Err(e) => warn_once(&e),
+            },
+            Err(e) => {
+                warn_once(e);
+                pending.clear();
+            }
+        }
+        if let Some(ack) = done {
+            let _ = ack.send(());
+            return;
+        }
+    }
+}
+
+/// Where the event log of `dir` is: `dir/events.jsonl`, or `dir` itself when it names a
+/// `.jsonl` file.
+pub fn log_path(dir: &str) -> String {
+    if dir.ends_with(".jsonl") {
+        dir.to_string()
+    } else {
+        format!("{}/{FILE_NAME}", dir.trim_end_matches('/'))
+    }
+}
+
+/// Reads the event log of `dir` (a checkpoint directory, local or an object-store URL, or the
+/// log file itself): its path and its records. Errors are one sentence naming the file.
+pub fn read(dir: &str) -> Result<(String, Vec<Record>), String> {
+    let path = log_path(dir);
+    let location = Location::parse(&path).map_err(|e| format!("{e}"))?;
+    let bytes = match location.local_path() {
+        Some(local) => std::fs::read(&local).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => missing(&path, dir),
+            _ => format!("{path} cannot be read: {e}"),
+        })?,
+        None => {
+            let l = location.clone();
+            block_on(async move { l.read().await }).map_err(|e| {
+                if e.to_string().ends_with("does not exist") {
+                    missing(&path, dir)
+                } else {
+                    e.to_string()
+                }
+            })?
+        }
+    };
+    let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8 text"))?;
+    let records = parse(&text, &path)?;
+    Ok((path, records))
+}
+
+fn missing(path: &str, dir: &str) -> String {
+    if path == dir {
+        format!("there is no event log {path}")
+    } else {
+        format!(
+            "there is no event log {path} (ringflow history reads the events.jsonl that a job \
+             writes to its checkpoint directory)"
+        )
+    }
+}
+
+/// The records of an event log's text; `file` names it in errors, which give the line number.
+pub fn parse(text: &str, file: &str) -> Result<Vec<Record>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let record = Record::from_line(line)
+            .map_err(|e| format!("{file} line {} is not a ringflow event: {e}", i + 1))?;
+        out.push(record);
+    }
+    if out.is_empty() {
+        return Err(format!("{file} holds no events"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch(e: u64) -> Event {
+        Event::EpochEnd {
+            epoch: e,
+            steps: 10,
+            loss: 0.5,
+            samples: 640,
+            dropped_samples: 0,
+            seconds: 1.5,
+            samples_per_s: 426.7,
+            phases: PhaseSeconds {
+                data: 0.1,
+                forward: 0.4,
+                backward: 0.6,
+                allreduce: 0.3,
+                optimizer: 0.1,
+            },
+        }
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_in_utc() {
+        assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_789);
+        assert_eq!(rfc3339(t), "2024-02-29T12:34:56.789Z");
+        let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(t), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn lines_start_with_the_event_and_round_trip() {
+        let r = Record {
+            job_id: "mnist-0001".into(),
+            at: "2024-02-29T12:34:56.789Z".into(),
+            elapsed_s: 3.25,
+            event: epoch(2),
+        };
+        let line = r.to_line();
+        assert!(
+            line.starts_with(
+                r#"{"event":"epoch_end","job_id":"mnist-0001","at":"2024-02-29T12:34:56.789Z","elapsed_s":3.25,"#
+            ),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        assert_eq!(Record::from_line(&line).unwrap(), r);
+        let finished = Record {
+            event: Event::Finished {
+                state: "failed".into(),
+                error: Some("rank 1 failed:\nboom".into()),
+                summary: Some(serde_json::json!({"epochs": 2})),
+            },
+            ..r
+        };
+        assert_eq!(Record::from_line(&finished.to_line()).unwrap(), finished);
+    }
+
+    #[test]
+    fn unknown_events_are_kept_as_unknown() {
+        let line = r#"{"event":"from_the_future","job_id":"j","at":"x","elapsed_s":1,"n":3}"#;
+        assert_eq!(Record::from_line(line).unwrap().event, Event::Unknown);
+    }
+
+    #[test]
+    fn bad_lines_are_named_with_their_number() {
+        let good = Record {
+            job_id: "j".into(),
+            at: "x".into(),
+            elapsed_s: 0.0,
+            event: epoch(0),
+        }
+        .to_line();
+        let text = format!("{good}\n\n{{\"event\": 3\n");
+        let e = parse(&text, "d/events.jsonl").unwrap_err();
+        assert!(
+            e.starts_with("d/events.jsonl line 3 is not a ringflow event: "),
+            "{e}"
+        );
+        let e = parse(&format!("{good}\n[1]\n"), "f").unwrap_err();
+        assert!(
+            e.contains("f line 2 ") && e.contains("not a JSON object"),
+            "{e}"
+        );
+        let e = parse("\n", "f").unwrap_err();
+        assert_eq!(e, "f holds no events");
+    }
+
+    #[test]
+    fn logs_append_in_order_and_later_runs_follow() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("nested/ckpt");
+        let path = log_path(ckpt.to_str().unwrap());
+        let mut first = EventLog::open(path.clone(), "job-1".into());
+        for e in 0..3 {
+            first.write(e as f64, epoch(e));
+        }
+        first.close(Duration::from_secs(10));
+        // Writes after closing are dropped, never an error.
+        first.write(9.0, epoch(9));
+        let mut second = EventLog::open(path.clone(), "job-2".into());
+        second.write(
+            0.0,
+            Event::Finished {
+                state: "succeeded".into(),
+                error: None,
+                summary: None,
+            },
+        );
+        second.close(Duration::from_secs(10));
+        let (read_path, records) = read(ckpt.to_str().unwrap()).unwrap();
+        assert_eq!(read_path, path);
+        let seen: Vec<(String, &str)> = records
+            .iter()
+            .map(|r| (r.job_id.clone(), r.event.name()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("job-1".to_string(), "epoch_end"),
+                ("job-1".to_string(), "epoch_end"),
+                ("job-1".to_string(), "epoch_end"),
+                ("job-2".to_string(), "finished"),
+            ]
+        );
+        // The file itself can be named too.
+        assert_eq!(read(&path).unwrap().1.len(), 4);
+    }
+
+    #[test]
+    fn an_unwritable_log_never_fails_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, b"x").unwrap();
+        // The checkpoint directory would have to be inside a regular file.
+        let path = log_path(blocker.join("ckpt").to_str().unwrap());
+        let mut log = EventLog::open(path, "j".into());
+        log.write(0.0, epoch(0));
+        log.write(1.0, epoch(1));
+        log.close(Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_missing_log_is_one_sentence_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let e = read(d).unwrap_err();
+        assert!(
+            e.starts_with(&format!("there is no event log {d}/events.jsonl")),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+    }
+}

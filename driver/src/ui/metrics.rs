@@ -1,0 +1,322 @@
+//! Prometheus text exposition (format 0.0.4) of the driver's state at `/metrics`.
+//!
+//! Everything is computed from the scheduler at scrape time: job and executor counts, and per
+//! job its steps, samples, loss, throughput, all-reduce seconds and bytes, and a histogram of
+//! step-phase times built from the ranks' per-epoch phase reports.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Instant;
+
+use ringflow_proto::pb;
+use ringflow_proto::pb::job_event::Event;
+
+use super::api::state_name;
+use crate::scheduler::{Job, JobKind, Scheduler};
+
+/// Upper bounds (seconds) of the step-phase histogram's buckets.
+const PHASE_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+];
+
+/// Prometheus label value escaping.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl Family<'_> {
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", label(v)))
+            .collect();
+        let labels = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{}}}", labels.join(","))
+        };
+        let _ = writeln!(self.out, "{name}{labels} {value}");
+    }
+}
+
+/// Totals of one job, from its events.
+#[derive(Default)]
+struct JobTotals {
+    steps: u64,
+    samples: u64,
+    loss: Option<f64>,
+    samples_per_s: Option<f64>,
+    allreduce_s: f64,
+    /// Per phase: (bucket counts, sum, count) of per-step mean times.
+    phases: BTreeMap<&'static str, ([u64; PHASE_BUCKETS.len()], f64, u64)>,
+}
+
+fn totals(job: &Job) -> JobTotals {
+    let mut t = JobTotals::default();
+    let mut finished_steps = 0;
+    for e in job.events() {
+        match &e.event {
+            Some(Event::Step(s)) => {
+                t.steps = finished_steps + s.step;
+                t.loss = Some(s.loss);
+                t.samples_per_s = Some(s.samples_per_s);
+            }
+            Some(Event::Epoch(d)) => {
+                finished_steps += d.steps;
+                t.steps = finished_steps;
+                t.samples += d.samples;
+                t.loss = Some(d.loss);
+                t.samples_per_s = Some(d.samples_per_s);
+                if let Some(p) = &d.phases {
+                    t.allreduce_s += p.allreduce * job.ranks().len().max(1) as f64;
+                    observe_phases(&mut t, p, d.steps);
+                }
+            }
+            _ => {}
+        }
+    }
+    t
+}
+
+/// Adds an epoch's mean per-step phase times as `steps` observations each.
+fn observe_phases(t: &mut JobTotals, p: &pb::PhaseTimes, steps: u64) {
+    if steps == 0 {
+        return;
+    }
+    for (name, seconds) in [
+        ("data", p.data),
+        ("forward", p.forward),
+        ("backward", p.backward),
+        ("allreduce", p.allreduce),
+        ("optimizer", p.optimizer),
+    ] {
+        let per_step = seconds / steps as f64;
+        let entry = t
+            .phases
+            .entry(name)
+            .or_insert(([0; PHASE_BUCKETS.len()], 0.0, 0));
+        for (i, &bound) in PHASE_BUCKETS.iter().enumerate() {
+            if per_step <= bound {
+                entry.0[i] += steps;
+            }
+        }
+        entry.1 += seconds;
+        entry.2 += steps;
+    }
+}
+
+/// Bytes one rank sends in a ring all-reduce of `floats` values among `world` ranks.
+fn ring_bytes(floats: u64, world: u64) -> f64 {
+    if world < 2 {
+        return 0.0;
+    }
+    2.0 * (world - 1) as f64 / world as f64 * floats as f64 * 4.0
+}
+
+/// The parameter count of a built-in MLP spec (`None` for other model kinds, whose size the
+/// driver does not know without building them).
+fn mlp_params(model: &ringflow_ml::nn::ModelSpec) -> Option<u64> {
+    if model.kind != "mlp" {
+        return None;
+    }
+    let layers: Vec<u64> = model
+        .params
+        .get("layers")?
+        .as_array()?
+        .iter()
+        .map(|v| v.as_u64())
+        .collect::<Option<_>>()?;
+    Some(layers.windows(2).map(|w| w[0] * w[1] + w[1]).sum())
+}
+
+/// The exposition text.
+pub fn render(s: &Scheduler, _now: Instant) -> String {
+    let mut out = String::new();
+    let mut f = Family { out: &mut out };
+
+    f.header(
+        "ringflow_jobs",
+        "gauge",
+        "Jobs known to the driver, by state.",
+    );
+    let mut by_state: BTreeMap<&str, u64> = [
+        "queued",
+        "waiting",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+    ]
+    .into_iter()
+    .map(|k| (k, 0))
+    .collect();
+    for j in s.jobs() {
+        *by_state.entry(state_name(j.state)).or_default() += 1;
+    }
+    for (state, n) in &by_state {
+        f.sample("ringflow_jobs", &[("state", state)], *n as f64);
+    }
+
+    f.header(
+        "ringflow_executors",
+        "gauge",
+        "Registered executors, by state.",
+    );
+    let busy = s.executors().filter(|e| e.assigned.is_some()).count();
+    let total = s.executors().count();
+    f.sample("ringflow_executors", &[("state", "busy")], busy as f64);
+    f.sample(
+        "ringflow_executors",
+        &[("state", "idle")],
+        (total - busy) as f64,
+    );
+
+    let jobs: Vec<(&Job, JobTotals)> = s
+        .jobs()
+        .filter(|j| matches!(j.kind, JobKind::Train(_)))
+        .map(|j| (j, totals(j)))
+        .collect();
+    let per_job = |f: &mut Family<'_>,
+                   name: &str,
+                   kind: &str,
+                   help: &str,
+                   value: &dyn Fn(&Job, &JobTotals) -> Option<f64>| {
+        f.header(name, kind, help);
+        for (j, t) in &jobs {
+            if let Some(v) = value(j, t) {
+                let job_name = j.kind.name();
+                f.sample(name, &[("job", &j.id), ("name", &job_name)], v);
+            }
+        }
+    };
+    per_job(
+        &mut f,
+        "ringflow_job_steps_total",
+        "counter",
+        "Training steps every rank has taken.",
+        &|_, t| Some(t.steps as f64),
+    );
+    per_job(
+        &mut f,
+        "ringflow_job_samples_total",
+        "counter",
+        "Rows trained on in finished epochs, all ranks together.",
+        &|_, t| Some(t.samples as f64),
+    );
+    per_job(
+        &mut f,
+        "ringflow_job_loss",
+        "gauge",
+        "The latest training loss.",
+        &|_, t| t.loss,
+    );
+    per_job(
+        &mut f,
+        "ringflow_job_samples_per_second",
+        "gauge",
+        "The latest training throughput of the whole job.",
+        &|_, t| t.samples_per_s,
+    );
+    per_job(
+        &mut f,
+        "ringflow_allreduce_seconds_total",
+        "counter",
+        "Seconds ranks waited for gradient all-reduces in finished epochs, all ranks together.",
+        &|_, t| Some(t.allreduce_s),
+    );
+    per_job(
+        &mut f,
+        "ringflow_allreduce_bytes_total",
+        "counter",
+        "Bytes the ring all-reduce sent for gradients, all ranks together (2(N-1)/N of the \
+         model per rank and step).",
+        &|j, t| {
+            let JobKind::Train(plan) = &j.kind else {
+                return None;
+            };
+            let world = j.ranks().len() as u64;
+            let floats = mlp_params(&plan.spec.model)?;
+            Some(ring_bytes(floats, world) * world as f64 * t.steps as f64)
+        },
+    );
+
+    f.header(
+        "ringflow_step_phase_seconds",
+        "histogram",
+        "Time per training step in each phase (each epoch's mean per step, once per step).",
+    );
+    for (j, t) in &jobs {
+        for (phase, (buckets, sum, count)) in &t.phases {
+            let labels = [("job", j.id.as_str()), ("phase", *phase)];
+            for (bound, n) in PHASE_BUCKETS.iter().zip(buckets) {
+                let le = bound.to_string();
+                f.sample(
+                    "ringflow_step_phase_seconds_bucket",
+                    &[labels[0], labels[1], ("le", &le)],
+                    *n as f64,
+                );
+            }
+            f.sample(
+                "ringflow_step_phase_seconds_bucket",
+                &[labels[0], labels[1], ("le", "+Inf")],
+                *count as f64,
+            );
+            f.sample("ringflow_step_phase_seconds_sum", &labels, *sum);
+            f.sample("ringflow_step_phase_seconds_count", &labels, *count as f64);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_traffic_is_two_n_minus_one_over_n_of_the_buffer() {
+        assert_eq!(ring_bytes(1000, 1), 0.0);
+        assert_eq!(ring_bytes(1000, 4), 1.5 * 4000.0);
+    }
+
+    #[test]
+    fn mlp_sizes_come_from_the_spec() {
+        let spec = ringflow_ml::nn::ModelSpec::mlp(&[784, 1024, 10], "relu");
+        assert_eq!(mlp_params(&spec), Some(784 * 1024 + 1024 + 1024 * 10 + 10));
+    }
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn phases_fill_cumulative_buckets() {
+        let mut t = JobTotals::default();
+        let p = pb::PhaseTimes {
+            data: 0.0,
+            forward: 0.3,
+            backward: 0.0,
+            allreduce: 0.0,
+            optimizer: 0.0,
+        };
+        observe_phases(&mut t, &p, 100);
+        let (buckets, sum, count) = t.phases["forward"];
+        assert_eq!(count, 100);
+        assert!((sum - 0.3).abs() < 1e-12);
+        // 3 ms per step: above 2.5 ms, within 5 ms.
+        assert_eq!(buckets[4], 0);
+        assert_eq!(buckets[5], 100);
+        assert_eq!(buckets[11], 100);
+    }
+}

@@ -1,0 +1,360 @@
+//! What `local` and `submit` show while a job runs, and what they record of it.
+//!
+//! An [`Observer`] receives the job's events from the driver's `Watch` stream. Its [`Display`]
+//! is a progress bar when stderr is a terminal ([`Bar`]) and plain lines otherwise ([`Lines`]),
+//! so that CI logs stay readable; both print the driver's messages and one line per epoch
+//! (`epoch 1/5: loss …`). With `--tensorboard DIR` it also writes the figures as TensorBoard
+//! event files ([`EventWriter`]).
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ringflow_driver::JobSummary;
+use ringflow_proto::pb;
+
+use super::tensorboard::EventWriter;
+
+/// The least time between two plain progress lines within an epoch.
+const LINE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How progress is shown.
+pub trait Display {
+    /// A line for people from the driver.
+    fn message(&mut self, line: &str);
+    /// Progress within an epoch; `eta` is the estimated time left of the whole job.
+    fn step(&mut self, step: &pb::StepProgress, eta: Option<Duration>);
+    /// An epoch ended.
+    fn epoch(&mut self, epoch: &pb::EpochDone);
+    /// The job ended (or the watch did): remove anything transient.
+    fn done(&mut self);
+}
+
+/// The display for this process's stderr: a bar on a terminal, lines otherwise.
+pub fn for_stderr() -> Box<dyn Display + Send> {
+    if std::io::stderr().is_terminal() {
+        Box::new(Bar::default())
+    } else {
+        Box::new(Lines::default())
+    }
+}
+
+/// Follows a job's events: shows them and, if asked, writes them for TensorBoard.
+pub struct Observer {
+    display: Box<dyn Display + Send>,
+    tensorboard: Option<EventWriter>,
+    eta: Eta,
+    /// The last epoch that ended, counted from 1 (the step of test figures in TensorBoard).
+    epochs_done: u64,
+}
+
+impl Observer {
+    /// Shows progress the way stderr calls for ([`for_stderr`]); with `tensorboard`, creates the
+    /// directory and its event file now, so that a bad path fails before the job starts.
+    pub fn new(tensorboard: Option<&Path>) -> anyhow::Result<Observer> {
+        Ok(Observer::with_display(
+            for_stderr(),
+            tensorboard.map(EventWriter::create).transpose()?,
+        ))
+    }
+
+    /// An observer that only shows progress.
+    pub fn show_only() -> Observer {
+        Observer::with_display(for_stderr(), None)
+    }
+
+    fn with_display(display: Box<dyn Display + Send>, tensorboard: Option<EventWriter>) -> Self {
+        Observer {
+            display,
+            tensorboard,
+            eta: Eta::default(),
+            epochs_done: 0,
+        }
+    }
+
+    /// A line for people from the driver.
+    pub fn message(&mut self, line: &str) {
+        self.display.message(line);
+    }
+
+    /// Progress within an epoch.
+    pub fn step(&mut self, s: &pb::StepProgress) {
+        let eta = self.eta.update(s);
+        self.display.step(s, eta);
+        if let Some(tb) = &mut self.tensorboard {
+            let global = (s.epoch * s.steps + s.step) as i64;
+            tb.scalars(
+                global,
+                &[
+                    ("train/loss", s.loss),
+                    ("train/samples_per_s", s.samples_per_s),
+                ],
+            );
+        }
+    }
+
+    /// An epoch ended.
+    pub fn epoch(&mut self, e: &pb::EpochDone) {
+        self.display.epoch(e);
+        self.epochs_done = e.epoch + 1;
+        if let Some(tb) = &mut self.tensorboard {
+            tb.scalars(
+                self.epochs_done as i64,
+                &[
+                    ("epoch/loss", e.loss),
+                    ("epoch/samples_per_s", e.samples_per_s),
+                ],
+            );
+        }
+    }
+
+    /// The job's summary arrived (as JSON): ends the display, records the test figures.
+    pub fn summary(&mut self, json: &str) {
+        self.display.done();
+        let (Some(tb), Ok(summary)) = (
+            &mut self.tensorboard,
+            serde_json::from_str::<JobSummary>(json),
+        ) else {
+            return;
+        };
+        let step = if self.epochs_done > 0 {
+            self.epochs_done
+        } else {
+            summary.epochs
+        } as i64;
+        let figures: Vec<(&str, f64)> = [
+            ("test/accuracy", summary.test_accuracy),
+            ("test/loss", summary.test_loss),
+            ("test/mse", summary.test_mse),
+        ]
+        .into_iter()
+        .filter_map(|(tag, v)| v.map(|v| (tag, v)))
+        .collect();
+        tb.scalars(step, &figures);
+    }
+
+    /// The watch ended, however: removes the bar.
+    pub fn done(&mut self) {
+        self.display.done();
+    }
+}
+
+/// The time left of a job, from the steps done since the first progress seen.
+#[derive(Default)]
+struct Eta {
+    first: Option<(Instant, u64)>,
+}
+
+impl Eta {
+    fn update(&mut self, s: &pb::StepProgress) -> Option<Duration> {
+        let done = s.epoch * s.steps + s.step;
+        let total = s.epochs * s.steps;
+        let now = Instant::now();
+        let (t0, d0) = *self.first.get_or_insert((now, done));
+        let elapsed = now.duration_since(t0).as_secs_f64();
+        if done <= d0 || elapsed <= 0.0 || total < done {
+            return None;
+        }
+        let rate = (done - d0) as f64 / elapsed;
+        Some(Duration::from_secs_f64((total - done) as f64 / rate))
+    }
+}
+
+/// `1h02m`, `3m05s`, `12s`.
+fn short_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// `loss 0.1234, 5678 samples/s, ETA 1m02s`.
+fn figures(s: &pb::StepProgress, eta: Option<Duration>) -> String {
+    let eta = eta.map(short_duration).unwrap_or_else(|| "?".into());
+    format!(
+        "loss {:.4}, {:.0} samples/s, ETA {eta}",
+        s.loss, s.samples_per_s
+    )
+}
+
+/// The line printed when an epoch ends.
+pub fn epoch_line(e: &pb::EpochDone) -> String {
+    let p = e.phases.unwrap_or_default();
+    let total = (p.data + p.forward + p.backward + p.allreduce + p.optimizer).max(1e-12);
+    let pct = |x: f64| 100.0 * x / total;
+    let dropped = if e.dropped_samples > 0 {
+        format!(", {} rows dropped by backup workers", e.dropped_samples)
+    } else {
+        String::new()
+    };
+    format!(
+        "epoch {}/{}: loss {:.4}, {} rows{dropped}, {:.0} samples/s, {:.1} s (data {:.0}%, \
+         forward {:.0}%, backward {:.0}%, all-reduce {:.0}%, optimizer {:.0}%)",
+        e.epoch + 1,
+        e.epochs,
+        e.loss,
+        e.samples,
+        e.samples_per_s,
+        e.seconds,
+        pct(p.data),
+        pct(p.forward),
+        pct(p.backward),
+        pct(p.allreduce),
+        pct(p.optimizer),
+    )
+}
+
+/// A progress bar on stderr for the running epoch; lines print above it.
+#[derive(Default)]
+pub struct Bar {
+    /// The bar and the epoch it shows.
+    bar: Option<(ProgressBar, u64)>,
+}
+
+impl Bar {
+    fn new_bar(s: &pb::StepProgress, eta: Option<Duration>) -> ProgressBar {
+        let style = ProgressStyle::with_template(
+            "{prefix} [{wide_bar:.cyan/blue}] {pos}/{len} steps, {msg}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> ");
+        // Drawn once it shows this step, not empty first.
+        let bar = ProgressBar::with_draw_target(Some(s.steps), ProgressDrawTarget::hidden())
+            .with_style(style)
+            .with_prefix(format!("epoch {}/{}", s.epoch + 1, s.epochs))
+            .with_position(s.step)
+            .with_message(figures(s, eta));
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        bar
+    }
+}
+
+impl Display for Bar {
+    fn message(&mut self, line: &str) {
+        match &self.bar {
+            Some((bar, _)) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    fn step(&mut self, s: &pb::StepProgress, eta: Option<Duration>) {
+        if self
+            .bar
+            .as_ref()
+            .is_some_and(|(_, epoch)| *epoch != s.epoch)
+        {
+            self.done();
+        }
+        match &self.bar {
+            Some((bar, _)) => {
+                bar.set_message(figures(s, eta));
+                bar.set_length(s.steps);
+                bar.set_position(s.step);
+            }
+            None => self.bar = Some((Bar::new_bar(s, eta), s.epoch)),
+        }
+    }
+
+    fn epoch(&mut self, e: &pb::EpochDone) {
+        self.done();
+        eprintln!("{}", epoch_line(e));
+    }
+
+    fn done(&mut self) {
+        if let Some((bar, _)) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Plain lines on stderr: messages, a progress line at most every [`LINE_INTERVAL`], and one
+/// line per epoch.
+pub struct Lines {
+    last: Instant,
+}
+
+impl Default for Lines {
+    fn default() -> Lines {
+        Lines {
+            last: Instant::now(),
+        }
+    }
+}
+
+impl Display for Lines {
+    fn message(&mut self, line: &str) {
+        eprintln!("{line}");
+    }
+
+    fn step(&mut self, s: &pb::StepProgress, eta: Option<Duration>) {
+        if self.last.elapsed() < LINE_INTERVAL {
+            return;
+        }
+        self.last = Instant::now();
+        // Not "epoch N/M: …", which is the line of an ended epoch.
+        eprintln!(
+            "step {}/{} of epoch {}/{}: {}",
+            s.step,
+            s.steps,
+            s.epoch + 1,
+            s.epochs,
+            figures(s, eta)
+        );
+    }
+
+    fn epoch(&mut self, e: &pb::EpochDone) {
+        self.last = Instant::now();
+        eprintln!("{}", epoch_line(e));
+    }
+
+    fn done(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_short() {
+        assert_eq!(short_duration(Duration::from_secs(12)), "12s");
+        assert_eq!(short_duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(short_duration(Duration::from_secs(3720)), "1h02m");
+    }
+
+    #[test]
+    fn eta_counts_the_steps_left_of_every_epoch() {
+        let mut eta = Eta::default();
+        let step = |epoch, step| pb::StepProgress {
+            epoch,
+            epochs: 2,
+            step,
+            steps: 100,
+            ..Default::default()
+        };
+        assert_eq!(eta.update(&step(0, 10)), None, "no rate from one point");
+        eta.first = Some((Instant::now() - Duration::from_secs(10), 10));
+        // 100 steps in 10 s; 90 steps left.
+        let left = eta.update(&step(1, 10)).unwrap().as_secs_f64();
+        assert!((8.9..9.2).contains(&left), "{left}");
+    }
+
+    #[test]
+    fn epoch_lines_keep_their_format() {
+        let line = epoch_line(&pb::EpochDone {
+            epoch: 0,
+            epochs: 2,
+            loss: 0.5,
+            samples: 1000,
+            samples_per_s: 250.0,
+            seconds: 4.0,
+            ..Default::default()
+        });
+        assert!(
+            line.starts_with("epoch 1/2: loss 0.5000, 1000 rows, 250 samples/s, 4.0 s (data"),
+            "{line}"
+        );
+    }
+}

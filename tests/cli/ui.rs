@@ -1,0 +1,299 @@
+//! The driver's web UI while a real job runs: the JSON API the page uses, Prometheus metrics,
+//! and (with Chromium installed, as `.ci/run` does) the page itself rendered headless.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::helpers::*;
+
+/// A `ringflow local` run whose stderr is collected by a thread while the test looks at it.
+struct Running {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Running {
+    fn start(args: &[String]) -> Running {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
+            .args(args)
+            .current_dir(repo())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        Running { child, stderr }
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits (at most 60 s) for a stderr line containing `what`; returns that line.
+    fn wait_for(&self, what: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(line) = self.stderr().lines().find(|l| l.contains(what)) {
+                return line.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no line with {what:?}: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return (status, self.stderr());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the job did not end: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// `GET url` over a plain HTTP/1.1 connection: the status code and the body.
+fn http_get(url: &str) -> (u16, String) {
+    let rest = url.strip_prefix("http://").expect("an http URL");
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut stream = TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("headers end");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // A chunked body: join the chunks.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn json(url: &str) -> serde_json::Value {
+    let (status, body) = http_get(url);
+    assert_eq!(status, 200, "{url}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{url}: {e}: {body}"))
+}
+
+/// Long enough that the job is still training while the test looks.
+fn start_job(dir: &std::path::Path) -> (Running, String) {
+    let spec = job(
+        dir,
+        "ui",
+        &format!(
+            r#"name = "ui"
+{data}
+[model]
+kind = "mlp"
+layers = [784, 64, 10]
+
+[train]
+epochs = 20
+batch_size = 128
+
+[cluster]
+executors = 2
+checkpoint_dir = "{ckpt}"
+"#,
+            data = mnist_data(),
+            ckpt = s(&dir.join("run")),
+        ),
+    );
+    let run = Running::start(&["local".into(), spec, "--ui".into(), "127.0.0.1:0".into()]);
+    let line = run.wait_for("web UI at ");
+    let url = line.split("web UI at ").nth(1).unwrap().trim().to_string();
+    run.wait_for("epoch 1/");
+    (run, url)
+}
+
+#[test]
+fn the_ui_api_and_metrics_describe_a_running_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, url) = start_job(dir.path());
+
+    let (status, page) = http_get(&url);
+    assert_eq!(status, 200);
+    assert!(page.contains("id=\"executors\"") && page.contains("/app.js"));
+    let (status, script) = http_get(&format!("{url}app.js"));
+    assert!(status == 200 && script.contains("/api/v1/jobs"));
+
+    let jobs = json(&format!("{url}api/v1/jobs"));
+    let job = &jobs[0];
+    assert_eq!(job["state"], "running", "{jobs}");
+    assert_eq!(job["executors"], 2, "{jobs}");
+    assert!(job["progress"]["epoch"].as_u64().unwrap() >= 1, "{jobs}");
+    let id = job["id"].as_str().unwrap().to_string();
+
+    let executors = json(&format!("{url}api/v1/executors"));
+    let ranks: Vec<u64> = executors
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["rank"].as_u64())
+        .collect();
+    assert_eq!(ranks.len(), 2, "{executors}");
+    for e in executors.as_array().unwrap() {
+        assert_eq!(e["state"], "busy", "{executors}");
+        assert!(e["last_heartbeat_s"].as_f64().unwrap() < 5.0, "{executors}");
+        let shares = &e["phases"];
+        let total: f64 = ["data", "forward", "backward", "allreduce", "optimizer"]
+            .iter()
+            .map(|p| shares[p].as_f64().unwrap())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-6, "{executors}");
+    }
+
+    let series = json(&format!("{url}api/v1/jobs/{id}/metrics"));
+    assert!(!series["epochs"].as_array().unwrap().is_empty(), "{series}");
+    assert!(
+        series["epochs"][0]["loss"].as_f64().unwrap() > 0.0,
+        "{series}"
+    );
+
+    let (status, missing) = http_get(&format!("{url}api/v1/jobs/nope"));
+    assert_eq!(status, 404, "{missing}");
+
+    let (status, metrics) = http_get(&format!("{url}metrics"));
+    assert_eq!(status, 200);
+    for needle in [
+        "ringflow_jobs{state=\"running\"} 1",
+        "ringflow_executors{state=\"busy\"} 2",
+        "# TYPE ringflow_step_phase_seconds histogram",
+        "ringflow_allreduce_bytes_total{job=",
+        "ringflow_job_loss{job=",
+    ] {
+        assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
+    }
+
+    // Browser check: Chromium renders the page against the live job.
+    if let Some(chromium) = chromium() {
+        let screenshot = dir.path().join("ui.png");
+        let dom = render(&chromium, &url, &screenshot);
+        assert!(
+            dom.matches("data-executor=").count() == 2,
+            "two executor rows: {dom}"
+        );
+        let loss_chart = dom
+            .split("id=\"loss-chart\"")
+            .nth(1)
+            .and_then(|rest| rest.split("</svg>").next())
+            .unwrap_or_default();
+        assert!(
+            loss_chart.contains("<circle"),
+            "a loss chart with points: {dom}"
+        );
+        assert!(screenshot.exists(), "a screenshot was taken");
+        if let Ok(keep) = std::env::var("RINGFLOW_UI_SCREENSHOT") {
+            std::fs::copy(&screenshot, keep).unwrap();
+        }
+    }
+
+    let (status, stderr) = run.finish();
+    assert!(status.success(), "{stderr}");
+}
+
+/// Chromium for the browser check: required where `RINGFLOW_REQUIRE_BROWSER` is set (as
+/// `.ci/run` does after installing it), optional elsewhere.
+fn chromium() -> Option<String> {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        if found.is_some() {
+            return found;
+        }
+    }
+    assert!(
+        std::env::var_os("RINGFLOW_REQUIRE_BROWSER").is_none(),
+        "RINGFLOW_REQUIRE_BROWSER is set but no Chromium is installed"
+    );
+    eprintln!("no Chromium: the browser check of the UI is skipped");
+    None
+}
+
+/// The page's DOM after its scripts ran for a few seconds, and a screenshot of it.
+fn render(chromium: &str, url: &str, screenshot: &std::path::Path) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let common = [
+        "--headless".to_string(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        format!("--user-data-dir={}", s(profile.path())),
+        "--virtual-time-budget=4000".into(),
+        "--window-size=1400,1000".into(),
+    ];
+    let shot = Command::new(chromium)
+        .args(&common)
+        .arg(format!("--screenshot={}", s(screenshot)))
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        shot.status.success(),
+        "chromium screenshot: {}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let dump = Command::new(chromium)
+        .args(&common)
+        .arg("--dump-dom")
+        .arg(url)
+        .output()
+        .unwrap();
+    assert!(
+        dump.status.success(),
+        "chromium --dump-dom: {}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    String::from_utf8_lossy(&dump.stdout).into_owned()
+}
