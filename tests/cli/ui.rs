@@ -207,6 +207,14 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
     ] {
         assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
     }
+    let forward_steps: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("ringflow_step_phase_seconds_count{") && l.contains("phase=\"forward\"")
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no forward-phase histogram:\n{metrics}"));
+    assert!(forward_steps > 0.0, "{metrics}");
 
     // Browser check: Chromium renders the page against the live job.
     if let Some(chromium) = chromium() {

@@ -2,7 +2,8 @@
 //!
 //! Everything is computed from the scheduler at scrape time: job and executor counts, and per
 //! job its steps, samples, loss, throughput, all-reduce seconds and bytes, and a histogram of
-//! step-phase times built from the ranks' per-epoch phase reports.
+//! step-phase times built from every rank's per-step spans (the same ones `--timeline` draws),
+//! or, where a job has none, from its per-epoch phase totals.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -65,6 +66,8 @@ struct JobTotals {
 fn totals(job: &Job) -> JobTotals {
     let mut t = JobTotals::default();
     let mut finished_steps = 0;
+    let mut spans_seen = false;
+    let mut epoch_phases = Vec::new();
     for e in job.events() {
         match &e.event {
             Some(Event::Step(s)) => {
@@ -80,13 +83,47 @@ fn totals(job: &Job) -> JobTotals {
                 t.samples_per_s = Some(d.samples_per_s);
                 if let Some(p) = &d.phases {
                     t.allreduce_s += p.allreduce * job.ranks().len().max(1) as f64;
-                    observe_phases(&mut t, p, d.steps);
+                    epoch_phases.push((*p, d.steps));
+                }
+            }
+            Some(Event::Spans(ranks)) => {
+                for s in &ranks.spans {
+                    spans_seen = true;
+                    for (name, seconds) in [
+                        ("data", s.data),
+                        ("forward", s.forward),
+                        ("backward", s.backward),
+                        ("allreduce", s.allreduce),
+                        ("optimizer", s.optimizer),
+                    ] {
+                        observe(&mut t, name, seconds as f64, 1);
+                    }
                 }
             }
             _ => {}
         }
     }
+    if !spans_seen {
+        for (p, steps) in &epoch_phases {
+            observe_phases(&mut t, p, *steps);
+        }
+    }
     t
+}
+
+/// Adds `count` observations of `seconds` to phase `name`'s histogram.
+fn observe(t: &mut JobTotals, name: &'static str, seconds: f64, count: u64) {
+    let entry = t
+        .phases
+        .entry(name)
+        .or_insert(([0; PHASE_BUCKETS.len()], 0.0, 0));
+    for (i, &bound) in PHASE_BUCKETS.iter().enumerate() {
+        if seconds <= bound {
+            entry.0[i] += count;
+        }
+    }
+    entry.1 += seconds * count as f64;
+    entry.2 += count;
 }
 
 /// Adds an epoch's mean per-step phase times as `steps` observations each.
@@ -101,18 +138,7 @@ fn observe_phases(t: &mut JobTotals, p: &pb::PhaseTimes, steps: u64) {
         ("allreduce", p.allreduce),
         ("optimizer", p.optimizer),
     ] {
-        let per_step = seconds / steps as f64;
-        let entry = t
-            .phases
-            .entry(name)
-            .or_insert(([0; PHASE_BUCKETS.len()], 0.0, 0));
-        for (i, &bound) in PHASE_BUCKETS.iter().enumerate() {
-            if per_step <= bound {
-                entry.0[i] += steps;
-            }
-        }
-        entry.1 += seconds;
-        entry.2 += steps;
+        observe(t, name, seconds / steps as f64, steps);
     }
 }
 
@@ -254,7 +280,8 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
     f.header(
         "ringflow_step_phase_seconds",
         "histogram",
-        "Time per training step in each phase (each epoch's mean per step, once per step).",
+        "Time per training step in each phase, every rank's steps (from per-epoch means where a \
+         job sent no step spans).",
     );
     for (j, t) in &jobs {
         for (phase, (buckets, sum, count)) in &t.phases {
