@@ -181,6 +181,40 @@ scale = 255.0
     )
 }
 
+/// Writes `<dir>/<name>.toml`: a small MLP (784-32-10) on the committed MNIST data with SGD,
+/// checkpoints in `ckpt`. Returns the spec's path.
+pub fn small_mnist_job(
+    dir: &Path,
+    name: &str,
+    executors: usize,
+    epochs: u64,
+    batch_size: usize,
+    ckpt: &Path,
+) -> String {
+    job(
+        dir,
+        name,
+        &format!(
+            r#"name = "{name}"
+{data}
+[model]
+kind = "mlp"
+layers = [784, 32, 10]
+activation = "relu"
+[train]
+epochs = {epochs}
+batch_size = {batch_size}
+optimizer = {{ kind = "sgd", lr = 0.1, momentum = 0.9 }}
+[cluster]
+executors = {executors}
+checkpoint_dir = "{ckpt}"
+"#,
+            data = mnist_data(),
+            ckpt = s(ckpt),
+        ),
+    )
+}
+
 /// A temporary directory's path as a string, for specs and arguments.
 pub fn s(p: &Path) -> String {
     p.display().to_string()

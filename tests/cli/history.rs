@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::helpers::{job, mnist_data, ringflow, s, summary};
+use crate::helpers::{job, mnist_data, ringflow, s, small_mnist_job, summary};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -18,28 +18,7 @@ const LIMIT: Duration = Duration::from_secs(300);
 fn event_log_history_and_timeline_of_a_two_executor_job() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = dir.path().join("ckpt");
-    let spec = job(
-        dir.path(),
-        "hist",
-        &format!(
-            r#"name = "hist"
-{data}
-[model]
-kind = "mlp"
-layers = [784, 32, 10]
-activation = "relu"
-[train]
-epochs = 2
-batch_size = 256
-optimizer = {{ kind = "sgd", lr = 0.1, momentum = 0.9 }}
-[cluster]
-executors = 2
-checkpoint_dir = "{ckpt}"
-"#,
-            data = mnist_data(),
-            ckpt = s(&ckpt),
-        ),
-    );
+    let spec = small_mnist_job(dir.path(), "hist", 2, 2, 256, &ckpt);
     let trace_path = dir.path().join("T.json");
     let out = dir.path().join("summary.json");
     let run = ringflow(

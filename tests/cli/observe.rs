@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::helpers::{job, mnist_data, ringflow, ringflow_env, s, summary};
+use crate::helpers::{ringflow, ringflow_env, s, small_mnist_job, summary};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -61,28 +61,7 @@ fn points(scalars: &serde_json::Value, tag: &str) -> Vec<(u64, f64)> {
 #[test]
 fn tensorboard_event_files_read_back_with_tensorboard() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = job(
-        dir.path(),
-        "tb",
-        &format!(
-            r#"name = "tb"
-{data}
-[model]
-kind = "mlp"
-layers = [784, 32, 10]
-activation = "relu"
-[train]
-epochs = 2
-batch_size = 128
-optimizer = {{ kind = "sgd", lr = 0.1, momentum = 0.9 }}
-[cluster]
-executors = 1
-checkpoint_dir = "{ckpt}"
-"#,
-            data = mnist_data(),
-            ckpt = s(&dir.path().join("run")),
-        ),
-    );
+    let spec = small_mnist_job(dir.path(), "tb", 1, 2, 128, &dir.path().join("run"));
     let tb = dir.path().join("tb/run-1");
     let out = dir.path().join("summary.json");
     // 5 ms more per step (469 steps an epoch) makes each epoch outlast the executors' 1 s

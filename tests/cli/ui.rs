@@ -120,28 +120,7 @@ fn json(url: &str) -> serde_json::Value {
 
 /// Long enough that the job is still training while the test looks.
 fn start_job(dir: &std::path::Path) -> (Running, String) {
-    let spec = job(
-        dir,
-        "ui",
-        &format!(
-            r#"name = "ui"
-{data}
-[model]
-kind = "mlp"
-layers = [784, 64, 10]
-
-[train]
-epochs = 20
-batch_size = 128
-
-[cluster]
-executors = 2
-checkpoint_dir = "{ckpt}"
-"#,
-            data = mnist_data(),
-            ckpt = s(&dir.join("run")),
-        ),
-    );
+    let spec = small_mnist_job(dir, "ui", 2, 20, 128, &dir.join("run"));
     let run = Running::start(&["local".into(), spec, "--ui".into(), "127.0.0.1:0".into()]);
     let line = run.wait_for("web UI at ");
     let url = line.split("web UI at ").nth(1).unwrap().trim().to_string();
