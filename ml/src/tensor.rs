@@ -451,56 +451,50 @@ impl Tensor {
     /// ([`Device::pin_host`]) the copies run by DMA. `dst.len()` must equal the parameters'
     /// total size.
     pub fn gather_grads(params: &[Tensor], dst: &mut [f32]) -> Result<()> {
-        let total: usize = params.iter().map(Tensor::numel).sum();
-        if total != dst.len() {
-            return Err(MlError::invalid(
-                "gather_grads",
-                format!(
-                    "{} values do not match {total} gradient elements",
-                    dst.len()
-                ),
-            ));
-        }
-        let mut at = 0;
-        let mut devices = Vec::new();
-        for p in params {
-            let n = p.numel();
-            let out = &mut dst[at..at + n];
+        Self::each_grad_range("gather_grads", params, dst.len(), |p, range| {
+            let out = &mut dst[range];
             let g = lock(&p.0.grad);
             match (&g.storage, g.stale) {
-                (Some(s), false) => s.queue_copy_to_slice(out)?,
-                _ => out.fill(0.0),
+                (Some(s), false) => s.queue_copy_to_slice(out),
+                _ => {
+                    out.fill(0.0);
+                    Ok(())
+                }
             }
-            if !devices.contains(&p.device()) {
-                devices.push(p.device());
-            }
-            at += n;
-        }
-        devices.into_iter().try_for_each(Device::synchronize)
+        })
     }
 
     /// Overwrites the gradients of `params` from `src` (back to back, as [`Tensor::gather_grads`]
     /// wrote them), waiting once for all the copies.
     pub fn scatter_grads(params: &[Tensor], src: &[f32]) -> Result<()> {
+        Self::each_grad_range("scatter_grads", params, src.len(), |p, range| {
+            p.copy_grad_from_slice(&src[range])
+        })
+    }
+
+    /// Calls `f` with each parameter and its range in a flat buffer of `len` values (which must
+    /// be their total size), then waits once for every device involved.
+    fn each_grad_range(
+        op: &'static str,
+        params: &[Tensor],
+        len: usize,
+        mut f: impl FnMut(&Tensor, std::ops::Range<usize>) -> Result<()>,
+    ) -> Result<()> {
         let total: usize = params.iter().map(Tensor::numel).sum();
-        if total != src.len() {
+        if total != len {
             return Err(MlError::invalid(
-                "scatter_grads",
-                format!(
-                    "{} values do not match {total} gradient elements",
-                    src.len()
-                ),
+                op,
+                format!("{len} values do not match {total} gradient elements"),
             ));
         }
         let mut at = 0;
         let mut devices = Vec::new();
         for p in params {
-            let n = p.numel();
-            p.copy_grad_from_slice(&src[at..at + n])?;
+            f(p, at..at + p.numel())?;
             if !devices.contains(&p.device()) {
                 devices.push(p.device());
             }
-            at += n;
+            at += p.numel();
         }
         devices.into_iter().try_for_each(Device::synchronize)
     }
@@ -527,13 +521,15 @@ impl Tensor {
     /// Overwrites the accumulated gradient from `src` (after an all-reduce, for instance).
     pub fn copy_grad_from_slice(&self, src: &[f32]) -> Result<()> {
         self.check_len("copy_grad_from_slice", src.len())?;
-        let shape = cpu::from_vec(self.shape(), src.to_vec());
         self.write_grad(|slot| match slot {
             GradWrite::Add(buf) | GradWrite::Overwrite(buf) => {
                 buf.copy_from_slice(src)?;
                 Ok(None)
             }
-            GradWrite::New => Storage::from_host(shape, self.device()).map(Some),
+            GradWrite::New => {
+                Storage::from_host(cpu::from_vec(self.shape(), src.to_vec()), self.device())
+                    .map(Some)
+            }
         })
     }
 

@@ -571,24 +571,24 @@ mod tests {
         }
     }
 
+    fn submitted(resumed_from: Option<ResumedFrom>) -> Event {
+        Event::Submitted {
+            name: "m".into(),
+            kind: "train".into(),
+            executors: 2,
+            epochs: Some(2),
+            steps_per_epoch: Some(10),
+            rows: Some(1280),
+            batch_size: Some(64),
+            model: Some("mlp".into()),
+            device: Some("cpu".into()),
+            resumed_from,
+        }
+    }
+
     fn sample() -> Vec<Record> {
         vec![
-            rec(
-                "m-0001",
-                0.0,
-                Event::Submitted {
-                    name: "m".into(),
-                    kind: "train".into(),
-                    executors: 2,
-                    epochs: Some(2),
-                    steps_per_epoch: Some(10),
-                    rows: Some(1280),
-                    batch_size: Some(64),
-                    model: Some("mlp".into()),
-                    device: Some("cpu".into()),
-                    resumed_from: None,
-                },
-            ),
+            rec("m-0001", 0.0, submitted(None)),
             rec(
                 "m-0001",
                 0.5,
@@ -641,21 +641,10 @@ mod tests {
             rec(
                 "m-0001",
                 0.0,
-                Event::Submitted {
-                    name: "m".into(),
-                    kind: "train".into(),
-                    executors: 2,
-                    epochs: Some(2),
-                    steps_per_epoch: Some(10),
-                    rows: Some(1280),
-                    batch_size: Some(64),
-                    model: Some("mlp".into()),
-                    device: Some("cpu".into()),
-                    resumed_from: Some(ResumedFrom {
-                        epochs_done: 1,
-                        step: 10,
-                    }),
-                },
+                submitted(Some(ResumedFrom {
+                    epochs_done: 1,
+                    step: 10,
+                })),
             ),
             rec(
                 "m-0002",

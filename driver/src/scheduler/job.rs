@@ -409,7 +409,8 @@ impl Job {
         if spans.len() >= room {
             spans.truncate(room);
             self.message(format!(
-                "timeline: the job keeps the first {MAX_JOB_SPANS} step spans of its ranks; later                  steps are left out"
+                "timeline: the job keeps the first {MAX_JOB_SPANS} step spans of its ranks; later \
+                 steps are left out"
             ));
         }
         self.spans_kept += spans.len();

@@ -834,21 +834,15 @@ device = "{device}"
     #[test]
     fn cpu_jobs_and_benchmarks_run_on_any_executor() {
         let now = Instant::now();
-        let mut s = sched();
-        s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
-            .unwrap();
-        s.register(info("cpu-1", "host-2", 5), now).unwrap();
-        let train = s.submit(train_on("cpu", 2), now);
-        s.tick(now);
-        assert_eq!(s.job(&train).unwrap().state, pb::JobState::Running);
-
-        let mut s = sched();
-        s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
-            .unwrap();
-        s.register(info("cpu-1", "host-2", 5), now).unwrap();
-        let bench = s.submit(bench(2), now);
-        s.tick(now);
-        assert_eq!(s.job(&bench).unwrap().state, pb::JobState::Running);
+        for kind in [train_on("cpu", 2), bench(2)] {
+            let mut s = sched();
+            s.register(with_devices("gpu-1", "host-1", 5, &["cpu", "cuda:0"]), now)
+                .unwrap();
+            s.register(info("cpu-1", "host-2", 5), now).unwrap();
+            let id = s.submit(kind, now);
+            s.tick(now);
+            assert_eq!(s.job(&id).unwrap().state, pb::JobState::Running);
+        }
     }
 
     #[test]

@@ -50,6 +50,16 @@ pub struct PhaseTimes {
     pub optimizer: f64,
 }
 
+impl std::ops::AddAssign for PhaseTimes {
+    fn add_assign(&mut self, o: PhaseTimes) {
+        self.data += o.data;
+        self.forward += o.forward;
+        self.backward += o.backward;
+        self.allreduce += o.allreduce;
+        self.optimizer += o.optimizer;
+    }
+}
+
 impl PhaseTimes {
     /// The sum of all phases.
     pub fn total(&self) -> f64 {

@@ -301,11 +301,7 @@ pub fn run_task(
                     allreduce: (t4 - t3).as_secs_f64(),
                     optimizer: (t5 - t4).as_secs_f64(),
                 };
-                phases.data += step_phases.data;
-                phases.forward += step_phases.forward;
-                phases.backward += step_phases.backward;
-                phases.allreduce += step_phases.allreduce;
-                phases.optimizer += step_phases.optimizer;
+                phases += step_phases;
                 spans.record(epoch, step, t0, step_phases);
                 if !loss_value.is_finite() {
                     return Err(ExecutorError::Spec(format!(

@@ -102,18 +102,28 @@ extern "C" __global__ void binary_row(int op, long long n, long long cols, const
     GRID_STRIDE(i, n) { out[i] = binary_f(op, a[i], row[i % cols]); }
 }
 
+// The offsets through strides `s.sa` and `s.sb` of element `i` of the index space `s.dims`
+// (row-major).
+__device__ __forceinline__ void strided_offsets(long long i, const Strided& s, long long* oa,
+                                                long long* ob) {
+    long long rest = i, a = 0, b = 0;
+    for (int d = s.ndim - 1; d >= 0; --d) {
+        long long c = rest % s.dims[d];
+        rest /= s.dims[d];
+        a += c * s.sa[d];
+        b += c * s.sb[d];
+    }
+    *oa = a;
+    *ob = b;
+}
+
 // General broadcasting: `s.dims` is the output shape, `s.sa`/`s.sb` the strides of `a`/`b`
 // in it (0 along broadcast dimensions).
 extern "C" __global__ void binary_bcast(int op, long long n, Strided s, const float* a,
                                         const float* b, float* out) {
     GRID_STRIDE(i, n) {
-        long long rest = i, oa = 0, ob = 0;
-        for (int d = s.ndim - 1; d >= 0; --d) {
-            long long c = rest % s.dims[d];
-            rest /= s.dims[d];
-            oa += c * s.sa[d];
-            ob += c * s.sb[d];
-        }
+        long long oa, ob;
+        strided_offsets(i, s, &oa, &ob);
         out[i] = binary_f(op, a[oa], b[ob]);
     }
 }
@@ -122,13 +132,8 @@ extern "C" __global__ void binary_bcast(int op, long long n, Strided s, const fl
 // narrow, concat and expand_axis are all this copy with different strides.
 extern "C" __global__ void strided_copy(long long n, Strided s, const float* x, float* out) {
     GRID_STRIDE(i, n) {
-        long long rest = i, ox = 0, oo = 0;
-        for (int d = s.ndim - 1; d >= 0; --d) {
-            long long c = rest % s.dims[d];
-            rest /= s.dims[d];
-            ox += c * s.sa[d];
-            oo += c * s.sb[d];
-        }
+        long long ox, oo;
+        strided_offsets(i, s, &ox, &oo);
         out[oo] = x[ox];
     }
 }

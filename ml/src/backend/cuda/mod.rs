@@ -263,16 +263,22 @@ impl CudaStorage {
     /// A copy on the same device.
     pub fn duplicate(&self) -> Result<CudaStorage> {
         let mut out = self.alloc_like(&self.shape)?;
-        if self.len > 0 {
-            let n = self.len;
-            let src = self.buf().slice(0..n);
-            let mut dst = out.block.as_mut().expect("held").slice_mut(0..n);
-            self.gpu
-                .stream
-                .memcpy_dtod(&src, &mut dst)
-                .map_err(|e| self.gpu.fail("copying on the device", e))?;
-        }
+        self.copy_into(&mut out)?;
         Ok(out)
+    }
+
+    /// Copies the elements over `dst`'s (same element count), on the device.
+    fn copy_into(&self, dst: &mut CudaStorage) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let n = self.len;
+        let src = self.buf().slice(0..n);
+        let mut to = dst.buf_mut().slice_mut(0..n);
+        self.gpu
+            .stream
+            .memcpy_dtod(&src, &mut to)
+            .map_err(|e| self.gpu.fail("copying on the device", e))
     }
 
     /// The device address of the elements, for libraries that take raw pointers (NCCL).
