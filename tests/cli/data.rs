@@ -239,7 +239,7 @@ fn executors_that_cannot_read_the_data_get_it_from_the_driver() {
     std::fs::copy(mnist("test"), data.join("test.parquet")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut driver = Daemon::start_in(
-        &["driver", "--bind", "127.0.0.1:0"],
+        &["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"],
         "driver listening on ",
         driver_dir.path(),
     );

@@ -168,7 +168,10 @@ checkpoint_dir = "{ckpt}"
 #[test]
 fn standalone_driver_executors_and_rendezvous_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let mut driver = Daemon::start(&["driver", "--bind", "127.0.0.1:0"], "driver listening on ");
+    let mut driver = Daemon::start(
+        &["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"],
+        "driver listening on ",
+    );
     let url = driver.ready_line.trim().to_string();
     let spec = |n: usize, timeout: u64, name: &str| {
         job(
@@ -373,6 +376,7 @@ impl Daemon {
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut ready_line = None;
+        let mut seen = Vec::new();
         while Instant::now() < deadline {
             match lines.next() {
                 Some(Ok(line)) => {
@@ -380,6 +384,7 @@ impl Daemon {
                         ready_line = Some(rest.to_string());
                         break;
                     }
+                    seen.push(line);
                 }
                 _ => break,
             }
@@ -387,7 +392,10 @@ impl Daemon {
         std::thread::spawn(move || for _ in lines {});
         let Some(ready_line) = ready_line else {
             let _ = child.kill();
-            panic!("ringflow {args:?} never printed {ready:?}");
+            panic!(
+                "ringflow {args:?} never printed {ready:?}; it printed:\n{}",
+                seen.join("\n")
+            );
         };
         Daemon { child, ready_line }
     }
