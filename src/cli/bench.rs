@@ -16,6 +16,7 @@ use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, Tensor, loss, rng};
 use ringflow_proto::pb;
+use ringflow_proto::security::{ClientSecurity, Secret};
 
 use super::children::Children;
 use super::progress::Observer;
@@ -78,6 +79,10 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         .floats
         .unwrap_or_else(|| ((args.size_mb * 1048576.0) / 4.0).round() as u64);
     let bytes = floats * 4;
+    let security = ClientSecurity {
+        secret: Some(Secret::generate()),
+        tls: None,
+    };
     let rt = super::runtime()?;
     rt.block_on(async {
         let driver = service::start(
@@ -86,12 +91,14 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
                 scheduler: SchedulerConfig::default(),
                 ui: None,
                 ui_next_free_port: false,
+                secret: security.secret.clone(),
+                tls: None,
             },
             ModelRegistry::default(),
         )
         .await?;
-        let mut children = Children::spawn(args.ranks, &driver.url(), 1, "warn")?;
-        let mut client = submit::connect(&driver.url()).await?;
+        let mut children = Children::spawn(args.ranks, &driver.url(), &security, 1, "warn")?;
+        let mut client = submit::connect(&driver.url(), &security).await?;
         let job_id = client
             .submit(pb::SubmitRequest {
                 protocol_version: ringflow_proto::PROTOCOL_VERSION,
@@ -106,7 +113,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
                 ..Default::default()
             })
             .await
-            .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+            .map_err(super::submit::rpc_error)?
             .into_inner()
             .job_id;
         let watched = submit::watch(&mut client, &job_id, &mut Observer::show_only()).await;

@@ -4,10 +4,12 @@
 //! started with `--exit-with-driver`, so it also exits when it cannot reach the driver. On a
 //! normal end or a signal the parent stops them itself: SIGTERM, a grace period, then SIGKILL.
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use ringflow_proto::security::{ClientSecurity, SECRET_ENV};
 
 /// The running executor processes.
 pub struct Children {
@@ -20,6 +22,7 @@ impl Children {
     pub fn spawn(
         n: usize,
         driver_url: &str,
+        security: &ClientSecurity,
         threads: usize,
         log: &str,
     ) -> anyhow::Result<Children> {
@@ -42,6 +45,9 @@ impl Children {
                 "--log",
                 log,
             ])
+            // The secret travels in the environment, never on a command line.
+            .env_remove("RINGFLOW_SECRET_FILE")
+            .env_remove(SECRET_ENV)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -55,6 +61,9 @@ impl Children {
                     }
                     Ok(())
                 });
+            }
+            if let Some(secret) = &security.secret {
+                cmd.env(SECRET_ENV, std::ffi::OsStr::from_bytes(secret.expose()));
             }
             let child = cmd.spawn().context("cannot start an executor process")?;
             procs.push(child);

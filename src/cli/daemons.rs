@@ -13,6 +13,7 @@ use ringflow_driver::service::{self, DriverConfig};
 use ringflow_executor::worker::{self, ExecutorConfig};
 use ringflow_ml::nn::ModelRegistry;
 
+use super::security::SecurityArgs;
 use super::signals::{shutdown_signal, stop_flag_on_signal};
 
 #[derive(Args)]
@@ -25,10 +26,13 @@ pub struct DriverArgs {
     #[arg(long, default_value_t = 15)]
     executor_timeout: u64,
 
-    /// Address of the web UI, its JSON API (/api/v1) and Prometheus metrics (/metrics);
-    /// `off` serves none.
+    /// Address of the web UI, its JSON API (/api/v1), Prometheus metrics (/metrics) and the
+    /// health probes (/healthz, /readyz); `off` serves none.
     #[arg(long, default_value = "127.0.0.1:4040")]
     ui: String,
+
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 impl TryFrom<&DriverArgs> for DriverConfig {
@@ -39,6 +43,7 @@ impl TryFrom<&DriverArgs> for DriverConfig {
             a.executor_timeout >= 2,
             "--executor-timeout must be at least 2 seconds"
         );
+        let (secret, tls) = a.security.server()?;
         Ok(DriverConfig {
             bind: a.bind,
             scheduler: SchedulerConfig {
@@ -47,6 +52,8 @@ impl TryFrom<&DriverArgs> for DriverConfig {
             },
             ui: super::local::parse_ui(&a.ui)?,
             ui_next_free_port: false,
+            secret,
+            tls,
         })
     }
 }
@@ -94,6 +101,13 @@ pub struct ExecutorArgs {
     /// Print nothing but errors (used for the executors that `ringflow local` starts).
     #[arg(long)]
     quiet: bool,
+
+    /// Serve the health probes /healthz and /readyz (200 once registered) on this address.
+    #[arg(long, value_name = "ADDR")]
+    health: Option<SocketAddr>,
+
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 impl TryFrom<&ExecutorArgs> for ExecutorConfig {
@@ -114,6 +128,8 @@ impl TryFrom<&ExecutorArgs> for ExecutorConfig {
             advertise: a.advertise.clone(),
             exit_with_driver: a.exit_with_driver.map(Duration::from_secs),
             quiet: a.quiet,
+            security: a.security.client()?,
+            health: a.health,
         })
     }
 }

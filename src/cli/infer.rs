@@ -32,6 +32,9 @@ pub struct ClusterArgs {
     #[arg(long, env = "RINGFLOW_DRIVER")]
     driver: Option<String>,
 
+    #[command(flatten)]
+    security: super::security::SecurityArgs,
+
     /// Write the summary as JSON to this file.
     #[arg(long, value_name = "PATH")]
     summary_json: Option<PathBuf>,
@@ -82,6 +85,7 @@ fn run(
     match &cluster.driver {
         Some(url) => submit::follow(
             url,
+            &cluster.security.client()?,
             request,
             cluster.summary_json.as_ref(),
             Observer::show_only(),

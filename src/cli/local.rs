@@ -11,6 +11,7 @@ use ringflow_driver::service::{self, DriverConfig};
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
+use ringflow_proto::security::{ClientSecurity, Secret};
 
 use super::children::Children;
 use super::progress::Observer;
@@ -104,6 +105,10 @@ pub fn run_local(
     timeline: Option<Timeline>,
 ) -> anyhow::Result<ExitCode> {
     let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
+    let security = ClientSecurity {
+        secret: Some(Secret::generate()),
+        tls: None,
+    };
     let rt = super::runtime()?;
     rt.block_on(async {
         let driver = service::start(
@@ -112,6 +117,9 @@ pub fn run_local(
                 scheduler: local_timing(),
                 ui,
                 ui_next_free_port: true,
+                // Only the executors started below may register: they get a fresh secret.
+                secret: Some(security.secret.clone().expect("generated")),
+                tls: None,
             },
             registry,
         )
@@ -120,7 +128,7 @@ pub fn run_local(
             eprintln!("web UI at {ui}");
         }
         let url = driver.url();
-        let mut client = submit::connect(&url).await?;
+        let mut client = submit::connect(&url, &security).await?;
         let whose = match pb::TaskKind::try_from(request.kind) {
             Ok(pb::TaskKind::Eval | pb::TaskKind::Predict) => "the saved model's",
             _ => "the job's",
@@ -139,7 +147,7 @@ pub fn run_local(
                 return Err(e);
             }
         };
-        let mut children = Children::spawn(n, &url, threads, &log)?;
+        let mut children = Children::spawn(n, &url, &security, threads, &log)?;
         eprintln!(
             "started {n} executor processes (pids {}) for driver {url}",
             children

@@ -7,6 +7,7 @@ mod history;
 mod infer;
 mod local;
 mod progress;
+mod security;
 mod signals;
 mod sql;
 mod status;

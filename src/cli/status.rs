@@ -5,11 +5,16 @@ use std::process::ExitCode;
 use clap::Args;
 use ringflow_proto::pb;
 
+use super::security::SecurityArgs;
+
 #[derive(Args)]
 pub struct StatusArgs {
     /// The driver's URL.
     #[arg(long, env = "RINGFLOW_DRIVER")]
     driver: String,
+
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 #[derive(Args)]
@@ -20,6 +25,9 @@ pub struct CancelArgs {
     /// The driver's URL.
     #[arg(long, env = "RINGFLOW_DRIVER")]
     driver: String,
+
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -37,11 +45,17 @@ fn state_name(s: i32) -> &'static str {
 pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     rt.block_on(async {
-        let mut c = super::submit::connect(&args.driver).await?;
-        let jobs = c.list_jobs(pb::ListJobsRequest {}).await?.into_inner().jobs;
+        let mut c = super::submit::connect(&args.driver, &args.security.client()?).await?;
+        let jobs = c
+            .list_jobs(pb::ListJobsRequest {})
+            .await
+            .map_err(super::submit::rpc_error)?
+            .into_inner()
+            .jobs;
         let execs = c
             .list_executors(pb::ListExecutorsRequest {})
-            .await?
+            .await
+            .map_err(super::submit::rpc_error)?
             .into_inner()
             .executors;
         println!("JOBS ({})", jobs.len());
@@ -91,13 +105,13 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     rt.block_on(async {
-        let mut c = super::submit::connect(&args.driver).await?;
+        let mut c = super::submit::connect(&args.driver, &args.security.client()?).await?;
         let reply = c
             .cancel(pb::CancelRequest {
                 job_id: args.job.clone(),
             })
             .await
-            .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+            .map_err(super::submit::rpc_error)?;
         if reply.into_inner().cancelled {
             println!("cancelled job {}", args.job);
         } else {

@@ -8,11 +8,13 @@ use anyhow::Context;
 use clap::Args;
 use ringflow_driver::JobSummary;
 use ringflow_proto::pb::{self, jobs_client::JobsClient};
+use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity, error_chain, status_line};
 use ringflow_proto::spec::JobSpec;
-use tonic::transport::{Channel, Endpoint};
+use tonic::service::interceptor::InterceptedService;
 
 use super::JobArgs;
 use super::progress::Observer;
+use super::security::SecurityArgs;
 use super::signals::{Signal, shutdown_signal};
 use super::timeline::Timeline;
 
@@ -21,15 +23,21 @@ pub struct SubmitArgs {
     #[command(flatten)]
     job: JobArgs,
 
-    /// The driver's URL, e.g. http://10.0.0.1:7077.
+    /// The driver's URL, e.g. http://10.0.0.1:7077 (https:// with TLS).
     #[arg(long, env = "RINGFLOW_DRIVER")]
     driver: String,
+
+    #[command(flatten)]
+    security: SecurityArgs,
 }
 
+/// A client of a driver's job service.
+pub type Client = JobsClient<AuthenticatedChannel>;
+
 /// Connects to a driver's job service (keepalives detect a driver that vanished).
-pub async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
-    let endpoint = Endpoint::from_shared(url.to_string())
-        .with_context(|| format!("bad driver URL {url:?}"))?
+pub async fn connect(url: &str, security: &ClientSecurity) -> anyhow::Result<Client> {
+    let endpoint = security
+        .endpoint(url)?
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(Duration::from_secs(5))
         .keep_alive_timeout(Duration::from_secs(10))
@@ -37,8 +45,11 @@ pub async fn connect(url: &str) -> anyhow::Result<JobsClient<Channel>> {
     let channel = endpoint
         .connect()
         .await
-        .with_context(|| format!("cannot reach the driver at {url}"))?;
-    Ok(JobsClient::new(channel))
+        .map_err(|e| anyhow::anyhow!("cannot reach the driver at {url}: {}", error_chain(&e)))?;
+    Ok(JobsClient::new(InterceptedService::new(
+        channel,
+        security.interceptor(),
+    )))
 }
 
 /// Makes a relative local path that exists here absolute, so that a driver and executors
@@ -82,15 +93,20 @@ pub fn train_request(spec: &JobSpec, file: &Path) -> pb::SubmitRequest {
     }
 }
 
+/// A failed call to the driver as one sentence: its message, saying that the driver refused
+/// the caller when the shared secret was missing or wrong.
+pub fn rpc_error(s: tonic::Status) -> anyhow::Error {
+    match s.code() {
+        tonic::Code::Unauthenticated => {
+            anyhow::anyhow!("the driver refused this request: {}", s.message())
+        }
+        _ => anyhow::anyhow!(status_line(&s)),
+    }
+}
+
 /// Submits a job; returns its id. Planning errors come back as one sentence.
-pub async fn submit(
-    client: &mut JobsClient<Channel>,
-    request: pb::SubmitRequest,
-) -> anyhow::Result<String> {
-    let reply = client
-        .submit(request)
-        .await
-        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+pub async fn submit(client: &mut Client, request: pb::SubmitRequest) -> anyhow::Result<String> {
+    let reply = client.submit(request).await.map_err(rpc_error)?;
     Ok(reply.into_inner().job_id)
 }
 
@@ -105,7 +121,7 @@ pub enum Watched {
 /// Follows a job's events, handing them to `observer` (which shows them), until its summary (or
 /// a signal).
 pub async fn watch(
-    client: &mut JobsClient<Channel>,
+    client: &mut Client,
     job_id: &str,
     observer: &mut Observer,
 ) -> anyhow::Result<Watched> {
@@ -115,7 +131,7 @@ pub async fn watch(
 }
 
 async fn watch_events(
-    client: &mut JobsClient<Channel>,
+    client: &mut Client,
     job_id: &str,
     observer: &mut Observer,
 ) -> anyhow::Result<Watched> {
@@ -124,7 +140,7 @@ async fn watch_events(
             job_id: job_id.to_string(),
         })
         .await
-        .map_err(|s| anyhow::anyhow!("{}", s.message()))?
+        .map_err(rpc_error)?
         .into_inner();
     let signal = shutdown_signal();
     tokio::pin!(signal);
@@ -177,6 +193,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let timeline = args.job.timeline()?;
     follow(
         &args.driver,
+        &args.security.client()?,
         args.job.request(&spec),
         args.job.summary_json.as_ref(),
         observer,
@@ -188,6 +205,7 @@ pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
 /// `observer` (and writing its `--timeline`).
 pub fn follow(
     url: &str,
+    security: &ClientSecurity,
     request: pb::SubmitRequest,
     summary_json: Option<&PathBuf>,
     mut observer: Observer,
@@ -195,7 +213,7 @@ pub fn follow(
 ) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     rt.block_on(async {
-        let mut client = connect(url).await?;
+        let mut client = connect(url, security).await?;
         let job_id = submit(&mut client, request).await?;
         eprintln!("submitted job {job_id} to {url}");
         let recorder = timeline.map(|t| t.follow(&client, &job_id));

@@ -2,12 +2,17 @@
 //! the command line, the Arrow Flight service ([`flight`]) that serves partitions to executors
 //! that cannot read the data, all on one port, and a ticker that drives the [`Scheduler`]'s
 //! timed rules.
+//!
+//! With a shared secret every call must carry a valid token ([`auth`]); with TLS the port
+//! speaks only TLS.
 
+mod auth;
 mod executors;
 mod flight;
 mod jobs;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -16,9 +21,11 @@ use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb::executors_server::ExecutorsServer;
 use ringflow_proto::pb::jobs_server::JobsServer;
+use ringflow_proto::security::{Secret, ServerTls};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::interceptor::InterceptedService;
 
 use crate::error::{DriverError, Result};
 use crate::scheduler::{Refusal, Scheduler, SchedulerConfig};
@@ -32,6 +39,10 @@ pub(crate) struct Shared {
     /// Woken when tasks may have become available.
     task_ready: Notify,
     registry: ModelRegistry,
+    /// The cluster's shared secret, which the web UI's write actions require too.
+    pub(crate) secret: Option<Secret>,
+    /// Whether the control plane is serving (false once it stops): the `/readyz` answer.
+    pub(crate) serving: AtomicBool,
 }
 
 impl Shared {
@@ -66,6 +77,11 @@ pub struct DriverConfig {
     /// When the UI's port is taken, try the next ones (and finally any free port) instead of
     /// failing: for embedded drivers, several of which may run at once.
     pub ui_next_free_port: bool,
+    /// The shared secret every caller must prove (`None`: anyone who reaches the port may
+    /// register executors and submit jobs).
+    pub secret: Option<Secret>,
+    /// TLS for the control plane and the web UI (`None`: plain TCP and HTTP).
+    pub tls: Option<ServerTls>,
 }
 
 /// A running driver.
@@ -78,19 +94,25 @@ pub struct DriverHandle {
     ticker: JoinHandle<()>,
     /// The web UI's address, when it is served.
     pub ui_addr: Option<SocketAddr>,
+    /// Whether both are served over TLS.
+    tls: bool,
     ui_shutdown: Option<oneshot::Sender<()>>,
     ui_server: Option<JoinHandle<()>>,
 }
 
 impl DriverHandle {
-    /// The driver's URL, `http://ADDR`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+    fn scheme(&self) -> &'static str {
+        if self.tls { "https" } else { "http" }
     }
 
-    /// The web UI's URL, `http://ADDR/`, when it is served.
+    /// The driver's URL, `http://ADDR` (`https://` with TLS).
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme(), self.addr)
+    }
+
+    /// The web UI's URL, `http://ADDR/` (`https://` with TLS), when it is served.
     pub fn ui_url(&self) -> Option<String> {
-        self.ui_addr.map(|a| format!("http://{a}/"))
+        self.ui_addr.map(|a| format!("{}://{a}/", self.scheme()))
     }
 
     /// The device job `job_id` runs on (`cluster.device`; the CPU for benchmarks), if the job
@@ -116,6 +138,7 @@ impl DriverHandle {
 
     /// Stops serving and waits for the server to end.
     pub async fn shutdown(mut self) {
+        self.shared.serving.store(false, Ordering::Relaxed);
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -174,29 +197,52 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         scheduler: Mutex::new(Scheduler::new(config.scheduler.clone(), registry.clone())),
         task_ready: Notify::new(),
         registry,
+        secret: config.secret.clone(),
+        serving: AtomicBool::new(true),
     });
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder
+            .tls_config(tls.grpc())
+            .map_err(|e| DriverError::Data(format!("cannot set up the driver's TLS: {e}")))?;
+    }
+    let verifier = auth::AuthCheck::verifier(config.secret.as_ref());
+    let check = |service| auth::AuthCheck::new(verifier.clone(), service);
+    let router = builder
+        .add_service(InterceptedService::new(
+            ExecutorsServer::new(executors::ExecutorsService(shared.clone())),
+            check("an executor"),
+        ))
+        .add_service(InterceptedService::new(
+            JobsServer::new(jobs::JobsService(shared.clone())),
+            check("a client"),
+        ))
+        .add_service(InterceptedService::new(
+            FlightServiceServer::new(flight::PartitionServer(shared.clone()))
+                .max_encoding_message_size(usize::MAX),
+            check("a data (Flight)"),
+        ));
     let (tx, rx) = oneshot::channel::<()>();
     let server = {
         let shared = shared.clone();
         tokio::spawn(async move {
-            let result = tonic::transport::Server::builder()
-                .add_service(ExecutorsServer::new(executors::ExecutorsService(
-                    shared.clone(),
-                )))
-                .add_service(JobsServer::new(jobs::JobsService(shared.clone())))
-                .add_service(
-                    FlightServiceServer::new(flight::PartitionServer(shared))
-                        .max_encoding_message_size(usize::MAX),
-                )
+            let result = router
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
                     let _ = rx.await;
                 })
                 .await;
+            shared.serving.store(false, Ordering::Relaxed);
             if let Err(e) = result {
                 tracing::error!("the driver's server stopped: {e}");
             }
         })
     };
+    if config.secret.is_none() {
+        tracing::warn!(
+            "the driver at {addr} has no shared secret: anyone who can reach it may register \
+             executors and submit jobs (see --secret-file)"
+        );
+    }
     let (ui_addr, ui_shutdown, ui_server) = match ui_listener {
         None => (None, None, None),
         Some(listener) => {
@@ -204,9 +250,14 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
                 DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
             })?;
             let (tx, rx) = oneshot::channel::<()>();
-            let server = tokio::spawn(crate::ui::serve(listener, shared.clone(), async {
-                let _ = rx.await;
-            }));
+            let server = tokio::spawn(crate::ui::serve(
+                listener,
+                config.tls.as_ref().map(|t| t.http()),
+                shared.clone(),
+                async {
+                    let _ = rx.await;
+                },
+            ));
             tracing::info!(%ui_addr, "web UI listening");
             (Some(ui_addr), Some(tx), Some(server))
         }
@@ -229,6 +280,7 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         server: Some(server),
         ticker,
         ui_addr,
+        tls: config.tls.is_some(),
         ui_shutdown,
         ui_server,
     })

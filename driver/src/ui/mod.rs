@@ -13,19 +13,29 @@
 //! | `/api/v1/jobs/{id}/metrics` | its loss, throughput and epoch series, and test metrics |
 //! | `/api/v1/executors` | executors: rank, host, state, heartbeat, samples/s, phase split |
 //! | `/metrics` | Prometheus text exposition |
+//! | `POST /api/v1/jobs/{id}/cancel` | cancels a job; with a shared secret, only for a request that carries it (`Authorization: Bearer SECRET`) |
+//! | `/healthz` | 200 while the process serves (liveness) |
+//! | `/readyz` | 200 while the control plane serves, else 503 (readiness) |
+//!
+//! Reads are open to whoever reaches the address, as in Spark; the only write action is
+//! guarded by the cluster's secret. With the driver's TLS settings the UI is served over
+//! HTTPS with the same certificate.
 
 mod api;
 mod metrics;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use tokio_rustls::rustls::ServerConfig;
 
 use crate::service::Shared;
 
@@ -51,23 +61,91 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{id}", get(job))
         .route("/api/v1/jobs/{id}/metrics", get(job_metrics))
+        .route("/api/v1/jobs/{id}/cancel", post(cancel))
         .route("/api/v1/executors", get(executors))
         .route("/metrics", get(prometheus))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .with_state(shared)
 }
 
-/// Serves the UI on `listener` until `shutdown` resolves.
+/// Serves the UI on `listener` (over TLS with `tls`) until `shutdown` resolves.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<ServerConfig>>,
     shared: Arc<Shared>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
-    if let Err(e) = axum::serve(listener, router(shared))
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
+    let result = match tls {
+        None => {
+            axum::serve(listener, router(shared))
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(config) => match tls::TlsListener::new(listener, config) {
+            Ok(listener) => {
+                axum::serve(listener, router(shared))
+                    .with_graceful_shutdown(shutdown)
+                    .await
+            }
+            Err(e) => Err(e),
+        },
+    };
+    if let Err(e) = result {
         tracing::error!("the web UI on {addr:?} stopped: {e}");
+    }
+}
+
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.serving.load(Ordering::Relaxed) {
+        "ready\n".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "stopping\n").into_response()
+    }
+}
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// Cancels a job, when the request carries the cluster's secret (if the driver has one).
+async fn cancel(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(secret) = &shared.secret {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let why = match presented {
+            None => Some("the driver requires the cluster's shared secret to cancel a job"),
+            Some(p) if !secret.matches(p.as_bytes()) => {
+                Some("the shared secret sent does not match the driver's")
+            }
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            tracing::warn!("refused the web UI's cancel of job {id:?}: {why}");
+            return error(StatusCode::UNAUTHORIZED, why.to_string());
+        }
+    }
+    let result = shared.lock().cancel(&id, Instant::now());
+    match result {
+        Ok(cancelled) => {
+            shared.tick();
+            Json(serde_json::json!({ "cancelled": cancelled })).into_response()
+        }
+        Err(refusal) => {
+            let status = crate::service::status(refusal);
+            let code = match status.code() {
+                tonic::Code::NotFound => StatusCode::NOT_FOUND,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            error(code, status.message().to_string())
+        }
     }
 }
 

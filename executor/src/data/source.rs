@@ -12,7 +12,8 @@ use ringflow_proto::data::flight::{PartitionTicket, hex};
 use ringflow_proto::data::partition::PartitionReader;
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::pb::Partition;
-use tonic::transport::{Channel, Endpoint};
+use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity};
+use tonic::service::interceptor::InterceptedService;
 
 use crate::error::{ExecutorError, Result};
 
@@ -25,19 +26,27 @@ pub struct DriverSource {
     url: String,
     job_id: String,
     secret: String,
-    client: FlightServiceClient<Channel>,
+    client: FlightServiceClient<AuthenticatedChannel>,
 }
 
 impl DriverSource {
     /// Connects (lazily) to the driver at `url` for `job_id`.
-    pub fn connect(url: &str, job_id: &str, secret: &[u8]) -> Result<DriverSource> {
-        let endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|e| ExecutorError::Comm(format!("bad driver URL {url}: {e}")))?
+    pub fn connect(
+        url: &str,
+        security: &ClientSecurity,
+        job_id: &str,
+        secret: &[u8],
+    ) -> Result<DriverSource> {
+        let endpoint = security
+            .endpoint(url)
+            .map_err(|e| ExecutorError::Comm(e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
             .timeout(REQUEST_DEADLINE);
         // The channel's background tasks live on the I/O runtime, where every call runs.
         let channel = block_on(async move { endpoint.connect_lazy() });
-        let client = FlightServiceClient::new(channel).max_decoding_message_size(usize::MAX);
+        let client =
+            FlightServiceClient::new(InterceptedService::new(channel, security.interceptor()))
+                .max_decoding_message_size(usize::MAX);
         Ok(DriverSource {
             url: url.to_string(),
             job_id: job_id.to_string(),

@@ -3,6 +3,7 @@
 //! whole-data statistics together with the other ranks (a two-phase aggregate merged by the
 //! driver).
 
+use ringflow_proto::security::ClientSecurity;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -38,6 +39,8 @@ pub struct DataOptions {
     pub source_driver: bool,
     /// The driver's URL (for Arrow Flight).
     pub driver_url: String,
+    /// How to reach it: the cluster's secret, TLS.
+    pub driver_security: ClientSecurity,
     /// The job's id and ring secret (authorize Flight requests).
     pub job_id: String,
     /// The job's secret.
@@ -73,6 +76,7 @@ pub fn prepare_data(
     let driver = if from_driver {
         Some(Arc::new(DriverSource::connect(
             &options.driver_url,
+            &options.driver_security,
             &options.job_id,
             &options.secret,
         )?))

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ringflow_proto::pb::{self, executors_client::ExecutorsClient};
-use tonic::transport::{Channel, Endpoint};
+use ringflow_proto::security::{
+    AuthenticatedChannel, ClientSecurity, is_certificate_error, status_line,
+};
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Code, Request};
 use tracing::warn;
 
@@ -19,7 +22,7 @@ const RETRY_FOR: Duration = Duration::from_secs(60);
 /// A cloneable connection to the driver's executor service.
 #[derive(Clone)]
 pub struct DriverClient {
-    inner: ExecutorsClient<Channel>,
+    inner: ExecutorsClient<AuthenticatedChannel>,
     url: String,
     give_up: Option<Duration>,
 }
@@ -38,15 +41,19 @@ impl DriverClient {
     /// A client for `url`; the connection is made on first use, so the driver may start later.
     pub async fn connect(
         url: &str,
-        _stop: &AtomicBool,
+        security: &ClientSecurity,
         give_up: Option<Duration>,
     ) -> Result<DriverClient> {
-        let endpoint = Endpoint::from_shared(url.to_string())
-            .map_err(|e| ExecutorError::Comm(format!("bad driver URL {url:?}: {e}")))?
+        let endpoint = security
+            .endpoint(url)
+            .map_err(|e| ExecutorError::Comm(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true);
         Ok(DriverClient {
-            inner: ExecutorsClient::new(endpoint.connect_lazy()),
+            inner: ExecutorsClient::new(InterceptedService::new(
+                endpoint.connect_lazy(),
+                security.interceptor(),
+            )),
             url: url.to_string(),
             give_up,
         })
@@ -68,13 +75,23 @@ impl DriverClient {
                     ));
                 }
                 Err(s)
-                    if s.code() == Code::FailedPrecondition
-                        || s.code() == Code::InvalidArgument =>
+                    if matches!(
+                        s.code(),
+                        Code::FailedPrecondition | Code::InvalidArgument | Code::Unauthenticated
+                    ) =>
                 {
                     return Err(ExecutorError::Comm(format!(
                         "the driver at {} refused this executor: {}",
                         self.url,
                         s.message()
+                    )));
+                }
+                Err(s) if is_certificate_error(&status_line(&s)) => {
+                    return Err(ExecutorError::Comm(format!(
+                        "the TLS connection to the driver at {} failed: {} (check --tls-ca, \
+                         --tls-cert and --tls-key)",
+                        self.url,
+                        status_line(&s)
                     )));
                 }
                 Err(s) => {
@@ -84,13 +101,13 @@ impl DriverClient {
                     if let Some(limit) = self.give_up
                         && start.elapsed() > limit
                     {
-                        return Err(comm(&self.url, "registering", s.message()));
+                        return Err(comm(&self.url, "registering", status_line(&s)));
                     }
                     if last_note.elapsed() > Duration::from_secs(10) {
                         warn!(
                             "still waiting for the driver at {}: {}",
                             self.url,
-                            s.message()
+                            status_line(&s)
                         );
                         last_note = Instant::now();
                     }
@@ -137,7 +154,7 @@ impl DriverClient {
     /// Retries `call` on transient failures for up to [`RETRY_FOR`].
     async fn retrying<T, F, Fut>(&mut self, what: &str, mut call: F) -> Result<T>
     where
-        F: FnMut(ExecutorsClient<Channel>) -> Fut,
+        F: FnMut(ExecutorsClient<AuthenticatedChannel>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let start = Instant::now();

@@ -10,6 +10,7 @@
 mod bench;
 mod client;
 mod context;
+mod health;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,7 @@ use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::data::Preprocessing;
 use ringflow_proto::pb;
+use ringflow_proto::security::ClientSecurity;
 use ringflow_proto::spec::JobSpec;
 use tracing::{error, info, warn};
 
@@ -49,6 +51,10 @@ pub struct ExecutorConfig {
     pub exit_with_driver: Option<Duration>,
     /// Print nothing but errors.
     pub quiet: bool,
+    /// How to reach the driver: the cluster's shared secret and TLS.
+    pub security: ClientSecurity,
+    /// Where to serve `/healthz` and `/readyz` (`None`: not at all).
+    pub health: Option<SocketAddr>,
 }
 
 /// The state the heartbeat task shares with the task loop.
@@ -85,12 +91,18 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
     };
+    let health = Arc::new(health::Health::default());
+    if let Some(addr) = config.health {
+        let bound = health::serve(&rt, addr, health.clone())?;
+        info!("health probes at http://{bound}/healthz and /readyz");
+    }
     let mut client = rt.block_on(DriverClient::connect(
         &config.driver,
-        &stop,
+        &config.security,
         config.exit_with_driver,
     ))?;
     let interval = rt.block_on(client.register(&info, &stop))?;
+    health.driver_answered(interval);
     info!(
         executor = %info.executor_id,
         ring = %info.ring_address,
@@ -113,6 +125,7 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         current.clone(),
         stop.clone(),
         config.exit_with_driver,
+        health,
     ));
 
     while !stop.load(Ordering::Relaxed) {
@@ -183,7 +196,7 @@ fn run_one(
                 // Before any model is built: a GPU this executor cannot use fails the task
                 // with a sentence naming the executor.
                 let device = place_task(spec.cluster.device, task, kind.ok(), &info.executor_id)?;
-                let data = data_options(task, &config.driver)?;
+                let data = data_options(task, &config.driver, &config.security)?;
                 let mut ctx = RemoteContext::new(
                     rt.handle().clone(),
                     client.clone(),
@@ -301,7 +314,7 @@ fn place_task(
 }
 
 /// The data part of a task.
-fn data_options(task: &pb::Task, driver: &str) -> Result<DataOptions> {
+fn data_options(task: &pb::Task, driver: &str, security: &ClientSecurity) -> Result<DataOptions> {
     let preprocessing = Preprocessing::from_json(&task.preprocessing_json)
         .map_err(|m| ExecutorError::Spec(format!("the driver sent {m}")))?;
     Ok(DataOptions {
@@ -312,6 +325,7 @@ fn data_options(task: &pb::Task, driver: &str) -> Result<DataOptions> {
         probe_files: task.probe_source.then(|| task.files.clone()),
         source_driver: task.source_driver,
         driver_url: driver.to_string(),
+        driver_security: security.clone(),
         job_id: task.job_id.clone(),
         secret: task.secret.clone(),
     })
@@ -337,6 +351,7 @@ async fn heartbeat_loop(
     current: Arc<Current>,
     stop: Arc<AtomicBool>,
     exit_with_driver: Option<Duration>,
+    health: Arc<health::Health>,
 ) {
     let mut last_ok = Instant::now();
     loop {
@@ -355,6 +370,7 @@ async fn heartbeat_loop(
                 if reply.heartbeat_interval_ms > 0 {
                     interval = Duration::from_millis(reply.heartbeat_interval_ms);
                 }
+                health.driver_answered(interval);
             }
             Err(e) => {
                 let silent = last_ok.elapsed();

@@ -1,0 +1,309 @@
+//! TLS for the control plane (rustls): the driver's certificate, the clients' trust anchors,
+//! and mutual TLS when the driver is given a CA for client certificates.
+
+use std::path::Path;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+
+use super::{AuthInterceptor, Result, Secret, SecurityError};
+
+/// Makes rustls's ring provider the process default (the only one compiled in), once.
+fn install_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| SecurityError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The certificates of a PEM file, at least one.
+fn certificates(flag: &str, path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| {
+            SecurityError::Invalid(format!("{flag} {} is not valid PEM: {e}", path.display()))
+        })?;
+    if certs.is_empty() {
+        return Err(SecurityError::Invalid(format!(
+            "{flag} {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        )));
+    }
+    Ok(certs)
+}
+
+fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
+        SecurityError::Invalid(format!(
+            "--tls-key {} holds no usable PEM private key: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// A certificate and its key, read and checked.
+#[derive(Clone)]
+struct KeyPair {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+    chain: Vec<CertificateDer<'static>>,
+    key: Arc<PrivateKeyDer<'static>>,
+}
+
+impl KeyPair {
+    fn load(cert: &Path, key: &Path) -> Result<KeyPair> {
+        let cert_pem = read("the certificate file (--tls-cert)", cert)?;
+        let key_pem = read("the key file (--tls-key)", key)?;
+        let chain = certificates("--tls-cert", cert, &cert_pem)?;
+        let parsed = private_key(key, &key_pem)?;
+        Ok(KeyPair {
+            cert_pem,
+            key_pem,
+            chain,
+            key: Arc::new(parsed),
+        })
+    }
+
+    fn identity(&self) -> Identity {
+        Identity::from_pem(&self.cert_pem, &self.key_pem)
+    }
+}
+
+/// Both or neither of `--tls-cert` and `--tls-key`.
+fn pair(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<KeyPair>> {
+    match (cert, key) {
+        (Some(c), Some(k)) => KeyPair::load(c, k).map(Some),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(SecurityError::Invalid(
+            "--tls-cert is given without --tls-key".into(),
+        )),
+        (None, Some(_)) => Err(SecurityError::Invalid(
+            "--tls-key is given without --tls-cert".into(),
+        )),
+    }
+}
+
+/// The driver's TLS settings.
+#[derive(Clone)]
+pub struct ServerTls {
+    pair: KeyPair,
+    client_ca_pem: Option<Vec<u8>>,
+    /// The web UI's rustls configuration (server certificate only: browsers bring no client
+    /// certificates).
+    ui: Arc<rustls::ServerConfig>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls")
+            .field(
+                "client_certificates_required",
+                &self.client_ca_pem.is_some(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerTls {
+    /// From `--tls-cert`, `--tls-key` and `--tls-ca`: none of them gives `None` (plain TCP);
+    /// a CA alone is refused, since the driver then has no certificate to present.
+    pub fn from_files(
+        cert: Option<&Path>,
+        key: Option<&Path>,
+        client_ca: Option<&Path>,
+    ) -> Result<Option<ServerTls>> {
+        install_provider();
+        let Some(pair) = pair(cert, key)? else {
+            return match client_ca {
+                None => Ok(None),
+                Some(_) => Err(SecurityError::Invalid(
+                    "--tls-ca on the driver requires --tls-cert and --tls-key".into(),
+                )),
+            };
+        };
+        let client_ca_pem = match client_ca {
+            None => None,
+            Some(path) => {
+                let pem = read("the CA file (--tls-ca)", path)?;
+                certificates("--tls-ca", path, &pem)?;
+                Some(pem)
+            }
+        };
+        let ui = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(pair.chain.clone(), pair.key.clone_key())
+            .map_err(|e| {
+                SecurityError::Invalid(format!(
+                    "the --tls-cert and --tls-key files do not make a usable certificate: {e}"
+                ))
+            })?;
+        Ok(Some(ServerTls {
+            pair,
+            client_ca_pem,
+            ui: Arc::new(ui),
+        }))
+    }
+
+    /// Whether clients must present a certificate signed by `--tls-ca`.
+    pub fn requires_client_certificates(&self) -> bool {
+        self.client_ca_pem.is_some()
+    }
+
+    /// The gRPC server's configuration.
+    pub fn grpc(&self) -> ServerTlsConfig {
+        let config = ServerTlsConfig::new()
+            .identity(self.pair.identity())
+            .timeout(Duration::from_secs(10));
+        match &self.client_ca_pem {
+            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
+            None => config,
+        }
+    }
+
+    /// The web UI's rustls configuration.
+    pub fn http(&self) -> Arc<rustls::ServerConfig> {
+        self.ui.clone()
+    }
+}
+
+/// A client's TLS settings: whom to trust, and its own certificate for mutual TLS.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    ca_pem: Option<Vec<u8>>,
+    identity: Option<KeyPair>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl ClientTls {
+    /// From `--tls-ca`, `--tls-cert` and `--tls-key`; none of them gives `None`.
+    pub fn from_files(
+        ca: Option<&Path>,
+        cert: Option<&Path>,
+        key: Option<&Path>,
+    ) -> Result<Option<ClientTls>> {
+        install_provider();
+        let identity = pair(cert, key)?;
+        let ca_pem = match ca {
+            None => None,
+            Some(path) => {
+                let pem = read("the CA file (--tls-ca)", path)?;
+                certificates("--tls-ca", path, &pem)?;
+                Some(pem)
+            }
+        };
+        Ok((ca_pem.is_some() || identity.is_some()).then_some(ClientTls { ca_pem, identity }))
+    }
+
+    fn config(&self) -> ClientTlsConfig {
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca_pem {
+            Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+            None => config.with_native_roots(),
+        };
+        match &self.identity {
+            Some(pair) => config.identity(pair.identity()),
+            None => config,
+        }
+    }
+}
+
+/// How a client (an executor, the CLI) reaches a driver: the secret it proves, the TLS it
+/// speaks.
+#[derive(Clone, Debug, Default)]
+pub struct ClientSecurity {
+    /// The cluster's shared secret, if the driver requires one.
+    pub secret: Option<Secret>,
+    /// TLS settings; an `https://` URL without them trusts the system's roots.
+    pub tls: Option<ClientTls>,
+}
+
+impl ClientSecurity {
+    /// An endpoint for the driver at `url`, with TLS when the URL is `https://`.
+    pub fn endpoint(&self, url: &str) -> Result<Endpoint> {
+        let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
+            SecurityError::Invalid(format!("the driver URL {url:?} is not a URL: {e}"))
+        })?;
+        let https = url.starts_with("https://");
+        match (&self.tls, https) {
+            (Some(_), false) => Err(SecurityError::Invalid(format!(
+                "TLS options (--tls-ca, --tls-cert) are given but the driver URL {url} is not \
+                 https://"
+            ))),
+            (None, false) => Ok(endpoint),
+            (tls, true) => {
+                install_provider();
+                let config = tls.clone().unwrap_or_default().config();
+                endpoint.tls_config(config).map_err(|e| {
+                    SecurityError::Invalid(format!(
+                        "cannot set up TLS for {url}: {}",
+                        error_chain(&e)
+                    ))
+                })
+            }
+        }
+    }
+
+    /// The interceptor that adds the secret's token to every call.
+    pub fn interceptor(&self) -> AuthInterceptor {
+        AuthInterceptor(self.secret.clone())
+    }
+}
+
+/// An error and its sources as one line, without the repetitions that wrapped transport
+/// errors carry ("transport error: invalid peer certificate: X: invalid peer certificate: X").
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
+/// A failed call's message with the transport error behind it (TLS failures say what happened
+/// only there), as one line.
+pub fn status_line(s: &tonic::Status) -> String {
+    let mut line = s.message().to_string();
+    if let Some(source) = std::error::Error::source(s) {
+        let more = error_chain(source);
+        if more.starts_with(&line) {
+            line = more;
+        } else if !line.contains(&more) {
+            line = format!("{line}: {more}");
+        }
+    }
+    if line.contains("h2 protocol error") || line.ends_with("connection closed") {
+        line.push_str(" (if the driver serves TLS, use an https:// URL)");
+    }
+    line
+}
+
+/// Whether a failed call failed on TLS certificates, which retrying cannot fix.
+pub fn is_certificate_error(line: &str) -> bool {
+    line.contains("certificate") || line.contains("Certificate")
+}
