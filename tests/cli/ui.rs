@@ -9,14 +9,15 @@ use std::time::{Duration, Instant};
 
 use crate::helpers::*;
 
-/// A `ringflow local` run whose stderr is collected by a thread while the test looks at it.
-struct Running {
+/// A `ringflow` process (`local`, `driver`, `executor`) whose stderr is collected by a thread
+/// while the test looks at it.
+pub(crate) struct Running {
     child: Child,
     stderr: Arc<Mutex<String>>,
 }
 
 impl Running {
-    fn start(args: &[String]) -> Running {
+    pub(crate) fn start(args: &[String]) -> Running {
         let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
             .args(args)
             .current_dir(repo())
@@ -37,12 +38,12 @@ impl Running {
         Running { child, stderr }
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
     /// Waits (at most 60 s) for a stderr line containing `what`; returns that line.
-    fn wait_for(&self, what: &str) -> String {
+    pub(crate) fn wait_for(&self, what: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(line) = self.stderr().lines().find(|l| l.contains(what)) {
@@ -57,7 +58,7 @@ impl Running {
         }
     }
 
-    fn finish(mut self) -> (std::process::ExitStatus, String) {
+    pub(crate) fn finish(mut self) -> (std::process::ExitStatus, String) {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -73,17 +74,31 @@ impl Running {
     }
 }
 
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `GET url` over a plain HTTP/1.1 connection: the status code and the body.
-fn http_get(url: &str) -> (u16, String) {
+pub(crate) fn http_get(url: &str) -> (u16, String) {
+    http_request("GET", url, &[])
+}
+
+/// `METHOD url` with extra `headers` (`Name: value` lines) over a plain HTTP/1.1 connection:
+/// the status code and the body.
+pub(crate) fn http_request(method: &str, url: &str, headers: &[&str]) -> (u16, String) {
     let rest = url.strip_prefix("http://").expect("an http URL");
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
     let mut stream = TcpStream::connect(host).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     write!(
         stream,
-        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
     )
     .unwrap();
     let mut response = String::new();

@@ -44,7 +44,7 @@ impl tonic::service::Interceptor for AuthCheck {
                 let peer = req
                     .remote_addr()
                     .map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
-                tracing::warn!("refused a {} call from {peer}: {refusal}", self.service);
+                tracing::warn!("refused {} call from {peer}: {refusal}", self.service);
                 Err(Status::unauthenticated(refusal.to_string()))
             }
         }

@@ -298,7 +298,12 @@ pub fn status_line(s: &tonic::Status) -> String {
         }
     }
     if line.contains("h2 protocol error") || line.ends_with("connection closed") {
-        line.push_str(" (if the driver serves TLS, use an https:// URL)");
+        line.push_str(
+            " (the driver closed the connection: if it serves TLS, use an https:// URL; if it \
+             requires client certificates, pass --tls-cert and --tls-key)",
+        );
+    } else if line.contains("CertificateRequired") {
+        line.push_str(" (the driver requires a client certificate: pass --tls-cert and --tls-key)");
     }
     line
 }
