@@ -34,6 +34,27 @@ async function get(path) {
   return r.json();
 }
 
+// Cancels a job. A driver with a shared secret answers 401 until the request carries it: the
+// page then asks for it once and keeps it for this tab only (sessionStorage).
+async function cancelJob(id) {
+  if (!confirm("Cancel job " + id + "?")) return;
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const secret = sessionStorage.getItem("ringflow-secret");
+    const headers = secret ? { Authorization: "Bearer " + secret } : {};
+    const r = await fetch("/api/v1/jobs/" + encodeURIComponent(id) + "/cancel", { method: "POST", headers });
+    if (r.status !== 401) {
+      if (!r.ok) alert((await r.json()).error);
+      refresh();
+      return;
+    }
+    sessionStorage.removeItem("ringflow-secret");
+    const given = prompt("The driver requires the cluster's shared secret to cancel a job:");
+    if (!given) return;
+    sessionStorage.setItem("ringflow-secret", given.trim());
+  }
+  alert("The driver refused the secret.");
+}
+
 function renderJobs(jobs) {
   const body = document.querySelector("#jobs tbody");
   body.replaceChildren();
@@ -53,6 +74,13 @@ function renderJobs(jobs) {
       el("td", {}, String(j.executors)), progress,
       el("td", {}, p ? fmt(p.loss, 4) : "–"), el("td", {}, p ? fmt(p.samples_per_s, 0) : "–"),
       el("td", {}, duration(j.duration_s)));
+    const action = el("td");
+    if (["queued", "waiting", "running"].includes(j.state)) {
+      const b = el("button", { class: "cancel", title: "cancel this job" }, "cancel");
+      b.onclick = (ev) => { ev.stopPropagation(); cancelJob(j.id); };
+      action.appendChild(b);
+    }
+    tr.appendChild(action);
     body.appendChild(tr);
   }
 }
