@@ -9,5 +9,6 @@ mod history;
 mod observe;
 mod recovery;
 mod s3;
+mod standalone;
 mod train;
 mod ui;
