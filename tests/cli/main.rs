@@ -2,6 +2,7 @@
 
 mod backup;
 mod data;
+mod deploy_files;
 mod distributed;
 mod errors;
 mod helpers;
