@@ -513,8 +513,8 @@ fn check_compose(model: &Value, gpu: bool, cli: &mut Cli) -> Vec<String> {
                 "{at}: --secret-file {secret_file} is not one of its file secrets"
             ));
         }
-        if !items(&svc["volumes"]).any(|v| v["source"] == "runs" && v["target"] == "/work/runs") {
-            errors.push(format!("{at}: the runs volume is not at /work/runs"));
+        if !items(&svc["volumes"]).any(|v| v["source"] == "runs" && v["target"] == "/app/runs") {
+            errors.push(format!("{at}: the runs volume is not at /app/runs"));
         }
         flags.insert(name, f);
     }
