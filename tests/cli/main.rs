@@ -10,6 +10,7 @@ mod history;
 mod observe;
 mod recovery;
 mod s3;
+mod security;
 mod standalone;
 mod train;
 mod ui;
