@@ -183,13 +183,11 @@ impl FlightService for PartitionServer {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
     use std::time::Instant;
 
     use ringflow_ml::nn::ModelRegistry;
     use ringflow_proto::pb;
     use ringflow_proto::spec::JobSpec;
-    use tokio::sync::Notify;
 
     use super::*;
     use crate::scheduler::{JobKind, Scheduler, SchedulerConfig};
@@ -229,11 +227,7 @@ mod tests {
         let spec = JobSpec::load(&toml, &[]).unwrap();
         let registry = ModelRegistry::default();
         let plan = Scheduler::plan_job(&registry, &spec.to_json(), false).unwrap();
-        let shared = Arc::new(Shared {
-            scheduler: Mutex::new(Scheduler::new(SchedulerConfig::default(), registry.clone())),
-            task_ready: Notify::new(),
-            registry,
-        });
+        let shared = Arc::new(Shared::new(SchedulerConfig::default(), registry, None));
         let now = Instant::now();
         let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);
         let server = PartitionServer(shared.clone());

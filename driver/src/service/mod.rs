@@ -46,6 +46,21 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The state of a driver that serves (or, in tests, would serve) with `secret`.
+    pub(crate) fn new(
+        scheduler: SchedulerConfig,
+        registry: ModelRegistry,
+        secret: Option<Secret>,
+    ) -> Shared {
+        Shared {
+            scheduler: Mutex::new(Scheduler::new(scheduler, registry.clone())),
+            task_ready: Notify::new(),
+            registry,
+            secret,
+            serving: AtomicBool::new(true),
+        }
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, Scheduler> {
         self.scheduler.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -193,13 +208,11 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         None => None,
         Some(ui) => Some(bind_ui(ui, config.ui_next_free_port).await?),
     };
-    let shared = Arc::new(Shared {
-        scheduler: Mutex::new(Scheduler::new(config.scheduler.clone(), registry.clone())),
-        task_ready: Notify::new(),
+    let shared = Arc::new(Shared::new(
+        config.scheduler.clone(),
         registry,
-        secret: config.secret.clone(),
-        serving: AtomicBool::new(true),
-    });
+        config.secret.clone(),
+    ));
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         builder = builder
