@@ -95,6 +95,7 @@ fn run(
             let threads = (cores() / cluster.executors).max(1);
             local::run_local(
                 registry,
+                None,
                 cluster.executors,
                 threads,
                 request,

@@ -32,6 +32,12 @@ pub struct LocalArgs {
     /// default port is taken the next free one is used, as Spark does.
     #[arg(long, default_value = "127.0.0.1:4040")]
     ui: String,
+
+    /// The embedded driver's shared secret (or set RINGFLOW_SECRET), for executors started
+    /// elsewhere to join it with (default: a fresh random secret only this run's executors
+    /// know).
+    #[arg(long, env = "RINGFLOW_SECRET_FILE", value_name = "PATH")]
+    secret_file: Option<PathBuf>,
 }
 
 /// `--ui ADDR` or `--ui off`.
@@ -68,8 +74,10 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     let observer = args.job.observer()?;
     let ui = parse_ui(&args.ui)?;
     let timeline = args.job.timeline()?;
+    let secret = Secret::resolve(args.secret_file.as_deref())?;
     run_local(
         registry,
+        secret,
         n,
         threads,
         request,
@@ -96,6 +104,7 @@ fn check_local_device(device: Device, whose: &str) -> anyhow::Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub fn run_local(
     registry: ModelRegistry,
+    secret: Option<Secret>,
     n: usize,
     threads: usize,
     request: pb::SubmitRequest,
@@ -106,7 +115,7 @@ pub fn run_local(
 ) -> anyhow::Result<ExitCode> {
     let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
     let security = ClientSecurity {
-        secret: Some(Secret::generate()),
+        secret: Some(secret.unwrap_or_else(Secret::generate)),
         tls: None,
     };
     let rt = super::runtime()?;

@@ -2,7 +2,7 @@
 
 mod backup;
 mod data;
-mod deploy_files;
+mod deploy;
 mod distributed;
 mod errors;
 mod helpers;

@@ -394,6 +394,9 @@ min_executors = 2
     let clean = summary(&clean);
 
     let out = dir.path().join("elastic.json");
+    // The spare executor below joins the local driver with its secret.
+    let secret = s(&dir.path().join("secret"));
+    std::fs::write(&secret, "spare executors may join this run\n").unwrap();
     let args: Vec<String> = [
         "local",
         spec.as_str(),
@@ -401,6 +404,8 @@ min_executors = 2
         &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
         "--summary-json",
         &s(&out),
+        "--secret-file",
+        &secret,
     ]
     .iter()
     .map(|a| a.to_string())
@@ -409,7 +414,15 @@ min_executors = 2
     assert_eq!(run.pids.len(), 4, "{}", run.stderr);
     // An executor that registers while the job runs: idle until the ring is re-formed.
     let _spare = crate::distributed::Daemon::start(
-        &["executor", "--driver", &run.driver, "--cores", "1"],
+        &[
+            "executor",
+            "--driver",
+            &run.driver,
+            "--cores",
+            "1",
+            "--secret-file",
+            &secret,
+        ],
         "registered with",
     );
     // Into the second epoch, then kill one executor outright.
@@ -453,6 +466,9 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(dir.path(), "join");
     let out = dir.path().join("join.json");
+    // The executor below joins the local driver with its secret.
+    let secret = s(&dir.path().join("secret"));
+    std::fs::write(&secret, "idle executors may join this run\n").unwrap();
     let args: Vec<String> = [
         "local",
         spec.as_str(),
@@ -466,13 +482,23 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
         "train.epochs=3",
         "--summary-json",
         &s(&out),
+        "--secret-file",
+        &secret,
     ]
     .iter()
     .map(|a| a.to_string())
     .collect();
     let run = Watched::start(&args, "epoch 1/3");
     let _spare = crate::distributed::Daemon::start(
-        &["executor", "--driver", &run.driver, "--cores", "1"],
+        &[
+            "executor",
+            "--driver",
+            &run.driver,
+            "--cores",
+            "1",
+            "--secret-file",
+            &secret,
+        ],
         "registered with",
     );
     let (status, stderr) = run.finish(Duration::from_secs(600));
