@@ -64,6 +64,23 @@ checkpoint_dir = "{ckpt}"
     )
 }
 
+/// An executor of the driver at `url` with `secret_file` and `extra` options, once registered.
+fn executor(url: &str, secret_file: &str, extra: &[&str]) -> Running {
+    let mut a = args(&[
+        "executor",
+        "--driver",
+        url,
+        "--cores",
+        "1",
+        "--secret-file",
+        secret_file,
+    ]);
+    a.extend(args(extra));
+    let e = Running::start(&a);
+    e.wait_for(&format!("registered with {url}"));
+    e
+}
+
 /// Asserts that an executor run with `extra` options against `url` exits non-zero with a line
 /// containing `expected`.
 fn executor_is_refused(url: &str, extra: &[&str], expected: &str) {
@@ -131,18 +148,7 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let e1 = Running::start(&args(&[
-        "executor",
-        "--driver",
-        &url,
-        "--cores",
-        "1",
-        "--secret-file",
-        &secret_file,
-        "--health",
-        &health.to_string(),
-    ]));
-    e1.wait_for("registered with");
+    let e1 = executor(&url, &secret_file, &["--health", &health.to_string()]);
     let mut e2 = std::process::Command::new(env!("CARGO_BIN_EXE_ringflow"))
         .args(["executor", "--driver", &url, "--cores", "1"])
         .env("RINGFLOW_SECRET", secret)
@@ -359,23 +365,7 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         "--tls-key",
         pki.client_key.as_str(),
     ];
-    let executors: Vec<Running> = (0..2)
-        .map(|_| {
-            let mut a = args(&[
-                "executor",
-                "--driver",
-                &url,
-                "--cores",
-                "1",
-                "--secret-file",
-                &secret_file,
-            ]);
-            a.extend(args(&tls));
-            let e = Running::start(&a);
-            e.wait_for("registered with https://");
-            e
-        })
-        .collect();
+    let executors: Vec<Running> = (0..2).map(|_| executor(&url, &secret_file, &tls)).collect();
     let spec = two_executor_job(d, "over-tls", "driver");
     let summary = d.join("over-tls.json");
     let mut a = vec![
