@@ -194,3 +194,57 @@ stop_pid() {
     done
     printf 'stopped'
 }
+
+# Runs the sh script $4 (named $5 in ps) with arguments ${@:6} on host $1 (an index into HOST_*)
+# over ssh, with this function's stdin as its stdin, giving up after $2 s; $3 says what runs
+# there, for the timeout message. Prints one line (the script's last, or what went wrong) and
+# returns non-zero on failure.
+remote_run() {
+    local i=$1 limit=$2 what=$3 script=$4 name=$5 cmd a rc=0 out err
+    shift 5
+    cmd="sh -c $(shell_quote "$script") $name"
+    for a in "$@"; do
+        cmd+=" $(shell_quote "$a")"
+    done
+    err=$(mktemp)
+    out=$(timeout -k 5 "$limit" "$RINGFLOW_SSH" "${SSH_WORDS[@]}" -- "${HOST_DEST[$i]}" "$cmd" \
+        2>"$err") || rc=$?
+    out=$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)
+    case "$rc" in
+    0) printf '%s\n' "$out" ;;
+    124 | 137) printf 'no answer within %s s from ssh or %s\n' "$limit" "$what" ;;
+    255) printf 'ssh failed: %s\n' "$(last_line "$err")" ;;
+    *) printf '%s\n' "${out:-exit status $rc: $(last_line "$err")}" ;;
+    esac
+    rm -f "$err"
+    return "$rc"
+}
+
+# Runs `$1 INDEX` for every host of the hosts file at once, each with its output captured, then
+# reports each host's line: `HOST: LINE`, or an error line naming the host when it failed.
+# Sets HOST_LINE[i] and HOST_OK[i] (1 or 0) per host and HOST_FAILED to the number of failures.
+on_each_host() {
+    local fn=$1 dir i ok
+    local -a pids=()
+    dir=$(mktemp -d)
+    for i in "${!HOST_DEST[@]}"; do
+        "$fn" "$i" >"$dir/$i" 2>&1 &
+        pids+=($!)
+    done
+    HOST_LINE=()
+    HOST_OK=()
+    HOST_FAILED=0
+    for i in "${!HOST_DEST[@]}"; do
+        ok=1
+        wait "${pids[$i]}" || ok=0
+        HOST_LINE[i]=$(<"$dir/$i") || true
+        HOST_OK[i]=$ok
+        if ((ok)); then
+            say "${HOST_DEST[$i]}: ${HOST_LINE[$i]}"
+        else
+            printf '%s: error: %s: %s\n' "$PROG" "${HOST_DEST[$i]}" "${HOST_LINE[$i]}" >&2
+            HOST_FAILED=$((HOST_FAILED + 1))
+        fi
+    done
+    rm -rf "$dir"
+}

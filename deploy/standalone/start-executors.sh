@@ -123,57 +123,26 @@ done
 # Starts the executor of host $1 (an index into HOST_*); prints one line, exits non-zero on
 # failure. stdout of ssh is the remote script's line; stderr, ssh's own complaints.
 start_one() {
-    local i=$1 cmd a rc=0 out err
-    local -a host_args
+    local i=$1
+    local -a host_args run
     read -r -a host_args <<<"${HOST_ARGS[$i]}"
-    cmd="sh -c $(shell_quote "$REMOTE_START") ringflow-start"
-    for a in "$RINGFLOW_REMOTE_RUN_DIR" "${HOST_KEY[$i]}" "$RINGFLOW_BIN" "$register_wait" "$secure" \
-        --driver "$url" "${executor_opts[@]}" "${host_args[@]}"; do
-        cmd+=" $(shell_quote "$a")"
-    done
-    err=$(mktemp)
+    run=(remote_run "$i" "$RINGFLOW_HOST_TIMEOUT" "the executor start (RINGFLOW_HOST_TIMEOUT)"
+        "$REMOTE_START" ringflow-start "$RINGFLOW_REMOTE_RUN_DIR" "${HOST_KEY[$i]}" "$RINGFLOW_BIN"
+        "$register_wait" "$secure" --driver "$url" "${executor_opts[@]}" "${host_args[@]}")
     case "${secret_input[0]:-none}" in
-    file) out=$(timeout -k 5 "$RINGFLOW_HOST_TIMEOUT" "$RINGFLOW_SSH" "${SSH_WORDS[@]}" -- \
-        "${HOST_DEST[$i]}" "$cmd" <"${secret_input[1]}" 2>"$err") || rc=$? ;;
-    env) out=$(printf '%s' "$RINGFLOW_SECRET" | timeout -k 5 "$RINGFLOW_HOST_TIMEOUT" \
-        "$RINGFLOW_SSH" "${SSH_WORDS[@]}" -- "${HOST_DEST[$i]}" "$cmd" 2>"$err") || rc=$? ;;
-    *) out=$(timeout -k 5 "$RINGFLOW_HOST_TIMEOUT" "$RINGFLOW_SSH" "${SSH_WORDS[@]}" -- \
-        "${HOST_DEST[$i]}" "$cmd" </dev/null 2>"$err") || rc=$? ;;
+    file) "${run[@]}" <"${secret_input[1]}" ;;
+    env) printf '%s' "$RINGFLOW_SECRET" | "${run[@]}" ;;
+    *) "${run[@]}" </dev/null ;;
     esac
-    out=$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)
-    case "$rc" in
-    0) printf '%s\n' "$out" ;;
-    124 | 137) printf 'no answer within %s s (RINGFLOW_HOST_TIMEOUT) from ssh or the executor start\n' \
-        "$RINGFLOW_HOST_TIMEOUT" ;;
-    255) printf 'ssh failed: %s\n' "$(last_line "$err")" ;;
-    *) printf '%s\n' "${out:-exit status $rc: $(last_line "$err")}" ;;
-    esac
-    rm -f "$err"
-    return "$rc"
 }
 
 say "starting ${#HOST_DEST[@]} executor(s) for $url"
-results=$(mktemp -d)
-trap 'rm -rf "$results"' EXIT
-pids=()
-for i in "${!HOST_DEST[@]}"; do
-    start_one "$i" >"$results/$i" 2>&1 &
-    pids+=($!)
-done
-failed=0
+on_each_host start_one
+failed=$HOST_FAILED
 ids=()
 for i in "${!HOST_DEST[@]}"; do
-    ok=1
-    wait "${pids[$i]}" || ok=0
-    line=$(<"$results/$i") || true
-    if ((ok)); then
-        say "${HOST_DEST[$i]}: $line"
-        if [[ "$line" =~ executor\ ([^[:space:]]+)\ registered ]]; then
-            ids+=("$i:${BASH_REMATCH[1]}")
-        fi
-    else
-        printf '%s: error: %s: %s\n' "$PROG" "${HOST_DEST[$i]}" "$line" >&2
-        failed=$((failed + 1))
+    if ((HOST_OK[i])) && [[ "${HOST_LINE[$i]}" =~ executor\ ([^[:space:]]+)\ registered ]]; then
+        ids+=("$i:${BASH_REMATCH[1]}")
     fi
 done
 

@@ -62,47 +62,16 @@ echo "stopped executor pid $pid"
 '
 
 stop_one() {
-    local i=$1 cmd a rc=0 out err
-    cmd="sh -c $(shell_quote "$REMOTE_STOP") ringflow-stop"
-    for a in "$RINGFLOW_REMOTE_RUN_DIR" "${HOST_KEY[$i]}" "$RINGFLOW_STOP_TIMEOUT"; do
-        cmd+=" $(shell_quote "$a")"
-    done
-    err=$(mktemp)
-    out=$(timeout -k 5 $((RINGFLOW_STOP_TIMEOUT + 30)) "$RINGFLOW_SSH" "${SSH_WORDS[@]}" -- \
-        "${HOST_DEST[$i]}" "$cmd" </dev/null 2>"$err") || rc=$?
-    out=$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 || true)
-    case "$rc" in
-    0) printf '%s\n' "$out" ;;
-    124 | 137) printf 'no answer within %s s from ssh or the executor stop\n' $((RINGFLOW_STOP_TIMEOUT + 30)) ;;
-    255) printf 'ssh failed: %s\n' "$(last_line "$err")" ;;
-    *) printf '%s\n' "${out:-exit status $rc: $(last_line "$err")}" ;;
-    esac
-    rm -f "$err"
-    return "$rc"
+    remote_run "$1" $((RINGFLOW_STOP_TIMEOUT + 30)) "the executor stop" "$REMOTE_STOP" ringflow-stop \
+        "$RINGFLOW_REMOTE_RUN_DIR" "${HOST_KEY[$1]}" "$RINGFLOW_STOP_TIMEOUT" </dev/null
 }
 
 failed=0
 if [[ -f "$RINGFLOW_HOSTS" ]]; then
     read_hosts "$RINGFLOW_HOSTS"
     ssh_words
-    results=$(mktemp -d)
-    trap 'rm -rf "$results"' EXIT
-    pids=()
-    for i in "${!HOST_DEST[@]}"; do
-        stop_one "$i" >"$results/$i" 2>&1 &
-        pids+=($!)
-    done
-    for i in "${!HOST_DEST[@]}"; do
-        ok=1
-        wait "${pids[$i]}" || ok=0
-        line=$(<"$results/$i") || true
-        if ((ok)); then
-            say "${HOST_DEST[$i]}: $line"
-        else
-            printf '%s: error: %s: %s\n' "$PROG" "${HOST_DEST[$i]}" "$line" >&2
-            failed=$((failed + 1))
-        fi
-    done
+    on_each_host stop_one
+    failed=$((failed + HOST_FAILED))
 else
     say "warning: no hosts file at $RINGFLOW_HOSTS: no executors stopped (set RINGFLOW_HOSTS)"
 fi

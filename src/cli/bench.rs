@@ -79,8 +79,9 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         .floats
         .unwrap_or_else(|| ((args.size_mb * 1048576.0) / 4.0).round() as u64);
     let bytes = floats * 4;
+    let secret = Secret::generate();
     let security = ClientSecurity {
-        secret: Some(Secret::generate()),
+        secret: Some(secret.clone()),
         tls: None,
     };
     let rt = super::runtime()?;
@@ -91,13 +92,13 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
                 scheduler: SchedulerConfig::default(),
                 ui: None,
                 ui_next_free_port: false,
-                secret: security.secret.clone(),
+                secret: Some(secret.clone()),
                 tls: None,
             },
             ModelRegistry::default(),
         )
         .await?;
-        let mut children = Children::spawn(args.ranks, &driver.url(), &security, 1, "warn")?;
+        let mut children = Children::spawn(args.ranks, &driver.url(), &secret, 1, "warn")?;
         let mut client = submit::connect(&driver.url(), &security).await?;
         let job_id = client
             .submit(pb::SubmitRequest {

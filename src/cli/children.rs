@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ringflow_proto::security::{ClientSecurity, SECRET_ENV};
+use ringflow_proto::security::{SECRET_ENV, Secret};
 
 /// The running executor processes.
 pub struct Children {
@@ -18,11 +18,11 @@ pub struct Children {
 
 impl Children {
     /// Starts `n` executors of this very binary against `driver_url`, each with `threads`
-    /// compute threads and a ring listener on loopback.
+    /// compute threads and a ring listener on loopback, proving `secret` to it.
     pub fn spawn(
         n: usize,
         driver_url: &str,
-        security: &ClientSecurity,
+        secret: &Secret,
         threads: usize,
         log: &str,
     ) -> anyhow::Result<Children> {
@@ -62,9 +62,7 @@ impl Children {
                     Ok(())
                 });
             }
-            if let Some(secret) = &security.secret {
-                cmd.env(SECRET_ENV, std::ffi::OsStr::from_bytes(secret.expose()));
-            }
+            cmd.env(SECRET_ENV, std::ffi::OsStr::from_bytes(secret.expose()));
             let child = cmd.spawn().context("cannot start an executor process")?;
             procs.push(child);
         }

@@ -114,8 +114,9 @@ pub fn run_local(
     timeline: Option<Timeline>,
 ) -> anyhow::Result<ExitCode> {
     let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
+    let secret = secret.unwrap_or_else(Secret::generate);
     let security = ClientSecurity {
-        secret: Some(secret.unwrap_or_else(Secret::generate)),
+        secret: Some(secret.clone()),
         tls: None,
     };
     let rt = super::runtime()?;
@@ -127,7 +128,7 @@ pub fn run_local(
                 ui,
                 ui_next_free_port: true,
                 // Only the executors started below may register: they get a fresh secret.
-                secret: Some(security.secret.clone().expect("generated")),
+                secret: Some(secret.clone()),
                 tls: None,
             },
             registry,
@@ -156,7 +157,7 @@ pub fn run_local(
                 return Err(e);
             }
         };
-        let mut children = Children::spawn(n, &url, &security, threads, &log)?;
+        let mut children = Children::spawn(n, &url, &secret, threads, &log)?;
         eprintln!(
             "started {n} executor processes (pids {}) for driver {url}",
             children

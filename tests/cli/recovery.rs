@@ -34,6 +34,13 @@ checkpoint_every_steps = 100
     )
 }
 
+/// A secret file in `dir`, for executors started by hand to join a `ringflow local` run.
+fn secret_file(dir: &std::path::Path) -> String {
+    let path = dir.join("secret");
+    std::fs::write(&path, "executors started by hand may join this run\n").unwrap();
+    s(&path)
+}
+
 fn checkpoint_step(dir: &std::path::Path) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(dir.join("checkpoint/checkpoint.json")).ok()?;
     let meta: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -395,8 +402,7 @@ min_executors = 2
 
     let out = dir.path().join("elastic.json");
     // The spare executor below joins the local driver with its secret.
-    let secret = s(&dir.path().join("secret"));
-    std::fs::write(&secret, "spare executors may join this run\n").unwrap();
+    let secret = secret_file(dir.path());
     let args: Vec<String> = [
         "local",
         spec.as_str(),
@@ -467,8 +473,7 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     let spec = spec(dir.path(), "join");
     let out = dir.path().join("join.json");
     // The executor below joins the local driver with its secret.
-    let secret = s(&dir.path().join("secret"));
-    std::fs::write(&secret, "idle executors may join this run\n").unwrap();
+    let secret = secret_file(dir.path());
     let args: Vec<String> = [
         "local",
         spec.as_str(),

@@ -37,6 +37,7 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use tokio_rustls::rustls::ServerConfig;
 
+use crate::scheduler::Refusal;
 use crate::service::Shared;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -134,18 +135,9 @@ async fn cancel(
     }
     let result = shared.lock().cancel(&id, Instant::now());
     match result {
-        Ok(cancelled) => {
-            shared.tick();
-            Json(serde_json::json!({ "cancelled": cancelled })).into_response()
-        }
-        Err(refusal) => {
-            let status = crate::service::status(refusal);
-            let code = match status.code() {
-                tonic::Code::NotFound => StatusCode::NOT_FOUND,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            error(code, status.message().to_string())
-        }
+        Ok(cancelled) => Json(serde_json::json!({ "cancelled": cancelled })).into_response(),
+        Err(Refusal::NotFound(m)) => error(StatusCode::NOT_FOUND, m),
+        Err(Refusal::Version(m) | Refusal::Invalid(m)) => error(StatusCode::BAD_REQUEST, m),
     }
 }
 

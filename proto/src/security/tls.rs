@@ -44,6 +44,13 @@ fn certificates(flag: &str, path: &Path, pem: &[u8]) -> Result<Vec<CertificateDe
     Ok(certs)
 }
 
+/// The PEM of a `--tls-ca` file, checked to hold certificates.
+fn ca_file(path: &Path) -> Result<Vec<u8>> {
+    let pem = read("the CA file (--tls-ca)", path)?;
+    certificates("--tls-ca", path, &pem)?;
+    Ok(pem)
+}
+
 fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_slice(pem).map_err(|e| {
         SecurityError::Invalid(format!(
@@ -133,14 +140,7 @@ impl ServerTls {
                 )),
             };
         };
-        let client_ca_pem = match client_ca {
-            None => None,
-            Some(path) => {
-                let pem = read("the CA file (--tls-ca)", path)?;
-                certificates("--tls-ca", path, &pem)?;
-                Some(pem)
-            }
-        };
+        let client_ca_pem = client_ca.map(ca_file).transpose()?;
         let ui = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(pair.chain.clone(), pair.key.clone_key())
@@ -203,14 +203,7 @@ impl ClientTls {
     ) -> Result<Option<ClientTls>> {
         install_provider();
         let identity = pair(cert, key)?;
-        let ca_pem = match ca {
-            None => None,
-            Some(path) => {
-                let pem = read("the CA file (--tls-ca)", path)?;
-                certificates("--tls-ca", path, &pem)?;
-                Some(pem)
-            }
-        };
+        let ca_pem = ca.map(ca_file).transpose()?;
         Ok((ca_pem.is_some() || identity.is_some()).then_some(ClientTls { ca_pem, identity }))
     }
 
