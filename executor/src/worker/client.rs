@@ -86,7 +86,7 @@ impl DriverClient {
                         s.message()
                     )));
                 }
-                Err(s) if is_certificate_error(&status_line(&s)) => {
+                Err(s) if is_certificate_error(&s) => {
                     return Err(ExecutorError::Comm(format!(
                         "the TLS connection to the driver at {} failed: {} (check --tls-ca, \
                          --tls-cert and --tls-key)",

@@ -279,18 +279,20 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A failed call's message with the transport error behind it (TLS failures say what happened
-/// only there), as one line.
+/// only there), as one line, with a hint where the cause suggests a TLS mismatch.
 pub fn status_line(s: &tonic::Status) -> String {
-    let mut line = s.message().to_string();
-    if let Some(source) = std::error::Error::source(s) {
-        let more = error_chain(source);
-        if more.starts_with(&line) {
-            line = more;
-        } else if !line.contains(&more) {
-            line = format!("{line}: {more}");
-        }
-    }
-    if line.contains("h2 protocol error") || line.ends_with("connection closed") {
+    let mut line = cause_line(s);
+    // Under TLS 1.3 a server that requires a client certificate checks it after the client's
+    // handshake has finished, so the client sees either the server's alert or, when the
+    // connection is already gone, only a closed or broken connection.
+    let closed = [
+        "h2 protocol error",
+        "connection closed",
+        "connection was not ready",
+        "broken pipe",
+        "reset by peer",
+    ];
+    if closed.iter().any(|c| line.contains(c)) {
         line.push_str(
             " (the driver closed the connection: if it serves TLS, use an https:// URL; if it \
              requires client certificates, pass --tls-cert and --tls-key)",
@@ -301,7 +303,23 @@ pub fn status_line(s: &tonic::Status) -> String {
     line
 }
 
-/// Whether a failed call failed on TLS certificates, which retrying cannot fix.
-pub fn is_certificate_error(line: &str) -> bool {
+/// A failed call's message and the transport error behind it, without hints.
+fn cause_line(s: &tonic::Status) -> String {
+    let mut line = s.message().to_string();
+    if let Some(source) = std::error::Error::source(s) {
+        let more = error_chain(source);
+        if more.starts_with(&line) {
+            line = more;
+        } else if !line.contains(&more) {
+            line = format!("{line}: {more}");
+        }
+    }
+    line
+}
+
+/// Whether a failed call failed on TLS certificates, which retrying cannot fix. A closed
+/// connection is not one: a restarting driver closes connections too.
+pub fn is_certificate_error(s: &tonic::Status) -> bool {
+    let line = cause_line(s);
     line.contains("certificate") || line.contains("Certificate")
 }
