@@ -113,7 +113,7 @@ pub fn run_local(
     mut observer: Observer,
     timeline: Option<Timeline>,
 ) -> anyhow::Result<ExitCode> {
-    let log = std::env::var("RINGFLOW_LOG").unwrap_or_else(|_| "warn".into());
+    let log = super::log_filter().to_string();
     let secret = secret.unwrap_or_else(Secret::generate);
     let security = ClientSecurity {
         secret: Some(secret.clone()),

@@ -129,15 +129,26 @@ impl JobArgs {
     }
 }
 
+/// The log filter of this process (`--log` or RINGFLOW_LOG), which executors started by this
+/// process (`local`, `eval`, `predict`) are given too.
+static LOG_FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// This process's log filter, `warn` before the command line was parsed.
+pub(crate) fn log_filter() -> &'static str {
+    LOG_FILTER.get().map_or("warn", String::as_str)
+}
+
 /// Parses the command line and runs it with `registry`'s model kinds; returns the exit code.
 pub fn main(registry: ModelRegistry) -> ExitCode {
     let cli = Cli::parse();
+    let _ = LOG_FILTER.set(cli.log.clone());
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_new(&cli.log)
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Local(args) => local::run(args, registry),

@@ -10,9 +10,11 @@
 //!
 //! On a GPU the buffers are page-locked ([`Device::pin_host`]), so a bucket's gradients are
 //! downloaded by DMA in one batch of queued copies and one wait, and uploaded the same way: the
-//! ring itself runs on the host, over TCP, exactly as for CPU training.
+//! ring itself runs on the host, over TCP, exactly as for CPU training. The time spent in these
+//! copies is kept ([`GradientBuckets::take_staging`]) for the executor's debug log.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{Device, PinnedHost, Tensor, TensorKey};
@@ -72,6 +74,9 @@ impl Drop for Bucket {
 pub struct GradientBuckets {
     buckets: Vec<Bucket>,
     bucket_of: HashMap<TensorKey, usize>,
+    /// Time in the copies between the gradients and the buckets since the last
+    /// [`GradientBuckets::take_staging`].
+    staging: Duration,
 }
 
 impl GradientBuckets {
@@ -115,7 +120,11 @@ impl GradientBuckets {
             b.buffer = Some(vec![0.0; b.numel]);
             b.pin(device);
         }
-        GradientBuckets { buckets, bucket_of }
+        GradientBuckets {
+            buckets,
+            bucket_of,
+            staging: Duration::ZERO,
+        }
     }
 
     /// The number of buckets.
@@ -148,7 +157,7 @@ impl GradientBuckets {
         let b = &mut self.buckets[i];
         b.waiting_for = b.waiting_for.saturating_sub(1);
         if b.waiting_for == 0 && b.pending.is_none() {
-            start(b, comm)?;
+            self.staging += start(b, comm)?;
         }
         Ok(())
     }
@@ -158,23 +167,37 @@ impl GradientBuckets {
     pub fn finish(&mut self, comm: &mut dyn Collective) -> Result<()> {
         for b in &mut self.buckets {
             if b.pending.is_none() {
-                start(b, comm)?;
+                self.staging += start(b, comm)?;
             }
         }
         for b in &mut self.buckets {
             let reduced = b.pending.take().expect("started above").wait()?;
+            let copy = Instant::now();
             Tensor::scatter_grads(&b.params, &reduced)?;
+            self.staging += copy.elapsed();
             b.buffer = Some(reduced);
         }
         Ok(())
     }
+
+    /// The time spent copying gradients into the buckets and the averages back since the last
+    /// call. On a GPU these are the device-to-host and host-to-device copies of the staging;
+    /// since a download waits for the kernels queued before it, the figure is an upper bound
+    /// of the copies' own cost.
+    pub fn take_staging(&mut self) -> Duration {
+        std::mem::take(&mut self.staging)
+    }
 }
 
-fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<()> {
+/// Copies the bucket's gradients into its buffer and starts reducing it; returns the copy's
+/// time.
+fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<Duration> {
     let mut buf = b.buffer.take().unwrap_or_else(|| vec![0.0; b.numel]);
+    let copy = Instant::now();
     Tensor::gather_grads(&b.params, &mut buf)?;
+    let took = copy.elapsed();
     b.pending = Some(comm.start_all_reduce(buf, ReduceOp::Average)?);
-    Ok(())
+    Ok(took)
 }
 
 #[cfg(test)]

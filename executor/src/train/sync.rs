@@ -150,6 +150,15 @@ impl GradientSync {
         matches!(self, GradientSync::Backup(_))
     }
 
+    /// On a ring, the time spent staging gradients through the buckets since the last call
+    /// ([`GradientBuckets::take_staging`]); `None` for the other ways.
+    pub fn take_staging(&mut self) -> Option<Duration> {
+        match self {
+            GradientSync::Ring(buckets) => Some(buckets.take_staging()),
+            _ => None,
+        }
+    }
+
     /// Ends training on this rank: with backup workers, tells the aggregator that this rank
     /// finished rather than failed.
     pub fn finish(&mut self, comm: &mut dyn Collective) {

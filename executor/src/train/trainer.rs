@@ -353,6 +353,18 @@ pub fn run_task(
                 comm.barrier()?;
             }
             let seconds = epoch_start.elapsed().as_secs_f64();
+            if let Some(staging) = sync.take_staging() {
+                let step_s = phases.total() / epoch_steps.max(1) as f64;
+                let staging_s = staging.as_secs_f64() / epoch_steps.max(1) as f64;
+                tracing::debug!(
+                    "rank {rank} epoch {epoch}: gradient staging (copies between the gradients \
+                     and the ring's buckets on {device}) took {:.3} ms per step, {:.1}% of a \
+                     {:.3} ms step",
+                    1000.0 * staging_s,
+                    100.0 * staging_s / step_s.max(f64::MIN_POSITIVE),
+                    1000.0 * step_s
+                );
+            }
             let stats = EpochStats {
                 epoch,
                 steps: plan.steps,

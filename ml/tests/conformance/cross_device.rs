@@ -38,8 +38,7 @@ pub fn compare(name: &str, case: fn(Device) -> Outputs) {
         "{name}: every output is zero; the comparison would prove nothing"
     );
     let gpu = Device::Cuda(0);
-    if let Err(e) = gpu.check_available() {
-        eprintln!("skipping {name}: {e}");
+    if !crate::helpers::available(gpu) {
         return;
     }
     let got = case(gpu).unwrap_or_else(|e| panic!("{name} on {gpu}: {e}"));

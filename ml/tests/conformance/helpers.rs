@@ -30,12 +30,27 @@ pub(crate) use device_test;
 
 /// Runs `test` on `device`, or skips it (printing why) if the device is unavailable.
 pub fn run_on(device: Device, test: fn(Device) -> TestResult) {
-    if let Err(e) = device.check_available() {
-        eprintln!("skipping: {e}");
+    if !available(device) {
         return;
     }
     if let Err(e) = test(device) {
         panic!("failed on {device}: {e}");
+    }
+}
+
+/// Whether `device` can run tests here; if not, says why on stderr. Where
+/// `RINGFLOW_REQUIRE_GPU` is set (a run on a GPU machine), an unusable GPU fails the test
+/// instead, so that a verification cannot pass by skipping.
+pub fn available(device: Device) -> bool {
+    match device.check_available() {
+        Ok(()) => true,
+        Err(e) if device != Device::Cpu && std::env::var_os("RINGFLOW_REQUIRE_GPU").is_some() => {
+            panic!("RINGFLOW_REQUIRE_GPU is set, but {device} cannot be used: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping on {device}: {e}");
+            false
+        }
     }
 }
 
