@@ -13,6 +13,7 @@ pub mod progress;
 pub mod scheduler;
 pub mod service;
 pub mod summary;
+mod tls;
 mod ui;
 
 pub use error::{DriverError, Result};

@@ -347,6 +347,20 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         &["--secret-file", &secret_file, "--tls-ca", &pki.other_ca],
         "the TLS connection to the driver at",
     );
+    // The driver logged the handshakes it refused, with the client's address and the cause.
+    let refused = "refused a TLS connection to the control plane from 127.0.0.1:";
+    driver.wait_for(refused);
+    let log = driver.stderr();
+    for cause in [
+        "the client sent no certificate",
+        "the client did not speak TLS",
+    ] {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(refused) && l.contains(cause)),
+            "no refusal saying {cause:?} in the driver's log: {log}"
+        );
+    }
     let run = client(&["--tls-ca", &pki.ca, "--tls-cert", &pki.client_cert]);
     assert!(
         run.assert_clean_failure()

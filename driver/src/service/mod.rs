@@ -195,6 +195,14 @@ async fn bind_ui(ui: SocketAddr, next_free: bool) -> Result<tokio::net::TcpListe
     }
 }
 
+/// Where the control plane's connections come from.
+enum Incoming {
+    /// Plain TCP.
+    Plain(tokio::net::TcpListener),
+    /// TLS, the handshakes done by the driver.
+    Tls(crate::tls::TlsListener),
+}
+
 /// Starts a driver on the current tokio runtime.
 pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<DriverHandle> {
     let listener = tokio::net::TcpListener::bind(config.bind)
@@ -214,11 +222,6 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         config.secret.clone(),
     ));
     let mut builder = tonic::transport::Server::builder();
-    if let Some(tls) = &config.tls {
-        builder = builder
-            .tls_config(tls.grpc())
-            .map_err(|e| DriverError::Data(format!("cannot set up the driver's TLS: {e}")))?;
-    }
     let verifier = auth::AuthCheck::verifier(config.secret.as_ref());
     let check = |service| auth::AuthCheck::new(verifier.clone(), service);
     let router = builder
@@ -235,15 +238,33 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
                 .max_encoding_message_size(usize::MAX),
             check("a data (Flight)"),
         ));
+    // With TLS the driver runs the handshakes itself, so that it can log the ones it refuses.
+    let incoming = match &config.tls {
+        None => Incoming::Plain(listener),
+        Some(tls) => Incoming::Tls(
+            crate::tls::TlsListener::new(listener, tls.grpc(), "control plane")
+                .map_err(|e| DriverError::Data(format!("cannot set up the driver's TLS: {e}")))?,
+        ),
+    };
     let (tx, rx) = oneshot::channel::<()>();
     let server = {
         let shared = shared.clone();
         tokio::spawn(async move {
-            let result = router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-                    let _ = rx.await;
-                })
-                .await;
+            let shutdown = async {
+                let _ = rx.await;
+            };
+            let result = match incoming {
+                Incoming::Tls(tls) => {
+                    router
+                        .serve_with_incoming_shutdown(tls.into_incoming(), shutdown)
+                        .await
+                }
+                Incoming::Plain(tcp) => {
+                    router
+                        .serve_with_incoming_shutdown(TcpListenerStream::new(tcp), shutdown)
+                        .await
+                }
+            };
             shared.serving.store(false, Ordering::Relaxed);
             if let Err(e) = result {
                 tracing::error!("the driver's server stopped: {e}");

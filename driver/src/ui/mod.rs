@@ -23,7 +23,6 @@
 
 mod api;
 mod metrics;
-mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -84,7 +83,7 @@ pub(crate) async fn serve(
                 .with_graceful_shutdown(shutdown)
                 .await
         }
-        Some(config) => match tls::TlsListener::new(listener, config) {
+        Some(config) => match crate::tls::TlsListener::new(listener, config, "web UI") {
             Ok(listener) => {
                 axum::serve(listener, router(shared))
                     .with_graceful_shutdown(shutdown)

@@ -3,12 +3,11 @@
 
 use std::path::Path;
 use std::sync::{Arc, Once};
-use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use super::{AuthInterceptor, Result, Secret, SecurityError};
 
@@ -102,12 +101,14 @@ fn pair(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<KeyPair>> {
     }
 }
 
-/// The driver's TLS settings.
+/// The driver's TLS settings: one rustls configuration for the control plane (gRPC and Flight,
+/// with client certificates required when the driver has a CA for them) and one for the web UI.
 #[derive(Clone)]
 pub struct ServerTls {
-    pair: KeyPair,
-    client_ca_pem: Option<Vec<u8>>,
-    /// The web UI's rustls configuration (server certificate only: browsers bring no client
+    client_certificates: bool,
+    /// The control plane's configuration (HTTP/2 by ALPN).
+    grpc: Arc<rustls::ServerConfig>,
+    /// The web UI's configuration (server certificate only: browsers bring no client
     /// certificates).
     ui: Arc<rustls::ServerConfig>,
 }
@@ -115,10 +116,7 @@ pub struct ServerTls {
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerTls")
-            .field(
-                "client_certificates_required",
-                &self.client_ca_pem.is_some(),
-            )
+            .field("client_certificates_required", &self.client_certificates)
             .finish_non_exhaustive()
     }
 }
@@ -140,42 +138,69 @@ impl ServerTls {
                 )),
             };
         };
-        let client_ca_pem = client_ca.map(ca_file).transpose()?;
+        let unusable = |e: rustls::Error| {
+            SecurityError::Invalid(format!(
+                "the --tls-cert and --tls-key files do not make a usable certificate: {e}"
+            ))
+        };
+        let mut grpc = match client_ca {
+            Some(path) => rustls::ServerConfig::builder()
+                .with_client_cert_verifier(client_verifier(path)?)
+                .with_single_cert(pair.chain.clone(), pair.key.clone_key())
+                .map_err(unusable)?,
+            None => rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(pair.chain.clone(), pair.key.clone_key())
+                .map_err(unusable)?,
+        };
+        grpc.alpn_protocols = vec![b"h2".to_vec()];
         let ui = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(pair.chain.clone(), pair.key.clone_key())
-            .map_err(|e| {
-                SecurityError::Invalid(format!(
-                    "the --tls-cert and --tls-key files do not make a usable certificate: {e}"
-                ))
-            })?;
+            .map_err(unusable)?;
         Ok(Some(ServerTls {
-            pair,
-            client_ca_pem,
+            client_certificates: client_ca.is_some(),
+            grpc: Arc::new(grpc),
             ui: Arc::new(ui),
         }))
     }
 
     /// Whether clients must present a certificate signed by `--tls-ca`.
     pub fn requires_client_certificates(&self) -> bool {
-        self.client_ca_pem.is_some()
+        self.client_certificates
     }
 
-    /// The gRPC server's configuration.
-    pub fn grpc(&self) -> ServerTlsConfig {
-        let config = ServerTlsConfig::new()
-            .identity(self.pair.identity())
-            .timeout(Duration::from_secs(10));
-        match &self.client_ca_pem {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
-        }
+    /// The control plane's rustls configuration (gRPC and Flight over HTTP/2).
+    pub fn grpc(&self) -> Arc<rustls::ServerConfig> {
+        self.grpc.clone()
     }
 
     /// The web UI's rustls configuration.
     pub fn http(&self) -> Arc<rustls::ServerConfig> {
         self.ui.clone()
     }
+}
+
+/// A verifier of client certificates signed by the CAs of the `--tls-ca` file at `path`.
+fn client_verifier(path: &Path) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
+    let pem = ca_file(path)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certificates("--tls-ca", path, &pem)? {
+        roots.add(cert).map_err(|e| {
+            SecurityError::Invalid(format!(
+                "--tls-ca {} holds a certificate that cannot be a trust anchor: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| {
+            SecurityError::Invalid(format!(
+                "--tls-ca {} cannot verify client certificates: {e}",
+                path.display()
+            ))
+        })
 }
 
 /// A client's TLS settings: whom to trust, and its own certificate for mutual TLS.
