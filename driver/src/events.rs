@@ -162,8 +162,13 @@ pub enum Event {
         #[serde(default)]
         cause: String,
     },
-    /// Every rank evaluated its share of the test split.
+    /// Every rank evaluated its share of the test split: after an epoch while training goes on
+    /// (`train.eval_every_epochs`), or after training.
     Evaluated {
+        /// The 0-based epoch after which it was evaluated while training went on; absent for
+        /// the evaluation after training (and for `eval`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<u64>,
         /// Rows evaluated.
         rows: u64,
         /// Mean test loss.

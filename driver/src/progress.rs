@@ -60,6 +60,8 @@ pub struct JobProgress {
     world: usize,
     epochs: BTreeMap<u64, Vec<Option<EpochReport>>>,
     eval: Vec<Option<EvalReport>>,
+    /// Evaluations after epochs while training goes on, by epoch: each rank's share.
+    epoch_evals: BTreeMap<u64, Vec<Option<EvalReport>>>,
     outcomes: Vec<Option<TaskOutcome>>,
     finished_epochs: Vec<EpochSummary>,
     /// Each rank's phase times in the latest epoch it reported.
@@ -78,6 +80,7 @@ impl JobProgress {
             world,
             epochs: BTreeMap::new(),
             eval: vec![None; world],
+            epoch_evals: BTreeMap::new(),
             outcomes: vec![None; world],
             finished_epochs: Vec::new(),
             last_phases: vec![None; world],
@@ -90,6 +93,7 @@ impl JobProgress {
         self.world = world;
         self.epochs.clear();
         self.eval = vec![None; world];
+        self.epoch_evals.clear();
         self.outcomes = vec![None; world];
         self.last_phases = vec![None; world];
     }
@@ -140,6 +144,26 @@ impl JobProgress {
         self.eval[rank] = Some(report);
     }
 
+    /// Records a rank's evaluation after `epoch` while training goes on; returns every rank's
+    /// shares together once all have reported it.
+    pub fn epoch_evaluated(
+        &mut self,
+        rank: usize,
+        epoch: u64,
+        report: EvalReport,
+    ) -> Option<EvalReport> {
+        let slots = self
+            .epoch_evals
+            .entry(epoch)
+            .or_insert_with(|| vec![None; self.world]);
+        *slots.get_mut(rank)? = Some(report);
+        if slots.iter().any(Option::is_none) {
+            return None;
+        }
+        let shares = self.epoch_evals.remove(&epoch)?;
+        Some(total(shares.iter().flatten()))
+    }
+
     /// Records a rank's outcome.
     pub fn outcome(&mut self, rank: usize, outcome: TaskOutcome) {
         self.outcomes[rank] = Some(outcome);
@@ -155,18 +179,23 @@ impl JobProgress {
         if self.eval.iter().any(Option::is_none) {
             return None;
         }
-        let mut total = EvalReport::default();
-        for r in self.eval.iter().flatten() {
-            total.rows += r.rows;
-            total.loss_sum += r.loss_sum;
-            total.correct += r.correct;
-            total.squared_error += r.squared_error;
-        }
-        Some(total)
+        Some(total(self.eval.iter().flatten()))
     }
 
     /// The ranks' outcomes, once all have finished.
     pub fn outcomes(&self) -> Option<Vec<&TaskOutcome>> {
         self.outcomes.iter().map(Option::as_ref).collect()
     }
+}
+
+/// The ranks' evaluation shares added up.
+fn total<'a>(shares: impl Iterator<Item = &'a EvalReport>) -> EvalReport {
+    let mut sum = EvalReport::default();
+    for r in shares {
+        sum.rows += r.rows;
+        sum.loss_sum += r.loss_sum;
+        sum.correct += r.correct;
+        sum.squared_error += r.squared_error;
+    }
+    sum
 }

@@ -119,6 +119,9 @@ pub struct EpochRow {
     pub phases: PhaseSeconds,
     /// The phases as percentages of the steps' time.
     pub phase_percent: PhaseSeconds,
+    /// The test split's figures after this epoch (`train.eval_every_epochs`; the last epoch's
+    /// are the job's `test`).
+    pub test: Option<Test>,
 }
 
 #[derive(Debug, Serialize)]
@@ -142,7 +145,7 @@ pub struct Recovery {
     pub at: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Test {
     pub rows: u64,
     pub loss: f64,
@@ -259,6 +262,7 @@ impl History {
                     samples_per_s,
                     phases,
                     phase_percent: percent(&phases),
+                    test: None,
                 }),
                 Event::Checkpoint {
                     epochs_done,
@@ -291,17 +295,34 @@ impl History {
                     at,
                 }),
                 Event::Evaluated {
+                    epoch,
                     rows,
                     loss,
                     accuracy,
                     mse,
                 } => {
-                    job.test = Some(Test {
+                    let test = Test {
                         rows,
                         loss,
                         accuracy,
                         mse,
-                    })
+                    };
+                    match epoch {
+                        // The epoch's row is the latest of that epoch (one may be redone).
+                        Some(epoch) => {
+                            if let Some(row) =
+                                job.epochs.iter_mut().rev().find(|r| r.epoch == epoch)
+                            {
+                                row.test = Some(test);
+                            }
+                        }
+                        None => {
+                            if let Some(row) = job.epochs.last_mut() {
+                                row.test = Some(test.clone());
+                            }
+                            job.test = Some(test);
+                        }
+                    }
                 }
                 Event::Finished {
                     state,
@@ -478,6 +499,7 @@ impl JobHistory {
             "backward",
             "allreduce",
             "optimizer",
+            "test",
         ];
         let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
         for e in &self.epochs {
@@ -497,6 +519,14 @@ impl JobHistory {
                 format!("{:.0}%", p.backward),
                 format!("{:.0}%", p.allreduce),
                 format!("{:.0}%", p.optimizer),
+                match &e.test {
+                    Some(Test {
+                        accuracy: Some(a), ..
+                    }) => format!("acc {a:.4}"),
+                    Some(Test { mse: Some(m), .. }) => format!("mse {m:.4}"),
+                    Some(t) => format!("loss {:.4}", t.loss),
+                    None => "-".into(),
+                },
             ]);
         }
         let widths: Vec<usize> = (0..header.len())
@@ -618,11 +648,23 @@ mod tests {
                     seconds: 0.1,
                 },
             ),
+            rec(
+                "m-0001",
+                2.7,
+                Event::Evaluated {
+                    epoch: Some(0),
+                    rows: 100,
+                    loss: 0.5,
+                    accuracy: Some(0.8),
+                    mse: None,
+                },
+            ),
             rec("m-0001", 4.5, epoch(1)),
             rec(
                 "m-0001",
                 5.0,
                 Event::Evaluated {
+                    epoch: None,
                     rows: 100,
                     loss: 0.3,
                     accuracy: Some(0.9),
@@ -696,8 +738,20 @@ mod tests {
         assert!(failed.contains("  error: rank 1 failed: boom"), "{failed}");
         assert!(failed.contains("never started"), "{failed}");
 
+        // Each epoch's row has its test figure: after epoch 1 while training, after epoch 2
+        // the final evaluation.
+        let row = |n: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(n))
+                .unwrap_or_else(|| panic!("no row {n}: {text}"))
+                .to_string()
+        };
+        assert!(row("1/2").ends_with("acc 0.8000"), "{text}");
+        assert!(row("2/2").ends_with("acc 0.9000"), "{text}");
+
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["jobs"][0]["epochs"].as_array().unwrap().len(), 2);
+        assert_eq!(json["jobs"][0]["epochs"][0]["test"]["accuracy"], 0.8);
         assert_eq!(json["jobs"][0]["executors"][1]["executor_id"], "e2");
     }
 }

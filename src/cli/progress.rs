@@ -109,6 +109,22 @@ impl Observer {
         }
     }
 
+    /// The test split was evaluated after an epoch while training goes on.
+    pub fn test(&mut self, t: &pb::EpochTest) {
+        self.display.message(&test_line(t));
+        if let Some(tb) = &mut self.tensorboard {
+            let figures: Vec<(&str, f64)> = [
+                ("test/accuracy", t.accuracy),
+                ("test/loss", Some(t.loss)),
+                ("test/mse", t.mse),
+            ]
+            .into_iter()
+            .filter_map(|(tag, v)| v.map(|v| (tag, v)))
+            .collect();
+            tb.scalars(t.epoch as i64 + 1, &figures);
+        }
+    }
+
     /// The job's summary arrived (as JSON): ends the display, records the test figures.
     pub fn summary(&mut self, json: &str) {
         self.display.done();
@@ -177,6 +193,22 @@ fn figures(s: &pb::StepProgress, eta: Option<Duration>) -> String {
     format!(
         "loss {:.4}, {:.0} samples/s, ETA {eta}",
         s.loss, s.samples_per_s
+    )
+}
+
+/// The line printed when the test split was evaluated after an epoch.
+pub fn test_line(t: &pb::EpochTest) -> String {
+    let figure = match (t.accuracy, t.mse) {
+        (Some(a), _) => format!("accuracy {a:.4}, "),
+        (None, Some(m)) => format!("mse {m:.4}, "),
+        (None, None) => String::new(),
+    };
+    format!(
+        "test after epoch {}/{}: {figure}loss {:.4} ({} rows)",
+        t.epoch + 1,
+        t.epochs,
+        t.loss,
+        t.rows
     )
 }
 
@@ -339,6 +371,26 @@ mod tests {
         // 100 steps in 10 s; 90 steps left.
         let left = eta.update(&step(1, 10)).unwrap().as_secs_f64();
         assert!((8.9..9.2).contains(&left), "{left}");
+    }
+
+    #[test]
+    fn test_lines_name_the_epoch_and_the_figure() {
+        let t = |accuracy, mse| pb::EpochTest {
+            epoch: 1,
+            epochs: 3,
+            rows: 10_000,
+            loss: 0.25,
+            accuracy,
+            mse,
+        };
+        assert_eq!(
+            test_line(&t(Some(0.9512), None)),
+            "test after epoch 2/3: accuracy 0.9512, loss 0.2500 (10000 rows)"
+        );
+        assert_eq!(
+            test_line(&t(None, Some(1.5))),
+            "test after epoch 2/3: mse 1.5000, loss 0.2500 (10000 rows)"
+        );
     }
 
     #[test]

@@ -157,6 +157,7 @@ async fn watch_events(
             Some(Event::Message(m)) => observer.message(&m),
             Some(Event::Step(s)) => observer.step(&s),
             Some(Event::Epoch(e)) => observer.epoch(&e),
+            Some(Event::Test(t)) => observer.test(&t),
             Some(Event::SummaryJson(json)) => {
                 observer.summary(&json);
                 return Ok(Watched::Summary(json));

@@ -65,7 +65,12 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
         2,
         "one checkpoint per epoch: {names:?}"
     );
-    assert!(names.contains(&"evaluated"), "{names:?}");
+    // The test split after epoch 1 (training went on) and after training.
+    let evaluated: Vec<&Value> = lines.iter().filter(|l| l["event"] == "evaluated").collect();
+    assert_eq!(evaluated.len(), 2, "{names:?}");
+    assert_eq!(evaluated[0]["epoch"], 0, "{}", evaluated[0]);
+    assert!(evaluated[1].get("epoch").is_none(), "{}", evaluated[1]);
+    assert!(evaluated[0]["accuracy"].as_f64().unwrap() > 0.5);
     for l in &lines {
         assert_eq!(l["job_id"], sm["job_id"], "{l}");
         assert!(l["at"].as_str().unwrap().ends_with('Z'), "{l}");
@@ -110,6 +115,9 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
     assert_eq!(j["epochs"].as_array().unwrap().len(), 2);
     assert_eq!(j["executors"].as_array().unwrap().len(), 2);
     assert!(j["test"]["accuracy"].as_f64().unwrap() > 0.5, "{j}");
+    for e in j["epochs"].as_array().unwrap() {
+        assert!(e["test"]["accuracy"].as_f64().unwrap() > 0.5, "{j}");
+    }
 
     // The timeline.
     let trace: Value =

@@ -81,6 +81,18 @@ fn tensorboard_event_files_read_back_with_tensorboard() {
     run.assert_success();
     assert!(run.stderr.contains("\nepoch 1/2: loss "), "{}", run.stderr);
     assert!(run.stderr.contains("\nepoch 2/2: loss "), "{}", run.stderr);
+    // The test split is evaluated after epoch 1 as well (`train.eval_every_epochs` = 1); the
+    // last epoch's evaluation is the summary's.
+    assert!(
+        run.stderr.contains("\ntest after epoch 1/2: accuracy 0."),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("test after epoch 2/2"),
+        "{}",
+        run.stderr
+    );
     assert!(
         !run.stderr.contains('\u{1b}'),
         "no terminal escapes when stderr is not a terminal:\n{}",
@@ -135,11 +147,15 @@ fn tensorboard_event_files_read_back_with_tensorboard() {
 
     let acc = points(&scalars, "test/accuracy");
     let want = sm["test_accuracy"].as_f64().unwrap();
-    assert_eq!(acc.len(), 1, "{scalars}");
-    assert_eq!(acc[0].0, 2, "at the last epoch: {scalars}");
-    assert!((acc[0].1 - want).abs() < 1e-6, "{} vs {want}", acc[0].1);
+    assert_eq!(
+        acc.iter().map(|p| p.0).collect::<Vec<_>>(),
+        [1, 2],
+        "after each epoch: {scalars}"
+    );
+    assert!((acc[1].1 - want).abs() < 1e-6, "{} vs {want}", acc[1].1);
+    assert!(acc[0].1 > 0.5 && acc[0].1 < 1.0, "{scalars}");
     assert!(want > 0.85, "the model learned: {sm}");
-    assert_eq!(points(&scalars, "test/loss").len(), 1, "{scalars}");
+    assert_eq!(points(&scalars, "test/loss").len(), 2, "{scalars}");
     assert!(scalars.get("test/mse").is_none(), "{scalars}");
 }
 

@@ -139,7 +139,7 @@ fn start_job(dir: &std::path::Path) -> (Running, String) {
     let run = Running::start(&["local".into(), spec, "--ui".into(), "127.0.0.1:0".into()]);
     let line = run.wait_for("web UI at ");
     let url = line.split("web UI at ").nth(1).unwrap().trim().to_string();
-    run.wait_for("epoch 1/");
+    run.wait_for("test after epoch 1/");
     (run, url)
 }
 
@@ -187,6 +187,12 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         "{series}"
     );
 
+    // The test split was evaluated after epoch 1 while the job runs on.
+    let test = &series["tests"][0];
+    assert_eq!(test["epoch"], 1, "{series}");
+    let accuracy = test["accuracy"].as_f64().unwrap_or(0.0);
+    assert!(accuracy > 0.5 && accuracy <= 1.0, "{series}");
+
     let (status, missing) = http_get(&format!("{url}api/v1/jobs/nope"));
     assert_eq!(status, 404, "{missing}");
 
@@ -198,6 +204,7 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         "# TYPE ringflow_step_phase_seconds histogram",
         "ringflow_allreduce_bytes_total{job=",
         "ringflow_job_loss{job=",
+        "ringflow_job_test_accuracy{job=",
     ] {
         assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
     }
@@ -226,6 +233,15 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         assert!(
             loss_chart.contains("<circle"),
             "a loss chart with points: {dom}"
+        );
+        let accuracy_chart = dom
+            .split("id=\"accuracy-chart\"")
+            .nth(1)
+            .and_then(|rest| rest.split("</svg>").next())
+            .unwrap_or_default();
+        assert!(
+            accuracy_chart.contains("<circle"),
+            "a test-accuracy chart with points while the job runs: {dom}"
         );
         assert!(screenshot.exists(), "a screenshot was taken");
         if let Ok(keep) = std::env::var("RINGFLOW_UI_SCREENSHOT") {

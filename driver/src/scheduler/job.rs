@@ -1028,10 +1028,17 @@ impl Job {
                     }));
                 }
             }
-            Some(pb::report_request::Report::Eval(e)) => {
-                self.progress.evaluated(rank, e);
-                self.log_evaluation();
-            }
+            Some(pb::report_request::Report::Eval(e)) => match e.epoch {
+                Some(epoch) => {
+                    if let Some(total) = self.progress.epoch_evaluated(rank, epoch, e) {
+                        self.epoch_tested(epoch, &total);
+                    }
+                }
+                None => {
+                    self.progress.evaluated(rank, e);
+                    self.log_evaluation();
+                }
+            },
             Some(pb::report_request::Report::Checkpoint(c)) => self.log(Event::Checkpoint {
                 epochs_done: c.epochs_done,
                 step: c.step,
@@ -1123,17 +1130,52 @@ impl Job {
         let Some(e) = self.progress.evaluation() else {
             return;
         };
+        self.evaluation_logged = true;
+        let figures = self.test_figures(&e);
+        self.log(Event::Evaluated {
+            epoch: None,
+            rows: e.rows,
+            loss: figures.loss,
+            accuracy: figures.accuracy,
+            mse: figures.mse,
+        });
+    }
+
+    /// Every rank evaluated the test split after `epoch` while training goes on: logged, and
+    /// sent to watchers (progress lines, TensorBoard, the web UI's chart).
+    fn epoch_tested(&mut self, epoch: u64, e: &pb::EvalReport) {
+        let figures = self.test_figures(e);
+        info!(
+            job = %self.id,
+            epoch,
+            accuracy = figures.accuracy,
+            mse = figures.mse,
+            "test split evaluated"
+        );
+        self.log(Event::Evaluated {
+            epoch: Some(epoch),
+            rows: e.rows,
+            loss: figures.loss,
+            accuracy: figures.accuracy,
+            mse: figures.mse,
+        });
+        self.push(pb::job_event::Event::Test(figures));
+    }
+
+    /// The test figures of summed evaluation shares.
+    fn test_figures(&self, e: &pb::EvalReport) -> pb::EpochTest {
         let classification = self
             .plan()
             .is_some_and(|p| p.spec.train.loss.is_classification());
         let rows = e.rows.max(1) as f64;
-        self.evaluation_logged = true;
-        self.log(Event::Evaluated {
+        pb::EpochTest {
+            epoch: e.epoch.unwrap_or(0),
+            epochs: self.plan().map_or(0, |p| p.spec.train.epochs),
             rows: e.rows,
             loss: e.loss_sum / rows,
             accuracy: classification.then(|| e.correct as f64 / rows),
             mse: (!classification).then(|| e.squared_error / rows),
-        });
+        }
     }
 
     fn end(&mut self, state: JobState, now: Instant) {

@@ -105,10 +105,28 @@ pub struct Series {
     pub steps: Vec<StepPoint>,
     /// One point per finished epoch.
     pub epochs: Vec<EpochPoint>,
-    /// Test accuracy (classification) once the job has evaluated.
+    /// The test split's figures after each epoch it was evaluated after
+    /// (`train.eval_every_epochs`), and after training.
+    pub tests: Vec<TestPoint>,
+    /// Test accuracy (classification) once the job has evaluated after training.
     pub test_accuracy: Option<f64>,
-    /// Test loss once the job has evaluated.
+    /// Test loss once the job has evaluated after training.
     pub test_loss: Option<f64>,
+}
+
+/// One evaluation of the test split.
+#[derive(Serialize)]
+pub struct TestPoint {
+    /// Seconds since submission.
+    pub t: f64,
+    /// 1-based epoch after which it was evaluated.
+    pub epoch: u64,
+    /// Mean test loss.
+    pub loss: f64,
+    /// Accuracy (classification).
+    pub accuracy: Option<f64>,
+    /// Mean squared error (regression).
+    pub mse: Option<f64>,
 }
 
 /// One progress report.
@@ -263,10 +281,28 @@ pub fn series(j: &Job) -> Series {
                 seconds: d.seconds,
                 phases: d.phases.as_ref().and_then(PhaseShares::of),
             }),
+            Some(Event::Test(x)) => out.tests.push(TestPoint {
+                t: e.at_s,
+                epoch: x.epoch + 1,
+                loss: x.loss,
+                accuracy: x.accuracy,
+                mse: x.mse,
+            }),
             Some(Event::SummaryJson(json)) => {
                 if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
-                    out.test_accuracy = v.get("test_accuracy").and_then(|x| x.as_f64());
-                    out.test_loss = v.get("test_loss").and_then(|x| x.as_f64());
+                    let field = |name: &str| v.get(name).and_then(|x| x.as_f64());
+                    out.test_accuracy = field("test_accuracy");
+                    out.test_loss = field("test_loss");
+                    let trained = v.get("kind").and_then(|k| k.as_str()) == Some("train");
+                    if let (true, Some(loss)) = (trained, out.test_loss) {
+                        out.tests.push(TestPoint {
+                            t: e.at_s,
+                            epoch: v.get("epochs").and_then(|x| x.as_u64()).unwrap_or(0),
+                            loss,
+                            accuracy: out.test_accuracy,
+                            mse: field("test_mse"),
+                        });
+                    }
                 }
             }
             _ => {}

@@ -58,6 +58,9 @@ struct JobTotals {
     samples: u64,
     loss: Option<f64>,
     samples_per_s: Option<f64>,
+    /// The latest evaluation of the test split: accuracy, or a regression's MSE.
+    test_accuracy: Option<f64>,
+    test_mse: Option<f64>,
     allreduce_s: f64,
     /// Per phase: (bucket counts, sum, count) of per-step mean times.
     phases: BTreeMap<&'static str, ([u64; PHASE_BUCKETS.len()], f64, u64)>,
@@ -84,6 +87,15 @@ fn totals(job: &Job) -> JobTotals {
                 if let Some(p) = &d.phases {
                     t.allreduce_s += p.allreduce * job.ranks().len().max(1) as f64;
                     epoch_phases.push((*p, d.steps));
+                }
+            }
+            Some(Event::Test(x)) => (t.test_accuracy, t.test_mse) = (x.accuracy, x.mse),
+            Some(Event::SummaryJson(json)) => {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
+                    let field = |name: &str| v.get(name).and_then(|x| x.as_f64());
+                    if field("test_loss").is_some() {
+                        (t.test_accuracy, t.test_mse) = (field("test_accuracy"), field("test_mse"));
+                    }
                 }
             }
             Some(Event::Spans(ranks)) => {
@@ -246,6 +258,20 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
         "gauge",
         "The latest training loss.",
         &|_, t| t.loss,
+    );
+    per_job(
+        &mut f,
+        "ringflow_job_test_accuracy",
+        "gauge",
+        "The test accuracy at the latest evaluation of the test split (classification).",
+        &|_, t| t.test_accuracy,
+    );
+    per_job(
+        &mut f,
+        "ringflow_job_test_mse",
+        "gauge",
+        "The test mean squared error at the latest evaluation of the test split (regression).",
+        &|_, t| t.test_mse,
     );
     per_job(
         &mut f,

@@ -158,8 +158,16 @@ pub enum TrainEvent {
         /// Seconds the save took.
         seconds: f64,
     },
-    /// The rank evaluated its share of the test split.
+    /// The rank evaluated its share of the test split after training (or for `eval`).
     Evaluated(EvalStats),
+    /// The rank evaluated its share of the test split after 0-based `epoch`, while training
+    /// goes on (`train.eval_every_epochs`).
+    EpochEvaluated {
+        /// The epoch just trained.
+        epoch: u64,
+        /// This rank's share.
+        stats: EvalStats,
+    },
 }
 
 /// The train loop's view of the driver.

@@ -59,6 +59,7 @@ impl From<&EvalStats> for pb::EvalReport {
             loss_sum: e.loss_sum,
             correct: e.correct,
             squared_error: e.squared_error,
+            epoch: None,
         }
     }
 }
@@ -111,6 +112,10 @@ impl From<&TrainEvent> for Report {
             }),
             TrainEvent::EpochEnd(s) => Report::Epoch(s.into()),
             TrainEvent::Evaluated(s) => Report::Eval(s.into()),
+            TrainEvent::EpochEvaluated { epoch, stats } => Report::Eval(pb::EvalReport {
+                epoch: Some(*epoch),
+                ..stats.into()
+            }),
             TrainEvent::Checkpoint {
                 epochs_done,
                 step,

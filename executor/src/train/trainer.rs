@@ -386,6 +386,17 @@ pub fn run_task(
                 if let Some(written) = checkpoint(rank, epoch + 1, global_step, &optimizer)? {
                     ctx.report(written)?;
                 }
+                if spec.data.test.is_some() && spec.train.evaluates_after(epoch) {
+                    let plan = ctx.epoch_plan(Split::Test, 0)?;
+                    let stats = evaluate(
+                        &model,
+                        spec.train.loss,
+                        &plan,
+                        converter.clone(),
+                        read.clone(),
+                    )?;
+                    ctx.report(TrainEvent::EpochEvaluated { epoch, stats })?;
+                }
                 epoch += 1;
             }
             Err(ExecutorError::Comm(why)) if commit.is_some() => {

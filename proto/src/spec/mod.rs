@@ -139,6 +139,20 @@ pub struct TrainSpec {
     /// How the learning rate grows with the number of executors (default `none`).
     #[serde(default)]
     pub lr_scaling: LrScaling,
+    /// With test data, evaluate it after every this many epochs as well as after training, so
+    /// that test figures follow the job (default 1; 0: only after training).
+    #[serde(default = "defaults::eval_every_epochs")]
+    pub eval_every_epochs: u64,
+}
+
+impl TrainSpec {
+    /// Whether the test split is evaluated after 0-based `epoch`, before training ends (the
+    /// last epoch's evaluation is the final one).
+    pub fn evaluates_after(&self, epoch: u64) -> bool {
+        self.eval_every_epochs > 0
+            && (epoch + 1).is_multiple_of(self.eval_every_epochs)
+            && epoch + 1 < self.epochs
+    }
 }
 
 /// `train.lr_scaling`: the learning rate as a function of the number of executors N, whose
@@ -177,6 +191,7 @@ impl Default for TrainSpec {
             seed: defaults::seed(),
             clip_grad_norm: None,
             lr_scaling: LrScaling::None,
+            eval_every_epochs: defaults::eval_every_epochs(),
         }
     }
 }
@@ -251,6 +266,9 @@ mod defaults {
         512
     }
     pub fn epochs() -> u64 {
+        1
+    }
+    pub fn eval_every_epochs() -> u64 {
         1
     }
     pub fn batch_size() -> usize {

@@ -143,8 +143,11 @@ async function renderCharts() {
   const m = await get("/api/v1/jobs/" + encodeURIComponent(selected) + "/metrics");
   chart("loss-chart", m.steps.map(p => [p.step, p.loss]));
   chart("throughput-chart", m.steps.map(p => [p.step, p.samples_per_s]));
-  const acc = m.test_accuracy === null ? [] : [[m.epochs.length, m.test_accuracy]];
-  chart("accuracy-chart", acc);
+  // Test figures by epoch: accuracy for classifiers, mean squared error for regressions.
+  const tests = m.tests.filter(p => p.accuracy !== null || p.mse !== null);
+  const regression = tests.length > 0 && tests[0].accuracy === null;
+  document.getElementById("test-title").textContent = regression ? "test MSE (by epoch)" : "test accuracy (by epoch)";
+  chart("accuracy-chart", tests.map(p => [p.epoch, regression ? p.mse : p.accuracy]));
 }
 
 async function refresh() {
