@@ -249,6 +249,22 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         }
     }
 
+    // Later evaluations come one per epoch, in order.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let tests = loop {
+        let series = json(&format!("{url}api/v1/jobs/{id}/metrics"));
+        let tests = series["tests"].as_array().unwrap().clone();
+        if tests.len() >= 3 || Instant::now() > deadline {
+            break tests;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let epochs: Vec<u64> = tests.iter().map(|t| t["epoch"].as_u64().unwrap()).collect();
+    assert!(
+        epochs.len() >= 3 && epochs.iter().zip(1..).all(|(&e, want)| e == want),
+        "{tests:?}"
+    );
+
     let (status, stderr) = run.finish();
     assert!(status.success(), "{stderr}");
 }
