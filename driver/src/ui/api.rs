@@ -149,6 +149,8 @@ pub struct EpochPoint {
     pub t: f64,
     /// 1-based epoch.
     pub epoch: u64,
+    /// Steps since the start of training when the epoch ended (the x axis of `steps`).
+    pub step: u64,
     /// Mean training loss.
     pub loss: f64,
     /// Throughput over the epoch.
@@ -276,6 +278,7 @@ pub fn series(j: &Job) -> Series {
             Some(Event::Epoch(d)) => out.epochs.push(EpochPoint {
                 t: e.at_s,
                 epoch: d.epoch + 1,
+                step: (d.epoch + 1) * d.steps,
                 loss: d.loss,
                 samples_per_s: d.samples_per_s,
                 seconds: d.seconds,

@@ -141,8 +141,11 @@ async function renderCharts() {
   document.getElementById("chart-job").textContent = selected || "(none yet)";
   if (!selected) return;
   const m = await get("/api/v1/jobs/" + encodeURIComponent(selected) + "/metrics");
-  chart("loss-chart", m.steps.map(p => [p.step, p.loss]));
-  chart("throughput-chart", m.steps.map(p => [p.step, p.samples_per_s]));
+  // Progress reports (about once a second) and each epoch's mean, by step: epochs shorter than
+  // a second still draw their points.
+  const byStep = m.steps.concat(m.epochs).sort((a, b) => a.step - b.step);
+  chart("loss-chart", byStep.map(p => [p.step, p.loss]));
+  chart("throughput-chart", byStep.map(p => [p.step, p.samples_per_s]));
   // Test figures by epoch: accuracy for classifiers, mean squared error for regressions.
   const tests = m.tests.filter(p => p.accuracy !== null || p.mse !== null);
   const regression = tests.length > 0 && tests[0].accuracy === null;
