@@ -12,5 +12,6 @@ mod recovery;
 mod s3;
 mod security;
 mod standalone;
+mod status;
 mod train;
 mod ui;

@@ -126,6 +126,17 @@ pub fn run_task(
         Some(label_kind(spec.train.loss, shape.outputs)),
         ctx,
     )?;
+    // This rank's share of the test split, evaluated with the model as it is.
+    let evaluate_test = |ctx: &mut dyn TaskContext| -> Result<_> {
+        let plan = ctx.epoch_plan(Split::Test, 0)?;
+        evaluate(
+            &model,
+            spec.train.loss,
+            &plan,
+            converter.clone(),
+            read.clone(),
+        )
+    };
     // Dropout masks depend only on (seed, rank, step), so a resumed run draws the same ones.
     let dropout_at = |rank: usize, step: u64| {
         rng::seeded(
@@ -387,14 +398,7 @@ pub fn run_task(
                     ctx.report(written)?;
                 }
                 if spec.data.test.is_some() && spec.train.evaluates_after(epoch) {
-                    let plan = ctx.epoch_plan(Split::Test, 0)?;
-                    let stats = evaluate(
-                        &model,
-                        spec.train.loss,
-                        &plan,
-                        converter.clone(),
-                        read.clone(),
-                    )?;
+                    let stats = evaluate_test(ctx)?;
                     ctx.report(TrainEvent::EpochEvaluated { epoch, stats })?;
                 }
                 epoch += 1;
@@ -428,14 +432,7 @@ pub fn run_task(
     }
 
     if spec.data.test.is_some() {
-        let plan = ctx.epoch_plan(Split::Test, 0)?;
-        let stats = evaluate(
-            &model,
-            spec.train.loss,
-            &plan,
-            converter.clone(),
-            read.clone(),
-        )?;
+        let stats = evaluate_test(ctx)?;
         ctx.report(TrainEvent::Evaluated(stats))?;
     }
 
