@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use crate::distributed::Daemon;
+use crate::distributed::executor;
 use crate::helpers::{job, repo, ringflow, s, summary};
+use crate::process::Process;
 
 const LONG: Duration = Duration::from_secs(900);
 
@@ -238,21 +239,13 @@ fn executors_that_cannot_read_the_data_get_it_from_the_driver() {
     std::fs::copy(mnist("train"), data.join("train.parquet")).unwrap();
     std::fs::copy(mnist("test"), data.join("test.parquet")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut driver = Daemon::start_in(
+    let mut driver = Process::start_in(
         &["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"],
-        "driver listening on ",
         driver_dir.path(),
     );
-    let url = driver.ready_line.trim().to_string();
+    let url = driver.printed_after("driver listening on ");
     // Executors run in the repository root, where `driver-only/` does not exist.
-    let mut executors: Vec<Daemon> = (0..2)
-        .map(|_| {
-            Daemon::start(
-                &["executor", "--driver", &url, "--cores", "1"],
-                "registered with",
-            )
-        })
-        .collect();
+    let mut executors: Vec<Process> = (0..2).map(|_| executor(&url)).collect();
     let spec = |source: &str| {
         mnist_spec(
             dir.path(),

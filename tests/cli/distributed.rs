@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::helpers::{job, mnist_data, repo, ringflow, s, summary, write_regression_data};
+use crate::process::Process;
 
 const LONG: Duration = Duration::from_secs(900);
 
@@ -168,11 +169,8 @@ checkpoint_dir = "{ckpt}"
 #[test]
 fn standalone_driver_executors_and_rendezvous_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let mut driver = Daemon::start(
-        &["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"],
-        "driver listening on ",
-    );
-    let url = driver.ready_line.trim().to_string();
+    let mut driver = Process::start(&["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
+    let url = driver.printed_after("driver listening on ");
     let spec = |n: usize, timeout: u64, name: &str| {
         job(
             dir.path(),
@@ -204,10 +202,7 @@ checkpoint_dir = "{ckpt}"
         "{err}"
     );
 
-    let mut e1 = Daemon::start(
-        &["executor", "--driver", &url, "--cores", "1"],
-        "registered with",
-    );
+    let mut e1 = executor(&url);
     let run = ringflow(&["submit", &spec(2, 3, "one"), "--driver", &url], LONG);
     let err = run.assert_clean_failure();
     assert!(
@@ -219,10 +214,7 @@ checkpoint_dir = "{ckpt}"
         "and where it registered from: {err}"
     );
 
-    let mut e2 = Daemon::start(
-        &["executor", "--driver", &url, "--cores", "1"],
-        "registered with",
-    );
+    let mut e2 = executor(&url);
     let out = dir.path().join("ok.json");
     let run = ringflow(
         &[
@@ -351,68 +343,11 @@ fn wait_with_deadline(child: &mut Child, limit: Duration) {
     }
 }
 
-/// A long-running `ringflow` process (driver or executor), killed when dropped.
-pub(crate) struct Daemon {
-    child: Child,
-    pub(crate) ready_line: String,
-}
-
-impl Daemon {
-    /// Starts `ringflow ARGS` in the repository root and waits for a stderr line containing
-    /// `ready`; `ready_line` is what follows it.
-    pub(crate) fn start(args: &[&str], ready: &str) -> Daemon {
-        Daemon::start_in(args, ready, &repo())
-    }
-
-    /// Starts `ringflow ARGS` in the working directory `cwd`, like [`Daemon::start`].
-    pub(crate) fn start_in(args: &[&str], ready: &str, cwd: &std::path::Path) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-            .args(args)
-            .current_dir(cwd)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut ready_line = None;
-        let mut seen = Vec::new();
-        while Instant::now() < deadline {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(rest) = line.split(ready).nth(1) {
-                        ready_line = Some(rest.to_string());
-                        break;
-                    }
-                    seen.push(line);
-                }
-                _ => break,
-            }
-        }
-        std::thread::spawn(move || for _ in lines {});
-        let Some(ready_line) = ready_line else {
-            let _ = child.kill();
-            panic!(
-                "ringflow {args:?} never printed {ready:?}; it printed:\n{}",
-                seen.join("\n")
-            );
-        };
-        Daemon { child, ready_line }
-    }
-
-    pub(crate) fn terminate(&mut self) {
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        wait_with_deadline(&mut self.child, Duration::from_secs(20));
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// An executor of the driver at `url` with one core, once it has registered.
+pub(crate) fn executor(url: &str) -> Process {
+    let e = Process::start(&["executor", "--driver", url, "--cores", "1"]);
+    e.wait_for("registered with");
+    e
 }
 
 /// A model kind defined in user code (`examples/custom_model.rs`) trains with `local` on two

@@ -8,6 +8,7 @@ mod errors;
 mod helpers;
 mod history;
 mod observe;
+mod process;
 mod recovery;
 mod s3;
 mod security;

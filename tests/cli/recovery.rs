@@ -5,6 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::helpers::{job, mnist_data, repo, ringflow, s, summary};
+use crate::process::Process;
 
 const LONG: Duration = Duration::from_secs(900);
 
@@ -47,92 +48,26 @@ fn checkpoint_step(dir: &std::path::Path) -> Option<(u64, u64)> {
     Some((meta["epoch"].as_u64()?, meta["step"].as_u64()?))
 }
 
-/// A `ringflow local` run whose stderr is followed while it runs, to act on its executors.
-struct Watched {
-    child: std::process::Child,
-    lines: Option<std::io::Lines<std::io::BufReader<std::process::ChildStderr>>>,
-    stderr: String,
-    /// The executor processes' pids.
-    pids: Vec<i32>,
-    /// The embedded driver's URL.
-    driver: String,
-}
-
-impl Watched {
-    /// Starts `ringflow ARGS` and reads stderr up to the first line that starts with `until`.
-    fn start(args: &[String], until: &str) -> Watched {
-        use std::io::BufRead;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-            .args(args)
-            .current_dir(repo())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-        let mut w = Watched {
-            child,
-            lines: None,
-            stderr: String::new(),
-            pids: Vec::new(),
-            driver: String::new(),
-        };
-        for line in lines.by_ref() {
-            let line = line.unwrap();
-            w.stderr.push_str(&line);
-            w.stderr.push('\n');
-            if let Some(rest) = line.split("(pids ").nth(1) {
-                let (pids, driver) = rest.split_once(')').unwrap();
-                w.pids = pids
-                    .split_whitespace()
-                    .map(|p| p.parse().unwrap())
-                    .collect();
-                w.driver = driver
-                    .split("for driver ")
-                    .nth(1)
-                    .unwrap()
-                    .trim()
-                    .to_string();
-            }
-            if line.starts_with(until) {
-                break;
-            }
-        }
-        w.lines = Some(lines);
-        w
-    }
-
-    /// Waits (at most `limit`) for the run to end; returns its status and whole stderr. On
-    /// timeout it kills the run and every executor, and fails the test.
-    fn finish(mut self, limit: Duration) -> (std::process::ExitStatus, String) {
-        let lines = self.lines.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            let mut rest = String::new();
-            for line in lines {
-                rest.push_str(&line.unwrap_or_default());
-                rest.push('\n');
-            }
-            rest
-        });
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                for &p in &self.pids {
-                    unsafe {
-                        libc::kill(p, libc::SIGKILL);
-                    }
-                }
-                panic!("the run did not end within {limit:?}:\n{}", self.stderr);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        self.stderr.push_str(&reader.join().unwrap());
-        (status, self.stderr)
-    }
+/// `ringflow local ARGS`, followed until a stderr line starts with `until`: the run, its
+/// executors' pids and its embedded driver's URL (from the line "started N executor processes
+/// (pids …) for driver URL").
+fn watch_local(args: &[String], until: &str) -> (Process, Vec<i32>, String) {
+    let run = Process::start(args);
+    let line = run.wait_for("(pids ");
+    let rest = line.split("(pids ").nth(1).unwrap();
+    let (pids, driver) = rest.split_once(')').unwrap();
+    let pids = pids
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    let driver = driver
+        .split("for driver ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .to_string();
+    run.wait_for_start(until);
+    (run, pids, driver)
 }
 
 /// Kills `ringflow local` (driver and executors: SIGKILL, no chance to clean up) once a
@@ -287,9 +222,9 @@ fn run_with_a_hung_executor(
     .map(|a| a.to_string())
     .collect();
     args.extend(extra.iter().map(|a| a.to_string()));
-    let run = Watched::start(&args, "rank 1: executor");
-    assert_eq!(run.pids.len(), 2, "{}", run.stderr);
-    let stopped = run.pids[1];
+    let (run, pids, _) = watch_local(&args, "rank 1: executor");
+    assert_eq!(pids.len(), 2, "{}", run.stderr());
+    let stopped = pids[1];
     std::thread::sleep(Duration::from_secs(2));
     let stopped_at = Instant::now();
     unsafe {
@@ -416,25 +351,23 @@ min_executors = 2
     .iter()
     .map(|a| a.to_string())
     .collect();
-    let run = Watched::start(&args, "epoch 1/3");
-    assert_eq!(run.pids.len(), 4, "{}", run.stderr);
+    let (run, pids, driver) = watch_local(&args, "epoch 1/3");
+    assert_eq!(pids.len(), 4, "{}", run.stderr());
     // An executor that registers while the job runs: idle until the ring is re-formed.
-    let _spare = crate::distributed::Daemon::start(
-        &[
-            "executor",
-            "--driver",
-            &run.driver,
-            "--cores",
-            "1",
-            "--secret-file",
-            &secret,
-        ],
-        "registered with",
-    );
+    let spare = Process::start(&[
+        "executor",
+        "--driver",
+        &driver,
+        "--cores",
+        "1",
+        "--secret-file",
+        &secret,
+    ]);
+    spare.wait_for("registered with");
     // Into the second epoch, then kill one executor outright.
     std::thread::sleep(Duration::from_millis(700));
     unsafe {
-        libc::kill(run.pids[2], libc::SIGKILL);
+        libc::kill(pids[2], libc::SIGKILL);
     }
     let (status, stderr) = run.finish(Duration::from_secs(600));
     assert!(status.success(), "{stderr}");
@@ -493,19 +426,17 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     .iter()
     .map(|a| a.to_string())
     .collect();
-    let run = Watched::start(&args, "epoch 1/3");
-    let _spare = crate::distributed::Daemon::start(
-        &[
-            "executor",
-            "--driver",
-            &run.driver,
-            "--cores",
-            "1",
-            "--secret-file",
-            &secret,
-        ],
-        "registered with",
-    );
+    let (run, _, driver) = watch_local(&args, "epoch 1/3");
+    let spare = Process::start(&[
+        "executor",
+        "--driver",
+        &driver,
+        "--cores",
+        "1",
+        "--secret-file",
+        &secret,
+    ]);
+    spare.wait_for("registered with");
     let (status, stderr) = run.finish(Duration::from_secs(600));
     assert!(status.success(), "{stderr}");
     assert!(

@@ -10,7 +10,8 @@ use rcgen::{
 };
 
 use crate::helpers::*;
-use crate::ui::{Running, http_get, http_request};
+use crate::process::Process;
+use crate::ui::{http_get, http_request};
 
 fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
@@ -22,19 +23,13 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
     s(&path)
 }
 
-/// The URL a daemon printed after `what` on stderr.
-fn printed_url(run: &Running, what: &str) -> String {
-    let line = run.wait_for(what);
-    line.split(what).nth(1).unwrap().trim().to_string()
-}
-
 /// A driver on OS-chosen ports with `extra` options: it, its control-plane URL and its UI URL.
-fn driver(extra: &[&str]) -> (Running, String, String) {
+fn driver(extra: &[&str]) -> (Process, String, String) {
     let mut a = args(&["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
     a.extend(args(extra));
-    let run = Running::start(&a);
-    let url = printed_url(&run, "driver listening on ");
-    let ui = printed_url(&run, "web UI at ");
+    let run = Process::start(&a);
+    let url = run.printed_after("driver listening on ");
+    let ui = run.printed_after("web UI at ");
     (run, url, ui)
 }
 
@@ -65,7 +60,7 @@ checkpoint_dir = "{ckpt}"
 }
 
 /// An executor of the driver at `url` with `secret_file` and `extra` options, once registered.
-fn executor(url: &str, secret_file: &str, extra: &[&str]) -> Running {
+fn executor(url: &str, secret_file: &str, extra: &[&str]) -> Process {
     let mut a = args(&[
         "executor",
         "--driver",
@@ -76,7 +71,7 @@ fn executor(url: &str, secret_file: &str, extra: &[&str]) -> Running {
         secret_file,
     ]);
     a.extend(args(extra));
-    let e = Running::start(&a);
+    let e = Process::start(&a);
     e.wait_for(&format!("registered with {url}"));
     e
 }
@@ -379,7 +374,7 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         "--tls-key",
         pki.client_key.as_str(),
     ];
-    let executors: Vec<Running> = (0..2).map(|_| executor(&url, &secret_file, &tls)).collect();
+    let executors: Vec<Process> = (0..2).map(|_| executor(&url, &secret_file, &tls)).collect();
     let spec = two_executor_job(d, "over-tls", "driver");
     let summary = d.join("over-tls.json");
     let mut a = vec![

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::distributed::Daemon;
+use crate::distributed::executor;
 use crate::helpers::*;
-use crate::ui::Running;
+use crate::process::Process;
 
 const LIMIT: Duration = Duration::from_secs(240);
 
@@ -28,30 +28,20 @@ fn status_until(url: &str, what: &str, ready: impl Fn(&str) -> bool) -> String {
 fn a_running_job_is_listed_and_cancelled_from_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let driver = Daemon::start(
-        &["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"],
-        "driver listening on ",
-    );
-    let url = driver.ready_line.trim().to_string();
-    let _executors: Vec<Daemon> = (0..2)
-        .map(|_| {
-            Daemon::start(
-                &["executor", "--driver", &url, "--cores", "1"],
-                "registered with",
-            )
-        })
-        .collect();
+    let driver = Process::start(&["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
+    let url = driver.printed_after("driver listening on ");
+    let _executors: Vec<Process> = (0..2).map(|_| executor(&url)).collect();
 
     // A job far longer than the test: 200 epochs.
     let long = small_mnist_job(d, "long", 2, 200, 128, &d.join("long"));
     let out = d.join("long.json");
-    let submit = Running::start(&[
-        "submit".into(),
-        long,
-        "--driver".into(),
-        url.clone(),
-        "--summary-json".into(),
-        s(&out),
+    let submit = Process::start(&[
+        "submit",
+        &long,
+        "--driver",
+        &url,
+        "--summary-json",
+        &s(&out),
     ]);
     submit.wait_for("epoch 1/200");
 
@@ -74,7 +64,7 @@ fn a_running_job_is_listed_and_cancelled_from_another_process() {
     assert_eq!(cancel.stdout.trim(), format!("cancelled job {job_id}"));
 
     // The submitting process ends with the job: non-zero, a cancelled summary.
-    let (status, stderr) = submit.finish();
+    let (status, stderr) = submit.finish(LIMIT);
     assert!(
         !status.success(),
         "a cancelled job is not a success: {stderr}"

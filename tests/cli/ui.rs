@@ -1,85 +1,13 @@
 //! The driver's web UI while a real job runs: the JSON API the page uses, Prometheus metrics,
 //! and (with Chromium installed, as `.ci/run` does) the page itself rendered headless.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::helpers::*;
-
-/// A `ringflow` process (`local`, `driver`, `executor`) whose stderr is collected by a thread
-/// while the test looks at it.
-pub(crate) struct Running {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Running {
-    pub(crate) fn start(args: &[String]) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-            .args(args)
-            .current_dir(repo())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                let mut s = sink.lock().unwrap();
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        Running { child, stderr }
-    }
-
-    pub(crate) fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits (at most 60 s) for a stderr line containing `what`; returns that line.
-    pub(crate) fn wait_for(&self, what: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(line) = self.stderr().lines().find(|l| l.contains(what)) {
-                return line.to_string();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no line with {what:?}: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    pub(crate) fn finish(mut self) -> (std::process::ExitStatus, String) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                std::thread::sleep(Duration::from_millis(100));
-                return (status, self.stderr());
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("the job did not end: {}", self.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::process::Process;
 
 /// `GET url` over a plain HTTP/1.1 connection: the status code and the body.
 pub(crate) fn http_get(url: &str) -> (u16, String) {
@@ -134,11 +62,10 @@ fn json(url: &str) -> serde_json::Value {
 }
 
 /// Long enough that the job is still training while the test looks.
-fn start_job(dir: &std::path::Path) -> (Running, String) {
+fn start_job(dir: &std::path::Path) -> (Process, String) {
     let spec = small_mnist_job(dir, "ui", 2, 20, 128, &dir.join("run"));
-    let run = Running::start(&["local".into(), spec, "--ui".into(), "127.0.0.1:0".into()]);
-    let line = run.wait_for("web UI at ");
-    let url = line.split("web UI at ").nth(1).unwrap().trim().to_string();
+    let run = Process::start(&["local", &spec, "--ui", "127.0.0.1:0"]);
+    let url = run.printed_after("web UI at ");
     run.wait_for("test after epoch 1/");
     (run, url)
 }
@@ -256,7 +183,7 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         "{tests:?}"
     );
 
-    let (status, stderr) = run.finish();
+    let (status, stderr) = run.finish(Duration::from_secs(120));
     assert!(status.success(), "{stderr}");
 }
 
