@@ -245,7 +245,7 @@ fn executors_that_cannot_read_the_data_get_it_from_the_driver() {
     );
     let url = driver.printed_after("driver listening on ");
     // Executors run in the repository root, where `driver-only/` does not exist.
-    let mut executors: Vec<Process> = (0..2).map(|_| executor(&url)).collect();
+    let mut executors: Vec<Process> = (0..2).map(|_| executor(&url, &[])).collect();
     let spec = |source: &str| {
         mnist_spec(
             dir.path(),

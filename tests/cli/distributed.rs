@@ -202,7 +202,7 @@ checkpoint_dir = "{ckpt}"
         "{err}"
     );
 
-    let mut e1 = executor(&url);
+    let mut e1 = executor(&url, &[]);
     let run = ringflow(&["submit", &spec(2, 3, "one"), "--driver", &url], LONG);
     let err = run.assert_clean_failure();
     assert!(
@@ -214,7 +214,7 @@ checkpoint_dir = "{ckpt}"
         "and where it registered from: {err}"
     );
 
-    let mut e2 = executor(&url);
+    let mut e2 = executor(&url, &[]);
     let out = dir.path().join("ok.json");
     let run = ringflow(
         &[
@@ -343,10 +343,13 @@ fn wait_with_deadline(child: &mut Child, limit: Duration) {
     }
 }
 
-/// An executor of the driver at `url` with one core, once it has registered.
-pub(crate) fn executor(url: &str) -> Process {
-    let e = Process::start(&["executor", "--driver", url, "--cores", "1"]);
-    e.wait_for("registered with");
+/// An executor of the driver at `url` with one core and `extra` options, once it has
+/// registered.
+pub(crate) fn executor(url: &str, extra: &[&str]) -> Process {
+    let mut args = vec!["executor", "--driver", url, "--cores", "1"];
+    args.extend(extra);
+    let e = Process::start(&args);
+    e.wait_for(&format!("registered with {url}"));
     e
 }
 

@@ -4,6 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::distributed::executor;
 use crate::helpers::{job, mnist_data, repo, ringflow, s, summary};
 use crate::process::Process;
 
@@ -354,16 +355,7 @@ min_executors = 2
     let (run, pids, driver) = watch_local(&args, "epoch 1/3");
     assert_eq!(pids.len(), 4, "{}", run.stderr());
     // An executor that registers while the job runs: idle until the ring is re-formed.
-    let spare = Process::start(&[
-        "executor",
-        "--driver",
-        &driver,
-        "--cores",
-        "1",
-        "--secret-file",
-        &secret,
-    ]);
-    spare.wait_for("registered with");
+    let _spare = executor(&driver, &["--secret-file", &secret]);
     // Into the second epoch, then kill one executor outright.
     std::thread::sleep(Duration::from_millis(700));
     unsafe {
@@ -427,16 +419,7 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     .map(|a| a.to_string())
     .collect();
     let (run, _, driver) = watch_local(&args, "epoch 1/3");
-    let spare = Process::start(&[
-        "executor",
-        "--driver",
-        &driver,
-        "--cores",
-        "1",
-        "--secret-file",
-        &secret,
-    ]);
-    spare.wait_for("registered with");
+    let _spare = executor(&driver, &["--secret-file", &secret]);
     let (status, stderr) = run.finish(Duration::from_secs(600));
     assert!(status.success(), "{stderr}");
     assert!(

@@ -61,19 +61,9 @@ checkpoint_dir = "{ckpt}"
 
 /// An executor of the driver at `url` with `secret_file` and `extra` options, once registered.
 fn executor(url: &str, secret_file: &str, extra: &[&str]) -> Process {
-    let mut a = args(&[
-        "executor",
-        "--driver",
-        url,
-        "--cores",
-        "1",
-        "--secret-file",
-        secret_file,
-    ]);
-    a.extend(args(extra));
-    let e = Process::start(&a);
-    e.wait_for(&format!("registered with {url}"));
-    e
+    let mut options = vec!["--secret-file", secret_file];
+    options.extend(extra);
+    crate::distributed::executor(url, &options)
 }
 
 /// Asserts that an executor run with `extra` options against `url` exits non-zero with a line

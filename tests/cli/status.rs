@@ -30,7 +30,7 @@ fn a_running_job_is_listed_and_cancelled_from_another_process() {
     let d = dir.path();
     let driver = Process::start(&["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
     let url = driver.printed_after("driver listening on ");
-    let _executors: Vec<Process> = (0..2).map(|_| executor(&url)).collect();
+    let _executors: Vec<Process> = (0..2).map(|_| executor(&url, &[])).collect();
 
     // A job far longer than the test: 200 epochs.
     let long = small_mnist_job(d, "long", 2, 200, 128, &d.join("long"));
