@@ -52,32 +52,14 @@ impl TlsListener {
                     },
                     _ = tx.closed() => return,
                 };
-                let (acceptor, tx, refusals) = (acceptor.clone(), tx.clone(), refusals.clone());
-                tokio::spawn(async move {
-                    let why =
-                        match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream))
-                            .await
-                        {
-                            Ok(Ok(tls)) => {
-                                let _ = tx.send((tls, peer)).await;
-                                return;
-                            }
-                            // A client that connected and left without a word (a port check).
-                            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                                tracing::debug!("{peer} left the {server} before a TLS handshake");
-                                return;
-                            }
-                            Ok(Err(e)) => refusal(&e),
-                            Err(_) => {
-                                format!("no handshake within {} s", HANDSHAKE_DEADLINE.as_secs())
-                            }
-                        };
-                    if refusals.first_in_a_while(peer.ip(), &why) {
-                        tracing::warn!(
-                            "refused a TLS connection to the {server} from {peer}: {why}"
-                        );
-                    }
-                });
+                tokio::spawn(handshake(
+                    acceptor.clone(),
+                    stream,
+                    peer,
+                    server,
+                    tx.clone(),
+                    refusals.clone(),
+                ));
             }
         });
         Ok(TlsListener { ready, local })
@@ -89,6 +71,33 @@ impl TlsListener {
     ) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
         use tokio_stream::StreamExt;
         tokio_stream::wrappers::ReceiverStream::new(self.ready).map(|(tls, _)| Ok(tls))
+    }
+}
+
+/// Runs one client's TLS handshake: a finished one goes to `ready`, a refused one to the log.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    server: &'static str,
+    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    refusals: Arc<Refusals>,
+) {
+    let why = match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => {
+            let _ = ready.send((tls, peer)).await;
+            return;
+        }
+        // A client that connected and left without a word (a port check).
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            tracing::debug!("{peer} left the {server} before a TLS handshake");
+            return;
+        }
+        Ok(Err(e)) => refusal(&e),
+        Err(_) => format!("no handshake within {} s", HANDSHAKE_DEADLINE.as_secs()),
+    };
+    if refusals.first_in_a_while(peer.ip(), &why) {
+        tracing::warn!("refused a TLS connection to the {server} from {peer}: {why}");
     }
 }
 

@@ -80,10 +80,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| ((args.size_mb * 1048576.0) / 4.0).round() as u64);
     let bytes = floats * 4;
     let secret = Secret::generate();
-    let security = ClientSecurity {
-        secret: Some(secret.clone()),
-        tls: None,
-    };
+    let security = ClientSecurity::with_secret(secret.clone());
     let rt = super::runtime()?;
     rt.block_on(async {
         let driver = service::start(

@@ -115,10 +115,7 @@ pub fn run_local(
 ) -> anyhow::Result<ExitCode> {
     let log = super::log_filter().to_string();
     let secret = secret.unwrap_or_else(Secret::generate);
-    let security = ClientSecurity {
-        secret: Some(secret.clone()),
-        tls: None,
-    };
+    let security = ClientSecurity::with_secret(secret.clone());
     let rt = super::runtime()?;
     rt.block_on(async {
         let driver = service::start(

@@ -113,15 +113,10 @@ impl Observer {
     pub fn test(&mut self, t: &pb::EpochTest) {
         self.display.message(&test_line(t));
         if let Some(tb) = &mut self.tensorboard {
-            let figures: Vec<(&str, f64)> = [
-                ("test/accuracy", t.accuracy),
-                ("test/loss", Some(t.loss)),
-                ("test/mse", t.mse),
-            ]
-            .into_iter()
-            .filter_map(|(tag, v)| v.map(|v| (tag, v)))
-            .collect();
-            tb.scalars(t.epoch as i64 + 1, &figures);
+            tb.scalars(
+                t.epoch as i64 + 1,
+                &test_scalars(t.accuracy, Some(t.loss), t.mse),
+            );
         }
     }
 
@@ -139,15 +134,10 @@ impl Observer {
         } else {
             summary.epochs
         } as i64;
-        let figures: Vec<(&str, f64)> = [
-            ("test/accuracy", summary.test_accuracy),
-            ("test/loss", summary.test_loss),
-            ("test/mse", summary.test_mse),
-        ]
-        .into_iter()
-        .filter_map(|(tag, v)| v.map(|v| (tag, v)))
-        .collect();
-        tb.scalars(step, &figures);
+        tb.scalars(
+            step,
+            &test_scalars(summary.test_accuracy, summary.test_loss, summary.test_mse),
+        );
     }
 
     /// The watch ended, however: removes the bar.
@@ -194,6 +184,22 @@ fn figures(s: &pb::StepProgress, eta: Option<Duration>) -> String {
         "loss {:.4}, {:.0} samples/s, ETA {eta}",
         s.loss, s.samples_per_s
     )
+}
+
+/// TensorBoard's test scalars: those of the figures that exist.
+fn test_scalars(
+    accuracy: Option<f64>,
+    loss: Option<f64>,
+    mse: Option<f64>,
+) -> Vec<(&'static str, f64)> {
+    [
+        ("test/accuracy", accuracy),
+        ("test/loss", loss),
+        ("test/mse", mse),
+    ]
+    .into_iter()
+    .filter_map(|(tag, v)| v.map(|v| (tag, v)))
+    .collect()
 }
 
 /// The line printed when the test split was evaluated after an epoch.

@@ -10,7 +10,6 @@ use ringflow_driver::JobSummary;
 use ringflow_proto::pb::{self, jobs_client::JobsClient};
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity, error_chain, status_line};
 use ringflow_proto::spec::JobSpec;
-use tonic::service::interceptor::InterceptedService;
 
 use super::JobArgs;
 use super::progress::Observer;
@@ -46,10 +45,7 @@ pub async fn connect(url: &str, security: &ClientSecurity) -> anyhow::Result<Cli
         .connect()
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the driver at {url}: {}", error_chain(&e)))?;
-    Ok(JobsClient::new(InterceptedService::new(
-        channel,
-        security.interceptor(),
-    )))
+    Ok(JobsClient::new(security.authenticated(channel)))
 }
 
 /// Makes a relative local path that exists here absolute, so that a driver and executors

@@ -64,11 +64,6 @@ impl Process {
         self.stderr.lock().unwrap().clone()
     }
 
-    /// The process id.
-    pub(crate) fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
     /// Waits (at most 60 s) for a stderr line containing `what`; returns that line.
     pub(crate) fn wait_for(&self, what: &str) -> String {
         self.wait_line(what, |l| l.contains(what))
@@ -111,7 +106,7 @@ impl Process {
     pub(crate) fn terminate(&mut self) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
-            libc::kill(self.pid(), libc::SIGTERM);
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.child.try_wait().unwrap().is_none() {

@@ -1131,10 +1131,7 @@ impl Job {
             return;
         };
         self.evaluation_logged = true;
-        let figures = self.test_figures(
-            self.plan().map_or(0, |p| p.spec.train.epochs.max(1) - 1),
-            &e,
-        );
+        let figures = self.test_figures(&e);
         self.log(Event::Evaluated {
             epoch: None,
             rows: e.rows,
@@ -1147,7 +1144,10 @@ impl Job {
     /// Every rank evaluated the test split after `epoch` while training goes on: logged, and
     /// sent to watchers (progress lines, TensorBoard, the web UI's chart).
     fn epoch_tested(&mut self, epoch: u64, e: &pb::EvalReport) {
-        let figures = self.test_figures(epoch, e);
+        let figures = pb::EpochTest {
+            epoch,
+            ..self.test_figures(e)
+        };
         info!(
             job = %self.id,
             epoch,
@@ -1165,14 +1165,14 @@ impl Job {
         self.push(pb::job_event::Event::Test(figures));
     }
 
-    /// The test figures of summed evaluation shares, after 0-based `epoch`.
-    fn test_figures(&self, epoch: u64, e: &pb::EvalReport) -> pb::EpochTest {
+    /// The test figures of summed evaluation shares (`epoch` left at 0 for the caller).
+    fn test_figures(&self, e: &pb::EvalReport) -> pb::EpochTest {
         let classification = self
             .plan()
             .is_some_and(|p| p.spec.train.loss.is_classification());
         let rows = e.rows.max(1) as f64;
         pb::EpochTest {
-            epoch,
+            epoch: 0,
             epochs: self.plan().map_or(0, |p| p.spec.train.epochs),
             rows: e.rows,
             loss: e.loss_sum / rows,

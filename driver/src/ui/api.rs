@@ -8,6 +8,7 @@ use ringflow_proto::pb::job_event::Event;
 use serde::Serialize;
 
 use crate::scheduler::{Job, Scheduler};
+use crate::summary::JobSummary;
 
 /// A job in the jobs table.
 #[derive(Serialize)]
@@ -292,18 +293,16 @@ pub fn series(j: &Job) -> Series {
                 mse: x.mse,
             }),
             Some(Event::SummaryJson(json)) => {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
-                    let field = |name: &str| v.get(name).and_then(|x| x.as_f64());
-                    out.test_accuracy = field("test_accuracy");
-                    out.test_loss = field("test_loss");
-                    let trained = v.get("kind").and_then(|k| k.as_str()) == Some("train");
-                    if let (true, Some(loss)) = (trained, out.test_loss) {
+                if let Ok(summary) = serde_json::from_str::<JobSummary>(json) {
+                    out.test_accuracy = summary.test_accuracy;
+                    out.test_loss = summary.test_loss;
+                    if let (true, Some(loss)) = (summary.kind == "train", summary.test_loss) {
                         out.tests.push(TestPoint {
                             t: e.at_s,
-                            epoch: v.get("epochs").and_then(|x| x.as_u64()).unwrap_or(0),
+                            epoch: summary.epochs,
                             loss,
-                            accuracy: out.test_accuracy,
-                            mse: field("test_mse"),
+                            accuracy: summary.test_accuracy,
+                            mse: summary.test_mse,
                         });
                     }
                 }

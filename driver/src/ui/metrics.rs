@@ -14,6 +14,7 @@ use ringflow_proto::pb::job_event::Event;
 
 use super::api::state_name;
 use crate::scheduler::{Job, JobKind, Scheduler};
+use crate::summary::JobSummary;
 
 /// Upper bounds (seconds) of the step-phase histogram's buckets.
 const PHASE_BUCKETS: [f64; 12] = [
@@ -91,11 +92,10 @@ fn totals(job: &Job) -> JobTotals {
             }
             Some(Event::Test(x)) => (t.test_accuracy, t.test_mse) = (x.accuracy, x.mse),
             Some(Event::SummaryJson(json)) => {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(json) {
-                    let field = |name: &str| v.get(name).and_then(|x| x.as_f64());
-                    if field("test_loss").is_some() {
-                        (t.test_accuracy, t.test_mse) = (field("test_accuracy"), field("test_mse"));
-                    }
+                if let Ok(summary) = serde_json::from_str::<JobSummary>(json)
+                    && summary.test_loss.is_some()
+                {
+                    (t.test_accuracy, t.test_mse) = (summary.test_accuracy, summary.test_mse);
                 }
             }
             Some(Event::Spans(ranks)) => {

@@ -78,23 +78,30 @@ pub(crate) async fn serve(
 ) {
     let addr: Option<SocketAddr> = listener.local_addr().ok();
     let result = match tls {
-        None => {
-            axum::serve(listener, router(shared))
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
+        None => serve_on(listener, shared, shutdown).await,
         Some(config) => match crate::tls::TlsListener::new(listener, config, "web UI") {
-            Ok(listener) => {
-                axum::serve(listener, router(shared))
-                    .with_graceful_shutdown(shutdown)
-                    .await
-            }
+            Ok(listener) => serve_on(listener, shared, shutdown).await,
             Err(e) => Err(e),
         },
     };
     if let Err(e) = result {
         tracing::error!("the web UI on {addr:?} stopped: {e}");
     }
+}
+
+/// Serves the UI's routes on connections from `listener` until `shutdown` resolves.
+async fn serve_on<L>(
+    listener: L,
+    shared: Arc<Shared>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    axum::serve(listener, router(shared))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
@@ -145,11 +152,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 }
 
 fn not_found(id: &str) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(serde_json::json!({ "error": format!("no job {id:?}") })),
-    )
-        .into_response()
+    error(StatusCode::NOT_FOUND, format!("no job {id:?}"))
 }
 
 async fn jobs(State(shared): State<Arc<Shared>>) -> Response {

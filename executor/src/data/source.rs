@@ -13,7 +13,6 @@ use ringflow_proto::data::partition::PartitionReader;
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::pb::Partition;
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity};
-use tonic::service::interceptor::InterceptedService;
 
 use crate::error::{ExecutorError, Result};
 
@@ -44,9 +43,8 @@ impl DriverSource {
             .timeout(REQUEST_DEADLINE);
         // The channel's background tasks live on the I/O runtime, where every call runs.
         let channel = block_on(async move { endpoint.connect_lazy() });
-        let client =
-            FlightServiceClient::new(InterceptedService::new(channel, security.interceptor()))
-                .max_decoding_message_size(usize::MAX);
+        let client = FlightServiceClient::new(security.authenticated(channel))
+            .max_decoding_message_size(usize::MAX);
         Ok(DriverSource {
             url: url.to_string(),
             job_id: job_id.to_string(),

@@ -8,7 +8,6 @@ use ringflow_proto::pb::{self, executors_client::ExecutorsClient};
 use ringflow_proto::security::{
     AuthenticatedChannel, ClientSecurity, is_certificate_error, status_line,
 };
-use tonic::service::interceptor::InterceptedService;
 use tonic::{Code, Request};
 use tracing::warn;
 
@@ -50,10 +49,7 @@ impl DriverClient {
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true);
         Ok(DriverClient {
-            inner: ExecutorsClient::new(InterceptedService::new(
-                endpoint.connect_lazy(),
-                security.interceptor(),
-            )),
+            inner: ExecutorsClient::new(security.authenticated(endpoint.connect_lazy())),
             url: url.to_string(),
             give_up,
         })

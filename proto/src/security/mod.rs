@@ -51,3 +51,12 @@ pub enum SecurityError {
 
 /// This module's results.
 pub type Result<T, E = SecurityError> = std::result::Result<T, E>;
+
+/// The bytes of `path`, which holds `what` (named in the error).
+fn read_file(what: &'static str, path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| SecurityError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}

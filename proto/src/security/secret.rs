@@ -3,7 +3,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Result, SecurityError};
+use super::{Result, SecurityError, read_file};
+use crate::data::flight::hex;
 
 /// The environment variable that may hold the secret itself.
 pub const SECRET_ENV: &str = "RINGFLOW_SECRET";
@@ -38,11 +39,7 @@ impl Secret {
 
     /// Reads a secret file.
     pub fn from_file(path: &Path) -> Result<Secret> {
-        let bytes = std::fs::read(path).map_err(|source| SecurityError::Io {
-            what: "the secret file",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read_file("the secret file", path)?;
         Secret::new(&bytes, &format!("{}", path.display()))
     }
 
@@ -65,8 +62,7 @@ impl Secret {
     pub fn generate() -> Secret {
         let mut raw = [0u8; 32];
         rand::fill(&mut raw);
-        let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-        Secret(hex.as_bytes().into())
+        Secret(hex(&raw).as_bytes().into())
     }
 
     /// The secret's bytes (to hand it to a child process).

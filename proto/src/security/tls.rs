@@ -7,9 +7,10 @@ use std::sync::{Arc, Once};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls;
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
-use super::{AuthInterceptor, Result, Secret, SecurityError};
+use super::{AuthInterceptor, AuthenticatedChannel, Result, Secret, SecurityError, read_file};
 
 /// Makes rustls's ring provider the process default (the only one compiled in), once.
 fn install_provider() {
@@ -17,14 +18,6 @@ fn install_provider() {
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
     });
-}
-
-fn read(what: &'static str, path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| SecurityError::Io {
-        what,
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// The certificates of a PEM file, at least one.
@@ -43,11 +36,11 @@ fn certificates(flag: &str, path: &Path, pem: &[u8]) -> Result<Vec<CertificateDe
     Ok(certs)
 }
 
-/// The PEM of a `--tls-ca` file, checked to hold certificates.
-fn ca_file(path: &Path) -> Result<Vec<u8>> {
-    let pem = read("the CA file (--tls-ca)", path)?;
-    certificates("--tls-ca", path, &pem)?;
-    Ok(pem)
+/// The PEM of a `--tls-ca` file and the certificates it holds (at least one).
+fn ca_file(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>)> {
+    let pem = read_file("the CA file (--tls-ca)", path)?;
+    let certs = certificates("--tls-ca", path, &pem)?;
+    Ok((pem, certs))
 }
 
 fn private_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
@@ -70,8 +63,8 @@ struct KeyPair {
 
 impl KeyPair {
     fn load(cert: &Path, key: &Path) -> Result<KeyPair> {
-        let cert_pem = read("the certificate file (--tls-cert)", cert)?;
-        let key_pem = read("the key file (--tls-key)", key)?;
+        let cert_pem = read_file("the certificate file (--tls-cert)", cert)?;
+        let key_pem = read_file("the key file (--tls-key)", key)?;
         let chain = certificates("--tls-cert", cert, &cert_pem)?;
         let parsed = private_key(key, &key_pem)?;
         Ok(KeyPair {
@@ -105,7 +98,6 @@ fn pair(cert: Option<&Path>, key: Option<&Path>) -> Result<Option<KeyPair>> {
 /// with client certificates required when the driver has a CA for them) and one for the web UI.
 #[derive(Clone)]
 pub struct ServerTls {
-    client_certificates: bool,
     /// The control plane's configuration (HTTP/2 by ALPN).
     grpc: Arc<rustls::ServerConfig>,
     /// The web UI's configuration (server certificate only: browsers bring no client
@@ -115,9 +107,7 @@ pub struct ServerTls {
 
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerTls")
-            .field("client_certificates_required", &self.client_certificates)
-            .finish_non_exhaustive()
+        f.debug_struct("ServerTls").finish_non_exhaustive()
     }
 }
 
@@ -138,36 +128,30 @@ impl ServerTls {
                 )),
             };
         };
-        let unusable = |e: rustls::Error| {
-            SecurityError::Invalid(format!(
-                "the --tls-cert and --tls-key files do not make a usable certificate: {e}"
-            ))
-        };
-        let mut grpc = match client_ca {
-            Some(path) => rustls::ServerConfig::builder()
-                .with_client_cert_verifier(client_verifier(path)?)
+        let with_certificate = |builder: rustls::ConfigBuilder<
+            rustls::ServerConfig,
+            rustls::server::WantsServerCert,
+        >| {
+            builder
                 .with_single_cert(pair.chain.clone(), pair.key.clone_key())
-                .map_err(unusable)?,
-            None => rustls::ServerConfig::builder()
-                .with_no_client_auth()
-                .with_single_cert(pair.chain.clone(), pair.key.clone_key())
-                .map_err(unusable)?,
+                .map_err(|e| {
+                    SecurityError::Invalid(format!(
+                        "the --tls-cert and --tls-key files do not make a usable \
+                             certificate: {e}"
+                    ))
+                })
         };
+        let grpc = rustls::ServerConfig::builder();
+        let mut grpc = with_certificate(match client_ca {
+            Some(path) => grpc.with_client_cert_verifier(client_verifier(path)?),
+            None => grpc.with_no_client_auth(),
+        })?;
         grpc.alpn_protocols = vec![b"h2".to_vec()];
-        let ui = rustls::ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(pair.chain.clone(), pair.key.clone_key())
-            .map_err(unusable)?;
+        let ui = with_certificate(rustls::ServerConfig::builder().with_no_client_auth())?;
         Ok(Some(ServerTls {
-            client_certificates: client_ca.is_some(),
             grpc: Arc::new(grpc),
             ui: Arc::new(ui),
         }))
-    }
-
-    /// Whether clients must present a certificate signed by `--tls-ca`.
-    pub fn requires_client_certificates(&self) -> bool {
-        self.client_certificates
     }
 
     /// The control plane's rustls configuration (gRPC and Flight over HTTP/2).
@@ -183,9 +167,9 @@ impl ServerTls {
 
 /// A verifier of client certificates signed by the CAs of the `--tls-ca` file at `path`.
 fn client_verifier(path: &Path) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>> {
-    let pem = ca_file(path)?;
+    let (_, certs) = ca_file(path)?;
     let mut roots = rustls::RootCertStore::empty();
-    for cert in certificates("--tls-ca", path, &pem)? {
+    for cert in certs {
         roots.add(cert).map_err(|e| {
             SecurityError::Invalid(format!(
                 "--tls-ca {} holds a certificate that cannot be a trust anchor: {e}",
@@ -228,7 +212,7 @@ impl ClientTls {
     ) -> Result<Option<ClientTls>> {
         install_provider();
         let identity = pair(cert, key)?;
-        let ca_pem = ca.map(ca_file).transpose()?;
+        let ca_pem = ca.map(ca_file).transpose()?.map(|(pem, _)| pem);
         Ok((ca_pem.is_some() || identity.is_some()).then_some(ClientTls { ca_pem, identity }))
     }
 
@@ -256,6 +240,14 @@ pub struct ClientSecurity {
 }
 
 impl ClientSecurity {
+    /// A client that proves `secret` over plain TCP (to a driver embedded in this process).
+    pub fn with_secret(secret: Secret) -> ClientSecurity {
+        ClientSecurity {
+            secret: Some(secret),
+            tls: None,
+        }
+    }
+
     /// An endpoint for the driver at `url`, with TLS when the URL is `https://`.
     pub fn endpoint(&self, url: &str) -> Result<Endpoint> {
         let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
@@ -281,9 +273,9 @@ impl ClientSecurity {
         }
     }
 
-    /// The interceptor that adds the secret's token to every call.
-    pub fn interceptor(&self) -> AuthInterceptor {
-        AuthInterceptor(self.secret.clone())
+    /// `channel` with the secret's token added to every call.
+    pub fn authenticated(&self, channel: Channel) -> AuthenticatedChannel {
+        InterceptedService::new(channel, AuthInterceptor(self.secret.clone()))
     }
 }
 

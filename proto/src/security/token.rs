@@ -17,6 +17,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 use super::Secret;
+use crate::data::flight::hex;
 
 /// The gRPC metadata key that carries the token.
 pub const AUTH_HEADER: &str = "x-ringflow-auth";
@@ -37,10 +38,6 @@ fn mac(secret: &Secret, timestamp: u64, nonce: &str) -> Hmac<Sha256> {
     m.update(b".");
     m.update(nonce.as_bytes());
     m
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
