@@ -1,6 +1,8 @@
 //! End-to-end tests of the `ringflow` binary: real processes, real Parquet, real data.
 
 mod backup;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod data;
 mod deploy;
 mod distributed;

@@ -143,10 +143,19 @@ impl CudaStorage {
     /// Uninitialized storage of `shape` on `gpu` (every caller writes all of it).
     fn alloc(gpu: &Arc<Gpu>, shape: &[usize]) -> Result<CudaStorage> {
         let len = numel(shape);
-        let block = gpu
-            .pool
-            .take(&gpu.stream, len)
-            .map_err(|e| gpu.fail(&format!("allocating {len} floats"), e))?;
+        let block = gpu.pool.take(&gpu.stream, len).map_err(|e| {
+            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                MlError::Device(format!(
+                    "cuda:{} is out of memory: {:.1} MiB more could not be allocated, after \
+                     returning every cached block to the driver (a smaller train.batch_size or \
+                     model may fit)",
+                    gpu.ordinal,
+                    (len * 4) as f64 / (1 << 20) as f64
+                ))
+            } else {
+                gpu.fail(&format!("allocating {len} floats"), e)
+            }
+        })?;
         Ok(CudaStorage {
             gpu: gpu.clone(),
             shape: shape.to_vec(),

@@ -1,0 +1,110 @@
+// cuBLAS's SGEMM as its documentation defines it, on the emulated device memory.
+//
+// cuBLAS is column-major: C (m × n, leading dimension ldc) = alpha · op(A) · op(B) + beta · C,
+// with op(A) m × k and op(B) k × n. A stored "N" is m × k with lda ≥ m; a stored "T" is k × m
+// with lda ≥ k (likewise B with ldb). The leading dimensions are checked as cuBLAS checks them,
+// every operand must lie inside device memory, and beta = 0 never reads C (which may hold NaN),
+// so a backend that gets the row-major/column-major mapping wrong fails here as on a GPU.
+#include <cstdio>
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "emulator.h"
+
+#define API extern "C" __attribute__((visibility("default")))
+
+enum cublasStatus_t : int {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+};
+
+enum cublasOperation_t : int { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
+
+struct Handle {
+    void* stream;
+};
+using cublasHandle_t = Handle*;
+
+namespace {
+
+cublasStatus_t refuse(const char* call, cublasStatus_t code, const std::string& why) {
+    std::fprintf(stderr, "cuda-emulator: %s refused (%d): %s\n", call, (int)code, why.c_str());
+    return code;
+}
+
+// Whether the column-major matrix of `rows` × `cols` with leading dimension `ld` at `p` lies in
+// device memory.
+bool in_device(const float* p, int rows, int cols, int ld) {
+    if (rows == 0 || cols == 0) return true;
+    size_t last = (size_t)(cols - 1) * (size_t)ld + (size_t)rows;
+    return emu::is_device_range((uintptr_t)p, last * sizeof(float));
+}
+
+}  // namespace
+
+API cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+    if (!emu::has_current_context())
+        return refuse("cublasCreate", CUBLAS_STATUS_NOT_INITIALIZED, "no current context");
+    *handle = new Handle{nullptr};
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+API cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+    delete handle;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+API cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, void* stream) {
+    handle->stream = stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+API cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                                  cublasOperation_t transb, int m, int n, int k,
+                                  const float* alpha, const float* A, int lda, const float* B,
+                                  int ldb, const float* beta, float* C, int ldc) {
+    const char* call = "cublasSgemm";
+    if (!handle) return refuse(call, CUBLAS_STATUS_NOT_INITIALIZED, "no handle");
+    if (!emu::has_current_context())
+        return refuse(call, CUBLAS_STATUS_NOT_INITIALIZED, "no current context on this thread");
+    bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+    int a_rows = ta ? k : m, a_cols = ta ? m : k;
+    int b_rows = tb ? n : k, b_cols = tb ? k : n;
+    auto at_least = [](int rows) { return rows > 1 ? rows : 1; };
+    if (m < 0 || n < 0 || k < 0 || lda < at_least(a_rows) || ldb < at_least(b_rows) ||
+        ldc < at_least(m))
+        return refuse(call, CUBLAS_STATUS_INVALID_VALUE,
+                      "m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                          " k=" + std::to_string(k) + " lda=" + std::to_string(lda) +
+                          " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
+    if (!in_device(A, a_rows, a_cols, lda) || !in_device(B, b_rows, b_cols, ldb) ||
+        !in_device(C, m, n, ldc))
+        return refuse(call, CUBLAS_STATUS_INVALID_VALUE, "an operand is outside device memory");
+    float al = *alpha, be = *beta;
+    // Column j of C from contiguous runs: an axpy down A's columns when A is stored as op(A),
+    // else dot products along A's stored columns with column j of op(B) gathered.
+    std::vector<float> acc((size_t)m), bj((size_t)k);
+    for (int j = 0; j < n; ++j) {
+        for (int l = 0; l < k; ++l) bj[l] = tb ? B[j + (size_t)l * ldb] : B[l + (size_t)j * ldb];
+        if (!ta) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int l = 0; l < k; ++l) {
+                const float* a = A + (size_t)l * lda;
+                float b = bj[l];
+                for (int i = 0; i < m; ++i) acc[i] += a[i] * b;
+            }
+        } else {
+            for (int i = 0; i < m; ++i) {
+                const float* a = A + (size_t)i * lda;
+                float dot = 0.0f;
+                for (int l = 0; l < k; ++l) dot += a[l] * bj[l];
+                acc[i] = dot;
+            }
+        }
+        float* c = C + (size_t)j * ldc;
+        for (int i = 0; i < m; ++i) c[i] = be == 0.0f ? al * acc[i] : al * acc[i] + be * c[i];
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,93 @@
+// ringflow's kernels.cu compiled for the host, and the table cuModuleGetFunction looks them up
+// in. The source is included unchanged: what runs here is the CUDA C that NVRTC compiles.
+#include "emulator.h"
+#include "threads.h"
+
+#include "../../ml/src/backend/cuda/kernels.cu"
+
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace emu {
+namespace {
+
+// A launch's argument of type T, read from cuLaunchKernel's `kernelParams[i]` and, for a pointer,
+// checked to point into memory the emulated driver allocated.
+template <typename T>
+T argument(const char* kernel, void** params, size_t i, std::string& error) {
+    T value;
+    std::memcpy(&value, params[i], sizeof(T));
+    if constexpr (std::is_pointer_v<T>) {
+        if (error.empty() && !is_device_address(reinterpret_cast<uintptr_t>(value))) {
+            error = std::string(kernel) + ": argument " + std::to_string(i) +
+                    " is not an address of device memory";
+        }
+    }
+    return value;
+}
+
+template <typename... A, size_t... I>
+const char* launch(const char* name, bool cooperative, void (*kernel)(A...), void** params,
+                   uint3 grid, uint3 block, std::index_sequence<I...>) {
+    thread_local std::string error;
+    error.clear();
+    std::tuple<A...> args{argument<A>(name, params, I, error)...};
+    if (!error.empty()) return error.c_str();
+    return run_grid(name, cooperative, grid, block, [&] { std::apply(kernel, args); });
+}
+
+#define KERNEL(name, cooperative)                                                            \
+    {#name, [](void** params, uint3 grid, uint3 block) {                                     \
+         return launch(#name, cooperative, &::name, params, grid, block,                     \
+                       std::make_index_sequence<std::tuple_size_v<                           \
+                           decltype(arguments_of(&::name))>>{});                             \
+     }}
+
+template <typename... A>
+std::tuple<A...> arguments_of(void (*)(A...));
+
+// Kernels with barriers or shuffles are cooperative; the rest run as loops (and fail loudly if
+// they ever synchronize).
+const KernelEntry TABLE[] = {
+    KERNEL(unary_fwd, false),
+    KERNEL(unary_bwd, false),
+    KERNEL(binary_same, false),
+    KERNEL(binary_row, false),
+    KERNEL(binary_bcast, false),
+    KERNEL(strided_copy, false),
+    KERNEL(affine, false),
+    KERNEL(add_assign, false),
+    KERNEL(fill, false),
+    KERNEL(scale, false),
+    KERNEL(sum_rows, false),
+    KERNEL(sum_to_shape, false),
+    KERNEL(sum_axis, false),
+    KERNEL(sum_lanes, true),
+    KERNEL(sum_squares, true),
+    KERNEL(softmax_fwd, true),
+    KERNEL(softmax_bwd, true),
+    KERNEL(cross_entropy_fwd, true),
+    KERNEL(cross_entropy_bwd, false),
+    KERNEL(bce_terms, false),
+    KERNEL(bce_bwd, false),
+    KERNEL(index_select, false),
+    KERNEL(index_add, false),
+    KERNEL(dropout_mask, false),
+    KERNEL(sgd_plain, false),
+    KERNEL(sgd_momentum, false),
+    KERNEL(adagrad, false),
+    KERNEL(adam, false),
+};
+
+}  // namespace
+
+const KernelEntry* find_kernel(const char* name) {
+    for (const KernelEntry& k : TABLE) {
+        if (std::strcmp(k.name, name) == 0) return &k;
+    }
+    return nullptr;
+}
+
+}  // namespace emu

@@ -1,0 +1,207 @@
+//! The `cuda` feature end to end, on the CUDA emulator of `testing/cuda-emulator` (this module is
+//! built only with `--features cuda`; `.ci/run` runs it).
+//!
+//! The emulator stands in for `libcuda` and cuBLAS, so the same binary that runs on a GPU machine
+//! opens devices, compiles `kernels.cu` with the real NVRTC, and trains through every kernel and
+//! the caching allocator, on the CPU. It proves the GPU path's logic (placement, staging through
+//! the ring, results equal to the CPU's, errors), not its speed: `benches/gpu_verify.sh` is the
+//! check on real GPUs.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::helpers::*;
+
+const DEADLINE: Duration = Duration::from_secs(300);
+
+/// The library path that makes the emulator the CUDA driver and cuBLAS, with NVRTC beside it; or
+/// `None` (after saying why) where NVRTC is not installed, unless `RINGFLOW_REQUIRE_CUDA_EMULATOR`
+/// is set, which turns that into a failure.
+fn emulator_library_path() -> Option<String> {
+    static PATH: OnceLock<Option<String>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let Some(nvrtc) = nvrtc_dir() else {
+            assert!(
+                std::env::var_os("RINGFLOW_REQUIRE_CUDA_EMULATOR").is_none(),
+                "RINGFLOW_REQUIRE_CUDA_EMULATOR is set, but no libnvrtc.so was found in \
+                 target/nvrtc or on LD_LIBRARY_PATH"
+            );
+            eprintln!("skipping: NVRTC (libnvrtc.so) is not installed; see testing/cuda-emulator");
+            return None;
+        };
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emulator");
+        let build = run_program(
+            &repo().join("testing/cuda-emulator/build.sh"),
+            &[&s(&out)],
+            DEADLINE,
+        );
+        assert!(
+            build.status.success(),
+            "the CUDA emulator did not build:\n{}",
+            build.stderr
+        );
+        Some(format!("{}:{}", s(&out), s(&nvrtc)))
+    })
+    .clone()
+}
+
+/// A directory holding `libnvrtc.so.12`: pip's wheel under `target/nvrtc` (as `.ci/run` installs
+/// it), or one on `LD_LIBRARY_PATH`.
+fn nvrtc_dir() -> Option<PathBuf> {
+    let wheel = repo().join("target/nvrtc/nvidia/cuda_nvrtc/lib");
+    let inherited = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    std::iter::once(wheel)
+        .chain(
+            inherited
+                .split(':')
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from),
+        )
+        .find(|d| d.join("libnvrtc.so.12").exists() || d.join("libnvrtc.so").exists())
+}
+
+/// Whether the dynamic loader knows a real `libcuda` (a GPU machine).
+fn system_has_libcuda() -> bool {
+    std::process::Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so"))
+        .unwrap_or(false)
+}
+
+/// Runs `ringflow ARGS` with the emulator as its CUDA and `extra` in its environment.
+fn on_emulator(library_path: &str, args: &[&str], extra: &[(&str, Option<&str>)]) -> Run {
+    let mut env = vec![("LD_LIBRARY_PATH", Some(library_path))];
+    env.extend_from_slice(extra);
+    ringflow_env(args, &env, DEADLINE)
+}
+
+#[test]
+fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
+    let Some(libs) = emulator_library_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut results = Vec::new();
+    for device in ["cpu", "cuda"] {
+        let spec = small_mnist_job(dir.path(), device, 2, 1, 128, &dir.path().join(device));
+        let out = dir.path().join(format!("{device}.json"));
+        let device_setting = format!("cluster.device={device}");
+        let run = on_emulator(
+            &libs,
+            &[
+                "local",
+                &spec,
+                "--set",
+                &device_setting,
+                "--ui",
+                "off",
+                "--log",
+                "info",
+                "--summary-json",
+                &s(&out),
+            ],
+            &[("CUDA_EMULATOR_DEVICES", Some("2"))],
+        );
+        run.assert_success();
+        results.push((summary(&out), run.stderr));
+    }
+    let (cpu, _) = &results[0];
+    let (gpu, log) = &results[1];
+    // Each executor took the GPU of its local rank and compiled the kernels for it.
+    for rank in 0..2 {
+        assert!(
+            log.contains(&format!("trains on cuda:{rank} (local rank {rank} of 2")),
+            "executor of local rank {rank} is not on cuda:{rank}:\n{log}"
+        );
+        assert!(
+            log.contains(&format!("cuda:{rank} is ringflow CUDA emulator")),
+            "{log}"
+        );
+    }
+    assert!(
+        !log.contains("cuda-emulator:"),
+        "the emulator refused a call:\n{log}"
+    );
+    assert_eq!(gpu["status"], "succeeded");
+    assert_eq!(gpu["replicas_identical"], true, "{gpu}");
+    let acc = |v: &serde_json::Value| v["test_accuracy"].as_f64().expect("an accuracy");
+    let loss = |v: &serde_json::Value| v["final_train_loss"].as_f64().expect("a loss");
+    assert!(
+        acc(cpu) > 0.85,
+        "the CPU reference learned too little: {cpu}"
+    );
+    assert!(
+        (acc(gpu) - acc(cpu)).abs() <= 0.01,
+        "accuracy on cuda {} against {} on the cpu",
+        acc(gpu),
+        acc(cpu)
+    );
+    assert!(
+        (loss(gpu) - loss(cpu)).abs() <= 1e-3 * loss(cpu).abs().max(1.0),
+        "final loss on cuda {} against {} on the cpu",
+        loss(gpu),
+        loss(cpu)
+    );
+    // Float32 on two backends: equal results to the tolerance, not bit for bit.
+    assert_ne!(
+        gpu["param_checksum"], cpu["param_checksum"],
+        "was cuda used?"
+    );
+}
+
+#[test]
+fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentence() {
+    let Some(libs) = emulator_library_path() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_mnist_job(dir.path(), "gpu", 2, 1, 128, &dir.path().join("ckpt"));
+    let args = [
+        "local",
+        &spec,
+        "--set",
+        "cluster.device=cuda",
+        "--ui",
+        "off",
+    ];
+
+    // No driver library at all (unless the machine has a real one): refused before any
+    // executor starts, naming the library.
+    let nvrtc_only = libs.split(':').nth(1).expect("two directories");
+    if !system_has_libcuda() {
+        let run = on_emulator(nvrtc_only, &args, &[]);
+        let err = run.assert_clean_failure();
+        assert!(
+            err.contains(
+                "the CUDA driver library (libcuda.so; is the NVIDIA driver installed?) \
+                          was not found"
+            ),
+            "{err}"
+        );
+    }
+
+    // A driver but no device: refused before any executor starts.
+    let run = on_emulator(&libs, &args, &[("CUDA_VISIBLE_DEVICES", Some(""))]);
+    let err = run.assert_clean_failure();
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 1, "one error line:\n{err}");
+    assert!(
+        lines[0].contains("cluster.device = \"cuda\"")
+            && lines[0].contains("no CUDA device with CUDA_VISIBLE_DEVICES=\"\""),
+        "{err}"
+    );
+
+    // A device too small for the model: the job fails naming the executor and the device.
+    let run = on_emulator(&libs, &args, &[("CUDA_EMULATOR_MEMORY_MB", Some("1"))]);
+    let err = run.assert_clean_failure();
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .expect("an error line");
+    assert!(
+        line.contains("executor exec-") && line.contains("cuda:0 is out of memory"),
+        "{err}"
+    );
+}
