@@ -82,29 +82,34 @@ API cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t trans
     if (!in_device(A, a_rows, a_cols, lda) || !in_device(B, b_rows, b_cols, ldb) ||
         !in_device(C, m, n, ldc))
         return refuse(call, CUBLAS_STATUS_INVALID_VALUE, "an operand is outside device memory");
-    float al = *alpha, be = *beta;
-    // Column j of C from contiguous runs: an axpy down A's columns when A is stored as op(A),
-    // else dot products along A's stored columns with column j of op(B) gathered.
-    std::vector<float> acc((size_t)m), bj((size_t)k);
-    for (int j = 0; j < n; ++j) {
-        for (int l = 0; l < k; ++l) bj[l] = tb ? B[j + (size_t)l * ldb] : B[l + (size_t)j * ldb];
-        if (!ta) {
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (int l = 0; l < k; ++l) {
-                const float* a = A + (size_t)l * lda;
-                float b = bj[l];
-                for (int i = 0; i < m; ++i) acc[i] += a[i] * b;
+    float al = *alpha, be = *beta;  // host pointer mode: read at the call
+    // Queued behind the kernels that produce A and B, as on the handle's stream.
+    bool queued = emu::enqueue([=]() -> std::string {
+        // Column j of C from contiguous runs: an axpy down A's columns when A is stored as
+        // op(A), else dot products along A's stored columns with column j of op(B) gathered.
+        std::vector<float> acc((size_t)m), bj((size_t)k);
+        for (int j = 0; j < n; ++j) {
+            for (int l = 0; l < k; ++l) bj[l] = tb ? B[j + (size_t)l * ldb] : B[l + (size_t)j * ldb];
+            if (!ta) {
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                for (int l = 0; l < k; ++l) {
+                    const float* a = A + (size_t)l * lda;
+                    float b = bj[l];
+                    for (int i = 0; i < m; ++i) acc[i] += a[i] * b;
+                }
+            } else {
+                for (int i = 0; i < m; ++i) {
+                    const float* a = A + (size_t)i * lda;
+                    float dot = 0.0f;
+                    for (int l = 0; l < k; ++l) dot += a[l] * bj[l];
+                    acc[i] = dot;
+                }
             }
-        } else {
-            for (int i = 0; i < m; ++i) {
-                const float* a = A + (size_t)i * lda;
-                float dot = 0.0f;
-                for (int l = 0; l < k; ++l) dot += a[l] * bj[l];
-                acc[i] = dot;
-            }
+            float* c = C + (size_t)j * ldc;
+            for (int i = 0; i < m; ++i) c[i] = be == 0.0f ? al * acc[i] : al * acc[i] + be * c[i];
         }
-        float* c = C + (size_t)j * ldc;
-        for (int i = 0; i < m; ++i) c[i] = be == 0.0f ? al * acc[i] : al * acc[i] + be * c[i];
-    }
+        return "";
+    });
+    if (!queued) return refuse(call, CUBLAS_STATUS_NOT_INITIALIZED, "no current context");
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,6 +1,14 @@
 // The CUDA driver API (libcuda) as ringflow's backend uses it through cudarc, emulated on the
-// host: device memory is host memory handed out and checked by this file, streams run their
-// work at once (so every stream is always idle), and cuLaunchKernel runs kernels.cu's host build.
+// host: device memory is host memory handed out and checked by this file, and cuLaunchKernel
+// runs kernels.cu's host build.
+//
+// Work is asynchronous as on a GPU, and lazier: kernels, SGEMMs, memsets, device-to-device copies
+// and every copy from or to page-locked (registered) host memory are queued and run only when the
+// host waits (cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize, a synchronous free or a
+// copy into pageable memory). A host that reads a page-locked buffer before waiting for the copy
+// into it reads stale values, and one that rewrites a buffer an upload still reads uploads the new
+// values, so a missing synchronization changes results here instead of passing by luck. Copies
+// from pageable memory take their data at the call, as the driver stages them.
 //
 // What is checked, as the real driver would refuse it: calls before cuInit, calls without a
 // current context, copies and memsets outside a live allocation (or with a device address on
@@ -9,12 +17,15 @@
 // printed to stderr with the call's name, so a test log says what the backend did wrong.
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "emulator.h"
 #include "threads.h"
@@ -41,8 +52,18 @@ enum CUresult : int {
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 
+// Queued work, and the host memory it will read or write when it runs (none: 0 bytes).
+struct Pending {
+    emu::Work work;
+    uintptr_t host;
+    size_t host_bytes;
+};
+
 struct Context {
     int device;
+    std::mutex lock;
+    std::deque<Pending> queue;  // every stream of the context, in call order
+    std::string fault;          // the first queued work that failed: sticky, as on a GPU
 };
 struct Stream {
     Context* context;
@@ -99,7 +120,10 @@ Context* primary(int device) {
     static std::map<int, Context*> contexts;
     std::lock_guard<std::mutex> g(m);
     auto& c = contexts[device];
-    if (!c) c = new Context{device};
+    if (!c) {
+        c = new Context;
+        c->device = device;
+    }
     return c;
 }
 
@@ -186,9 +210,43 @@ CUresult check_host(const char* call, const void* p) {
     return CUDA_SUCCESS;
 }
 
+bool registered(uintptr_t address, size_t bytes) {
+    Memory& mem = memory();
+    std::lock_guard<std::mutex> g(mem.m);
+    return inside(mem.host_registered, address, bytes == 0 ? 1 : bytes);
+}
+
+void push(Context* ctx, emu::Work work, uintptr_t host = 0, size_t host_bytes = 0) {
+    std::lock_guard<std::mutex> g(ctx->lock);
+    ctx->queue.push_back({std::move(work), host, host_bytes});
+}
+
+// Runs everything queued on the current context; a failure is reported once and then returned
+// by every later wait, as a GPU's sticky errors are.
+CUresult drain(const char* call) {
+    std::lock_guard<std::mutex> g(current->lock);
+    while (!current->queue.empty()) {
+        Pending p = std::move(current->queue.front());
+        current->queue.pop_front();
+        std::string error = p.work();
+        if (!error.empty() && current->fault.empty()) {
+            current->fault = error;
+            refuse(call, CUDA_ERROR_LAUNCH_FAILED, "queued work failed: " + error);
+        }
+    }
+    return current->fault.empty() ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
+}
+
 }  // namespace
 
 namespace emu {
+
+bool enqueue(Work work) {
+    if (!current) return false;
+    push(current, std::move(work));
+    return true;
+}
+
 
 bool is_device_address(uintptr_t address) {
     Memory& mem = memory();
@@ -299,7 +357,7 @@ API CUresult cuCtxGetDevice(CUdevice* device) {
 
 API CUresult cuCtxSynchronize() {
     REQUIRE("cuCtxSynchronize", true);
-    return CUDA_SUCCESS;
+    return drain("cuCtxSynchronize");
 }
 
 API CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
@@ -311,13 +369,15 @@ API CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
 
 API CUresult cuStreamDestroy_v2(CUstream stream) {
     REQUIRE("cuStreamDestroy", true);
+    CUresult r = drain("cuStreamDestroy");  // queued work completes, as on a GPU
     delete stream;
-    return CUDA_SUCCESS;
+    return r;
 }
 
 API CUresult cuStreamSynchronize(CUstream stream) {
     REQUIRE("cuStreamSynchronize", true);
-    return check_stream("cuStreamSynchronize", stream);
+    if (CUresult r = check_stream("cuStreamSynchronize", stream)) return r;
+    return drain("cuStreamSynchronize");
 }
 
 API CUresult cuStreamWaitEvent(CUstream stream, CUevent, unsigned) {
@@ -338,12 +398,12 @@ API CUresult cuEventRecord(CUevent, CUstream stream) {
 
 API CUresult cuEventSynchronize(CUevent) {
     REQUIRE("cuEventSynchronize", true);
-    return CUDA_SUCCESS;
+    return drain("cuEventSynchronize");
 }
 
 API CUresult cuEventQuery(CUevent) {
     REQUIRE("cuEventQuery", true);
-    return CUDA_SUCCESS;
+    return drain("cuEventQuery");
 }
 
 API CUresult cuEventDestroy_v2(CUevent event) {
@@ -365,13 +425,18 @@ API CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream) {
 
 API CUresult cuMemFree_v2(CUdeviceptr ptr) {
     REQUIRE("cuMemFree", true);
+    if (CUresult r = drain("cuMemFree")) return r;
     return release("cuMemFree", ptr);
 }
 
 API CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {
     REQUIRE("cuMemFreeAsync", true);
     if (CUresult r = check_stream("cuMemFreeAsync", stream)) return r;
-    return release("cuMemFreeAsync", ptr);
+    if (CUresult r = check_device("cuMemFreeAsync", ptr, 1)) return r;
+    push(current, [ptr]() -> std::string {
+        return release("cuMemFreeAsync", ptr) ? "a queued free of a dead allocation" : "";
+    });
+    return CUDA_SUCCESS;
 }
 
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes,
@@ -380,7 +445,21 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t bytes
     if (CUresult r = check_stream("cuMemcpyHtoDAsync", stream)) return r;
     if (CUresult r = check_device("cuMemcpyHtoDAsync", dst, bytes)) return r;
     if (CUresult r = check_host("cuMemcpyHtoDAsync", src)) return r;
-    std::memcpy((void*)(uintptr_t)dst, src, bytes);
+    void* to = (void*)(uintptr_t)dst;
+    if (registered((uintptr_t)src, bytes)) {
+        // DMA from page-locked memory: reads the buffer when it runs.
+        push(current, [=]() -> std::string {
+            std::memcpy(to, src, bytes);
+            return "";
+        }, (uintptr_t)src, bytes);
+    } else {
+        // Pageable memory is staged at the call; the caller may reuse it at once.
+        auto staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
+        push(current, [=]() -> std::string {
+            std::memcpy(to, staged->data(), bytes);
+            return "";
+        });
+    }
     return CUDA_SUCCESS;
 }
 
@@ -389,7 +468,18 @@ API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t bytes, CUst
     if (CUresult r = check_stream("cuMemcpyDtoHAsync", stream)) return r;
     if (CUresult r = check_device("cuMemcpyDtoHAsync", src, bytes)) return r;
     if (CUresult r = check_host("cuMemcpyDtoHAsync", dst)) return r;
-    std::memcpy(dst, (const void*)(uintptr_t)src, bytes);
+    const void* from = (const void*)(uintptr_t)src;
+    if (registered((uintptr_t)dst, bytes)) {
+        // DMA into page-locked memory: the values arrive when the host waits.
+        push(current, [=]() -> std::string {
+            std::memcpy(dst, from, bytes);
+            return "";
+        }, (uintptr_t)dst, bytes);
+        return CUDA_SUCCESS;
+    }
+    // Into pageable memory the copy completes before the call returns.
+    if (CUresult r = drain("cuMemcpyDtoHAsync")) return r;
+    std::memcpy(dst, from, bytes);
     return CUDA_SUCCESS;
 }
 
@@ -399,7 +489,10 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes
     if (CUresult r = check_stream("cuMemcpyDtoDAsync", stream)) return r;
     if (CUresult r = check_device("cuMemcpyDtoDAsync", dst, bytes)) return r;
     if (CUresult r = check_device("cuMemcpyDtoDAsync", src, bytes)) return r;
-    std::memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
+    push(current, [=]() -> std::string {
+        std::memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
+        return "";
+    });
     return CUDA_SUCCESS;
 }
 
@@ -407,7 +500,10 @@ API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUs
     REQUIRE("cuMemsetD8Async", true);
     if (CUresult r = check_stream("cuMemsetD8Async", stream)) return r;
     if (CUresult r = check_device("cuMemsetD8Async", dst, n)) return r;
-    std::memset((void*)(uintptr_t)dst, value, n);
+    push(current, [=]() -> std::string {
+        std::memset((void*)(uintptr_t)dst, value, n);
+        return "";
+    });
     return CUDA_SUCCESS;
 }
 
@@ -429,11 +525,28 @@ API CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned flags) {
 
 API CUresult cuMemHostUnregister(void* p) {
     REQUIRE("cuMemHostUnregister", true);
+    uintptr_t start = (uintptr_t)p;
+    size_t bytes = 0;
+    {
+        Memory& mem = memory();
+        std::lock_guard<std::mutex> g(mem.m);
+        auto it = mem.host_registered.find(start);
+        if (it == mem.host_registered.end())
+            return refuse("cuMemHostUnregister", CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+                          "not the start of a registered range");
+        bytes = it->second;
+    }
+    {
+        std::lock_guard<std::mutex> g(current->lock);
+        for (const Pending& q : current->queue) {
+            if (q.host_bytes > 0 && q.host < start + bytes && start < q.host + q.host_bytes)
+                return refuse("cuMemHostUnregister", CUDA_ERROR_INVALID_VALUE,
+                              "a queued copy still uses this memory (synchronize first)");
+        }
+    }
     Memory& mem = memory();
     std::lock_guard<std::mutex> g(mem.m);
-    if (mem.host_registered.erase((uintptr_t)p) == 0)
-        return refuse("cuMemHostUnregister", CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
-                      "not the start of a registered range");
+    mem.host_registered.erase(start);
     return CUDA_SUCCESS;
 }
 
@@ -485,9 +598,10 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
         gx > 2147483647u || gy > 65535 || gz > 65535)
         return refuse("cuLaunchKernel", CUDA_ERROR_INVALID_VALUE,
                       std::string(f->kernel->name) + ": impossible launch dimensions");
-    if (const char* fault = f->kernel->launch(params, {gx, gy, gz}, {bx, by, bz}))
-        return refuse("cuLaunchKernel", CUDA_ERROR_LAUNCH_FAILED,
-                      std::string(f->kernel->name) + ": " + fault);
+    std::string error;
+    emu::Work work = f->kernel->prepare(params, {gx, gy, gz}, {bx, by, bz}, error);
+    if (!error.empty()) return refuse("cuLaunchKernel", CUDA_ERROR_INVALID_VALUE, error);
+    push(current, std::move(work));
     return CUDA_SUCCESS;
 }
 

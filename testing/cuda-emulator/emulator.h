@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 namespace emu {
 
@@ -15,13 +17,21 @@ bool is_device_range(uintptr_t address, size_t bytes);
 // Whether the calling OS thread has a current context (CUDA calls need one).
 bool has_current_context();
 
-// Runs a kernel over a grid with cuLaunchKernel's parameter array; returns nullptr or the fault.
-using Launcher = const char* (*)(void** params, uint3 grid, uint3 block);
+// Queued device work: runs later, in stream order, and returns "" or what went wrong.
+using Work = std::function<std::string()>;
+
+// Reads a kernel's arguments from cuLaunchKernel's parameter array now (as the driver does) and
+// returns the launch as work; sets `error` instead for an argument that cannot be right.
+using Launcher = Work (*)(void** params, uint3 grid, uint3 block, std::string& error);
 
 struct KernelEntry {
     const char* name;
-    Launcher launch;
+    Launcher prepare;
 };
+
+// Queues `work` behind everything already queued on the current context (cuBLAS's calls go
+// through this). Returns false when no context is current.
+bool enqueue(Work work);
 
 const KernelEntry* find_kernel(const char* name);
 

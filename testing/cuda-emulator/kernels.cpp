@@ -29,20 +29,21 @@ T argument(const char* kernel, void** params, size_t i, std::string& error) {
 }
 
 template <typename... A, size_t... I>
-const char* launch(const char* name, bool cooperative, void (*kernel)(A...), void** params,
-                   uint3 grid, uint3 block, std::index_sequence<I...>) {
-    thread_local std::string error;
-    error.clear();
+Work prepare(const char* name, bool cooperative, void (*kernel)(A...), void** params,
+             uint3 grid, uint3 block, std::string& error, std::index_sequence<I...>) {
     std::tuple<A...> args{argument<A>(name, params, I, error)...};
-    if (!error.empty()) return error.c_str();
-    return run_grid(name, cooperative, grid, block, [&] { std::apply(kernel, args); });
+    return [=]() -> std::string {
+        const char* fault =
+            run_grid(name, cooperative, grid, block, [&] { std::apply(kernel, args); });
+        return fault ? std::string(name) + ": " + fault : std::string();
+    };
 }
 
 #define KERNEL(name, cooperative)                                                            \
-    {#name, [](void** params, uint3 grid, uint3 block) {                                     \
-         return launch(#name, cooperative, &::name, params, grid, block,                     \
-                       std::make_index_sequence<std::tuple_size_v<                           \
-                           decltype(arguments_of(&::name))>>{});                             \
+    {#name, [](void** params, uint3 grid, uint3 block, std::string& error) {                 \
+         return prepare(#name, cooperative, &::name, params, grid, block, error,             \
+                        std::make_index_sequence<std::tuple_size_v<                          \
+                            decltype(arguments_of(&::name))>>{});                            \
      }}
 
 template <typename... A>

@@ -274,22 +274,28 @@ fn values_round_trip(device: Device) -> TestResult {
 }
 
 /// Gradients leave and return through one flat buffer (the executors' gradient buckets), page-
-/// locked where the device is a GPU.
+/// locked where the device is a GPU. Copies to and from page-locked memory are asynchronous, so
+/// the host touches the buffers right after each call returns, before anything else could wait
+/// for the device: a gather or scatter that returned before its copies finished fails here.
 fn gradients_gather_and_scatter(device: Device) -> TestResult {
     let a = param(&[3, 4], -1.0, 1.0, 1, device);
     let b = param(&[5], -1.0, 1.0, 2, device);
     let unused = param(&[2], -1.0, 1.0, 3, device);
+    let mut want = vec![1.0f32; 12];
+    want.extend([0.0, 0.0]);
+    want.extend(b.to_vec().iter().map(|v| 2.0 * v));
     a.sum_all()?.add(&b.square()?.sum_all()?)?.backward()?;
     let params = [a.clone(), unused.clone(), b.clone()];
     let mut flat = vec![7.0f32; 12 + 2 + 5];
     let _pinned = device.pin_host(&mut flat)?;
     Tensor::gather_grads(&params, &mut flat)?;
-    let mut want = vec![1.0f32; 12];
-    want.extend([0.0, 0.0]);
-    want.extend(b.to_vec().iter().map(|v| 2.0 * v));
     assert_close(&flat, &want, 1e-6, "gathered gradients")?;
-    let halves: Vec<f32> = flat.iter().map(|v| v / 2.0).collect();
+    let mut halves: Vec<f32> = flat.iter().map(|v| v / 2.0).collect();
+    let pinned_halves = device.pin_host(&mut halves)?;
     Tensor::scatter_grads(&params, &halves)?;
+    // The scatter has returned: its buffer may be reused at once.
+    halves.fill(f32::NAN);
+    drop(pinned_halves);
     assert_close(
         &a.grad().expect("a").to_vec(),
         &[0.5; 12],
