@@ -205,3 +205,49 @@ fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentenc
         "{err}"
     );
 }
+
+#[test]
+fn bench_train_on_an_emulated_gpu_matches_the_cpu_and_reuses_cached_blocks() {
+    let Some(libs) = emulator_library_path() else {
+        return;
+    };
+    let report = |device: &str| {
+        let run = on_emulator(
+            &libs,
+            &[
+                "bench",
+                "train",
+                "--device",
+                device,
+                "--layers",
+                "784,64,10",
+                "--batch",
+                "64",
+                "--steps",
+                "30",
+                "--warmup",
+                "5",
+                "--optimizer",
+                "adam",
+                "--json",
+            ],
+            &[],
+        );
+        run.assert_success();
+        serde_json::from_str::<serde_json::Value>(run.stdout.trim()).expect("one JSON line")
+    };
+    let (gpu, cpu) = (report("cuda"), report("cpu"));
+    let f = |v: &serde_json::Value, key: &str| v[key].as_f64().expect(key);
+    for key in ["first_loss", "final_loss"] {
+        assert!(
+            (f(&gpu, key) - f(&cpu, key)).abs() <= 1e-4,
+            "{key}: {gpu}\n{cpu}"
+        );
+    }
+    assert!(f(&gpu, "final_loss") < f(&gpu, "first_loss") - 0.3, "{gpu}");
+    // After the first step every block comes from the pool: 35 steps of the same sizes leave
+    // only the first step's requests as misses.
+    let hit_rate = f(&gpu, "allocator_hit_rate");
+    assert!(hit_rate >= 0.9, "allocator hit rate {hit_rate}: {gpu}");
+    assert!(cpu["allocator_hit_rate"].is_null(), "{cpu}");
+}
