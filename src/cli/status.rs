@@ -111,7 +111,15 @@ pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
                 job_id: args.job.clone(),
             })
             .await
-            .map_err(super::submit::rpc_error)?;
+            .map_err(|s| match s.code() {
+                tonic::Code::NotFound => anyhow::anyhow!(
+                    "the driver at {} has {} (`ringflow status --driver {}` lists its jobs)",
+                    args.driver,
+                    s.message(),
+                    args.driver
+                ),
+                _ => super::submit::rpc_error(s),
+            })?;
         if reply.into_inner().cancelled {
             println!("cancelled job {}", args.job);
         } else {

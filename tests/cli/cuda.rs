@@ -98,7 +98,7 @@ fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
                 "--ui",
                 "off",
                 "--log",
-                "info",
+                "info,ringflow_executor=debug",
                 "--summary-json",
                 &s(&out),
             ],
@@ -119,6 +119,18 @@ fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
             log.contains(&format!("cuda:{rank} is ringflow CUDA emulator")),
             "{log}"
         );
+    }
+    // Each rank reports its staging copies and its caching allocator per epoch (debug).
+    for rank in 0..2 {
+        let line = |what: &str| {
+            log.lines()
+                .any(|l| l.contains(&format!("rank {rank} epoch 0: ")) && l.contains(what))
+        };
+        assert!(
+            line("gradient staging (copies between the gradients"),
+            "{log}"
+        );
+        assert!(line("requests this epoch reused a cached block"), "{log}");
     }
     assert!(
         !log.contains("cuda-emulator:"),

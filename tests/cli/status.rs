@@ -95,7 +95,10 @@ fn a_running_job_is_listed_and_cancelled_from_another_process() {
         Duration::from_secs(30),
     );
     let err = unknown.assert_clean_failure();
-    assert!(err.contains("nope-0001"), "{err}");
+    assert!(
+        err.contains(&format!("the driver at {url} has no job \"nope-0001\"")),
+        "{err}"
+    );
 
     // The freed executors take the next job.
     let next = small_mnist_job(d, "next", 2, 1, 256, &d.join("next"));

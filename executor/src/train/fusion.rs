@@ -172,6 +172,7 @@ impl GradientBuckets {
         }
         for b in &mut self.buckets {
             let reduced = b.pending.take().expect("started above").wait()?;
+            settle(b)?;
             let copy = Instant::now();
             Tensor::scatter_grads(&b.params, &reduced)?;
             self.staging += copy.elapsed();
@@ -181,9 +182,9 @@ impl GradientBuckets {
     }
 
     /// The time spent copying gradients into the buckets and the averages back since the last
-    /// call. On a GPU these are the device-to-host and host-to-device copies of the staging;
-    /// since a download waits for the kernels queued before it, the figure is an upper bound
-    /// of the copies' own cost.
+    /// call. On a GPU these are the device-to-host and host-to-device copies of the staging
+    /// alone: the device finishes the kernels queued before each copy first, and that wait is
+    /// not counted.
     pub fn take_staging(&mut self) -> Duration {
         std::mem::take(&mut self.staging)
     }
@@ -193,11 +194,22 @@ impl GradientBuckets {
 /// time.
 fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<Duration> {
     let mut buf = b.buffer.take().unwrap_or_else(|| vec![0.0; b.numel]);
+    settle(b)?;
     let copy = Instant::now();
     Tensor::gather_grads(&b.params, &mut buf)?;
     let took = copy.elapsed();
     b.pending = Some(comm.start_all_reduce(buf, ReduceOp::Average)?);
     Ok(took)
+}
+
+/// Waits for the kernels queued on the bucket's device (none on a CPU), so that the copy timed
+/// next is measured alone rather than with the backward pass's kernels it would wait for. The
+/// copy waits for them anyway, so this costs no time of its own.
+fn settle(b: &Bucket) -> Result<()> {
+    match b.params.first() {
+        Some(p) => Ok(p.device().synchronize()?),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]

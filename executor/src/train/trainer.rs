@@ -205,6 +205,8 @@ pub fn run_task(
     let mut epoch = start_epoch;
     // Every step's phases, sent with the next report (`--timeline`).
     let mut spans = StepSpans::new();
+    // The GPU allocator's counters at the last epoch's end, for its per-epoch debug line.
+    let mut alloc_before = None;
     while epoch < spec.train.epochs {
         let comm: &mut dyn Collective = match reformed.as_mut() {
             Some(c) => c.as_mut(),
@@ -374,6 +376,18 @@ pub fn run_task(
                     1000.0 * staging_s,
                     100.0 * staging_s / step_s.max(f64::MIN_POSITIVE),
                     1000.0 * step_s
+                );
+            }
+            if let Some(now) = device.allocator_stats() {
+                let (requests, hits) = match alloc_before.replace(now) {
+                    Some(b) => (now.requests - b.requests, now.hits - b.hits),
+                    None => (now.requests, now.hits),
+                };
+                tracing::debug!(
+                    "rank {rank} epoch {epoch}: {device} allocator: {:.2}% of {requests} \
+                     requests this epoch reused a cached block, {:.1} MiB cached",
+                    100.0 * hits as f64 / requests.max(1) as f64,
+                    now.cached_bytes as f64 / (1 << 20) as f64
                 );
             }
             let stats = EpochStats {
