@@ -1,5 +1,6 @@
 //! The `cuda` feature end to end, on the CUDA emulator of `testing/cuda-emulator` (this module is
-//! built only with `--features cuda`; `.ci/run` runs it).
+//! built only with `--features cuda`; `.ci/run` runs it with `--features nccl`, which adds the
+//! NCCL test).
 //!
 //! The emulator stands in for `libcuda` and cuBLAS, so the same binary that runs on a GPU machine
 //! opens devices, compiles `kernels.cu` with the real NVRTC, and trains through every kernel and
@@ -30,7 +31,7 @@ fn emulator_library_path() -> Option<String> {
             eprintln!("skipping: NVRTC (libnvrtc.so) is not installed; see testing/cuda-emulator");
             return None;
         };
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emulator");
+        let out = emulator_dir();
         let build = run_program(
             &repo().join("testing/cuda-emulator/build.sh"),
             &[&s(&out)],
@@ -44,6 +45,11 @@ fn emulator_library_path() -> Option<String> {
         Some(format!("{}:{}", s(&out), s(&nvrtc)))
     })
     .clone()
+}
+
+/// Where the tests build the emulator.
+fn emulator_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emulator")
 }
 
 /// A directory holding `libnvrtc.so.12`: pip's wheel under `target/nvrtc` (as `.ci/run` installs
@@ -77,38 +83,36 @@ fn on_emulator(library_path: &str, args: &[&str], extra: &[(&str, Option<&str>)]
     ringflow_env(args, &env, DEADLINE)
 }
 
-#[test]
-fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
-    let Some(libs) = emulator_library_path() else {
-        return;
-    };
+/// Trains the small MNIST job for one epoch on two executors on `device` with `libs` as the
+/// library path and two emulated GPUs; returns the summary and the log (executors' debug lines
+/// included).
+fn train_mnist(libs: &str, device: &str) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut results = Vec::new();
-    for device in ["cpu", "cuda"] {
-        let spec = small_mnist_job(dir.path(), device, 2, 1, 128, &dir.path().join(device));
-        let out = dir.path().join(format!("{device}.json"));
-        let device_setting = format!("cluster.device={device}");
-        let run = on_emulator(
-            &libs,
-            &[
-                "local",
-                &spec,
-                "--set",
-                &device_setting,
-                "--ui",
-                "off",
-                "--log",
-                "info,ringflow_executor=debug",
-                "--summary-json",
-                &s(&out),
-            ],
-            &[("CUDA_EMULATOR_DEVICES", Some("2"))],
-        );
-        run.assert_success();
-        results.push((summary(&out), run.stderr));
-    }
-    let (cpu, _) = &results[0];
-    let (gpu, log) = &results[1];
+    let spec = small_mnist_job(dir.path(), device, 2, 1, 128, &dir.path().join("ckpt"));
+    let out = dir.path().join("summary.json");
+    let device_setting = format!("cluster.device={device}");
+    let run = on_emulator(
+        libs,
+        &[
+            "local",
+            &spec,
+            "--set",
+            &device_setting,
+            "--ui",
+            "off",
+            "--log",
+            "info,ringflow_executor=debug",
+            "--summary-json",
+            &s(&out),
+        ],
+        &[("CUDA_EMULATOR_DEVICES", Some("2"))],
+    );
+    run.assert_success();
+    (summary(&out), run.stderr.clone())
+}
+
+/// The checks every emulated-GPU run must pass against the CPU's run of the same job.
+fn assert_same_training(gpu: &serde_json::Value, cpu: &serde_json::Value, log: &str) {
     // Each executor took the GPU of its local rank and compiled the kernels for it.
     for rank in 0..2 {
         assert!(
@@ -119,18 +123,12 @@ fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
             log.contains(&format!("cuda:{rank} is ringflow CUDA emulator")),
             "{log}"
         );
-    }
-    // Each rank reports its staging copies and its caching allocator per epoch (debug).
-    for rank in 0..2 {
-        let line = |what: &str| {
-            log.lines()
-                .any(|l| l.contains(&format!("rank {rank} epoch 0: ")) && l.contains(what))
-        };
         assert!(
-            line("gradient staging (copies between the gradients"),
-            "{log}"
+            log.lines()
+                .any(|l| l.contains(&format!("rank {rank} epoch 0: "))
+                    && l.contains("requests this epoch reused a cached block")),
+            "no allocator report of rank {rank}:\n{log}"
         );
-        assert!(line("requests this epoch reused a cached block"), "{log}");
     }
     assert!(
         !log.contains("cuda-emulator:"),
@@ -161,6 +159,50 @@ fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
         gpu["param_checksum"], cpu["param_checksum"],
         "was cuda used?"
     );
+}
+
+#[test]
+fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
+    let Some(libs) = emulator_library_path() else {
+        return;
+    };
+    // Without NCCL on the library path the gradients cross the TCP ring, staged through
+    // page-locked buckets.
+    let (cpu, _) = train_mnist(&libs, "cpu");
+    let (gpu, log) = train_mnist(&libs, "cuda");
+    assert_same_training(&gpu, &cpu, &log);
+    for rank in 0..2 {
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&format!("rank {rank} epoch 0: "))
+                    && l.contains("gradient staging (copies between the gradients")),
+            "no staging report of rank {rank}:\n{log}"
+        );
+    }
+    assert!(!log.contains("with NCCL"), "{log}");
+}
+
+/// With the `nccl` feature and NCCL on the library path, the two executors (one host, a GPU
+/// each) average gradients with NCCL on the devices instead of the TCP ring.
+#[cfg(feature = "nccl")]
+#[test]
+fn nccl_averages_gradients_between_emulated_gpus_of_one_host() {
+    let Some(libs) = emulator_library_path() else {
+        return;
+    };
+    let with_nccl = format!("{libs}:{}", s(&emulator_dir().join("nccl")));
+    let (cpu, _) = train_mnist(&libs, "cpu");
+    let (gpu, log) = train_mnist(&with_nccl, "cuda");
+    assert_same_training(&gpu, &cpu, &log);
+    for rank in 0..2 {
+        assert!(
+            log.contains(&format!(
+                "rank {rank} all-reduces gradients with NCCL on cuda:{rank}"
+            )),
+            "{log}"
+        );
+    }
+    assert!(!log.contains("gradient staging"), "{log}");
 }
 
 #[test]
