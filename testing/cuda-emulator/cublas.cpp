@@ -29,10 +29,7 @@ using cublasHandle_t = Handle*;
 
 namespace {
 
-cublasStatus_t refuse(const char* call, cublasStatus_t code, const std::string& why) {
-    std::fprintf(stderr, "cuda-emulator: %s refused (%d): %s\n", call, (int)code, why.c_str());
-    return code;
-}
+using emu::refuse;
 
 // Whether the column-major matrix of `rows` × `cols` with leading dimension `ld` at `p` lies in
 // device memory.

@@ -139,10 +139,7 @@ Memory& memory() {
     return *m;
 }
 
-CUresult refuse(const char* call, CUresult code, const std::string& why) {
-    std::fprintf(stderr, "cuda-emulator: %s refused (%d): %s\n", call, (int)code, why.c_str());
-    return code;
-}
+using emu::refuse;
 
 // The common preconditions: cuInit was called, and (for `needs_context`) a context is current.
 #define REQUIRE(call, needs_context)                                                      \

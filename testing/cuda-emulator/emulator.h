@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 
@@ -34,5 +35,13 @@ struct KernelEntry {
 bool enqueue(Work work);
 
 const KernelEntry* find_kernel(const char* name);
+
+// Says on stderr why `call` is refused and returns `code`, the error the caller gets: every
+// refusal shows in the test's log.
+template <typename Code>
+Code refuse(const char* call, Code code, const std::string& why) {
+    std::fprintf(stderr, "cuda-emulator: %s refused (%d): %s\n", call, (int)code, why.c_str());
+    return code;
+}
 
 }  // namespace emu

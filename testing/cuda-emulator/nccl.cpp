@@ -52,10 +52,7 @@ struct IdLayout {
 };
 static_assert(sizeof(IdLayout) <= sizeof(ncclUniqueId), "the id holds the rendezvous");
 
-ncclResult_t refuse(const char* call, ncclResult_t code, const std::string& why) {
-    std::fprintf(stderr, "cuda-emulator: %s refused (%d): %s\n", call, (int)code, why.c_str());
-    return code;
-}
+using emu::refuse;
 
 void with_deadline(int fd) {
     timeval tv{60, 0};
