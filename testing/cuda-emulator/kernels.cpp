@@ -34,7 +34,7 @@ Work prepare(const char* name, bool cooperative, void (*kernel)(A...), void** pa
     std::tuple<A...> args{argument<A>(name, params, I, error)...};
     return [=]() -> std::string {
         const char* fault =
-            run_grid(name, cooperative, grid, block, [&] { std::apply(kernel, args); });
+            run_grid(cooperative, grid, block, [&] { std::apply(kernel, args); });
         return fault ? std::string(name) + ": " + fault : std::string();
     };
 }

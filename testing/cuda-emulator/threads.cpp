@@ -197,9 +197,7 @@ uint64_t shuffle(uint64_t bits, int src) {
     return out;
 }
 
-const char* run_grid(const char* kernel, bool cooperative, uint3 grid, uint3 block,
-                     const std::function<void()>& body) {
-    (void)kernel;
+const char* run_grid(bool cooperative, uint3 grid, uint3 block, const std::function<void()>& body) {
     builtins.grid_dim = grid;
     builtins.block_dim = block;
     try {

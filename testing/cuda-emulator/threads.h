@@ -1,6 +1,7 @@
 // The CUDA execution model on the host, enough to run ringflow's kernels.cu unchanged.
 //
-// A launch runs its blocks one after another on the calling OS thread. Inside a block:
+// A launch runs, when the host waits for it (driver.cpp), its blocks one after another on the
+// waiting OS thread. Inside a block:
 // - a *plain* kernel (no barrier, no shuffle) runs its threads one after another;
 // - a *cooperative* kernel runs each CUDA thread as a coroutine (ucontext) with its own stack,
 //   switched at __syncthreads() and at warp shuffles, so the block's barriers and the warp's
@@ -50,8 +51,7 @@ T shfl_from(T v, int src) {
 
 // Runs `body` over a grid; `cooperative` kernels get coroutines (see above). Returns nullptr,
 // or the fault that stopped the launch.
-const char* run_grid(const char* kernel, bool cooperative, uint3 grid, uint3 block,
-                     const std::function<void()>& body);
+const char* run_grid(bool cooperative, uint3 grid, uint3 block, const std::function<void()>& body);
 
 }  // namespace emu
 
