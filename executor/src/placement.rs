@@ -31,14 +31,13 @@ pub struct Placement {
 impl fmt::Display for Placement {
     /// E.g. `cuda:1 (local rank 1 of 2 on host 10.0.0.5)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let device = match self.device {
-            Device::Cpu => "cpu".to_string(),
-            Device::Cuda(i) => format!("cuda:{i}"),
-        };
         write!(
             f,
-            "{device} (local rank {} of {} on host {})",
-            self.local_rank, self.local_world, self.host
+            "{} (local rank {} of {} on host {})",
+            self.device.full_name(),
+            self.local_rank,
+            self.local_world,
+            self.host
         )
     }
 }

@@ -109,6 +109,15 @@ impl Device {
     pub fn is_cpu(self) -> bool {
         matches!(self, Device::Cpu)
     }
+
+    /// The device with its ordinal always spelled out (`cpu`, `cuda:0`, `cuda:1`), for logs that
+    /// name the GPU a process uses; `Display` writes `cuda` for ordinal 0, as job specs do.
+    pub fn full_name(self) -> String {
+        match self {
+            Device::Cpu => "cpu".into(),
+            Device::Cuda(i) => format!("cuda:{i}"),
+        }
+    }
 }
 
 impl fmt::Display for Device {

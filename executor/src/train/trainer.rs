@@ -371,8 +371,9 @@ pub fn run_task(
                 let staging_s = staging.as_secs_f64() / epoch_steps.max(1) as f64;
                 tracing::debug!(
                     "rank {rank} epoch {epoch}: gradient staging (copies between the gradients \
-                     and the ring's buckets on {device}) took {:.3} ms per step, {:.1}% of a \
+                     and the ring's buckets on {}) took {:.3} ms per step, {:.1}% of a \
                      {:.3} ms step",
+                    device.full_name(),
                     1000.0 * staging_s,
                     100.0 * staging_s / step_s.max(f64::MIN_POSITIVE),
                     1000.0 * step_s
@@ -384,8 +385,9 @@ pub fn run_task(
                     None => (now.requests, now.hits),
                 };
                 tracing::debug!(
-                    "rank {rank} epoch {epoch}: {device} allocator: {:.2}% of {requests} \
+                    "rank {rank} epoch {epoch}: {} allocator: {:.2}% of {requests} \
                      requests this epoch reused a cached block, {:.1} MiB cached",
+                    device.full_name(),
                     100.0 * hits as f64 / requests.max(1) as f64,
                     now.cached_bytes as f64 / (1 << 20) as f64
                 );
