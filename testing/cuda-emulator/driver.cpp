@@ -4,17 +4,19 @@
 //
 // Work is asynchronous as on a GPU, and lazier: kernels, SGEMMs, memsets, device-to-device copies
 // and every copy from or to page-locked (registered) host memory are queued and run only when the
-// host waits (cuStreamSynchronize, cuCtxSynchronize, cuEventSynchronize, a synchronous free or a
-// copy into pageable memory). A host that reads a page-locked buffer before waiting for the copy
-// into it reads stale values, and one that rewrites a buffer an upload still reads uploads the new
-// values, so a missing synchronization changes results here instead of passing by luck. Copies
-// from pageable memory take their data at the call, as the driver stages them.
+// host waits (cuStreamSynchronize, cuEventQuery, destroying a stream, or a copy into pageable
+// memory). A host that reads a page-locked buffer before waiting for the copy into it reads stale
+// values, and one that rewrites a buffer an upload still reads uploads the new values, so a
+// missing synchronization changes results here instead of passing by luck. Copies from pageable
+// memory take their data at the call, as the driver stages them.
 //
-// What is checked, as the real driver would refuse it: calls before cuInit, calls without a
-// current context, copies and memsets outside a live allocation (or with a device address on
-// the host side), double frees, launches with impossible dimensions, kernels missing from the
-// loaded PTX, and host registrations that overlap or were never made. Every refusal is also
-// printed to stderr with the call's name, so a test log says what the backend did wrong.
+// Only the entry points ringflow reaches through cudarc are here: cudarc panics naming a
+// missing one, so a new call shows up at once. What is checked, as the real driver would refuse
+// it: calls before cuInit, calls without a current context, copies and memsets outside a live
+// allocation (or with a device address on the host side), double frees, launches with impossible
+// dimensions, kernels missing from the loaded PTX, and host registrations that overlap or were
+// never made. Every refusal is also printed to stderr with the call's name, so a test log says
+// what the backend did wrong.
 #include <atomic>
 #include <cstdio>
 #include <deque>
@@ -267,11 +269,6 @@ API CUresult cuInit(unsigned flags) {
     return CUDA_SUCCESS;
 }
 
-API CUresult cuDriverGetVersion(int* version) {
-    *version = 13000;
-    return CUDA_SUCCESS;
-}
-
 API CUresult cuDeviceGetCount(int* count) {
     REQUIRE("cuDeviceGetCount", false);
     *count = device_count();
@@ -292,8 +289,6 @@ API CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
         case 75: *value = 9; break;    // compute capability major: an H100
         case 76: *value = 0; break;    // minor
         case 115: *value = 1; break;   // memory pools supported: cuMemAllocAsync
-        case 16: *value = 132; break;  // multiprocessors
-        case 1: *value = 1024; break;  // max threads per block
         default: *value = 0; break;
     }
     return CUDA_SUCCESS;
@@ -303,22 +298,6 @@ API CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
     REQUIRE("cuDeviceGetName", false);
     if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
     std::snprintf(name, (size_t)len, "ringflow CUDA emulator (host CPU)");
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
-    REQUIRE("cuDeviceTotalMem", false);
-    if (device < 0 || device >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = memory_bytes();
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
-    REQUIRE("cuMemGetInfo", true);
-    Memory& mem = memory();
-    std::lock_guard<std::mutex> g(mem.m);
-    *total = memory_bytes();
-    *free_bytes = *total - mem.in_use;
     return CUDA_SUCCESS;
 }
 
@@ -346,17 +325,6 @@ API CUresult cuCtxGetCurrent(CUcontext* ctx) {
     return CUDA_SUCCESS;
 }
 
-API CUresult cuCtxGetDevice(CUdevice* device) {
-    REQUIRE("cuCtxGetDevice", true);
-    *device = current->device;
-    return CUDA_SUCCESS;
-}
-
-API CUresult cuCtxSynchronize() {
-    REQUIRE("cuCtxSynchronize", true);
-    return drain("cuCtxSynchronize");
-}
-
 API CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
     REQUIRE("cuStreamCreate", true);
     (void)flags;
@@ -377,11 +345,6 @@ API CUresult cuStreamSynchronize(CUstream stream) {
     return drain("cuStreamSynchronize");
 }
 
-API CUresult cuStreamWaitEvent(CUstream stream, CUevent, unsigned) {
-    REQUIRE("cuStreamWaitEvent", true);
-    return check_stream("cuStreamWaitEvent", stream);
-}
-
 API CUresult cuEventCreate(CUevent* event, unsigned) {
     REQUIRE("cuEventCreate", true);
     *event = new Event{0};
@@ -391,11 +354,6 @@ API CUresult cuEventCreate(CUevent* event, unsigned) {
 API CUresult cuEventRecord(CUevent, CUstream stream) {
     REQUIRE("cuEventRecord", true);
     return check_stream("cuEventRecord", stream);
-}
-
-API CUresult cuEventSynchronize(CUevent) {
-    REQUIRE("cuEventSynchronize", true);
-    return drain("cuEventSynchronize");
 }
 
 API CUresult cuEventQuery(CUevent) {
@@ -409,21 +367,10 @@ API CUresult cuEventDestroy_v2(CUevent event) {
     return CUDA_SUCCESS;
 }
 
-API CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
-    REQUIRE("cuMemAlloc", true);
-    return allocate("cuMemAlloc", ptr, bytes);
-}
-
 API CUresult cuMemAllocAsync(CUdeviceptr* ptr, size_t bytes, CUstream stream) {
     REQUIRE("cuMemAllocAsync", true);
     if (CUresult r = check_stream("cuMemAllocAsync", stream)) return r;
     return allocate("cuMemAllocAsync", ptr, bytes);
-}
-
-API CUresult cuMemFree_v2(CUdeviceptr ptr) {
-    REQUIRE("cuMemFree", true);
-    if (CUresult r = drain("cuMemFree")) return r;
-    return release("cuMemFree", ptr);
 }
 
 API CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream stream) {

@@ -196,7 +196,3 @@ API ncclResult_t ncclCommAbort(ncclComm_t comm) {
     delete comm;
     return ncclSuccess;
 }
-
-API const char* ncclGetErrorString(ncclResult_t result) {
-    return result == ncclSuccess ? "no error" : "emulated NCCL error";
-}

@@ -16,40 +16,60 @@ use crate::helpers::*;
 
 const DEADLINE: Duration = Duration::from_secs(300);
 
-/// The library path that makes the emulator the CUDA driver and cuBLAS, with NVRTC beside it; or
-/// `None` (after saying why) where NVRTC is not installed, unless `RINGFLOW_REQUIRE_CUDA_EMULATOR`
-/// is set, which turns that into a failure.
-fn emulator_library_path() -> Option<String> {
-    static PATH: OnceLock<Option<String>> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let Some(nvrtc) = nvrtc_dir() else {
-            assert!(
-                std::env::var_os("RINGFLOW_REQUIRE_CUDA_EMULATOR").is_none(),
-                "RINGFLOW_REQUIRE_CUDA_EMULATOR is set, but no libnvrtc.so was found in \
-                 target/nvrtc or on LD_LIBRARY_PATH"
-            );
-            eprintln!("skipping: NVRTC (libnvrtc.so) is not installed; see testing/cuda-emulator");
-            return None;
-        };
-        let out = emulator_dir();
-        let build = run_program(
-            &repo().join("testing/cuda-emulator/build.sh"),
-            &[&s(&out)],
-            DEADLINE,
-        );
-        assert!(
-            build.status.success(),
-            "the CUDA emulator did not build:\n{}",
-            build.stderr
-        );
-        Some(format!("{}:{}", s(&out), s(&nvrtc)))
-    })
-    .clone()
+/// The emulator, built by the tests, and NVRTC's directory.
+struct Libraries {
+    emulator: PathBuf,
+    nvrtc: PathBuf,
 }
 
-/// Where the tests build the emulator.
-fn emulator_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emulator")
+impl Libraries {
+    /// The library path that makes the emulator the CUDA driver and cuBLAS, with NVRTC beside it.
+    fn cuda(&self) -> String {
+        format!("{}:{}", s(&self.emulator), s(&self.nvrtc))
+    }
+
+    /// [`Libraries::cuda`] with the emulator's NCCL too.
+    fn cuda_and_nccl(&self) -> String {
+        format!("{}:{}", self.cuda(), s(&self.emulator.join("nccl")))
+    }
+
+    /// NVRTC alone: no CUDA driver library.
+    fn no_driver(&self) -> String {
+        s(&self.nvrtc)
+    }
+}
+
+/// The emulator's libraries, or `None` (after saying why) where NVRTC is not installed, unless
+/// `RINGFLOW_REQUIRE_CUDA_EMULATOR` is set, which turns that into a failure.
+fn libraries() -> Option<&'static Libraries> {
+    static LIBRARIES: OnceLock<Option<Libraries>> = OnceLock::new();
+    LIBRARIES
+        .get_or_init(|| {
+            let Some(nvrtc) = nvrtc_dir() else {
+                assert!(
+                    std::env::var_os("RINGFLOW_REQUIRE_CUDA_EMULATOR").is_none(),
+                    "RINGFLOW_REQUIRE_CUDA_EMULATOR is set, but no libnvrtc.so was found in \
+                     target/nvrtc or on LD_LIBRARY_PATH"
+                );
+                eprintln!(
+                    "skipping: NVRTC (libnvrtc.so) is not installed; see testing/cuda-emulator"
+                );
+                return None;
+            };
+            let emulator = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda-emulator");
+            let build = run_program(
+                &repo().join("testing/cuda-emulator/build.sh"),
+                &[&s(&emulator)],
+                DEADLINE,
+            );
+            assert!(
+                build.status.success(),
+                "the CUDA emulator did not build:\n{}",
+                build.stderr
+            );
+            Some(Libraries { emulator, nvrtc })
+        })
+        .as_ref()
 }
 
 /// A directory holding `libnvrtc.so.12`: pip's wheel under `target/nvrtc` (as `.ci/run` installs
@@ -108,7 +128,7 @@ fn train_mnist(libs: &str, device: &str) -> (serde_json::Value, String) {
         &[("CUDA_EMULATOR_DEVICES", Some("2"))],
     );
     run.assert_success();
-    (summary(&out), run.stderr.clone())
+    (summary(&out), run.stderr)
 }
 
 /// The checks every emulated-GPU run must pass against the CPU's run of the same job.
@@ -163,13 +183,13 @@ fn assert_same_training(gpu: &serde_json::Value, cpu: &serde_json::Value, log: &
 
 #[test]
 fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
-    let Some(libs) = emulator_library_path() else {
+    let Some(libs) = libraries() else {
         return;
     };
     // Without NCCL on the library path the gradients cross the TCP ring, staged through
     // page-locked buckets.
-    let (cpu, _) = train_mnist(&libs, "cpu");
-    let (gpu, log) = train_mnist(&libs, "cuda");
+    let (cpu, _) = train_mnist(&libs.cuda(), "cpu");
+    let (gpu, log) = train_mnist(&libs.cuda(), "cuda");
     assert_same_training(&gpu, &cpu, &log);
     for rank in 0..2 {
         assert!(
@@ -187,12 +207,11 @@ fn mnist_trains_on_two_emulated_gpus_to_the_cpus_result() {
 #[cfg(feature = "nccl")]
 #[test]
 fn nccl_averages_gradients_between_emulated_gpus_of_one_host() {
-    let Some(libs) = emulator_library_path() else {
+    let Some(libs) = libraries() else {
         return;
     };
-    let with_nccl = format!("{libs}:{}", s(&emulator_dir().join("nccl")));
-    let (cpu, _) = train_mnist(&libs, "cpu");
-    let (gpu, log) = train_mnist(&with_nccl, "cuda");
+    let (cpu, _) = train_mnist(&libs.cuda(), "cpu");
+    let (gpu, log) = train_mnist(&libs.cuda_and_nccl(), "cuda");
     assert_same_training(&gpu, &cpu, &log);
     for rank in 0..2 {
         assert!(
@@ -207,7 +226,7 @@ fn nccl_averages_gradients_between_emulated_gpus_of_one_host() {
 
 #[test]
 fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentence() {
-    let Some(libs) = emulator_library_path() else {
+    let Some(libs) = libraries() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -223,9 +242,8 @@ fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentenc
 
     // No driver library at all (unless the machine has a real one): refused before any
     // executor starts, naming the library.
-    let nvrtc_only = libs.split(':').nth(1).expect("two directories");
     if !system_has_libcuda() {
-        let run = on_emulator(nvrtc_only, &args, &[]);
+        let run = on_emulator(&libs.no_driver(), &args, &[]);
         let err = run.assert_clean_failure();
         assert!(
             err.contains(
@@ -237,7 +255,7 @@ fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentenc
     }
 
     // A driver but no device: refused before any executor starts.
-    let run = on_emulator(&libs, &args, &[("CUDA_VISIBLE_DEVICES", Some(""))]);
+    let run = on_emulator(&libs.cuda(), &args, &[("CUDA_VISIBLE_DEVICES", Some(""))]);
     let err = run.assert_clean_failure();
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(lines.len(), 1, "one error line:\n{err}");
@@ -248,7 +266,11 @@ fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentenc
     );
 
     // A device too small for the model: the job fails naming the executor and the device.
-    let run = on_emulator(&libs, &args, &[("CUDA_EMULATOR_MEMORY_MB", Some("1"))]);
+    let run = on_emulator(
+        &libs.cuda(),
+        &args,
+        &[("CUDA_EMULATOR_MEMORY_MB", Some("1"))],
+    );
     let err = run.assert_clean_failure();
     let line = err
         .lines()
@@ -262,12 +284,12 @@ fn cuda_jobs_without_a_visible_gpu_or_with_too_little_memory_fail_in_one_sentenc
 
 #[test]
 fn bench_train_on_an_emulated_gpu_matches_the_cpu_and_reuses_cached_blocks() {
-    let Some(libs) = emulator_library_path() else {
+    let Some(libs) = libraries() else {
         return;
     };
     let report = |device: &str| {
         let run = on_emulator(
-            &libs,
+            &libs.cuda(),
             &[
                 "bench",
                 "train",

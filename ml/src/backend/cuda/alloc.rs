@@ -38,6 +38,11 @@ pub fn size_class(len: usize) -> usize {
     }
 }
 
+/// Whether the driver refused an allocation for want of memory.
+pub fn out_of_memory(e: &DriverError) -> bool {
+    e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
+}
+
 /// The pool of one device.
 pub struct Allocator {
     ordinal: usize,
@@ -86,7 +91,7 @@ impl Allocator {
         // SAFETY: the block is uninitialized; every caller writes it (a kernel's output, a copy
         // or a fill) before anything reads it.
         match unsafe { stream.alloc::<f32>(class) } {
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => {
+            Err(e) if out_of_memory(&e) => {
                 self.release_cached();
                 // SAFETY: as above.
                 unsafe { stream.alloc::<f32>(class) }

@@ -144,7 +144,7 @@ impl CudaStorage {
     fn alloc(gpu: &Arc<Gpu>, shape: &[usize]) -> Result<CudaStorage> {
         let len = numel(shape);
         let block = gpu.pool.take(&gpu.stream, len).map_err(|e| {
-            if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            if alloc::out_of_memory(&e) {
                 MlError::Device(format!(
                     "cuda:{} is out of memory: {:.1} MiB more could not be allocated, after \
                      returning every cached block to the driver (a smaller train.batch_size or \
