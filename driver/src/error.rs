@@ -13,6 +13,10 @@ pub enum DriverError {
     /// The model cannot be built from the spec.
     #[error(transparent)]
     Model(#[from] ringflow_ml::MlError),
+    /// An output location cannot be used, or another job holds it; the message names the key
+    /// and the location.
+    #[error(transparent)]
+    Output(#[from] crate::outputs::OutputError),
     /// An executor failed or disappeared; the message names it.
     #[error("{0}")]
     Executor(String),

@@ -1,6 +1,6 @@
 //! A job's event log: `<checkpoint_dir>/events.jsonl`, one JSON object per line.
 //!
-//! Every line is a [`Record`]: `{"event": "epoch_end", "job_id": "mnist-0001", "at":
+//! Every line is a [`Record`]: `{"event": "epoch_end", "job_id": "mnist-20250501120000-k7x2-0001", "at":
 //! "2025-05-01T12:00:03.250Z", "elapsed_s": 3.25, ...fields}`, where `at` is the driver's wall
 //! clock (RFC 3339, UTC) and `elapsed_s` the seconds since the job was submitted. The events
 //! ([`Event`]) are `submitted`, `started`, `executor_registered`, `executor_lost`, `epoch_end`,
@@ -30,7 +30,7 @@ use tracing::warn;
 use crate::progress::PhaseSeconds;
 
 /// The file name of an event log within a checkpoint directory.
-pub const FILE_NAME: &str = "events.jsonl";
+pub const FILE_NAME: &str = ringflow_proto::spec::EVENTS_FILE;
 
 /// One executor of a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -290,10 +290,9 @@ pub fn micros(seconds: f64) -> f64 {
     (seconds * 1e6).round() / 1e6
 }
 
-/// `t` as RFC 3339 in UTC with milliseconds, e.g. `2025-05-01T12:00:03.250Z`.
-pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
+/// The calendar date and time of `secs` seconds after the Unix epoch, in UTC: year, month,
+/// day, hour, minute, second.
+fn civil_utc(secs: i64) -> (i64, i64, i64, i64, i64, i64) {
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's days-to-civil algorithm.
     let z = days + 719_468;
@@ -305,13 +304,24 @@ pub fn rfc3339(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
+}
+
+/// `t` as RFC 3339 in UTC with milliseconds, e.g. `2025-05-01T12:00:03.250Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (year, month, day, hour, minute, second) = civil_utc(d.as_secs() as i64);
     format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
+        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{:03}Z",
         d.subsec_millis()
     )
+}
+
+/// `t` in UTC as `yyyyMMddHHmmss`, e.g. `20250501120003`: the time in job ids.
+pub fn compact_utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (year, month, day, hour, minute, second) = civil_utc(d.as_secs() as i64);
+    format!("{year:04}{month:02}{day:02}{hour:02}{minute:02}{second:02}")
 }
 
 enum Message {
@@ -504,7 +514,7 @@ pub fn log_path(dir: &str) -> String {
     if dir.ends_with(".jsonl") {
         dir.to_string()
     } else {
-        format!("{}/{FILE_NAME}", dir.trim_end_matches('/'))
+        ringflow_proto::data::paths::join(dir, FILE_NAME)
     }
 }
 
@@ -592,6 +602,9 @@ mod tests {
         assert_eq!(rfc3339(t), "2024-02-29T12:34:56.789Z");
         let t = UNIX_EPOCH + Duration::from_secs(951_782_400);
         assert_eq!(rfc3339(t), "2000-02-29T00:00:00.000Z");
+        assert_eq!(compact_utc(t), "20000229000000");
+        let t = UNIX_EPOCH + Duration::from_millis(1_709_210_096_789);
+        assert_eq!(compact_utc(t), "20240229123456");
     }
 
     #[test]

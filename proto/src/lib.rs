@@ -6,6 +6,7 @@
 //!   fault, and shipped to executors as JSON.
 //! - [`data`]: how data paths, object stores, `data.sql` and whole-data statistics are
 //!   interpreted, identically by the driver, the executors and the CLI.
+//! - [`host`]: this machine's name, as executors and drivers report it.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
@@ -15,6 +16,7 @@
 //! It depends on `ringflow-ml` for the model, optimizer and loss vocabulary of the job spec.
 
 pub mod data;
+pub mod host;
 pub mod security;
 pub mod spec;
 

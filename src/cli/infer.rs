@@ -68,12 +68,18 @@ fn run(
     registry: ModelRegistry,
 ) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(cluster.executors >= 1, "--executors must be at least 1");
+    let executors = u32::try_from(cluster.executors)
+        .map_err(|_| anyhow::anyhow!("--executors {} is too large", cluster.executors))?;
+    if cluster.driver.is_none() {
+        local::check_local_executors(cluster.executors, "--executors")?;
+    }
+    super::check_summary_json(cluster.summary_json.as_deref())?;
     let request = pb::SubmitRequest {
         protocol_version: ringflow_proto::PROTOCOL_VERSION,
         kind: kind as i32,
         model_dir: absolute_if_here(&cluster.model),
         data: absolute_if_here(&cluster.data),
-        executors: cluster.executors as u32,
+        executors,
         output: if cluster.driver.is_some() && !output.contains("://") && !output.starts_with('/') {
             std::env::current_dir()?.join(&output).display().to_string()
         } else {

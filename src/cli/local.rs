@@ -12,6 +12,7 @@ use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 use ringflow_proto::security::{ClientSecurity, Secret};
+use ringflow_proto::spec::Override;
 
 use super::children::Children;
 use super::progress::Observer;
@@ -60,11 +61,20 @@ fn local_timing() -> SchedulerConfig {
 }
 
 pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
-    let mut spec = args.job.load()?;
-    if let Some(n) = args.executors {
-        anyhow::ensure!(n >= 1, "--executors must be at least 1");
-        spec.cluster.executors = n;
-    }
+    let flags: Vec<Override> = args
+        .executors
+        .map(|n| {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            Override::flag(&format!("--executors {n}"), "cluster.executors", n)
+        })
+        .into_iter()
+        .collect();
+    let spec = args.job.load(&flags)?;
+    let key = match args.executors {
+        Some(_) => "--executors",
+        None => "cluster.executors",
+    };
+    check_local_executors(spec.cluster.executors, key)?;
     // The executors run on this machine: a device it cannot use fails now, before any
     // planning or executor process.
     check_local_device(spec.cluster.device, "the job's")?;
@@ -86,6 +96,21 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
         observer,
         timeline,
     )
+}
+
+/// The most executor processes a local cluster starts.
+pub const MAX_LOCAL_EXECUTORS: usize = 256;
+
+/// Fails with one sentence when `n` executors (asked for by `what`, a key or flag) are more
+/// than a local cluster starts.
+pub fn check_local_executors(n: usize, what: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        n <= MAX_LOCAL_EXECUTORS,
+        "{what} asks for {n} executors, but a local cluster starts one process per executor, at \
+         most {MAX_LOCAL_EXECUTORS}; for more, start a driver and executors (`ringflow driver`, \
+         `ringflow executor`) and use --driver"
+    );
+    Ok(())
 }
 
 /// Fails with one sentence when `device` cannot be used on this machine, where a local

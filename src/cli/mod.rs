@@ -92,17 +92,25 @@ pub(crate) struct JobArgs {
 }
 
 impl JobArgs {
-    /// Reads the spec with its overrides.
-    fn load(&self) -> anyhow::Result<JobSpec> {
-        let overrides: Vec<Override> = self
+    /// Reads the spec with its `--set` overrides and then `flags`, the command's flags that set
+    /// spec fields (with `--resume DIR`, which sets `cluster.checkpoint_dir`), all applied
+    /// before the spec is checked once; then checks the files this command writes itself.
+    fn load(&self, flags: &[Override]) -> anyhow::Result<JobSpec> {
+        let mut overrides: Vec<Override> = self
             .set
             .iter()
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?;
-        let mut spec = JobSpec::load(&self.job, &overrides)?;
+        overrides.extend(flags.iter().cloned());
         if let Some(dir) = &self.resume {
-            spec.cluster.checkpoint_dir = Some(dir.clone());
+            overrides.push(Override::flag(
+                &format!("--resume {dir}"),
+                "cluster.checkpoint_dir",
+                dir.as_str(),
+            ));
         }
+        let spec = JobSpec::load(&self.job, &overrides)?;
+        check_summary_json(self.summary_json.as_deref())?;
         Ok(spec)
     }
 
@@ -127,6 +135,15 @@ impl JobArgs {
             ..submit::train_request(spec, &self.job)
         }
     }
+}
+
+/// Fails, naming the flag, when `--summary-json PATH` could not be written at the end of the
+/// job (checked before the job starts; its directory is created at the end).
+pub(crate) fn check_summary_json(path: Option<&std::path::Path>) -> anyhow::Result<()> {
+    if let Some(path) = path {
+        ringflow_driver::outputs::check_local_file("--summary-json", path)?;
+    }
+    Ok(())
 }
 
 /// The log filter of this process (`--log` or RINGFLOW_LOG), which executors started by this

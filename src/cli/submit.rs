@@ -71,7 +71,7 @@ pub fn absolutize(spec: &mut JobSpec) -> anyhow::Result<()> {
     for path in spec.data.tables.values_mut() {
         *path = absolute_if_here(path);
     }
-    let dir = spec.checkpoint_dir().display().to_string();
+    let dir = spec.checkpoint_dir();
     if !dir.contains("://") && !Path::new(&dir).is_absolute() {
         spec.cluster.checkpoint_dir = Some(cwd.join(dir).display().to_string());
     }
@@ -170,7 +170,12 @@ pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<Exit
         serde_json::from_str(json).context("the driver sent an unreadable summary")?;
     if let Some(path) = summary_path {
         let pretty = serde_json::to_string_pretty(&summary)? + "\n";
-        std::fs::write(path, pretty).with_context(|| format!("cannot write {}", path.display()))?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--summary-json: cannot create {}", dir.display()))?;
+        }
+        std::fs::write(path, pretty)
+            .with_context(|| format!("--summary-json: cannot write {}", path.display()))?;
     }
     if let Some(e) = &summary.error {
         eprintln!("error: {e}");
@@ -184,7 +189,7 @@ pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<Exit
 }
 
 pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let mut spec = args.job.load()?;
+    let mut spec = args.job.load(&[])?;
     absolutize(&mut spec)?;
     let observer = args.job.observer()?;
     let timeline = args.job.timeline()?;

@@ -78,21 +78,34 @@ pub fn ringflow_env(args: &[&str], env: &[(&str, Option<&str>)], deadline: Durat
     run_command(&mut cmd, deadline)
 }
 
+/// Runs `ringflow ARGS` like [`ringflow`], in the working directory `cwd`.
+pub fn ringflow_in(cwd: &Path, args: &[&str], deadline: Duration) -> Run {
+    run_command(
+        Command::new(env!("CARGO_BIN_EXE_ringflow"))
+            .args(args)
+            .current_dir(cwd),
+        deadline,
+    )
+}
+
 /// Runs `program ARGS` from the repository root, killing it if it outlives `deadline`.
 pub fn run_program(program: &Path, args: &[&str], deadline: Duration) -> Run {
     run_command(Command::new(program).args(args), deadline)
 }
 
-/// Runs `cmd` (its program, arguments and environment) from the repository root with no
-/// input, capturing its output, killing it if it outlives `deadline`.
+/// Runs `cmd` (its program, arguments and environment) with no input, capturing its output,
+/// killing it if it outlives `deadline`; from the repository root unless `cmd` has a working
+/// directory.
 pub fn run_command(cmd: &mut Command, deadline: Duration) -> Run {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let args: Vec<String> = cmd
         .get_args()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    if cmd.get_current_dir().is_none() {
+        cmd.current_dir(repo());
+    }
     let mut child = cmd
-        .current_dir(repo())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

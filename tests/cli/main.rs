@@ -10,6 +10,7 @@ mod errors;
 mod helpers;
 mod history;
 mod observe;
+mod outputs;
 mod process;
 mod recovery;
 mod s3;

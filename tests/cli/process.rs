@@ -59,6 +59,11 @@ impl Process {
         }
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// What it printed on stderr so far.
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()

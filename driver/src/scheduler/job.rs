@@ -14,7 +14,10 @@ use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::spec::DataSource;
 
+use ringflow_proto::data::paths;
+
 use crate::events::{Event, EventLog, RankInfo, ResumedFrom, micros};
+use crate::outputs::DirLock;
 use crate::planner::JobPlan;
 use crate::progress::{JobProgress, PhaseSeconds};
 use crate::summary::JobSummary;
@@ -58,6 +61,20 @@ impl JobKind {
             JobKind::Bench { .. } => "bench-allreduce".into(),
         }
     }
+
+    /// The directory the job writes into and locks while it runs, with the key or flag that
+    /// named it: a training job's checkpoint directory, a prediction's output. Evaluations
+    /// and benchmarks write none (an evaluation only appends to its model's event log).
+    pub fn output_dir(&self) -> Option<(&'static str, String)> {
+        match self {
+            JobKind::Train(plan) => Some(("cluster.checkpoint_dir", plan.spec.checkpoint_dir())),
+            JobKind::Infer {
+                predict: Some((output, _)),
+                ..
+            } => Some(("--output", output.clone())),
+            JobKind::Infer { .. } | JobKind::Bench { .. } => None,
+        }
+    }
 }
 
 /// The summary of a benchmark job.
@@ -83,6 +100,9 @@ pub const MAX_JOB_SPANS: usize = 250_000;
 
 /// How long ending a job waits for its event log to reach storage.
 const EVENT_LOG_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long ending a job waits for the lock on its output directory to be removed.
+const LOCK_RELEASE_WAIT: Duration = Duration::from_secs(5);
 
 /// A job and everything that happened to it.
 pub struct Job {
@@ -123,6 +143,8 @@ pub struct Job {
     evaluation_logged: bool,
     /// Step spans forwarded to watchers so far.
     spans_kept: usize,
+    /// The lock on the job's output directory, held until the job ends.
+    lock: Option<DirLock>,
 }
 
 /// A ring being re-formed: which ranks asked to recover, which were lost.
@@ -174,6 +196,7 @@ impl Job {
             log: None,
             evaluation_logged: false,
             spans_kept: 0,
+            lock: None,
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -332,12 +355,39 @@ impl Job {
     pub fn event_log_path(&self) -> Option<String> {
         match &self.kind {
             JobKind::Train(plan) => Some(plan.spec.events_path()),
-            JobKind::Infer { model_dir, .. } => model_dir
-                .trim_end_matches('/')
-                .strip_suffix("/model")
-                .filter(|dir| !dir.is_empty())
-                .map(crate::events::log_path),
+            JobKind::Infer { model_dir, .. } => paths::split_last(model_dir)
+                .filter(|(dir, name)| {
+                    name == ringflow_proto::spec::MODEL_DIR && !paths::is_filesystem_root(dir)
+                })
+                .map(|(dir, _)| crate::events::log_path(&dir)),
             JobKind::Bench { .. } => None,
+        }
+    }
+
+    /// Holds `lock`, the lock on the job's output directory, until the job ends; what it says
+    /// (a takeover, a store that cannot be locked) goes to the job's messages.
+    pub fn hold(&mut self, lock: DirLock) {
+        if let Some(note) = lock.note() {
+            self.message(note.to_string());
+        }
+        self.lock = Some(lock);
+    }
+
+    /// Fails the job when another job took over the lock on its output directory.
+    pub fn check_lock(&mut self, now: Instant) {
+        if self.is_finished() {
+            return;
+        }
+        if let Some(why) = self.lock.as_ref().and_then(DirLock::lost) {
+            self.lock = None;
+            self.fail(why, now);
+        }
+    }
+
+    /// Removes the lock on the job's output directory, if it holds one.
+    pub fn release_lock(&mut self) {
+        if let Some(mut lock) = self.lock.take() {
+            lock.release(LOCK_RELEASE_WAIT);
         }
     }
 
@@ -1242,6 +1292,8 @@ impl Job {
                 log.close(EVENT_LOG_CLOSE_WAIT);
             }
         }
+        // So is the output directory free for the next job.
+        self.release_lock();
         self.set_state(state);
         self.push(pb::job_event::Event::SummaryJson(json));
     }

@@ -17,6 +17,12 @@
 //!   was training fails with a message naming it.
 //! - **Event log.** Each training job (and evaluation or prediction of a saved model) writes
 //!   what happens to it to `<checkpoint_dir>/events.jsonl` ([`crate::events`]).
+//! - **Job ids.** `<name>-<yyyyMMddHHmmss>-<tag>-<NNNN>`, like Spark's application ids: the
+//!   submission time (UTC), a random tag drawn once per driver and the driver's job counter, so
+//!   that two drivers, even started in the same second, never give two jobs one id.
+//! - **Output locks.** A job submitted with the lock on its output directory
+//!   ([`crate::outputs::lock`]) holds it until it ends; a job whose lock another job took over
+//!   fails.
 
 mod job;
 mod registry;
@@ -29,12 +35,12 @@ use std::time::{Duration, Instant};
 
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::data::Location;
 use ringflow_proto::pb;
 use ringflow_proto::spec::JobSpec;
 use tracing::{info, warn};
 
 use crate::error::{DriverError, Result};
+use crate::outputs::DirLock;
 use crate::planner::JobPlan;
 
 /// Timing rules of a driver.
@@ -65,6 +71,8 @@ pub struct Scheduler {
     jobs: BTreeMap<String, Job>,
     queue: VecDeque<String>,
     next_job: u64,
+    /// Four random base-36 characters of every job id of this driver.
+    id_tag: String,
     event_logs: bool,
 }
 
@@ -94,6 +102,7 @@ impl Scheduler {
             jobs: BTreeMap::new(),
             queue: VecDeque::new(),
             next_job: 1,
+            id_tag: random_tag(),
             event_logs: true,
         }
     }
@@ -191,10 +200,13 @@ impl Scheduler {
         Some(task)
     }
 
-    /// Checks, plans and queues a training job (planning reads Parquet footers).
+    /// Checks and plans a training job (planning reads Parquet footers); its checkpoint
+    /// directory must be able to become a writable directory.
     pub fn plan_job(registry: &ModelRegistry, spec_json: &str, resume: bool) -> Result<JobPlan> {
         let spec = JobSpec::from_json(spec_json)?;
         spec.validate(std::path::Path::new("<submitted spec>"))?;
+        // Where the job writes must be usable before its data is even listed.
+        crate::outputs::check_dir("cluster.checkpoint_dir", &spec.checkpoint_dir())?;
         let mut plan = JobPlan::new(spec, registry)?;
         if resume {
             plan.resume = Some(crate::planner::resume_point(&plan.spec)?);
@@ -211,7 +223,7 @@ impl Scheduler {
         predict: Option<&(String, String)>,
     ) -> Result<(JobPlan, String)> {
         if let Some((output, _)) = predict {
-            Location::parse(output).map_err(|e| DriverError::Data(format!("--output: {e}")))?;
+            crate::outputs::check_dir("--output", output)?;
         }
         let saved = crate::planner::saved_model(model_dir)?;
         let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
@@ -309,12 +321,34 @@ impl Scheduler {
         &self.registry
     }
 
+    /// A new job id for a job named `name`: `<name>-<yyyyMMddHHmmss>-<tag>-<NNNN>`, unique
+    /// across drivers and runs (see the module docs).
+    pub fn new_job_id(&mut self, name: &str) -> String {
+        let stamp = crate::events::compact_utc(std::time::SystemTime::now());
+        let id = format!("{name}-{stamp}-{}-{:04}", self.id_tag, self.next_job);
+        self.next_job += 1;
+        id
+    }
+
     /// Queues a planned job; returns its id.
     pub fn submit(&mut self, kind: JobKind, now: Instant) -> String {
-        let name = kind.name();
-        let id = format!("{name}-{:04}", self.next_job);
-        self.next_job += 1;
+        let id = self.new_job_id(&kind.name());
+        self.submit_as(id, kind, None, now)
+    }
+
+    /// Queues a planned job under `id` (from [`Scheduler::new_job_id`]), holding `lock`, the
+    /// lock on its output directory, until it ends; returns the id.
+    pub fn submit_as(
+        &mut self,
+        id: String,
+        kind: JobKind,
+        lock: Option<DirLock>,
+        now: Instant,
+    ) -> String {
         let mut job = Job::new(id.clone(), kind, now);
+        if let Some(lock) = lock {
+            job.hold(lock);
+        }
         if self.event_logs {
             job.open_event_log();
         }
@@ -322,6 +356,14 @@ impl Scheduler {
         self.jobs.insert(id.clone(), job);
         self.queue.push_back(id.clone());
         id
+    }
+
+    /// Releases the output locks of every job (the driver is shutting down, and its jobs with
+    /// it).
+    pub fn release_locks(&mut self) {
+        for job in self.jobs.values_mut() {
+            job.release_lock();
+        }
     }
 
     /// A job by id.
@@ -406,6 +448,7 @@ impl Scheduler {
     pub fn tick(&mut self, now: Instant) {
         self.drop_lost_executors(now);
         for job in self.jobs.values_mut() {
+            job.check_lock(now);
             let device = job.device();
             let idle = self
                 .executors
@@ -585,6 +628,17 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Four random characters of `0-9a-z`.
+fn random_tag() -> String {
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut bytes = [0u8; 4];
+    rand::fill(&mut bytes);
+    bytes
+        .iter()
+        .map(|b| DIGITS[usize::from(*b) % DIGITS.len()] as char)
+        .collect()
 }
 
 /// Maps a planning failure to what the submitter sees.
@@ -1119,6 +1173,71 @@ device = "{device}"
             unreachable!()
         };
         assert_eq!(state, "cancelled");
+    }
+
+    #[test]
+    fn job_ids_name_the_time_and_differ_between_drivers() {
+        let mut a = sched();
+        let mut b = sched();
+        let (a1, a2, b1) = (a.new_job_id("m"), a.new_job_id("m"), b.new_job_id("m"));
+        for (id, n) in [(&a1, "0001"), (&a2, "0002"), (&b1, "0001")] {
+            let parts: Vec<&str> = id.split('-').collect();
+            assert_eq!(parts.len(), 4, "{id}");
+            assert_eq!(parts[0], "m");
+            assert!(parts[1].len() == 14 && parts[1].starts_with("20"), "{id}");
+            assert_eq!(parts[2].len(), 4, "{id}");
+            assert_eq!(parts[3], n, "{id}");
+        }
+        // Two fresh drivers never number alike: their tags differ.
+        assert_ne!(a1, b1);
+        assert_eq!(
+            a1.split('-').nth(2),
+            a2.split('-').nth(2),
+            "one tag per driver"
+        );
+    }
+
+    #[test]
+    fn a_job_holds_its_lock_until_it_ends_and_fails_if_it_loses_it() {
+        use crate::outputs::{DirLock, LOCK_FILE, LockOwner, LockTiming};
+        let timing = LockTiming {
+            refresh_every: Duration::from_millis(50),
+            stale_after: Duration::from_secs(60),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display().to_string();
+        let file = dir.path().join(LOCK_FILE);
+        let now = Instant::now();
+        let mut s = sched();
+        let id = s.new_job_id("lock");
+        let lock = DirLock::acquire("cluster.checkpoint_dir", &d, &id, timing).unwrap();
+        let id = s.submit_as(id, train_on("cpu", 1), Some(lock), now);
+        assert!(file.exists());
+        s.cancel(&id, now).unwrap();
+        assert!(!file.exists(), "an ended job releases its lock");
+
+        let id = s.new_job_id("lock");
+        let lock = DirLock::acquire("cluster.checkpoint_dir", &d, &id, timing).unwrap();
+        let id = s.submit_as(id, train_on("cpu", 1), Some(lock), now);
+        let mut thief = LockOwner::this_process("thief-1");
+        thief.host = "another-host.invalid".into();
+        std::fs::write(&file, serde_json::to_vec(&thief).unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !s.job(&id).unwrap().is_finished() {
+            assert!(Instant::now() < deadline, "the loss was not noticed");
+            std::thread::sleep(Duration::from_millis(20));
+            s.tick(Instant::now());
+        }
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, pb::JobState::Failed);
+        let err = job.error().unwrap();
+        assert!(
+            err.contains(&format!(
+                "lost its lock on cluster.checkpoint_dir {d}: job thief-1"
+            )),
+            "{err}"
+        );
+        assert!(file.exists(), "the other job's lock stays");
     }
 
     fn s_registry() -> &'static ModelRegistry {

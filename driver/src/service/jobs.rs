@@ -8,9 +8,24 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::{Shared, status};
+use crate::outputs::{DirLock, LockTiming, OutputError};
 use crate::scheduler::{JobKind, Scheduler};
 
 pub(crate) struct JobsService(pub Arc<Shared>);
+
+/// Takes the lock on the job's output directory (its creation is the directory's write probe)
+/// and queues the job under a new id; refused, naming the directory and its holder, when
+/// another job holds it. Blocking: it writes to storage.
+fn queue(shared: &Shared, kind: JobKind) -> Result<String, OutputError> {
+    let id = shared.lock().new_job_id(&kind.name());
+    let lock = match kind.output_dir() {
+        Some((key, dir)) => Some(DirLock::acquire(key, &dir, &id, LockTiming::default())?),
+        None => None,
+    };
+    let id = shared.lock().submit_as(id, kind, lock, Instant::now());
+    shared.tick();
+    Ok(id)
+}
 
 #[tonic::async_trait]
 impl Jobs for JobsService {
@@ -27,6 +42,12 @@ impl Jobs for JobsService {
                 ringflow_proto::PROTOCOL_VERSION
             )));
         }
+        // Errors about a training job's spec start with its file.
+        let prefix = if req.spec_file.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", req.spec_file)
+        };
         let kind = match pb::TaskKind::try_from(req.kind) {
             Ok(pb::TaskKind::BenchAllreduce) => {
                 let spec = req.bench.unwrap_or_default();
@@ -71,7 +92,6 @@ impl Jobs for JobsService {
             _ => {
                 let registry = self.0.registry.clone();
                 let json = req.spec_json;
-                let file = req.spec_file;
                 let resume = req.resume;
                 // Planning reads Parquet footers: keep it off the async workers.
                 let plan = tokio::task::spawn_blocking(move || {
@@ -79,19 +99,15 @@ impl Jobs for JobsService {
                 })
                 .await
                 .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
-                .map_err(|e| {
-                    let prefix = if file.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{file}: ")
-                    };
-                    Status::invalid_argument(format!("{prefix}{e}"))
-                })?;
+                .map_err(|e| Status::invalid_argument(format!("{prefix}{e}")))?;
                 JobKind::Train(Box::new(plan))
             }
         };
-        let job_id = self.0.lock().submit(kind, Instant::now());
-        self.0.tick();
+        let shared = self.0.clone();
+        let job_id = tokio::task::spawn_blocking(move || queue(&shared, kind))
+            .await
+            .map_err(|e| Status::internal(format!("submitting stopped: {e}")))?
+            .map_err(|e| Status::failed_precondition(format!("{prefix}{e}")))?;
         Ok(Response::new(pb::SubmitReply { job_id }))
     }
 

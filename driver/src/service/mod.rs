@@ -151,7 +151,8 @@ impl DriverHandle {
         }
     }
 
-    /// Stops serving and waits for the server to end.
+    /// Stops serving, waits for the server to end, and releases the locks of the jobs'
+    /// output directories.
     pub async fn shutdown(mut self) {
         self.shared.serving.store(false, Ordering::Relaxed);
         if let Some(tx) = self.shutdown.take() {
@@ -167,6 +168,9 @@ impl DriverHandle {
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
         }
+        // The jobs end with their driver: their output directories are free again.
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.lock().release_locks()).await;
     }
 }
 

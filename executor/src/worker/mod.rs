@@ -411,13 +411,7 @@ fn executor_id() -> String {
 
 /// The machine's host name.
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
+    ringflow_proto::host::hostname()
 }
 
 /// The host other executors should dial: `--advertise`, or the local address of the route to

@@ -148,16 +148,22 @@ impl Location {
             .flatten()
     }
 
-    /// The location of `name` below this one (a directory), written the same way.
+    /// The location of `name` (one name, or names separated by `/`) below this one (a
+    /// directory), written the same way ([`super::paths::join`]).
     pub fn join(&self, name: &str) -> Location {
-        let text = format!("{}/{name}", self.text.trim_end_matches('/'));
+        let text = super::paths::join(&self.text, name);
         let mut path = self.path.clone();
-        for part in name.split('/').filter(|p| !p.is_empty()) {
-            path = path.clone().join(part);
-        }
         let mut url = self.url.clone();
-        let url_path = format!("{}/{name}", url.path().trim_end_matches('/'));
-        url.set_path(&url_path);
+        let parts: Vec<&str> = name
+            .split('/')
+            .filter(|p| !p.is_empty() && *p != ".")
+            .collect();
+        for part in &parts {
+            path = path.clone().join(*part);
+        }
+        if let Ok(mut segments) = url.path_segments_mut() {
+            segments.pop_if_empty().extend(&parts);
+        }
         Location {
             text,
             url,
@@ -171,25 +177,20 @@ impl Location {
     pub fn child(&self, path: &ObjectPath) -> Location {
         let base: Vec<_> = self.path.parts().collect();
         let parts: Vec<_> = path.parts().collect();
-        let rest: Vec<&str> = if parts.len() >= base.len() && parts[..base.len()] == base[..] {
-            parts[base.len()..].iter().map(|p| p.as_ref()).collect()
-        } else {
-            return Location {
-                text: format!(
-                    "{}/{}",
-                    self.store_url().as_str().trim_end_matches('/'),
-                    path
-                ),
-                url: {
-                    let mut u = self.store_url();
-                    u.set_path(&format!("/{path}"));
-                    u
-                },
-                store: self.store.clone(),
-                path: path.clone(),
-            };
+        if parts.len() >= base.len() && parts[..base.len()] == base[..] {
+            let rest: Vec<&str> = parts[base.len()..].iter().map(|p| p.as_ref()).collect();
+            return self.join(&rest.join("/"));
+        }
+        let root = Location {
+            text: self.store_url().to_string(),
+            url: self.store_url(),
+            store: self.store.clone(),
+            path: ObjectPath::default(),
         };
-        self.join(&rest.join("/"))
+        Location {
+            path: path.clone(),
+            ..root.join(path.as_ref())
+        }
     }
 
     /// The object's size in bytes; an error naming the location when it does not exist or

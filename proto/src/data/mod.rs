@@ -10,6 +10,8 @@
 //!   job's `data.sql` over one partition at a time.
 //! - [`stats`]: the partial and merged whole-data statistics behind `normalize` and string
 //!   label classes.
+//! - [`paths`]: output paths joined below a directory with path and URL APIs, and the
+//!   file-system root that no job may write into.
 //! - [`runtime`]: the small async runtime that storage and SQL calls from synchronous code
 //!   run on.
 
@@ -17,6 +19,7 @@ mod error;
 pub mod flight;
 pub mod location;
 pub mod partition;
+pub mod paths;
 pub mod runtime;
 pub mod sql;
 pub mod stats;

@@ -42,10 +42,10 @@ pub enum SpecError {
         /// What is wrong and what would be accepted.
         message: String,
     },
-    /// A `--set` argument that cannot be applied.
-    #[error("--set {arg}: {message}")]
+    /// A `--set` argument (or a flag that sets a field) that cannot be applied.
+    #[error("{arg}: {message}")]
     Override {
-        /// The argument as given.
+        /// The argument as given, with its flag: `--set train.epochs`.
         arg: String,
         /// What is wrong with it.
         message: String,

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use toml::Table;
 
-use super::{JobSpec, Override, SpecError};
+use super::{JobSpec, NAME_RULE, Override, SpecError, check_name};
+use crate::data::paths::is_filesystem_root;
 
 impl JobSpec {
     /// Reads the spec in `file`, applies `overrides` in order, and checks it.
@@ -28,12 +29,9 @@ impl JobSpec {
         let mut spec: JobSpec =
             serde_path_to_error::deserialize(doc).map_err(|e| field_error(file, e))?;
         if spec.name.is_empty() {
-            spec.name = file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "job".to_string());
+            spec.name = default_name(file)?;
         }
-        spec.validate(file)?;
+        spec.validate(file).map_err(|e| note_flags(e, overrides))?;
         Ok(spec)
     }
 
@@ -44,19 +42,7 @@ impl JobSpec {
             key: key.to_string(),
             message,
         };
-        if !self
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            return Err(invalid(
-                "name",
-                format!(
-                    "{:?} may only use letters, digits, '-', '_' and '.'",
-                    self.name
-                ),
-            ));
-        }
+        self.check_name_and_outputs(file)?;
         let d = &self.data;
         if d.train.trim().is_empty() {
             return Err(invalid(
@@ -204,6 +190,82 @@ impl JobSpec {
     }
 }
 
+impl JobSpec {
+    /// Checks `name` ([`check_name`]) and `cluster.checkpoint_dir`: never empty, never the file
+    /// system's root, which a job would fill with its model, checkpoints and event log.
+    fn check_name_and_outputs(&self, file: &Path) -> Result<(), SpecError> {
+        let invalid = |key: &str, message: String| SpecError::Invalid {
+            file: file.to_path_buf(),
+            key: key.to_string(),
+            message,
+        };
+        check_name(&self.name).map_err(|why| {
+            invalid(
+                "name",
+                format!("is not a plain name: it {why}; a job's name may use {NAME_RULE}"),
+            )
+        })?;
+        let key = "cluster.checkpoint_dir";
+        if let Some(dir) = &self.cluster.checkpoint_dir {
+            if dir.trim().is_empty() {
+                return Err(invalid(
+                    key,
+                    "is empty; give the directory for the job's model, checkpoints and event \
+                     log, or leave it out for runs/<name>"
+                        .into(),
+                ));
+            }
+            if is_filesystem_root(dir) {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "{dir:?} is the file system's root; a job writes model/, checkpoint/, \
+                         events.jsonl and its lock into its checkpoint directory, so give it a \
+                         directory of its own"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The name of a job whose spec sets none: the spec file's name without `.toml`, when that is a
+/// plain name ([`check_name`]); otherwise an error saying to set `name`.
+fn default_name(file: &Path) -> Result<String, SpecError> {
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    check_name(&stem).map_err(|why| SpecError::Invalid {
+        file: file.to_path_buf(),
+        key: "name".into(),
+        message: format!(
+            "is not set, and the spec file's name, its default, is not a plain name (it {why}); \
+             set `name` in the spec, using {NAME_RULE}"
+        ),
+    })?;
+    Ok(stem)
+}
+
+/// Adds to a refusal of a key the flags (`--executors`, `--resume`) that set the fields it
+/// involves, so that `--executors 1` with `cluster.min_executors = 2` names the flag too.
+fn note_flags(e: SpecError, overrides: &[Override]) -> SpecError {
+    let SpecError::Invalid { file, key, message } = e else {
+        return e;
+    };
+    let notes: Vec<String> = overrides
+        .iter()
+        .filter_map(|o| o.flag_note(&key, &message))
+        .collect();
+    let message = if notes.is_empty() {
+        message
+    } else {
+        format!("{message} ({})", notes.join("; "))
+    };
+    SpecError::Invalid { file, key, message }
+}
+
 /// Turns a deserialization error into one that names the key by its full path.
 fn field_error(file: &Path, e: serde_path_to_error::Error<toml::de::Error>) -> SpecError {
     let path = e.path().to_string();
@@ -281,7 +343,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         assert_eq!(s.train.seed, 42);
         assert_eq!(s.cluster.executors, 1);
         assert_eq!(s.data.shuffle_buffer, 10_000);
-        assert_eq!(s.checkpoint_dir(), Path::new("runs/mnist-mlp"));
+        assert_eq!(s.checkpoint_dir(), "runs/mnist-mlp");
         assert_eq!(s.train.optimizer.lr(), 0.05);
     }
 
@@ -345,6 +407,150 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         );
         let ok = parse(MNIST, &["cluster.executors=3", "cluster.backup_workers=2"]).unwrap();
         assert_eq!(ok.cluster.backup_workers, 2);
+    }
+
+    #[test]
+    fn names_are_plain_names_within_the_limit() {
+        for bad in ["..", ".", ".hidden", "a/b", "a\\b", "a b", "/", "näme"] {
+            let set = format!("name={}", toml::Value::from(bad));
+            let msg = parse(MNIST, &[set.as_str()]).unwrap_err().to_string();
+            assert!(msg.contains("name: is not a plain name"), "{bad:?}: {msg}");
+            assert!(msg.contains("at most 100 bytes"), "{bad:?}: {msg}");
+        }
+        let long = "n".repeat(1_000_000);
+        let msg = parse(&MNIST.replace("mnist-mlp", &long), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("is 1000000 bytes long, over the limit of 100"),
+            "{}",
+            &msg[..msg.len().min(300)]
+        );
+        assert!(
+            msg.len() < 400,
+            "the name is not repeated: {} bytes",
+            msg.len()
+        );
+        let ok = "n".repeat(100);
+        assert_eq!(
+            parse(&MNIST.replace("mnist-mlp", &ok), &[]).unwrap().name,
+            ok
+        );
+        assert_eq!(parse(MNIST, &["name=a.b-c_9"]).unwrap().name, "a.b-c_9");
+    }
+
+    #[test]
+    fn a_default_name_that_is_not_plain_asks_for_a_name() {
+        let text = MNIST.replace("name = \"mnist-mlp\"", "");
+        let spec = JobSpec::parse(&text, Path::new("dir/my-job.toml"), &[]).unwrap();
+        assert_eq!(spec.name, "my-job");
+        assert_eq!(spec.checkpoint_dir(), "runs/my-job");
+        for file in ["dir/my job.toml", "dir/.toml", "dir/...toml"] {
+            let msg = JobSpec::parse(&text, Path::new(file), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("name: is not set") && msg.contains("set `name` in the spec"),
+                "{file}: {msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_empty_checkpoint_dir_or_the_root_is_refused_by_key() {
+        for dir in ["", "  ", "/", "//", "/.", "/..", "file:///"] {
+            let set = format!("cluster.checkpoint_dir={}", toml::Value::from(dir));
+            let msg = parse(MNIST, &[set.as_str()]).unwrap_err().to_string();
+            assert!(msg.contains("cluster.checkpoint_dir: "), "{dir:?}: {msg}");
+            assert!(
+                msg.contains("is empty") || msg.contains("the file system's root"),
+                "{dir:?}: {msg}"
+            );
+        }
+        for dir in ["runs/x", "/tmp/x", "s3://bucket", "s3://bucket/runs/x"] {
+            let set = format!("cluster.checkpoint_dir={}", toml::Value::from(dir));
+            let spec = parse(MNIST, &[set.as_str()]).unwrap();
+            assert_eq!(spec.checkpoint_dir(), dir);
+        }
+    }
+
+    #[test]
+    fn output_paths_are_joined_below_the_checkpoint_dir() {
+        let s = parse(MNIST, &[]).unwrap();
+        assert_eq!(s.model_dir(), "runs/mnist-mlp/model");
+        assert_eq!(s.events_path(), "runs/mnist-mlp/events.jsonl");
+        let s = parse(MNIST, &["cluster.checkpoint_dir=\"s3://b/x/\""]).unwrap();
+        assert_eq!(s.checkpoint_path(), "s3://b/x/checkpoint");
+        let s = parse(MNIST, &["cluster.checkpoint_dir=\"/abs/x/\""]).unwrap();
+        assert_eq!(s.model_dir(), "/abs/x/model");
+    }
+
+    /// Parses MNIST with `--set` arguments and then `flags` (`(flag, key, value)`), as the
+    /// command line does.
+    fn with_flags(
+        sets: &[&str],
+        flags: &[(String, &str, toml::Value)],
+    ) -> Result<JobSpec, SpecError> {
+        let mut all: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
+        all.extend(
+            flags
+                .iter()
+                .map(|(flag, key, value)| Override::flag(flag, key, value.clone())),
+        );
+        JobSpec::parse(MNIST, Path::new("job.toml"), &all)
+    }
+
+    #[test]
+    fn flags_are_applied_before_the_one_check() {
+        let executors = |n: i64| {
+            let flag = format!("--executors {n}");
+            (flag, "cluster.executors", toml::Value::from(n))
+        };
+        // The issue's case: min_executors = 2 is checked against the 4 executors of the flag.
+        let s = with_flags(&["cluster.min_executors=2"], &[executors(4)]).unwrap();
+        assert_eq!((s.cluster.executors, s.cluster.min_executors), (4, Some(2)));
+        let s = with_flags(
+            &["cluster.backup_workers=3", "cluster.max_executors=6"],
+            &[executors(4)],
+        )
+        .unwrap();
+        assert_eq!(s.cluster.backup_workers, 3);
+        // A flag wins over --set of the same field.
+        let s = with_flags(&["cluster.executors=2"], &[executors(3)]).unwrap();
+        assert_eq!(s.cluster.executors, 3);
+
+        // Refusals name both fields and the flag that set one of them.
+        let refused = |sets: &[&str], n: i64, key: &str| {
+            let msg = with_flags(sets, &[executors(n)]).unwrap_err().to_string();
+            assert!(msg.contains(&format!("{key}: ")), "{msg}");
+            assert!(msg.contains("cluster.executors"), "{msg}");
+            assert!(
+                msg.contains(&format!("cluster.executors was set by --executors {n}")),
+                "{msg}"
+            );
+        };
+        refused(&["cluster.min_executors=2"], 1, "cluster.min_executors");
+        refused(&["cluster.backup_workers=2"], 2, "cluster.backup_workers");
+        refused(&["cluster.max_executors=3"], 4, "cluster.max_executors");
+        refused(&[], 0, "cluster.executors");
+        // A refusal that does not involve the flag's field does not mention it.
+        let msg = with_flags(&["train.epochs=0"], &[executors(2)])
+            .unwrap_err()
+            .to_string();
+        assert!(!msg.contains("--executors"), "{msg}");
+
+        // --resume sets the checkpoint directory, checked like any other value of it.
+        let resume = |dir: &str| {
+            let flag = format!("--resume {dir}");
+            (flag, "cluster.checkpoint_dir", toml::Value::from(dir))
+        };
+        let s = with_flags(&["cluster.checkpoint_dir=a"], &[resume("b")]).unwrap();
+        assert_eq!(s.checkpoint_dir(), "b");
+        let msg = with_flags(&[], &[resume("/")]).unwrap_err().to_string();
+        assert!(
+            msg.contains("cluster.checkpoint_dir") && msg.contains("set by --resume"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub use error::SpecError;
 pub use overrides::Override;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 
 use ringflow_ml::Device;
 use ringflow_ml::loss::LossKind;
@@ -22,11 +22,14 @@ use ringflow_ml::nn::ModelSpec;
 use ringflow_ml::optim::{OptimizerSpec, Schedule};
 use serde::{Deserialize, Serialize};
 
+use crate::data::paths;
+
 /// A whole training job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
-    /// The job's name (default: the spec file's name without `.toml`).
+    /// The job's name (default: the spec file's name without `.toml`): a plain name
+    /// ([`check_name`]).
     #[serde(default)]
     pub name: String,
     /// Where the examples come from and how they become tensors.
@@ -291,38 +294,74 @@ mod defaults {
     }
 }
 
+/// The longest job name, in bytes: a name becomes a directory name and part of every job id.
+pub const MAX_NAME_BYTES: usize = 100;
+
+/// What a job name may be, for error messages.
+pub const NAME_RULE: &str = "letters, digits, '-', '_' and '.', not starting with '.', at most \
+                             100 bytes";
+
+/// Checks that `name` is a plain job name ([`NAME_RULE`]): it names a directory (`runs/<name>`)
+/// and starts every job id, so it can never be a path, `.` or `..`. The error says what is
+/// wrong, without repeating an overlong name.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("is empty".into());
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "is {} bytes long, over the limit of {MAX_NAME_BYTES}",
+            name.len()
+        ));
+    }
+    if name == "." || name == ".." {
+        return Err(format!("{name:?} names a directory, not a job"));
+    }
+    if name.starts_with('.') {
+        return Err(format!("{name:?} starts with '.'"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(*c)))
+    {
+        return Err(format!("{name:?} holds the character {c:?}"));
+    }
+    Ok(())
+}
+
+/// The directory of a job's trained model, below its checkpoint directory.
+pub const MODEL_DIR: &str = "model";
+/// The directory of a job's checkpoints (what `--resume` continues from).
+pub const CHECKPOINT_DIR: &str = "checkpoint";
+/// A job's event log, below its checkpoint directory.
+pub const EVENTS_FILE: &str = "events.jsonl";
+
 impl JobSpec {
-    /// The directory the model and checkpoints go to.
-    pub fn checkpoint_dir(&self) -> PathBuf {
+    /// `cluster.checkpoint_dir` (default `runs/<name>`): the directory, a local path or an
+    /// object-store URL, that holds the model, the checkpoints, the event log and the job's
+    /// lock.
+    pub fn checkpoint_dir(&self) -> String {
         match &self.cluster.checkpoint_dir {
-            Some(dir) => PathBuf::from(dir),
-            None => PathBuf::from("runs").join(&self.name),
+            Some(dir) => dir.clone(),
+            None => Path::new("runs").join(&self.name).display().to_string(),
         }
     }
 
     /// Where the trained model is saved: `<checkpoint_dir>/model` (a local path or URL).
     pub fn model_dir(&self) -> String {
-        format!("{}/model", self.checkpoint_root())
-    }
-
-    /// `cluster.checkpoint_dir` (default `runs/<name>`) as a path or URL without a trailing `/`.
-    fn checkpoint_root(&self) -> String {
-        match &self.cluster.checkpoint_dir {
-            Some(dir) => dir.trim_end_matches('/').to_string(),
-            None => format!("runs/{}", self.name),
-        }
+        paths::join(&self.checkpoint_dir(), MODEL_DIR)
     }
 
     /// The job's event log, `<checkpoint_dir>/events.jsonl` (a local path or URL), which
     /// `ringflow history` reads.
     pub fn events_path(&self) -> String {
-        format!("{}/events.jsonl", self.checkpoint_root())
+        paths::join(&self.checkpoint_dir(), EVENTS_FILE)
     }
 
     /// Where rank 0 writes the checkpoints that `--resume` continues from:
     /// `<checkpoint_dir>/checkpoint`.
     pub fn checkpoint_path(&self) -> String {
-        format!("{}/checkpoint", self.checkpoint_root())
+        paths::join(&self.checkpoint_dir(), CHECKPOINT_DIR)
     }
 
     /// Serializes the spec for an executor.

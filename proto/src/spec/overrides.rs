@@ -1,4 +1,5 @@
-//! `--set a.b.c=value`: command-line overrides applied to the parsed TOML document.
+//! `--set a.b.c=value` and flags such as `--executors 4`: command-line overrides applied to the
+//! parsed TOML document, all of them before the spec is checked once.
 
 use std::str::FromStr;
 
@@ -6,18 +7,22 @@ use toml::{Table, Value};
 
 use super::SpecError;
 
-/// One `--set KEY=VALUE` argument.
+/// One `--set KEY=VALUE` argument, or a command-line flag that sets a spec field
+/// ([`Override::flag`]).
 ///
-/// The value is read as a TOML value (`2`, `0.1`, `true`, `[784, 10]`, `"text"`, `{ kind = "sgd" }`)
-/// and, when it is not one, taken as a string, so `--set train.optimizer.kind=sgd` works
-/// without quotes.
+/// The value of `--set` is read as a TOML value (`2`, `0.1`, `true`, `[784, 10]`, `"text"`,
+/// `{ kind = "sgd" }`) and, when it is not one, taken as a string, so
+/// `--set train.optimizer.kind=sgd` works without quotes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Override {
     /// The dotted path, split.
     pub path: Vec<String>,
     /// The value to put there.
     pub value: Value,
-    raw: String,
+    /// The argument as given (`--set train.epochs=2`, `--executors 4`), for error messages.
+    given: String,
+    /// Whether a flag (rather than `--set`) gave it: checks that refuse the field then say so.
+    from_flag: bool,
 }
 
 impl FromStr for Override {
@@ -25,7 +30,7 @@ impl FromStr for Override {
 
     fn from_str(arg: &str) -> Result<Self, SpecError> {
         let fail = |message: &str| SpecError::Override {
-            arg: arg.to_string(),
+            arg: format!("--set {arg}"),
             message: message.to_string(),
         };
         let (key, raw_value) = arg
@@ -43,7 +48,8 @@ impl FromStr for Override {
         Ok(Override {
             path,
             value,
-            raw: arg.to_string(),
+            given: format!("--set {arg}"),
+            from_flag: false,
         })
     }
 }
@@ -58,6 +64,31 @@ fn parse_value(raw: &str) -> Value {
 }
 
 impl Override {
+    /// The override of the spec field `key` (dotted) by the command-line flag `flag` with
+    /// `value`: `Override::flag("--executors 4", "cluster.executors", 4)`. It is applied with
+    /// the `--set` overrides (after them, so the flag wins) before the spec is checked.
+    pub fn flag(flag: &str, key: &str, value: impl Into<Value>) -> Override {
+        Override {
+            path: key.split('.').map(str::to_string).collect(),
+            value: value.into(),
+            given: flag.to_string(),
+            from_flag: true,
+        }
+    }
+
+    /// The dotted key it sets.
+    pub fn key(&self) -> String {
+        self.path.join(".")
+    }
+
+    /// For a flag whose field takes part in a refusal of `key` (`message` names the fields it
+    /// compares): a note saying that the flag set it.
+    pub(super) fn flag_note(&self, key: &str, message: &str) -> Option<String> {
+        let own = self.key();
+        let involved = key == own || message.contains(&own);
+        (self.from_flag && involved).then(|| format!("{own} was set by {}", self.given))
+    }
+
     /// Sets the value in `doc`, creating missing tables along the path.
     pub fn apply(&self, doc: &mut Table) -> Result<(), SpecError> {
         let mut table = doc;
@@ -70,7 +101,7 @@ impl Override {
                 Value::Table(t) => t,
                 other => {
                     return Err(SpecError::Override {
-                        arg: self.raw.clone(),
+                        arg: self.given.clone(),
                         message: format!(
                             "`{}` is a {}, not a table, so it has no field `{}`",
                             self.path[..=depth].join("."),
