@@ -13,6 +13,7 @@ use crate::helpers::{
     Run, job, ringflow, ringflow_in, s, small_mnist_job, summary, write_regression_data,
 };
 use crate::process::Process;
+use crate::s3::{BUCKET, Moto, ringflow_aws, ringflow_s3};
 
 /// A limit for runs that must be refused long before it (planning reads only footers), and for
 /// the small jobs here.
@@ -493,4 +494,81 @@ fn a_live_holder_refuses_and_a_dead_one_is_taken_over() {
         run.stderr
     );
     assert!(!ckpt.join(LOCK_FILE).exists(), "released at the end");
+}
+
+/// On S3 the lock is an object created with a conditional put: a job on a fresh prefix takes
+/// and removes it; a live holder's lock refuses the next job; a dead holder's is replaced on
+/// condition of its e-tag; a store told not to write conditionally runs the job unlocked,
+/// saying so.
+#[test]
+fn the_lock_on_an_s3_checkpoint_dir_is_a_conditional_put() {
+    let server = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("s3://{BUCKET}/runs/locked");
+    let spec = quick_job(dir.path(), "s3lock", &format!("checkpoint_dir = \"{url}\""));
+    let lock_key = format!("runs/locked/{LOCK_FILE}");
+    let keys = |server: &Moto| -> Vec<String> {
+        server
+            .list("runs/locked/")
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
+    };
+    let local = ["local", spec.as_str(), "--ui", "off"];
+
+    ringflow_s3(&server, &local).assert_success();
+    let after = keys(&server);
+    assert!(
+        after.iter().any(|k| k.ends_with("events.jsonl")),
+        "{after:?}"
+    );
+    assert!(!after.contains(&lock_key), "released: {after:?}");
+
+    let mut holder = LockOwner::this_process("holder-20250101000000-abcd-0001");
+    let put_lock = |owner: &LockOwner| {
+        let file = dir.path().join("lock.json");
+        std::fs::write(&file, serde_json::to_vec(owner).unwrap()).unwrap();
+        server.put(&[(lock_key.as_str(), s(&file).as_str())]);
+    };
+    put_lock(&holder);
+    refused_before_executors(
+        &ringflow_s3(&server, &local),
+        &[&format!(
+            "cluster.checkpoint_dir {url} is in use by job {} (pid {}",
+            holder.job_id,
+            std::process::id()
+        )],
+    );
+
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    holder.pid = gone.id();
+    gone.wait().unwrap();
+    holder.pid_start = None;
+    put_lock(&holder);
+    let run = ringflow_s3(&server, &local);
+    run.assert_success();
+    assert!(
+        run.stderr.contains(&format!(
+            "took over the lock of cluster.checkpoint_dir {url} from job {}",
+            holder.job_id
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !keys(&server).contains(&lock_key),
+        "released after a takeover"
+    );
+
+    let mut env: Vec<(&str, String)> = server.credentials().to_vec();
+    env.push(("AWS_CONDITIONAL_PUT", "disabled".into()));
+    let run = ringflow_aws(&local, &env);
+    run.assert_success();
+    assert!(
+        run.stderr.contains(&format!(
+            "cluster.checkpoint_dir {url} is not locked: its store cannot write conditionally"
+        )),
+        "{}",
+        run.stderr
+    );
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::helpers::{Run, job, repo, ringflow_env, run_command, s, summary};
 
 const DEADLINE: Duration = Duration::from_secs(120);
-const BUCKET: &str = "ringflow-test";
+pub(crate) const BUCKET: &str = "ringflow-test";
 const MNIST_TRAIN: &str = "examples/data/mnist/train.parquet";
 const MNIST_TEST: &str = "examples/data/mnist/test.parquet";
 const LABEL_NAMES: &str = "examples/data/mnist/label_names.csv";
@@ -40,14 +40,14 @@ else:
 "#;
 
 /// A moto S3 server on 127.0.0.1, killed when dropped.
-struct Moto {
+pub(crate) struct Moto {
     child: Child,
     url: String,
 }
 
 impl Moto {
     /// Starts the server and creates the bucket [`BUCKET`].
-    fn start() -> Moto {
+    pub(crate) fn start() -> Moto {
         static INSTALLED: OnceLock<()> = OnceLock::new();
         INSTALLED.get_or_init(check_moto_installed);
         // Port 0: the OS picks a free port, and werkzeug prints the address it bound.
@@ -131,7 +131,7 @@ impl Moto {
     }
 
     /// Uploads local files (relative to the repository root): `(key, path)`.
-    fn put(&self, files: &[(&str, &str)]) {
+    pub(crate) fn put(&self, files: &[(&str, &str)]) {
         let items: Vec<String> = files.iter().map(|(k, p)| format!("{k}={p}")).collect();
         let mut args = vec!["put", BUCKET];
         args.extend(items.iter().map(String::as_str));
@@ -139,7 +139,7 @@ impl Moto {
     }
 
     /// The keys below `prefix`, sorted, with their sizes.
-    fn list(&self, prefix: &str) -> Vec<(String, u64)> {
+    pub(crate) fn list(&self, prefix: &str) -> Vec<(String, u64)> {
         let mut keys: Vec<(String, u64)> = self
             .boto(&["ls", BUCKET, prefix])
             .lines()
@@ -153,7 +153,7 @@ impl Moto {
     }
 
     /// The endpoint and the dummy credentials that the server accepts.
-    fn credentials(&self) -> [(&'static str, String); 4] {
+    pub(crate) fn credentials(&self) -> [(&'static str, String); 4] {
         [
             ("AWS_ENDPOINT_URL", self.url.clone()),
             ("AWS_ACCESS_KEY_ID", "test".into()),
@@ -205,7 +205,7 @@ fn without_aws_vars(cmd: &mut Command) {
 }
 
 /// Runs `ringflow ARGS` with no inherited `AWS_*` variable and then `set` set.
-fn ringflow_aws(args: &[&str], set: &[(&str, String)]) -> Run {
+pub(crate) fn ringflow_aws(args: &[&str], set: &[(&str, String)]) -> Run {
     let removed = aws_vars();
     let mut env: Vec<(&str, Option<&str>)> = removed.iter().map(|k| (k.as_str(), None)).collect();
     env.extend(set.iter().map(|(k, v)| (*k, Some(v.as_str()))));
@@ -213,7 +213,7 @@ fn ringflow_aws(args: &[&str], set: &[(&str, String)]) -> Run {
 }
 
 /// Runs `ringflow ARGS` against `server`'s endpoint with its credentials.
-fn ringflow_s3(server: &Moto, args: &[&str]) -> Run {
+pub(crate) fn ringflow_s3(server: &Moto, args: &[&str]) -> Run {
     ringflow_aws(args, &server.credentials())
 }
 
