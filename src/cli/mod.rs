@@ -111,6 +111,10 @@ impl JobArgs {
         }
         let spec = JobSpec::load(&self.job, &overrides)?;
         check_summary_json(self.summary_json.as_deref())?;
+        if let Some(dir) = &self.tensorboard {
+            let dir = dir.display().to_string();
+            ringflow_driver::outputs::check_dir("--tensorboard", &dir)?;
+        }
         Ok(spec)
     }
 

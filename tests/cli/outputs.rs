@@ -346,6 +346,11 @@ fn outputs_that_cannot_be_written_are_refused_before_any_executor_starts() {
                 s(dir.path())
             ),
         ),
+        (
+            "--tensorboard",
+            f.clone(),
+            format!("--tensorboard {f} is a regular file, not a directory"),
+        ),
     ] {
         let run = ringflow(&["local", &spec, "--set", &ckpt, flag, &path], DEADLINE);
         refused_before_executors(&run, &[&needle]);
@@ -407,12 +412,9 @@ fn two_runs_at_once_on_one_checkpoint_dir_one_trains_and_one_is_refused() {
     assert!(!outs[lost].exists());
 
     // Job ids: name, submission time, a tag of the driver, a counter.
-    let parts: Vec<&str> = job_id
-        .splitn(2, "conc-")
-        .nth(1)
-        .unwrap()
-        .split('-')
-        .collect();
+    let (name, rest) = job_id.split_once('-').unwrap();
+    assert_eq!(name, "conc", "{job_id}");
+    let parts: Vec<&str> = rest.split('-').collect();
     assert_eq!(parts.len(), 3, "{job_id}");
     assert!(
         parts[0].len() == 14 && parts[0].bytes().all(|b| b.is_ascii_digit()),

@@ -202,7 +202,7 @@ fn process_alive(pid: u32, start: Option<u64>) -> bool {
 #[derive(Debug)]
 enum Refusal {
     /// A live holder has it.
-    Held(LockOwner),
+    Held(Box<LockOwner>),
     /// The directory or its lock cannot be written; the end of a sentence about the directory.
     Unusable(String),
 }
@@ -281,7 +281,7 @@ impl DirLock {
             Refusal::Held(holder) => OutputError::Locked {
                 key: key.to_string(),
                 dir: dir.to_string(),
-                holder: Box::new(holder),
+                holder,
             },
             Refusal::Unusable(why) => OutputError::Unusable {
                 key: key.to_string(),

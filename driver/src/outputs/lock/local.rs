@@ -70,7 +70,7 @@ pub(super) fn acquire(
             }
         };
         let Some(why) = holder.gone(timing) else {
-            return Err(Refusal::Held(holder));
+            return Err(Refusal::Held(Box::new(holder)));
         };
         if take_over(&file, &seen, &bytes, &owner.token)? {
             return Ok((file, Some(holder.gone_because(&why))));

@@ -75,7 +75,7 @@ async fn acquire_async(
             ))
         })?;
         let Some(why) = holder.gone(timing) else {
-            return Err(Refusal::Held(holder));
+            return Err(Refusal::Held(Box::new(holder)));
         };
         let payload = PutPayload::from(owner.to_bytes());
         match store
