@@ -8,6 +8,7 @@
 //!   interpreted, identically by the driver, the executors and the CLI.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
+//! - [`size`]: sizes in bytes as people write them (`--memory 64MiB`) and read them.
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
@@ -16,6 +17,7 @@
 
 pub mod data;
 pub mod security;
+pub mod size;
 pub mod spec;
 
 /// Messages and services generated from `ringflow.proto`.

@@ -16,6 +16,7 @@ use ringflow_proto::spec::DataSource;
 
 use crate::events::{Event, EventLog, RankInfo, ResumedFrom, micros};
 use crate::planner::JobPlan;
+use crate::planner::memory::MemoryEstimate;
 use crate::progress::{JobProgress, PhaseSeconds};
 use crate::summary::JobSummary;
 
@@ -56,6 +57,20 @@ impl JobKind {
                 None => format!("eval-{}", plan.spec.name),
             },
             JobKind::Bench { .. } => "bench-allreduce".into(),
+        }
+    }
+
+    /// What one executor needs for the job ([`MemoryEstimate`]).
+    pub fn memory_estimate(&self) -> MemoryEstimate {
+        match self {
+            JobKind::Train(plan) => MemoryEstimate::training(plan, plan.spec.cluster.executors),
+            JobKind::Infer {
+                plan,
+                executors,
+                predict,
+                ..
+            } => MemoryEstimate::inference(plan, *executors, predict.is_some()),
+            JobKind::Bench { spec, .. } => MemoryEstimate::bench(spec.floats, spec.check),
         }
     }
 }
@@ -123,6 +138,8 @@ pub struct Job {
     evaluation_logged: bool,
     /// Step spans forwarded to watchers so far.
     spans_kept: usize,
+    /// What one executor needs for the job.
+    memory: MemoryEstimate,
 }
 
 /// A ring being re-formed: which ranks asked to recover, which were lost.
@@ -146,6 +163,7 @@ impl Job {
     /// A queued job.
     pub fn new(id: String, kind: JobKind, now: Instant) -> Job {
         let (event_count, _) = watch::channel(0);
+        let memory = kind.memory_estimate();
         let mut job = Job {
             id,
             kind,
@@ -174,6 +192,7 @@ impl Job {
             log: None,
             evaluation_logged: false,
             spans_kept: 0,
+            memory,
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -206,9 +225,15 @@ impl Job {
             ),
         };
         job.message(intro);
+        job.message(format!("memory: {}", job.memory.summary()));
         job.set_state(JobState::Waiting);
         job.message(format!("waiting for {} executors", job.executors_needed()));
         job
+    }
+
+    /// What one executor needs for the job, estimated when it was submitted.
+    pub fn memory(&self) -> &MemoryEstimate {
+        &self.memory
     }
 
     /// Executors the job trains on.
@@ -364,6 +389,7 @@ impl Job {
                     epochs_done: r.epoch,
                     step: r.step,
                 }),
+                memory: Some(self.memory.clone()),
             },
             JobKind::Infer { plan, predict, .. } => Event::Submitted {
                 name,
@@ -376,6 +402,7 @@ impl Job {
                 model: Some(plan.spec.model.kind.clone()),
                 device: Some(plan.spec.cluster.device.to_string()),
                 resumed_from: None,
+                memory: Some(self.memory.clone()),
             },
             JobKind::Bench { .. } => return,
         };
