@@ -81,7 +81,7 @@ impl MemoryEstimate {
     /// The estimate made of `parts` (empty ones are dropped, the rest sorted biggest first).
     pub fn from_parts(parts: Vec<MemoryPart>, note: Option<String>) -> MemoryEstimate {
         let mut parts: Vec<MemoryPart> = parts.into_iter().filter(|p| p.bytes > 0).collect();
-        parts.sort_by(|a, b| b.bytes.cmp(&a.bytes));
+        parts.sort_by_key(|p| std::cmp::Reverse(p.bytes));
         MemoryEstimate {
             bytes: parts.iter().map(|p| p.bytes).fold(0, u64::saturating_add),
             parts,
