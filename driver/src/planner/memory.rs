@@ -17,10 +17,14 @@
 //! - **read-ahead**: the converted chunks between the reader and the training loop;
 //! - **runtime**: the process itself ([`RUNTIME_BYTES`]).
 //!
+//! Executors advertise host memory only, so a GPU job counts what stays on the host (one
+//! staging copy of the weights, the elastic snapshot, the data buffers) and says so.
+//!
 //! It leaves out allocator slack and short-lived copies, so it errs low: a job is refused only
 //! when the estimate itself exceeds the limit, i.e. when it certainly cannot fit, and a job
 //! that fits is never refused (see `docs/job-spec.md`, "Memory").
 
+use ringflow_ml::Device;
 use ringflow_ml::nn::ModelFootprint;
 use ringflow_proto::data::partition::READ_BATCH_ROWS;
 use ringflow_proto::data::{EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
@@ -106,12 +110,21 @@ impl MemoryEstimate {
         } else {
             0
         };
+        // On a GPU the weights, gradients, optimizer state and activations live in device
+        // memory, which executors do not advertise: host memory holds one staging copy of the
+        // weights (broadcast, all-reduce buckets) and the snapshot.
+        let on_gpu = spec.cluster.device != Device::Cpu;
+        let copies = if on_gpu { 1 } else { copies };
         let model = F32
             .saturating_mul(footprint.parameters)
             .saturating_mul(copies + snapshot);
-        let activations = (F32 * batch)
-            .saturating_mul(per_row(footprint.activations_per_row, width))
-            .max((F32 * eval).saturating_mul(per_row(footprint.inference_per_row, width)));
+        let activations = if on_gpu {
+            0
+        } else {
+            (F32 * batch)
+                .saturating_mul(per_row(footprint.activations_per_row, width))
+                .max((F32 * eval).saturating_mul(per_row(footprint.inference_per_row, width)))
+        };
         let shuffle =
             row_bytes(width).saturating_mul((spec.data.shuffle_buffer as u64).min(share.rows));
         let cached = Share::of(&plan.test, world)
@@ -134,7 +147,7 @@ impl MemoryEstimate {
                 MemoryPart::new("read-ahead", read_ahead(&plan.train, width), None),
                 MemoryPart::new("runtime", RUNTIME_BYTES, None),
             ],
-            unknown_model(plan),
+            unknown_model(plan).or_else(|| on_gpu.then(gpu_note)),
         )
     }
 
@@ -151,8 +164,14 @@ impl MemoryEstimate {
             EVAL_BATCH_ROWS
         };
         let rows = share.rows.min(per_batch as u64);
+        // The model is read on the host before it goes to a GPU; activations stay there.
+        let on_gpu = spec.cluster.device != Device::Cpu;
         let model = F32.saturating_mul(footprint.parameters);
-        let activations = (F32 * rows).saturating_mul(per_row(footprint.inference_per_row, width));
+        let activations = if on_gpu {
+            0
+        } else {
+            (F32 * rows).saturating_mul(per_row(footprint.inference_per_row, width))
+        };
         MemoryEstimate::from_parts(
             vec![
                 MemoryPart::new("model", model, Some(model_setting(spec).as_str())),
@@ -165,7 +184,7 @@ impl MemoryEstimate {
                 MemoryPart::new("read-ahead", read_ahead(&plan.test, width), None),
                 MemoryPart::new("runtime", RUNTIME_BYTES, None),
             ],
-            unknown_model(plan),
+            unknown_model(plan).or_else(|| on_gpu.then(gpu_note)),
         )
     }
 
@@ -294,6 +313,13 @@ fn model_setting(spec: &JobSpec) -> String {
     } else {
         format!("the size of the [model] (kind {:?})", spec.model.kind)
     }
+}
+
+/// What a GPU job's estimate leaves out.
+fn gpu_note() -> String {
+    "GPU memory (weights, gradients, optimizer state, activations) is not counted: executors \
+     advertise host memory"
+        .into()
 }
 
 fn unknown_model(plan: &JobPlan) -> Option<String> {
@@ -488,6 +514,23 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             "{text}"
         );
         assert_eq!(part(&e, "model and optimizer"), 0);
+    }
+
+    #[test]
+    fn a_gpu_job_counts_only_what_stays_on_the_host() {
+        let cpu = MemoryEstimate::training(&plan(&[], 1, 1000, 1000), 1);
+        let gpu = MemoryEstimate::training(&plan(&["cluster.device=cuda"], 1, 1000, 1000), 1);
+        // One host copy of the weights instead of weights, gradients, buckets and adagrad's sum.
+        assert_eq!(
+            part(&gpu, "model and optimizer"),
+            part(&cpu, "model and optimizer") / 4
+        );
+        assert_eq!(part(&gpu, "activations"), 0);
+        assert_eq!(part(&gpu, "shuffle buffer"), part(&cpu, "shuffle buffer"));
+        assert!(
+            gpu.note.as_deref().unwrap().contains("GPU memory"),
+            "{gpu:?}"
+        );
     }
 
     #[test]
