@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::warn;
 
+use crate::planner::memory::MemoryEstimate;
 use crate::progress::PhaseSeconds;
 
 /// The file name of an event log within a checkpoint directory.
@@ -85,6 +86,9 @@ pub enum Event {
         /// The checkpoint a `--resume` continues from.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resumed_from: Option<ResumedFrom>,
+        /// What one executor needs for the job, estimated before any executor started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory: Option<MemoryEstimate>,
     },
     /// The job has its executors and runs.
     Started {

@@ -23,7 +23,7 @@ use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::{Split, TaskContext, TrainEvent, evaluate, label_kind};
 
 /// Rows per prediction batch.
-const PREDICT_BATCH: usize = 4096;
+const PREDICT_BATCH: usize = ringflow_proto::data::PREDICT_BATCH_ROWS;
 
 /// One rank's evaluation or prediction task.
 #[derive(Clone, Debug)]

@@ -6,12 +6,14 @@
 //! It learns everything about a job — spec, rank, partitions — from the driver, through the
 //! [`train::TaskContext`] interface; [`worker`] is the process that registers with the driver
 //! and runs the tasks of successive jobs; [`infer`] evaluates or applies a saved model;
-//! [`placement`] chooses the GPU (or the CPU) each executor's model lives on.
+//! [`placement`] chooses the GPU (or the CPU) each executor's model lives on; [`memory`] finds
+//! how much memory its tasks may use, which it advertises to the driver.
 
 pub mod collective;
 pub mod data;
 pub mod error;
 pub mod infer;
+pub mod memory;
 pub mod placement;
 pub mod train;
 pub mod worker;

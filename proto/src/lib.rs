@@ -9,6 +9,7 @@
 //! - [`host`]: this machine's name, as executors and drivers report it.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
+//! - [`size`]: sizes in bytes as people write them (`--memory 64MiB`) and read them.
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
@@ -18,6 +19,7 @@
 pub mod data;
 pub mod host;
 pub mod security;
+pub mod size;
 pub mod spec;
 
 /// Messages and services generated from `ringflow.proto`.

@@ -106,8 +106,19 @@ pub struct ExecutorArgs {
     #[arg(long, value_name = "ADDR")]
     health: Option<SocketAddr>,
 
+    /// The memory this executor's tasks may use, e.g. 8GiB or 512MiB (default: the smaller of
+    /// the machine's memory and the process's cgroup limit). The driver refuses a job whose
+    /// memory estimate exceeds it.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    memory: Option<u64>,
+
     #[command(flatten)]
     security: SecurityArgs,
+}
+
+/// `--memory SIZE`.
+fn parse_memory(text: &str) -> Result<u64, String> {
+    ringflow_proto::size::parse_size(text).map_err(|e| e.to_string())
 }
 
 impl TryFrom<&ExecutorArgs> for ExecutorConfig {
@@ -130,6 +141,7 @@ impl TryFrom<&ExecutorArgs> for ExecutorConfig {
             quiet: a.quiet,
             security: a.security.client()?,
             health: a.health,
+            memory: a.memory,
         })
     }
 }

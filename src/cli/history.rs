@@ -14,6 +14,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ringflow_driver::events::{self, Event, RankInfo, Record, ResumedFrom};
+use ringflow_driver::planner::memory::MemoryEstimate;
 use ringflow_driver::progress::PhaseSeconds;
 use serde::Serialize;
 use serde_json::Value;
@@ -86,6 +87,8 @@ pub struct Plan {
     pub model: Option<String>,
     pub device: Option<String>,
     pub resumed_from: Option<ResumedFrom>,
+    /// What one executor needed, as estimated at submission.
+    pub memory: Option<MemoryEstimate>,
 }
 
 #[derive(Debug, Serialize)]
@@ -205,6 +208,7 @@ impl History {
                     model,
                     device,
                     resumed_from,
+                    memory,
                 } => {
                     job.name = name;
                     job.kind = kind;
@@ -218,6 +222,7 @@ impl History {
                         model,
                         device,
                         resumed_from,
+                        memory,
                     };
                 }
                 Event::Started { ranks } => {
@@ -398,6 +403,9 @@ impl JobHistory {
         }
         if !plan.is_empty() {
             let _ = writeln!(o, "  plan: {}", plan.join(", "));
+        }
+        if let Some(m) = &p.memory {
+            let _ = writeln!(o, "  memory: {}", m.summary());
         }
         if self.executors.is_empty() {
             let _ = writeln!(o, "  executors: never started ({} needed)", p.executors);
@@ -613,6 +621,7 @@ mod tests {
             model: Some("mlp".into()),
             device: Some("cpu".into()),
             resumed_from,
+            memory: None,
         }
     }
 

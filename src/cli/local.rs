@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use clap::Args;
 use ringflow_driver::scheduler::SchedulerConfig;
-use ringflow_driver::service::{self, DriverConfig};
+use ringflow_driver::service::{self, DriverConfig, DriverHandle};
+use ringflow_executor::memory::MemoryLimit;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 use ringflow_proto::security::{ClientSecurity, Secret};
+use ringflow_proto::size::format_bytes;
 use ringflow_proto::spec::Override;
 
 use super::children::Children;
@@ -123,9 +125,30 @@ fn check_local_device(device: Device, whose: &str) -> anyhow::Result<()> {
     })
 }
 
+/// Fails job `job_id` with one sentence when what one executor needs for it exceeds its share
+/// of this machine's memory (the smaller of the machine's and this process's cgroup limit),
+/// shared by the `n` executors about to start.
+fn check_local_memory(driver: &DriverHandle, job_id: &str, n: usize) -> anyhow::Result<()> {
+    let Some(limit) = MemoryLimit::resolve(None) else {
+        return Ok(());
+    };
+    let each = limit.bytes / n.max(1) as u64;
+    let text = if n == 1 {
+        format!("this machine's {limit}")
+    } else {
+        format!(
+            "the {} each of {n} executors gets of this machine's {limit}",
+            format_bytes(each)
+        )
+    };
+    driver
+        .refuse_unless_fits(job_id, each, &text)
+        .map_err(anyhow::Error::msg)
+}
+
 /// Runs one job on a local cluster: a driver in this process and `n` executor processes with
-/// `threads` compute threads each. Planning errors, and a device this machine cannot use, are
-/// reported before any executor starts.
+/// `threads` compute threads each. Planning errors, a device this machine cannot use, and a job
+/// that cannot fit this machine's memory are reported before any executor starts.
 #[allow(clippy::too_many_arguments)]
 pub fn run_local(
     registry: ModelRegistry,
@@ -170,7 +193,9 @@ pub fn run_local(
         // model's).
         let checked = submitted.and_then(|id| {
             let device = driver.job_device(&id).unwrap_or(Device::Cpu);
-            check_local_device(device, whose).map(|()| id)
+            check_local_device(device, whose)?;
+            check_local_memory(&driver, &id, n)?;
+            Ok(id)
         });
         let job_id = match checked {
             Ok(id) => id,

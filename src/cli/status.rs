@@ -77,17 +77,21 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!();
         println!("EXECUTORS ({})", execs.len());
         println!(
-            "{:<34} {:<20} {:<22} {:>5} {:<16} {:<6} {:<20} {:>9}",
-            "ID", "HOST", "RING", "CORES", "DEVICES", "STATE", "JOB", "HEARTBEAT"
+            "{:<34} {:<20} {:<22} {:>5} {:>10} {:<16} {:<6} {:<20} {:>9}",
+            "ID", "HOST", "RING", "CORES", "MEMORY", "DEVICES", "STATE", "JOB", "HEARTBEAT"
         );
         for e in &execs {
             let info = e.info.clone().unwrap_or_default();
             println!(
-                "{:<34} {:<20} {:<22} {:>5} {:<16} {:<6} {:<20} {:>8.1}s",
+                "{:<34} {:<20} {:<22} {:>5} {:>10} {:<16} {:<6} {:<20} {:>8.1}s",
                 info.executor_id,
                 info.host,
                 info.ring_address,
                 info.cores,
+                match info.memory_bytes {
+                    0 => "-".to_string(),
+                    bytes => ringflow_proto::size::format_bytes(bytes),
+                },
                 info.devices.join(","),
                 e.state,
                 if e.job_id.is_empty() {

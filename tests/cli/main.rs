@@ -9,6 +9,7 @@ mod distributed;
 mod errors;
 mod helpers;
 mod history;
+mod memory;
 mod observe;
 mod outputs;
 mod process;

@@ -180,8 +180,9 @@ fn an_unusable_tensorboard_directory_is_named() {
     let err = run.assert_clean_failure();
     assert!(
         err.contains(&format!(
-            "error: cannot create the TensorBoard directory {}",
-            s(&tb)
+            "error: --tensorboard {} cannot be created: {} is a regular file",
+            s(&tb),
+            s(&file)
         )),
         "{err}"
     );

@@ -87,6 +87,19 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
     assert_eq!(job["state"], "running", "{jobs}");
     assert_eq!(job["executors"], 2, "{jobs}");
     assert!(job["progress"]["epoch"].as_u64().unwrap() >= 1, "{jobs}");
+    // The memory estimate of one executor, biggest part first.
+    let memory = &job["memory"];
+    let parts = memory["parts"].as_array().unwrap();
+    assert!(
+        memory["bytes"].as_u64().unwrap() > 0 && !parts.is_empty(),
+        "{jobs}"
+    );
+    assert!(
+        parts
+            .windows(2)
+            .all(|w| w[0]["bytes"].as_u64() >= w[1]["bytes"].as_u64()),
+        "{jobs}"
+    );
     let id = job["id"].as_str().unwrap().to_string();
 
     let executors = json(&format!("{url}api/v1/executors"));
@@ -100,6 +113,7 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
     for e in executors.as_array().unwrap() {
         assert_eq!(e["state"], "busy", "{executors}");
         assert!(e["last_heartbeat_s"].as_f64().unwrap() < 5.0, "{executors}");
+        assert!(e["memory_bytes"].as_u64().unwrap() > 0, "{executors}");
         let shares = &e["phases"];
         let total: f64 = ["data", "forward", "backward", "allreduce", "optimizer"]
             .iter()
@@ -162,6 +176,10 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
                 .unwrap_or_default();
             assert!(svg.contains("<circle"), "{chart} with points: {dom}");
         }
+        assert!(
+            dom.contains("memory per executor: about "),
+            "the job's memory estimate: {dom}"
+        );
         assert!(screenshot.exists(), "a screenshot was taken");
         if let Ok(keep) = std::env::var("RINGFLOW_UI_SCREENSHOT") {
             std::fs::copy(&screenshot, keep).unwrap();

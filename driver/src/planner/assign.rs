@@ -113,6 +113,7 @@ mod tests {
                     index: i as u32,
                     rows,
                     file_row_start: start,
+                    bytes: 0,
                 };
                 start += rows;
                 g

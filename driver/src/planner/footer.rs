@@ -25,6 +25,8 @@ pub struct RowGroup {
     pub rows: u64,
     /// File row number of its first row.
     pub file_row_start: u64,
+    /// Its size uncompressed, all columns (what decoding it takes, about).
+    pub bytes: u64,
 }
 
 /// The row groups of a split and each file's Arrow schema.
@@ -66,6 +68,7 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
                     index: i as u32,
                     rows,
                     file_row_start: start,
+                    bytes: u64::try_from(rg.total_byte_size()).unwrap_or(0),
                 });
             }
             start += rows;

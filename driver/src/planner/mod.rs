@@ -4,17 +4,18 @@
 //! only their Parquet footers ([`footer`]) to learn row groups, row counts and schemas, plans
 //! the job's `data.sql` (if any) against those schemas with DataFusion, checks the feature and
 //! label columns of the result against the model, and each epoch splits the row groups into
-//! per-rank partitions ([`assign`]).
+//! per-rank partitions ([`assign`]). [`memory`] estimates what one executor needs for the job.
 
 pub mod assign;
 pub mod discover;
 pub mod footer;
+pub mod memory;
 
 use std::collections::BTreeMap;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
-use ringflow_ml::nn::{ModelRegistry, ModelShape};
+use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape};
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::data::{Location, sql};
 use ringflow_proto::pb::EpochPlan;
@@ -155,6 +156,8 @@ pub struct JobPlan {
     pub files: Vec<String>,
     /// Where a resumed job continues from.
     pub resume: Option<ResumePoint>,
+    /// What the model needs in memory (`None` for a custom kind that does not say).
+    pub footprint: Option<ModelFootprint>,
 }
 
 /// The state a resumed job continues from: its last checkpoint.
@@ -208,6 +211,7 @@ impl JobPlan {
         // theirs, the scheduler places the job only on executors that have its device, and
         // each executor checks the device it is given.
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
+        let footprint = memory::footprint(registry, &spec)?;
         // Where the model goes must be usable (an object store needs credentials) before any
         // executor trains for it.
         Location::parse(&spec.model_dir())
@@ -283,6 +287,7 @@ impl JobPlan {
             string_label,
             files,
             resume: None,
+            footprint,
         })
     }
 
@@ -295,6 +300,7 @@ impl JobPlan {
         label_required: bool,
     ) -> Result<JobPlan> {
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
+        let footprint = memory::footprint(registry, &spec)?;
         let prep = SqlPlanner::new(&spec)?;
         let data = plan_split("--data", path, &spec, model, label_required, prep.as_ref())?;
         Ok(JobPlan {
@@ -306,6 +312,7 @@ impl JobPlan {
             string_label: data.label == LabelType::String,
             files: data.files,
             resume: None,
+            footprint,
         })
     }
 

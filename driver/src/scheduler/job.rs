@@ -19,6 +19,7 @@ use ringflow_proto::data::paths;
 use crate::events::{Event, EventLog, RankInfo, ResumedFrom, micros};
 use crate::outputs::DirLock;
 use crate::planner::JobPlan;
+use crate::planner::memory::MemoryEstimate;
 use crate::progress::{JobProgress, PhaseSeconds};
 use crate::summary::JobSummary;
 
@@ -73,6 +74,20 @@ impl JobKind {
                 ..
             } => Some(("--output", output.clone())),
             JobKind::Infer { .. } | JobKind::Bench { .. } => None,
+        }
+    }
+
+    /// What one executor needs for the job ([`MemoryEstimate`]).
+    pub fn memory_estimate(&self) -> MemoryEstimate {
+        match self {
+            JobKind::Train(plan) => MemoryEstimate::training(plan, plan.spec.cluster.executors),
+            JobKind::Infer {
+                plan,
+                executors,
+                predict,
+                ..
+            } => MemoryEstimate::inference(plan, *executors, predict.is_some()),
+            JobKind::Bench { spec, .. } => MemoryEstimate::bench(spec.floats, spec.check),
         }
     }
 }
@@ -145,6 +160,8 @@ pub struct Job {
     spans_kept: usize,
     /// The lock on the job's output directory, held until the job ends.
     lock: Option<DirLock>,
+    /// What one executor needs for the job.
+    memory: MemoryEstimate,
 }
 
 /// A ring being re-formed: which ranks asked to recover, which were lost.
@@ -168,6 +185,7 @@ impl Job {
     /// A queued job.
     pub fn new(id: String, kind: JobKind, now: Instant) -> Job {
         let (event_count, _) = watch::channel(0);
+        let memory = kind.memory_estimate();
         let mut job = Job {
             id,
             kind,
@@ -197,6 +215,7 @@ impl Job {
             evaluation_logged: false,
             spans_kept: 0,
             lock: None,
+            memory,
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -229,9 +248,15 @@ impl Job {
             ),
         };
         job.message(intro);
+        job.message(format!("memory: {}", job.memory.summary()));
         job.set_state(JobState::Waiting);
         job.message(format!("waiting for {} executors", job.executors_needed()));
         job
+    }
+
+    /// What one executor needs for the job, estimated when it was submitted.
+    pub fn memory(&self) -> &MemoryEstimate {
+        &self.memory
     }
 
     /// Executors the job trains on.
@@ -414,6 +439,7 @@ impl Job {
                     epochs_done: r.epoch,
                     step: r.step,
                 }),
+                memory: Some(self.memory.clone()),
             },
             JobKind::Infer { plan, predict, .. } => Event::Submitted {
                 name,
@@ -426,6 +452,7 @@ impl Job {
                 model: Some(plan.spec.model.kind.clone()),
                 device: Some(plan.spec.cluster.device.to_string()),
                 resumed_from: None,
+                memory: Some(self.memory.clone()),
             },
             JobKind::Bench { .. } => return,
         };

@@ -12,7 +12,9 @@
 //!   advertised a `cuda:*` device, see [`ExecutorEntry::offers`]). The chosen ones are sorted by
 //!   host, ring address and id, and take ranks 0..N−1 in that order. A job that waits longer than
 //!   `cluster.rendezvous_timeout_s` fails with a message that says how many executors registered
-//!   and from where, and for a GPU job which of them have no GPU.
+//!   and from where, and for a GPU job which of them have no GPU. Only executors whose
+//!   advertised memory holds the job's estimate are chosen; a job that the registered executors
+//!   cannot hold is refused before any task is sent, naming them (module `fit`).
 //! - **Health.** An executor that misses heartbeats for `executor_timeout` is dropped; a job it
 //!   was training fails with a message naming it.
 //! - **Event log.** Each training job (and evaluation or prediction of a saved model) writes
@@ -24,6 +26,7 @@
 //!   ([`crate::outputs::lock`]) holds it until it ends; a job whose lock another job took over
 //!   fails.
 
+mod fit;
 mod job;
 mod registry;
 
@@ -280,12 +283,12 @@ impl Scheduler {
             JobKind::Train(plan) => plan.spec.cluster.min_executors.unwrap_or(usize::MAX),
             _ => usize::MAX,
         };
-        // Only executors with the job's device may join its re-formed ring.
-        let device = job.device();
+        // Only executors with the job's device and memory may join its re-formed ring.
+        let (device, memory) = (job.device(), job.memory().bytes);
         let idle: Vec<pb::ExecutorInfo> = self
             .executors
             .values()
-            .filter(|e| e.assigned.is_none() && e.offers(device))
+            .filter(|e| e.assigned.is_none() && e.offers(device) && e.fits(memory))
             .map(|e| e.info.clone())
             .collect();
         let before = job.generation();
@@ -449,11 +452,11 @@ impl Scheduler {
         self.drop_lost_executors(now);
         for job in self.jobs.values_mut() {
             job.check_lock(now);
-            let device = job.device();
+            let (device, memory) = (job.device(), job.memory().bytes);
             let idle = self
                 .executors
                 .values()
-                .any(|e| e.assigned.is_none() && e.offers(device));
+                .any(|e| e.assigned.is_none() && e.offers(device) && e.fits(memory));
             job.set_joinable(idle && job.state == pb::JobState::Running);
         }
         self.expire_waiting_jobs(now);
@@ -574,16 +577,13 @@ impl Scheduler {
 
     fn start_jobs(&mut self, now: Instant) {
         while let Some(id) = self.queue.front().cloned() {
-            let need = self.jobs[&id].executors_needed();
-            let device = self.jobs[&id].device();
-            let mut idle: Vec<&ExecutorEntry> = self
+            let job = &self.jobs[&id];
+            let (need, device, memory) = (job.executors_needed(), job.device(), job.memory());
+            let (mut idle, busy): (Vec<&ExecutorEntry>, Vec<&ExecutorEntry>) = self
                 .executors
                 .values()
-                .filter(|e| e.assigned.is_none() && e.offers(device))
-                .collect();
-            if idle.len() < need {
-                return;
-            }
+                .filter(|e| e.offers(device))
+                .partition(|e| e.assigned.is_none());
             idle.sort_by(|a, b| {
                 (&a.info.host, &a.info.ring_address, &a.info.executor_id).cmp(&(
                     &b.info.host,
@@ -591,8 +591,18 @@ impl Scheduler {
                     &b.info.executor_id,
                 ))
             });
-            let chosen: Vec<pb::ExecutorInfo> =
-                idle.iter().take(need).map(|e| e.info.clone()).collect();
+            let busy_fitting = busy.iter().filter(|e| e.fits(memory.bytes)).count();
+            let chosen = match fit::choose(memory, need, &idle, busy_fitting) {
+                fit::Match::Wait => return,
+                fit::Match::Start(chosen) => chosen,
+                fit::Match::Refuse(why) => {
+                    self.queue.pop_front();
+                    if let Some(job) = self.jobs.get_mut(&id) {
+                        job.fail(why, now);
+                    }
+                    continue;
+                }
+            };
             self.queue.pop_front();
             for (rank, info) in chosen.iter().enumerate() {
                 let e = self
@@ -606,6 +616,28 @@ impl Scheduler {
                 .expect("queued jobs exist")
                 .start(chosen, now);
         }
+    }
+
+    /// Fails job `job_id` unless its memory estimate fits `limit_bytes` per executor, which
+    /// `limit` describes to complete "more than …"; returns the refusal. Embedded drivers
+    /// check this against the machine their executors will share, before starting them.
+    pub fn refuse_unless_fits(
+        &mut self,
+        job_id: &str,
+        limit_bytes: u64,
+        limit: &str,
+        now: Instant,
+    ) -> std::result::Result<(), String> {
+        let Some(job) = self.jobs.get_mut(job_id) else {
+            return Ok(());
+        };
+        if job.memory().fits(limit_bytes) {
+            return Ok(());
+        }
+        let why = job.memory().refusal(limit, limit_bytes);
+        job.fail(why.clone(), now);
+        self.queue.retain(|j| j != job_id);
+        Err(why)
     }
 
     /// Frees executors whose job has ended but that are still marked as assigned and have not
@@ -664,6 +696,7 @@ mod tests {
             protocol_version: ringflow_proto::PROTOCOL_VERSION,
             version: "test".into(),
             pid: 1,
+            ..Default::default()
         }
     }
 
@@ -838,6 +871,7 @@ device = "{device}"
                 index: i,
                 rows: 10,
                 file_row_start: 10 * u64::from(i),
+                bytes: 400,
             })
             .collect();
         JobKind::Train(Box::new(JobPlan {
@@ -852,6 +886,10 @@ device = "{device}"
             string_label: false,
             files: vec!["x.parquet".into()],
             resume: None,
+            footprint: Some(ringflow_ml::nn::ModelFootprint::linear_stack(
+                &[1, 2],
+                false,
+            )),
         }))
     }
 

@@ -58,6 +58,26 @@ impl ExecutorEntry {
         }
     }
 
+    /// Whether the executor has `bytes` of memory for a task (an executor that did not say
+    /// how much it has is trusted).
+    pub fn fits(&self, bytes: u64) -> bool {
+        self.info.memory_bytes == 0 || bytes <= self.info.memory_bytes
+    }
+
+    /// "the 64.0 MiB (--memory) of executor ID on HOST": its memory, as refusals name it.
+    pub fn memory_text(&self) -> String {
+        let source = match self.info.memory_source.as_str() {
+            "" => String::new(),
+            s => format!(" ({s})"),
+        };
+        format!(
+            "the {}{source} of executor {} on {}",
+            ringflow_proto::size::format_bytes(self.info.memory_bytes),
+            self.info.executor_id,
+            self.info.host
+        )
+    }
+
     /// "executor ID (rank R) on HOST": how errors name it.
     pub fn describe(&self, rank: u32) -> String {
         format!(

@@ -137,6 +137,20 @@ impl DriverHandle {
         self.shared.lock().job(job_id).map(|j| j.device())
     }
 
+    /// Fails job `job_id` unless what one executor needs for it fits `limit_bytes`, described
+    /// by `limit` ("the 3.9 GiB each of 4 executors gets of this machine's …"); returns the
+    /// refusal. Embedded drivers call it before they start their executors.
+    pub fn refuse_unless_fits(
+        &self,
+        job_id: &str,
+        limit_bytes: u64,
+        limit: &str,
+    ) -> std::result::Result<(), String> {
+        self.shared
+            .lock()
+            .refuse_unless_fits(job_id, limit_bytes, limit, Instant::now())
+    }
+
     /// Cancels every unfinished job (used on Ctrl-C).
     pub fn cancel_all(&self) {
         let now = Instant::now();

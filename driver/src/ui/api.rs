@@ -7,6 +7,7 @@ use ringflow_proto::pb;
 use ringflow_proto::pb::job_event::Event;
 use serde::Serialize;
 
+use crate::planner::memory::MemoryEstimate;
 use crate::scheduler::{Job, Scheduler};
 use crate::summary::JobSummary;
 
@@ -27,6 +28,8 @@ pub struct JobView {
     pub duration_s: f64,
     /// The error of a failed job.
     pub error: Option<String>,
+    /// What one executor needs for the job, estimated when it was submitted.
+    pub memory: MemoryEstimate,
 }
 
 /// Where training is.
@@ -69,6 +72,10 @@ pub struct ExecutorView {
     pub samples_per_s: Option<f64>,
     /// Fractions of its latest epoch's time per phase.
     pub phases: Option<PhaseShares>,
+    /// The memory its tasks may use, in bytes, if it said.
+    pub memory_bytes: Option<u64>,
+    /// Where that figure comes from (`--memory`, a cgroup limit, the machine).
+    pub memory_source: Option<String>,
 }
 
 /// How a rank's time split over a step's phases (fractions summing to 1).
@@ -230,6 +237,7 @@ pub fn job(j: &Job, now: Instant) -> JobView {
         progress: latest_progress(j.events()),
         duration_s: duration(j, now),
         error: j.error().map(str::to_string),
+        memory: j.memory().clone(),
     }
 }
 
@@ -258,6 +266,9 @@ pub fn executors(s: &Scheduler, now: Instant) -> Vec<ExecutorView> {
                 last_heartbeat_s: now.saturating_duration_since(e.last_seen).as_secs_f64(),
                 samples_per_s,
                 phases,
+                memory_bytes: (e.info.memory_bytes > 0).then_some(e.info.memory_bytes),
+                memory_source: (!e.info.memory_source.is_empty())
+                    .then(|| e.info.memory_source.clone()),
             }
         })
         .collect();

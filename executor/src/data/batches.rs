@@ -7,6 +7,11 @@
 //! stream (TensorFlow's `shuffle(buffer_size)` semantics). Memory therefore stays at the buffer
 //! plus a few read chunks, whatever the size of the data set; with a buffer at least as large
 //! as the executor's share of an epoch the order is a uniform random permutation.
+//!
+//! No buffer is sized from a setting alone: the shuffle buffer and each batch reserve at most
+//! the rows the plan holds, so a `batch_size` or `shuffle_buffer` far beyond the data costs
+//! only what the data is (a batch larger than the share is the whole share: one step per
+//! epoch, like PyTorch's `DataLoader` with `drop_last=False`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +51,9 @@ pub struct EpochStream {
     current: Rows,
     cursor: usize,
     exhausted: bool,
+    /// Rows the plan holds that no batch has taken yet: a bound for reservations (a query in
+    /// `data.sql` may change the count, so it is never trusted for more).
+    planned_left: u64,
 }
 
 struct ShuffleBuffer {
@@ -79,10 +87,11 @@ impl EpochStream {
             width,
             shuffle: shuffle.map(|(capacity, rng)| {
                 let capacity = capacity.max(1);
+                let reserved = bounded(capacity, plan.rows);
                 (
                     ShuffleBuffer {
-                        features: Vec::with_capacity(capacity.min(1 << 20) * width),
-                        labels: Vec::with_capacity(capacity.min(1 << 20)),
+                        features: Vec::with_capacity(reserved.saturating_mul(width)),
+                        labels: Vec::with_capacity(reserved),
                         capacity,
                     },
                     rng,
@@ -91,15 +100,17 @@ impl EpochStream {
             current: Rows::default(),
             cursor: 0,
             exhausted: false,
+            planned_left: plan.rows,
         }
     }
 
     /// The next batch of at most `max_rows` rows; `None` once the epoch's rows are used up.
     pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<Batch>> {
         let w = self.width;
+        let reserved = bounded(max_rows, self.planned_left);
         let mut batch = Batch {
-            features: Vec::with_capacity(max_rows * w),
-            labels: Vec::with_capacity(max_rows),
+            features: Vec::with_capacity(reserved.saturating_mul(w)),
+            labels: Vec::with_capacity(reserved),
             rows: 0,
         };
         while batch.rows < max_rows {
@@ -112,6 +123,7 @@ impl EpochStream {
                 break;
             }
         }
+        self.planned_left = self.planned_left.saturating_sub(batch.rows as u64);
         Ok((batch.rows > 0).then_some(batch))
     }
 
@@ -220,6 +232,12 @@ impl Drop for EpochStream {
     }
 }
 
+/// `wanted` rows, but never more than the `available` rows a plan holds: what a buffer may
+/// reserve up front.
+fn bounded(wanted: usize, available: u64) -> usize {
+    wanted.min(usize::try_from(available).unwrap_or(usize::MAX))
+}
+
 fn read_partitions(
     partitions: &[ringflow_proto::pb::Partition],
     converter: &Converter,
@@ -233,5 +251,125 @@ fn read_partitions(
     });
     if let Err(e) = result {
         let _ = tx.send(Err(e));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Float32Array};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::WriterProperties;
+    use ringflow_proto::pb::Partition;
+
+    use super::*;
+    use crate::data::cache::RowGroupCache;
+    use crate::data::features::LabelKind;
+
+    /// A Parquet file with `rows` rows of `x = i` and `y = 2i`, in row groups of 100, and the
+    /// plan that reads all of it.
+    fn data(dir: &std::path::Path, rows: usize) -> EpochPlan {
+        let path = dir.join("d.parquet");
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Float32, false),
+            Field::new("y", DataType::Float32, false),
+        ]));
+        let x: Vec<f32> = (0..rows).map(|i| i as f32).collect();
+        let y: Vec<f32> = x.iter().map(|v| 2.0 * v).collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Float32Array::from(x)),
+            Arc::new(Float32Array::from(y)),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(100))
+            .build();
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = ArrowWriter::try_new(file, schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let groups = rows.div_ceil(100);
+        let partitions = (0..groups)
+            .map(|g| Partition {
+                path: path.display().to_string(),
+                row_group: g as u32,
+                row_offset: 0,
+                row_count: (rows - 100 * g).min(100) as u64,
+                file_row_start: 100 * g as u64,
+            })
+            .collect();
+        EpochPlan {
+            epoch: 0,
+            partitions,
+            rows: rows as u64,
+            steps: 1,
+            reform: false,
+        }
+    }
+
+    fn stream(plan: &EpochPlan, shuffle: Option<usize>) -> EpochStream {
+        let converter = Converter::new(
+            &["x".to_string()],
+            Some("y"),
+            LabelKind::Regression,
+            None,
+            1,
+        );
+        let read = ReadContext {
+            columns: vec!["x".into(), "y".into()],
+            prep: None,
+            cache: RowGroupCache::new(0),
+            driver: None,
+        };
+        let shuffle = shuffle.map(|rows| (rows, ringflow_ml::rng::seeded(7, 0)));
+        EpochStream::start(plan, Arc::new(converter), 1, shuffle, read)
+    }
+
+    /// Every row of the batch, checked against its label.
+    fn values(batch: &Batch) -> Vec<u32> {
+        for (x, y) in batch.features.iter().zip(&batch.labels) {
+            assert_eq!(2.0 * x, *y, "a feature lost its label");
+        }
+        let mut v: Vec<u32> = batch.features.iter().map(|&x| x as u32).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn a_batch_far_beyond_the_data_is_the_whole_share() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = data(dir.path(), 250);
+        for shuffle in [None, Some(64), Some(usize::MAX)] {
+            let mut s = stream(&plan, shuffle);
+            // Reserving this many rows up front would fail outright.
+            let batch = s.next_batch(usize::MAX / 2).unwrap().expect("one batch");
+            assert_eq!(batch.rows, 250, "shuffle {shuffle:?}");
+            assert_eq!(values(&batch), (0..250).collect::<Vec<_>>());
+            assert!(
+                batch.features.capacity() <= 250,
+                "reserved {} rows for 250",
+                batch.features.capacity()
+            );
+            assert!(s.next_batch(usize::MAX / 2).unwrap().is_none());
+        }
+    }
+
+    #[test]
+    fn batches_cover_the_epoch_once_whatever_the_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = data(dir.path(), 250);
+        for shuffle in [None, Some(1), Some(64), Some(usize::MAX)] {
+            let mut s = stream(&plan, shuffle);
+            let mut seen = Vec::new();
+            while let Some(b) = s.next_batch(32).unwrap() {
+                assert!(b.rows <= 32);
+                seen.extend(values(&b));
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, (0..250).collect::<Vec<_>>(), "shuffle {shuffle:?}");
+        }
     }
 }

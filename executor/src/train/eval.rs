@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::train::context::EvalStats;
 
 /// Rows per evaluation batch.
-const EVAL_BATCH: usize = 1024;
+const EVAL_BATCH: usize = ringflow_proto::data::EVAL_BATCH_ROWS;
 
 /// Loss, accuracy (classification) or squared error (regression) of `model` on `plan`'s rows.
 pub fn evaluate(

@@ -102,7 +102,8 @@ pub fn prepare_data(
     let read = ReadContext {
         columns,
         prep,
-        cache: RowGroupCache::new(data.cache_mb << 20),
+        // A budget, not an allocation: the cache holds only row groups really read.
+        cache: RowGroupCache::new(data.cache_mb.saturating_mul(1 << 20)),
         driver,
     };
     let mut preprocessing = options.preprocessing.clone().unwrap_or_default();

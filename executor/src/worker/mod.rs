@@ -28,6 +28,7 @@ use tracing::{error, info, warn};
 use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
 use crate::error::{ExecutorError, Result};
 use crate::infer::{InferTask, run_inference};
+use crate::memory::MemoryLimit;
 use crate::placement;
 use crate::train::setup::DataOptions;
 use crate::train::{TrainTask, run_task, with_compute_threads};
@@ -55,6 +56,9 @@ pub struct ExecutorConfig {
     pub security: ClientSecurity,
     /// Where to serve `/healthz` and `/readyz` (`None`: not at all).
     pub health: Option<SocketAddr>,
+    /// The memory its tasks may use, in bytes (`ringflow executor --memory`); `None`: the
+    /// smaller of the machine's memory and the process's cgroup limit ([`crate::memory`]).
+    pub memory: Option<u64>,
 }
 
 /// The state the heartbeat task shares with the task loop.
@@ -81,6 +85,7 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
     })?;
     let host = advertise_host(&config)?;
     let ring_address = format!("{host}:{}", listener.local_addr().port());
+    let memory = MemoryLimit::resolve(config.memory);
     let info = pb::ExecutorInfo {
         executor_id: executor_id(),
         host: hostname(),
@@ -90,6 +95,10 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         protocol_version: ringflow_proto::PROTOCOL_VERSION,
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
+        memory_bytes: memory.map_or(0, |m| m.bytes),
+        memory_source: memory
+            .map(|m| m.source.as_str().to_string())
+            .unwrap_or_default(),
     };
     let health = Arc::new(health::Health::default());
     if let Some(addr) = config.health {
@@ -107,6 +116,7 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         executor = %info.executor_id,
         ring = %info.ring_address,
         devices = %info.devices.join(","),
+        memory = %memory.map_or("unknown".into(), |m| m.to_string()),
         "registered with {}",
         config.driver
     );

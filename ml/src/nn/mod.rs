@@ -8,11 +8,13 @@
 //! [`Sequential`]; [`ModelSpec`] describes a whole model (`kind = "mlp"` is built in), and a
 //! [`ModelRegistry`] maps further `kind`s to user code.
 
+mod footprint;
 mod layers;
 mod model;
 mod params;
 mod registry;
 
+pub use footprint::ModelFootprint;
 pub use layers::{
     Activation, ActivationKind, Dropout, Embedding, Init, LayerNorm, Linear, Sequential,
 };

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{MlError, Result};
 use crate::nn::layers::{Activation, ActivationKind, Dropout, Init, Linear, Sequential};
-use crate::nn::{ModelSpec, Module, ParamBuilder};
+use crate::nn::{ModelFootprint, ModelSpec, Module, ParamBuilder};
 
 /// The input and output widths a model expects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,15 @@ pub trait ModelBuilder: Send + Sync {
 
     /// Creates the model's parameters through `params` and returns the network.
     fn build(&self, spec: &ModelSpec, params: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>>;
+
+    /// The memory the model needs, computed from the spec without building it, so that the
+    /// driver can refuse a job that cannot fit an executor (see `docs/job-spec.md`, "Memory").
+    /// The default, `None`, leaves the model out of the estimate: implement it for large
+    /// custom models.
+    fn footprint(&self, spec: &ModelSpec) -> Result<Option<ModelFootprint>> {
+        let _ = spec;
+        Ok(None)
+    }
 }
 
 /// The model kinds a process knows, by name.
@@ -137,6 +146,14 @@ impl ModelBuilder for MlpBuilder {
             inputs: mlp.layers[0],
             outputs: *mlp.layers.last().expect("checked length"),
         })
+    }
+
+    fn footprint(&self, spec: &ModelSpec) -> Result<Option<ModelFootprint>> {
+        let mlp = MlpSpec::from_spec(spec)?;
+        Ok(Some(ModelFootprint::linear_stack(
+            &mlp.layers,
+            mlp.dropout > 0.0,
+        )))
     }
 
     fn build(&self, spec: &ModelSpec, params: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>> {

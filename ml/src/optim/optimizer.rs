@@ -190,6 +190,12 @@ impl OptimizerSpec {
         Ok(())
     }
 
+    /// How many buffers of the parameters' size this optimizer keeps as state (0 for plain
+    /// SGD, 1 for SGD with momentum and Adagrad, 2 for Adam and AdamW).
+    pub fn state_buffers(&self) -> usize {
+        self.slot_names().len()
+    }
+
     /// The names of the per-parameter state buffers this optimizer keeps.
     fn slot_names(&self) -> &'static [&'static str] {
         match self {

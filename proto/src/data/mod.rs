@@ -28,6 +28,12 @@ pub use error::{DataError, Result};
 
 use datafusion::arrow::datatypes::DataType;
 
+/// Rows per batch when an executor evaluates a model (the test split, `ringflow eval`).
+pub const EVAL_BATCH_ROWS: usize = 1024;
+
+/// Rows per batch when an executor writes predictions (`ringflow predict`).
+pub const PREDICT_BATCH_ROWS: usize = 4096;
+
 /// True for the Arrow types that hold strings (a string label's class names), dictionary
 /// encoded or not.
 pub fn is_string(t: &DataType) -> bool {

@@ -28,6 +28,20 @@ function duration(s) {
   return m + " min " + Math.round(s - 60 * m) + " s";
 }
 
+function bytes(n) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0;
+  while (n >= 1024 && i + 1 < units.length) { n /= 1024; i++; }
+  return i === 0 ? n + " B" : n.toFixed(1) + " " + units[i];
+}
+
+// "memory per executor: about 170.2 MiB (read-ahead 52.6 MiB, …)", from a job's estimate.
+function memoryLine(m) {
+  if (!m) return "";
+  const parts = m.parts.map(p => p.what + " " + bytes(p.bytes)).join(", ");
+  return "memory per executor: about " + bytes(m.bytes) + " (" + parts + ")" + (m.note ? "; " + m.note : "");
+}
+
 async function get(path) {
   const r = await fetch(path, { cache: "no-store" });
   if (!r.ok) throw new Error(path + ": HTTP " + r.status);
@@ -103,6 +117,7 @@ function renderExecutors(executors) {
       el("td", {}, x.state), el("td", {}, x.job_id || "–"),
       el("td", {}, x.rank === null ? "–" : String(x.rank)),
       el("td", {}, fmt(x.last_heartbeat_s, 1) + " s ago"),
+      el("td", { title: x.memory_source || "" }, x.memory_bytes ? bytes(x.memory_bytes) : "–"),
       el("td", {}, fmt(x.samples_per_s, 0)), td);
   }
 }
@@ -137,8 +152,10 @@ function chart(id, points) {
   });
 }
 
-async function renderCharts() {
+async function renderCharts(jobs) {
   document.getElementById("chart-job").textContent = selected || "(none yet)";
+  const job = jobs.find(j => j.id === selected);
+  document.getElementById("job-memory").textContent = job ? memoryLine(job.memory) : "";
   if (!selected) return;
   const m = await get("/api/v1/jobs/" + encodeURIComponent(selected) + "/metrics");
   // Progress reports (about once a second) and each epoch's mean, by step: epochs shorter than
@@ -162,7 +179,7 @@ async function refresh() {
     }
     renderJobs(jobs);
     renderExecutors(executors);
-    await renderCharts();
+    await renderCharts(jobs);
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (e) {
     document.getElementById("updated").textContent = "cannot reach the driver: " + e.message;
