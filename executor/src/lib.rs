@@ -6,12 +6,14 @@
 //! It learns everything about a job — spec, rank, partitions — from the driver, through the
 //! [`train::TaskContext`] interface; [`worker`] is the process that registers with the driver
 //! and runs the tasks of successive jobs; [`infer`] evaluates or applies a saved model;
-//! [`placement`] chooses the GPU (or the CPU) each executor's model lives on.
+//! [`placement`] chooses the GPU (or the CPU) each executor's model lives on; [`last_words`]
+//! reports a panic or a failed allocation to the driver before the process ends.
 
 pub mod collective;
 pub mod data;
 pub mod error;
 pub mod infer;
+pub mod last_words;
 pub mod placement;
 pub mod train;
 pub mod worker;

@@ -8,8 +8,11 @@
 
 mod auth;
 mod executors;
+mod exits;
 mod flight;
 mod jobs;
+
+pub use exits::ExitReporter;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -135,6 +138,12 @@ impl DriverHandle {
     /// share.
     pub fn job_device(&self, job_id: &str) -> Option<Device> {
         self.shared.lock().job(job_id).map(|j| j.device())
+    }
+
+    /// A handle that reports executor processes that ended ([`ExitReporter`]), for the process
+    /// that started them.
+    pub fn exit_reporter(&self) -> ExitReporter {
+        ExitReporter(self.shared.clone())
     }
 
     /// Cancels every unfinished job (used on Ctrl-C).
