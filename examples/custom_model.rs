@@ -96,6 +96,11 @@ impl ModelBuilder for ResidualMlpBuilder {
     }
 }
 
+/// As in the stock binary: an executor that runs out of memory says so to the driver.
+#[global_allocator]
+static ALLOCATOR: ringflow::executor::last_words::ReportingAllocator =
+    ringflow::executor::last_words::ReportingAllocator;
+
 fn main() -> ExitCode {
     let mut models = ModelRegistry::default();
     models.register("residual_mlp", ResidualMlpBuilder);

@@ -49,6 +49,7 @@ impl TryFrom<&DriverArgs> for DriverConfig {
             scheduler: SchedulerConfig {
                 heartbeat_interval: Duration::from_millis(1000),
                 executor_timeout: Duration::from_secs(a.executor_timeout),
+                ..SchedulerConfig::default()
             },
             ui: super::local::parse_ui(&a.ui)?,
             ui_next_free_port: false,

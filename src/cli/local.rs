@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use ringflow_driver::scheduler::SchedulerConfig;
+use ringflow_driver::scheduler::{ProcessEnd, SchedulerConfig};
 use ringflow_driver::service::{self, DriverConfig, DriverHandle};
 use ringflow_executor::memory::MemoryLimit;
 use ringflow_ml::Device;
@@ -59,6 +59,7 @@ fn local_timing() -> SchedulerConfig {
     SchedulerConfig {
         heartbeat_interval: Duration::from_millis(500),
         executor_timeout: Duration::from_secs(10),
+        ..SchedulerConfig::default()
     }
 }
 
@@ -146,6 +147,24 @@ fn check_local_memory(driver: &DriverHandle, job_id: &str, n: usize) -> anyhow::
         .map_err(anyhow::Error::msg)
 }
 
+/// Tells the embedded driver at once when an executor process ends: the job names the
+/// executor and its exit status (and fails, or re-forms its ring), instead of waiting for a
+/// heartbeat timeout. One that ends before it registered fails `job_id` if it still waits.
+fn report_exits(children: &mut Children, driver: &service::DriverHandle, job_id: &str) {
+    let reporter = driver.exit_reporter();
+    let host = ringflow_executor::worker::hostname();
+    let job_id = job_id.to_string();
+    children.watch(move |pid, status| {
+        let how = ProcessEnd::from(status);
+        if !reporter.executor_exited(&host, pid, how) {
+            reporter.fail_waiting_job(
+                &job_id,
+                format!("executor process {pid} {how} before it registered with the driver"),
+            );
+        }
+    });
+}
+
 /// Runs one job on a local cluster: a driver in this process and `n` executor processes with
 /// `threads` compute threads each. Planning errors, a device this machine cannot use, and a job
 /// that cannot fit this machine's memory are reported before any executor starts.
@@ -214,6 +233,7 @@ pub fn run_local(
                 .collect::<Vec<_>>()
                 .join(" ")
         );
+        report_exits(&mut children, &driver, &job_id);
         let recorder = timeline.map(|t| t.follow(&client, &job_id));
         let watched = submit::watch(&mut client, &job_id, &mut observer).await;
         if matches!(watched, Ok(Watched::Signal(_)) | Err(_)) {

@@ -10,6 +10,7 @@ mod errors;
 mod helpers;
 mod history;
 mod memory;
+mod lost;
 mod observe;
 mod outputs;
 mod process;

@@ -32,9 +32,15 @@ impl Process {
 
     /// Starts `ringflow ARGS` in the working directory `cwd`.
     pub(crate) fn start_in<S: AsRef<OsStr>>(args: &[S], cwd: &Path) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
-            .args(args)
-            .current_dir(cwd)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringflow"));
+        cmd.args(args).current_dir(cwd);
+        Process::spawn(cmd)
+    }
+
+    /// Starts `cmd`, a `ringflow` command the test prepared (its arguments, working directory,
+    /// environment, limits).
+    pub(crate) fn spawn(mut cmd: Command) -> Process {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

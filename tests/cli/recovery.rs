@@ -52,7 +52,7 @@ fn checkpoint_step(dir: &std::path::Path) -> Option<(u64, u64)> {
 /// `ringflow local ARGS`, followed until a stderr line starts with `until`: the run, its
 /// executors' pids and its embedded driver's URL (from the line "started N executor processes
 /// (pids …) for driver URL").
-fn watch_local(args: &[String], until: &str) -> (Process, Vec<i32>, String) {
+pub(crate) fn watch_local(args: &[String], until: &str) -> (Process, Vec<i32>, String) {
     let run = Process::start(args);
     let line = run.wait_for("(pids ");
     let rest = line.split("(pids ").nth(1).unwrap();

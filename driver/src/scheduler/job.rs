@@ -162,13 +162,16 @@ pub struct Job {
     lock: Option<DirLock>,
     /// What one executor needs for the job.
     memory: MemoryEstimate,
+    /// A rank's communication error, held (since the instant) while a root cause may come.
+    held_error: Option<(String, Instant)>,
 }
 
-/// A ring being re-formed: which ranks asked to recover, which were lost.
+/// A ring being re-formed: which ranks asked to recover (with their error), which were lost
+/// (with the cause).
 #[derive(Debug, Default)]
 struct Recovery {
     asked: BTreeMap<usize, String>,
-    lost: BTreeSet<usize>,
+    lost: BTreeMap<usize, String>,
     started: Option<Instant>,
 }
 
@@ -216,6 +219,7 @@ impl Job {
             spans_kept: 0,
             lock: None,
             memory,
+            held_error: None,
         };
         let intro = match &job.kind {
             JobKind::Train(plan) => format!(
@@ -860,7 +864,13 @@ impl Job {
                 reason: why.clone(),
             });
         }
-        if !self.is_elastic() || self.state != JobState::Running || rank >= self.ranks.len() {
+        // A rank already failed over its connections (held, waiting for this root cause): the
+        // job cannot be recovered without it.
+        if self.held_error.is_some()
+            || !self.is_elastic()
+            || self.state != JobState::Running
+            || rank >= self.ranks.len()
+        {
             self.fail(why, now);
             return;
         }
@@ -875,7 +885,7 @@ impl Job {
         self.message(format!("{why}; re-forming the ring without it"));
         let r = self.recovery.get_or_insert_with(Recovery::default);
         r.started.get_or_insert(now);
-        r.lost.insert(rank);
+        r.lost.insert(rank, why);
         self.executors_lost
             .push(self.ranks[rank].executor_id.clone());
     }
@@ -915,7 +925,7 @@ impl Job {
         r.started.get_or_insert(now);
         r.asked.entry(rank).or_insert_with(|| req.error.clone());
         let settled =
-            (0..self.ranks.len()).all(|i| r.asked.contains_key(&i) || r.lost.contains(&i));
+            (0..self.ranks.len()).all(|i| r.asked.contains_key(&i) || r.lost.contains_key(&i));
         if !settled {
             return Ok(None);
         }
@@ -923,7 +933,7 @@ impl Job {
         let survivors: Vec<pb::ExecutorInfo> = recovery
             .asked
             .keys()
-            .filter(|i| !recovery.lost.contains(i))
+            .filter(|i| !recovery.lost.contains_key(i))
             .map(|&i| self.ranks[i].clone())
             .collect();
         if survivors.len() < min_executors || survivors.is_empty() {
@@ -939,7 +949,14 @@ impl Job {
         let waited = recovery
             .started
             .map_or(0.0, |s| now.duration_since(s).as_secs_f64());
-        let cause = recovery.asked.values().next().cloned().unwrap_or_default();
+        // The root cause: how a lost executor was lost, before the survivors' broken rings.
+        let cause = recovery
+            .lost
+            .values()
+            .chain(recovery.asked.values())
+            .next()
+            .cloned()
+            .unwrap_or_default();
         self.generation += 1;
         let lost_any = !recovery.lost.is_empty();
         if lost_any {
@@ -995,7 +1012,7 @@ impl Job {
             world_after: ranks.len(),
             lost: recovery
                 .lost
-                .iter()
+                .keys()
                 .filter_map(|&r| self.ranks.get(r).map(|e| e.executor_id.clone()))
                 .collect(),
             joined: self.joiners.iter().cloned().collect(),
@@ -1126,12 +1143,15 @@ impl Job {
         }
     }
 
-    /// A rank ended with `result`; `who` names its executor in errors.
+    /// A rank ended with `result`; `who` names its executor in errors. An error that may be
+    /// the `consequence` of another executor's loss (a broken connection) is held: the job fails
+    /// with it only if no root cause comes first ([`Job::settle_held_error`]).
     pub fn finish_rank(
         &mut self,
         rank: usize,
         executor_id: &str,
         result: Option<pb::finish_task_request::Result>,
+        consequence: bool,
         who: &str,
         now: Instant,
     ) {
@@ -1151,6 +1171,12 @@ impl Job {
                     self.bench_seconds = b.seconds;
                 }
             }
+            Some(R::Error(e)) if consequence => {
+                let error = format!("{who} failed: {e}");
+                info!(job = %self.id, "holding, while a root cause may come: {error}");
+                self.held_error.get_or_insert((error, now));
+                return;
+            }
             Some(R::Error(e)) => {
                 self.fail(format!("{who} failed: {e}"), now);
                 return;
@@ -1164,7 +1190,7 @@ impl Job {
         if let Some(r) = &self.recovery
             && !r.lost.is_empty()
         {
-            let lost: Vec<String> = r.lost.iter().map(|l| format!("rank {l}")).collect();
+            let lost: Vec<String> = r.lost.keys().map(|l| format!("rank {l}")).collect();
             self.fail(
                 format!(
                     "{who} finished while the ring was being re-formed without {}, which \
@@ -1177,6 +1203,25 @@ impl Job {
         }
         if self.finished.iter().all(|&f| f) {
             self.end(JobState::Succeeded, now);
+        }
+    }
+
+    /// Whether a rank's communication error waits for a root cause.
+    pub fn has_held_error(&self) -> bool {
+        self.held_error.is_some() && !self.is_finished()
+    }
+
+    /// Fails the job with its held communication error once `grace` has passed without a root
+    /// cause, or, while a lost connection of one of its executors is `settling`, once that has
+    /// had its own grace too (at most four graces in all).
+    pub fn settle_held_error(&mut self, now: Instant, grace: Duration, settling: bool) {
+        let Some((_, since)) = &self.held_error else {
+            return;
+        };
+        let held = now.saturating_duration_since(*since);
+        if (held >= grace && !settling) || held >= grace * 4 {
+            let (error, _) = self.held_error.take().expect("checked");
+            self.fail(error, now);
         }
     }
 

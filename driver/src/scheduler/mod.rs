@@ -15,8 +15,9 @@
 //!   and from where, and for a GPU job which of them have no GPU. Only executors whose
 //!   advertised memory holds the job's estimate are chosen; a job that the registered executors
 //!   cannot hold is refused before any task is sent, naming them (module `fit`).
-//! - **Health.** An executor that misses heartbeats for `executor_timeout` is dropped; a job it
-//!   was training fails with a message naming it.
+//! - **Health.** An executor whose process ended, whose connection closed, or that misses
+//!   heartbeats for `executor_timeout` is dropped; a job it was training fails (or, elastic,
+//!   re-forms its ring) with a message naming it and the cause ([`loss`]).
 //! - **Event log.** Each training job (and evaluation or prediction of a saved model) writes
 //!   what happens to it to `<checkpoint_dir>/events.jsonl` ([`crate::events`]).
 //! - **Job ids.** `<name>-<yyyyMMddHHmmss>-<tag>-<NNNN>`, like Spark's application ids: the
@@ -28,9 +29,11 @@
 
 mod fit;
 mod job;
+mod loss;
 mod registry;
 
 pub use job::{Job, JobKind};
+pub use loss::{Gone, MAX_LAST_WORDS, ProcessEnd, signal_name};
 pub use registry::ExecutorEntry;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -40,7 +43,7 @@ use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 use ringflow_proto::spec::JobSpec;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::error::{DriverError, Result};
 use crate::outputs::DirLock;
@@ -53,6 +56,10 @@ pub struct SchedulerConfig {
     pub heartbeat_interval: Duration,
     /// Silence after which an executor is considered lost.
     pub executor_timeout: Duration,
+    /// How long a closed executor connection waits for a better cause (an exit status, a sign
+    /// of life) before the executor is declared lost, and how long a rank's communication error
+    /// waits for a root cause before it fails the job.
+    pub loss_grace: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -60,6 +67,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             heartbeat_interval: Duration::from_millis(1000),
             executor_timeout: Duration::from_secs(15),
+            loss_grace: Duration::from_millis(1500),
         }
     }
 }
@@ -148,7 +156,7 @@ impl Scheduler {
         match self.executors.get_mut(&info.executor_id) {
             Some(e) => {
                 e.info = info;
-                e.last_seen = now;
+                e.heard_from(now);
             }
             None => {
                 info!(executor = %info.executor_id, host = %info.host, ring = %info.ring_address, "executor registered");
@@ -427,16 +435,32 @@ impl Scheduler {
         req: pb::FinishTaskRequest,
         now: Instant,
     ) -> std::result::Result<(), Refusal> {
-        let executor = self
-            .executors
-            .get(&req.executor_id)
-            .map(|e| e.describe(req.rank));
+        let entry = self.executors.get(&req.executor_id);
+        let executor = entry.map(|e| e.describe(req.rank));
+        let words = entry.and_then(|e| e.last_words.clone());
         let job = self
             .jobs
             .get_mut(&req.job_id)
             .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
         let who = executor.unwrap_or_else(|| format!("rank {} ({})", req.rank, req.executor_id));
-        job.finish_rank(req.rank as usize, &req.executor_id, req.result, &who, now);
+        let mut result = req.result;
+        // What the executor reported as it failed (a thread's panic) is part of its error, and
+        // makes it a root cause rather than a consequence.
+        if let (Some(pb::finish_task_request::Result::Error(e)), Some(words)) =
+            (&mut result, &words)
+        {
+            e.push_str("; it reported: ");
+            e.push_str(words);
+        }
+        let consequence = req.communication && words.is_none();
+        job.finish_rank(
+            req.rank as usize,
+            &req.executor_id,
+            result,
+            consequence,
+            &who,
+            now,
+        );
         if let Some(e) = self.executors.get_mut(&req.executor_id)
             && e.assigned.as_ref().is_some_and(|a| a.job_id == req.job_id)
         {
@@ -450,6 +474,7 @@ impl Scheduler {
     /// start queued jobs that now have enough idle executors.
     pub fn tick(&mut self, now: Instant) {
         self.drop_lost_executors(now);
+        self.settle_held_errors(now);
         for job in self.jobs.values_mut() {
             job.check_lock(now);
             let (device, memory) = (job.device(), job.memory().bytes);
@@ -462,36 +487,6 @@ impl Scheduler {
         self.expire_waiting_jobs(now);
         self.start_jobs(now);
         self.release_finished(now);
-    }
-
-    fn drop_lost_executors(&mut self, now: Instant) {
-        let timeout = self.config.executor_timeout;
-        let lost: Vec<String> = self
-            .executors
-            .values()
-            .filter(|e| now.duration_since(e.last_seen) > timeout)
-            .map(|e| e.info.executor_id.clone())
-            .collect();
-        for id in lost {
-            let entry = self.executors.remove(&id).expect("listed above");
-            let silent = now.duration_since(entry.last_seen).as_secs_f64();
-            warn!(executor = %id, "executor lost: no heartbeat for {silent:.0} s");
-            self.broadcast_message(&format!(
-                "executor {id} on {} lost: no heartbeat for {silent:.0} s",
-                entry.info.host
-            ));
-            if let Some(a) = &entry.assigned
-                && let Some(job) = self.jobs.get_mut(&a.job_id)
-                && !job.is_finished()
-            {
-                let who = entry.describe(a.rank);
-                job.rank_lost(
-                    a.rank as usize,
-                    format!("{who} stopped sending heartbeats {silent:.0} s ago (killed, hung, or cut off)"),
-                    now,
-                );
-            }
-        }
     }
 
     fn expire_waiting_jobs(&mut self, now: Instant) {
@@ -686,7 +681,7 @@ mod tests {
 
     use super::*;
 
-    fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
+    pub(super) fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
         pb::ExecutorInfo {
             executor_id: id.into(),
             host: host.into(),
@@ -700,11 +695,11 @@ mod tests {
         }
     }
 
-    fn sched() -> Scheduler {
+    pub(super) fn sched() -> Scheduler {
         Scheduler::new(SchedulerConfig::default(), ModelRegistry::default()).without_event_logs()
     }
 
-    fn bench(executors: usize) -> JobKind {
+    pub(super) fn bench(executors: usize) -> JobKind {
         JobKind::Bench {
             executors,
             spec: pb::BenchSpec {
@@ -849,7 +844,7 @@ kind = "transformer"
 
     /// A planned training job on `executors` executors with `cluster.device = device` (the plan
     /// is made up: no data is read).
-    fn train_on(device: &str, executors: usize) -> JobKind {
+    pub(super) fn train_on(device: &str, executors: usize) -> JobKind {
         let text = format!(
             r#"
 [data]
@@ -1102,6 +1097,7 @@ device = "{device}"
                     result: Some(pb::finish_task_request::Result::Outcome(
                         pb::TaskOutcome::default(),
                     )),
+                    communication: false,
                 },
                 now,
             )
@@ -1206,7 +1202,11 @@ device = "{device}"
         };
         assert_eq!((*generation, *world_before, *world_after), (1, 2, 1));
         assert_eq!(lost, &["e2".to_string()]);
-        assert_eq!(cause, "connection reset");
+        // The root cause, not the survivor's broken ring.
+        assert_eq!(
+            cause,
+            "executor e2 (rank 1) on h2 stopped sending heartbeats 20 s ago (killed, hung, or cut off)"
+        );
         let crate::events::Event::Finished { state, .. } = &records[4].event else {
             unreachable!()
         };

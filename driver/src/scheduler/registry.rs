@@ -1,6 +1,6 @@
 //! What the driver knows about each executor.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ringflow_ml::Device;
 use ringflow_proto::pb;
@@ -25,7 +25,18 @@ pub struct ExecutorEntry {
     pub assigned: Option<Assignment>,
     /// Whether it has picked that task up.
     pub delivered: bool,
+    /// How many attachment streams it opened (the number of the latest one).
+    pub attachments: u64,
+    /// When its latest attachment stream closed, while it has shown no sign of life since.
+    pub detached_at: Option<Instant>,
+    /// What it reported as it died (a panic, an allocation that failed), since its current
+    /// task was assigned.
+    pub last_words: Option<String>,
 }
+
+/// A heartbeat this soon after an attachment stream closed may have been in flight on the
+/// same connection: only a later one shows that the executor lives.
+const SIGN_OF_LIFE_AFTER: Duration = Duration::from_millis(250);
 
 impl ExecutorEntry {
     /// A newly registered, idle executor.
@@ -35,6 +46,22 @@ impl ExecutorEntry {
             last_seen: now,
             assigned: None,
             delivered: false,
+            attachments: 0,
+            detached_at: None,
+            last_words: None,
+        }
+    }
+
+    /// The executor was heard from (a registration or a heartbeat) at `now`: a closed
+    /// attachment stream before it no longer counts as a loss, unless the call may have been
+    /// in flight when the connection closed.
+    pub fn heard_from(&mut self, now: Instant) {
+        self.last_seen = now;
+        if self
+            .detached_at
+            .is_some_and(|at| now.saturating_duration_since(at) >= SIGN_OF_LIFE_AFTER)
+        {
+            self.detached_at = None;
         }
     }
 
@@ -45,6 +72,7 @@ impl ExecutorEntry {
             rank,
         });
         self.delivered = false;
+        self.last_words = None;
     }
 
     /// Whether the executor advertised a device that can run a job on `device`: every executor

@@ -1,9 +1,12 @@
 //! The service executors call.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use ringflow_proto::pb::{self, executors_server::Executors};
+use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{Shared, status};
@@ -13,8 +16,72 @@ const MAX_POLL: Duration = Duration::from_secs(30);
 
 pub(crate) struct ExecutorsService(pub Arc<Shared>);
 
+/// An executor's attachment stream: one event, then open until the connection closes, when
+/// dropping it tells the scheduler ([`crate::scheduler::Scheduler::detach`]).
+pub(crate) struct Attached {
+    first: Option<pb::AttachEvent>,
+    shared: Arc<Shared>,
+    executor_id: String,
+    attachment: u64,
+}
+
+impl Stream for Attached {
+    type Item = Result<pb::AttachEvent, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.first.take() {
+            Some(event) => Poll::Ready(Some(Ok(event))),
+            // Nothing more is ever sent: the stream only ends with its connection.
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        tracing::debug!(executor = %self.executor_id, "attachment stream closed");
+        self.shared
+            .lock()
+            .detach(&self.executor_id, self.attachment, Instant::now());
+    }
+}
+
 #[tonic::async_trait]
 impl Executors for ExecutorsService {
+    type AttachStream = Attached;
+
+    async fn attach(
+        &self,
+        req: Request<pb::ExecutorInfo>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let info = req.into_inner();
+        let executor_id = info.executor_id.clone();
+        let mut s = self.0.lock();
+        let attachment = s.attach(info, Instant::now()).map_err(status)?;
+        let first = pb::AttachEvent {
+            driver_id: s.driver_id.clone(),
+        };
+        drop(s);
+        Ok(Response::new(Attached {
+            first: Some(first),
+            shared: self.0.clone(),
+            executor_id,
+            attachment,
+        }))
+    }
+
+    async fn last_words(
+        &self,
+        req: Request<pb::LastWordsRequest>,
+    ) -> Result<Response<pb::LastWordsReply>, Status> {
+        let req = req.into_inner();
+        self.0
+            .lock()
+            .last_words(&req.executor_id, &req.words)
+            .map_err(status)?;
+        Ok(Response::new(pb::LastWordsReply {}))
+    }
+
     async fn register(
         &self,
         req: Request<pb::ExecutorInfo>,

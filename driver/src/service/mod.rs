@@ -8,8 +8,11 @@
 
 mod auth;
 mod executors;
+mod exits;
 mod flight;
 mod jobs;
+
+pub use exits::ExitReporter;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -149,6 +152,12 @@ impl DriverHandle {
         self.shared
             .lock()
             .refuse_unless_fits(job_id, limit_bytes, limit, Instant::now())
+    }
+
+    /// A handle that reports executor processes that ended ([`ExitReporter`]), for the process
+    /// that started them.
+    pub fn exit_reporter(&self) -> ExitReporter {
+        ExitReporter(self.shared.clone())
     }
 
     /// Cancels every unfinished job (used on Ctrl-C).

@@ -130,6 +130,38 @@ impl DriverClient {
             .map_err(|s| comm(&self.url, "heartbeat", s.message()))
     }
 
+    /// Opens the attachment stream, which stays open for as long as the driver and this
+    /// process live (no deadline: it ends only with its connection).
+    pub async fn attach(
+        &mut self,
+        info: &pb::ExecutorInfo,
+    ) -> std::result::Result<tonic::Streaming<pb::AttachEvent>, tonic::Status> {
+        self.inner
+            .attach(Request::new(info.clone()))
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    /// Sends this executor's last words, with a deadline of
+    /// [`crate::last_words::DELIVERY_WAIT`].
+    pub async fn last_words(&self, executor_id: &str, words: &str) -> Result<()> {
+        let req = pb::LastWordsRequest {
+            executor_id: executor_id.to_string(),
+            words: words.to_string(),
+        };
+        let wait = crate::last_words::DELIVERY_WAIT;
+        let mut inner = self.inner.clone();
+        match tokio::time::timeout(wait, inner.last_words(with_deadline(req, wait))).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(s)) => Err(comm(&self.url, "reporting the last words", s.message())),
+            Err(_) => Err(comm(
+                &self.url,
+                "reporting the last words",
+                "no answer in time",
+            )),
+        }
+    }
+
     /// Waits up to `wait` for a task.
     pub async fn poll_task(
         &mut self,

@@ -5,8 +5,11 @@
 //! until the driver answers), and then loops: poll for a task, join the job's ring, train (or
 //! benchmark), report the outcome. A heartbeat task runs beside it, carrying the full
 //! registration so that a restarted driver learns the executor again; a heartbeat reply that
-//! says the job ended stops the running task at its next step.
+//! says the job ended stops the running task at its next step. An attachment stream held open
+//! to the driver ([`attach`]) lets it notice at once when this process ends, and the
+//! [`crate::last_words`] hooks tell it why, when the process panics or runs out of memory.
 
+mod attach;
 mod bench;
 mod client;
 mod context;
@@ -127,6 +130,8 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         );
     }
 
+    report_last_words(&rt, &client, &info.executor_id);
+    let attachment = rt.spawn(attach::hold(client.clone(), info.clone()));
     let current = Arc::new(Current::default());
     let heartbeat = rt.spawn(heartbeat_loop(
         client.clone(),
@@ -160,7 +165,22 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         }
     }
     heartbeat.abort();
+    attachment.abort();
     Ok(())
+}
+
+/// Installs the hooks that report a panic or a failed allocation of this process to the
+/// driver before it ends ([`crate::last_words`]).
+fn report_last_words(rt: &tokio::runtime::Runtime, client: &DriverClient, executor_id: &str) {
+    let (handle, client, id) = (rt.handle().clone(), client.clone(), executor_id.to_string());
+    let installed = crate::last_words::install(executor_id, move |words| {
+        if let Err(e) = handle.block_on(client.last_words(&id, words)) {
+            eprintln!("error: {e}");
+        }
+    });
+    if let Err(e) = installed {
+        warn!("cannot install the hooks that report a panic or out of memory to the driver: {e}");
+    }
 }
 
 /// Runs one task and reports its end (before the ring closes, so that the failing rank's own
@@ -263,6 +283,9 @@ fn run_one(
             }
         }
     })();
+    // A failed connection may be the consequence of another executor's loss: the driver
+    // waits briefly for the root cause before failing the job with it.
+    let communication = matches!(result, Err(ExecutorError::Comm(_)));
     let result = match result {
         Ok(r) => r,
         Err(e) => {
@@ -277,6 +300,7 @@ fn run_one(
         rank: final_rank,
         executor_id: info.executor_id.clone(),
         result: Some(result),
+        communication,
     };
     let sent = rt.block_on(client.finish_task(finish));
     drop(ring);
