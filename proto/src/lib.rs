@@ -8,6 +8,8 @@
 //!   interpreted, identically by the driver, the executors and the CLI.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
+//! - [`listener`]: the bounds, deadlines and counters that every listening port of the driver
+//!   and the executors applies to its connections.
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
@@ -15,6 +17,7 @@
 //! It depends on `ringflow-ml` for the model, optimizer and loss vocabulary of the job spec.
 
 pub mod data;
+pub mod listener;
 pub mod security;
 pub mod spec;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use ringflow_driver::scheduler::SchedulerConfig;
-use ringflow_driver::service::{self, DriverConfig};
+use ringflow_driver::service::{self, DriverConfig, DriverLimits};
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
@@ -127,6 +127,7 @@ pub fn run_local(
                 // Only the executors started below may register: they get a fresh secret.
                 secret: Some(secret.clone()),
                 tls: None,
+                limits: DriverLimits::default(),
             },
             registry,
         )

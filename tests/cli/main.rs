@@ -9,6 +9,7 @@ mod distributed;
 mod errors;
 mod helpers;
 mod history;
+mod listeners;
 mod observe;
 mod process;
 mod recovery;

@@ -2,10 +2,16 @@
 //! `ringflow_proto::security`): a call without a valid token is refused with
 //! `Unauthenticated`, a sentence the caller shows, and a warning in the driver's log naming
 //! the caller's address.
+//!
+//! An accepted call also completes its connection's first request: until then the connection
+//! may be closed at the first-request deadline, or to make room for a new one
+//! ([`ringflow_proto::listener`]), so that connections that never prove the secret cannot
+//! hold the control plane's places.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use ringflow_proto::listener::peer_of;
 use ringflow_proto::security::{AUTH_HEADER, Secret, TokenVerifier};
 use tonic::{Request, Status};
 
@@ -32,6 +38,7 @@ impl AuthCheck {
 impl tonic::service::Interceptor for AuthCheck {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
         let Some(verifier) = &self.verifier else {
+            established(&req);
             return Ok(req);
         };
         let token = req
@@ -39,14 +46,23 @@ impl tonic::service::Interceptor for AuthCheck {
             .get(AUTH_HEADER)
             .and_then(|v| v.to_str().ok());
         match verifier.verify(token, SystemTime::now()) {
-            Ok(()) => Ok(req),
+            Ok(()) => {
+                established(&req);
+                Ok(req)
+            }
             Err(refusal) => {
-                let peer = req
-                    .remote_addr()
-                    .map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
+                let peer = peer_of(&req)
+                    .map_or_else(|| "an unknown address".to_string(), |p| p.addr.to_string());
                 tracing::warn!("refused {} call from {peer}: {refusal}", self.service);
                 Err(Status::unauthenticated(refusal.to_string()))
             }
         }
+    }
+}
+
+/// Marks the connection `req` came on as past its first request.
+fn established(req: &Request<()>) {
+    if let Some(peer) = peer_of(req) {
+        peer.establish();
     }
 }
