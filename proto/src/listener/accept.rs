@@ -233,6 +233,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_is_handed_over_only_once_its_client_speaks() {
+        let mut l = listener(ListenerKind::ControlPlane, LIMITS).await;
+        let mut client = TcpStream::connect(l.local_addr()).await.unwrap();
+        let silent = tokio::time::timeout(Duration::from_millis(200), l.accept()).await;
+        assert!(silent.is_err(), "a silent connection was handed over");
+        client.write_all(b"x").await.unwrap();
+        let (mut stream, _) = tokio::time::timeout(Duration::from_secs(10), l.accept())
+            .await
+            .expect("handed over once it spoke");
+        let mut buf = [0u8; 1];
+        stream.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"x");
+    }
+
+    #[tokio::test]
     async fn an_established_connection_lives_while_it_talks_then_idles_out() {
         let l = listener(ListenerKind::ControlPlane, LIMITS).await;
         let (addr, gate) = (l.local_addr(), l.gate().clone());

@@ -160,11 +160,15 @@ impl PeerInfo {
 }
 
 impl GuardedStream<tokio::net::TcpStream> {
-    /// Waits until the client has sent bytes, or fails when the connection must close.
+    /// Waits until the client has sent bytes (or closed its side), or fails when the
+    /// connection must close. Nothing is consumed: the bytes are only peeked at, since tokio
+    /// assumes an accepted socket readable until a read finds it empty.
     pub async fn readable(&mut self) -> io::Result<()> {
+        let mut byte = [0u8; 1];
         std::future::poll_fn(|cx| {
             self.guard(cx)?;
-            self.inner.poll_read_ready(cx)
+            let mut peeked = ReadBuf::new(&mut byte);
+            self.inner.poll_peek(cx, &mut peeked).map_ok(|_| ())
         })
         .await
     }
