@@ -343,9 +343,10 @@ fn a_rank_that_leaves_fails_the_step_on_every_rank() {
 #[test]
 fn a_ring_forms_while_its_ports_are_flooded_with_silent_connections() {
     use ringflow_proto::listener::{ListenerLimits, RefusalReason};
+    // Silent connections would hold every place for longer than the ring may take to form.
     let limits = ListenerLimits {
         max_connections: 4,
-        first_request: Duration::from_secs(5),
+        first_request: Duration::from_secs(20),
         idle: Duration::MAX,
     };
     let ls: Vec<RingListener> = (0..2)
@@ -366,7 +367,7 @@ fn a_ring_forms_while_its_ports_are_flooded_with_silent_connections() {
         .into_iter()
         .enumerate()
         .map(|(rank, l)| {
-            let cfg = config("job-1", rank, &peers, &secret, Duration::from_secs(15));
+            let cfg = config("job-1", rank, &peers, &secret, Duration::from_secs(8));
             std::thread::spawn(move || {
                 let mut ring = RingCollective::connect(&l, cfg)?;
                 let mut buf = vec![rank as f32 + 1.0; 4];

@@ -66,3 +66,41 @@ fn established(req: &Request<()>) {
         peer.establish();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use ringflow_proto::listener::{ConnectionGate, ListenerKind, ListenerLimits, PeerInfo};
+    use tonic::service::Interceptor;
+
+    use super::*;
+
+    #[test]
+    fn only_an_authenticated_call_completes_its_connections_first_request() {
+        let secret = Secret::new(b"the cluster's shared secret", "test").unwrap();
+        let mut check = AuthCheck::new(AuthCheck::verifier(Some(&secret)), "a client");
+        let gate = ConnectionGate::new(ListenerKind::ControlPlane, ListenerLimits::CONTROL_PLANE);
+        let call = |connection: &ringflow_proto::listener::Connection, token: Option<String>| {
+            let mut req = Request::new(());
+            req.extensions_mut().insert(PeerInfo::of(connection));
+            if let Some(t) = token {
+                req.metadata_mut().insert(AUTH_HEADER, t.parse().unwrap());
+            }
+            req
+        };
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let refused = gate.admit(peer).unwrap();
+        let wrong = Secret::new(b"another cluster's secret", "test").unwrap();
+        for token in [None, Some(wrong.token(SystemTime::now()))] {
+            let status = check.call(call(&refused, token)).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        }
+        assert!(!refused.is_established());
+        let admitted = gate.admit(peer).unwrap();
+        check
+            .call(call(&admitted, Some(secret.token(SystemTime::now()))))
+            .unwrap();
+        assert!(admitted.is_established());
+    }
+}

@@ -253,9 +253,10 @@ mod tests {
         let (addr, gate) = (l.local_addr(), l.gate().clone());
         echo(l);
         let mut client = TcpStream::connect(addr).await.unwrap();
-        // Past the first-request deadline, bytes keep flowing.
+        // Past the first-request deadline and for longer than the idle timeout, bytes keep
+        // flowing.
         let mut buf = [0u8; 1];
-        for _ in 0..4 {
+        for _ in 0..7 {
             client.write_all(b"x").await.unwrap();
             client.read_exact(&mut buf).await.unwrap();
             tokio::time::sleep(Duration::from_millis(300)).await;

@@ -194,6 +194,11 @@ impl Connection {
         self.handle().establish();
     }
 
+    /// Whether the client completed its first request.
+    pub fn is_established(&self) -> bool {
+        self.state.established()
+    }
+
     /// Whether the gate closed the connection to make room for a new one.
     pub fn is_evicted(&self) -> bool {
         self.state.evicted.load(Ordering::Acquire)

@@ -16,8 +16,10 @@ use super::gate::{Connection, ConnectionHandle};
 /// A stream (a TCP connection, under TLS or not) whose reads and writes obey its
 /// [`Connection`]'s deadlines.
 pub struct GuardedStream<S> {
-    inner: S,
+    /// Declared first so that it is dropped first: once a client sees its connection closed,
+    /// the connection's place at the gate is free.
     connection: Connection,
+    inner: S,
     /// Fires at (or before) the deadline that applies; reset lazily when it fires early.
     timer: Pin<Box<Sleep>>,
 }
