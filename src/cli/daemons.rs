@@ -96,8 +96,8 @@ impl TimeoutArgs {
 
 /// Raises this process's open-file limit to its hard limit (as Go programs do), so that the
 /// listeners' bounds, not the limit, decide which connections are refused, and warns when the
-/// bounds still do not fit under it.
-fn open_files_for(connections: usize) {
+/// bounds (set by `flags`) still do not fit under it.
+fn open_files_for(connections: usize, flags: &str) {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -123,9 +123,7 @@ fn open_files_for(connections: usize) {
     if soft < needed {
         tracing::warn!(
             "the open-file limit ({soft}) is below the listeners' bounds on connections \
-             ({connections}) plus room for files: raise it (ulimit -n) or lower \
-             --max-connections, --ui-max-connections, --ring-max-connections or \
-             --health-max-connections"
+             ({connections}) plus room for files: raise it (ulimit -n) or lower {flags}"
         );
     }
 }
@@ -167,7 +165,10 @@ impl TryFrom<&DriverArgs> for DriverConfig {
 
 pub fn driver(args: DriverArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
     let config = DriverConfig::try_from(&args)?;
-    open_files_for(config.limits.control_plane.max_connections + config.limits.ui.max_connections);
+    open_files_for(
+        config.limits.control_plane.max_connections + config.limits.ui.max_connections,
+        "--max-connections or --ui-max-connections",
+    );
     let rt = super::runtime()?;
     rt.block_on(async {
         let handle = service::start(config, registry).await?;
@@ -269,7 +270,10 @@ impl TryFrom<&ExecutorArgs> for ExecutorConfig {
 
 pub fn executor(args: ExecutorArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
     let config = ExecutorConfig::try_from(&args)?;
-    open_files_for(config.limits.ring.max_connections + config.limits.health.max_connections);
+    open_files_for(
+        config.limits.ring.max_connections + config.limits.health.max_connections,
+        "--ring-max-connections or --health-max-connections",
+    );
     let stop = Arc::new(AtomicBool::new(false));
     stop_flag_on_signal(stop.clone(), args.quiet);
     match worker::run(config, registry, stop) {
