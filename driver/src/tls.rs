@@ -1,62 +1,60 @@
 //! TLS for the driver's servers: a listener that hands the control plane (tonic) and the web UI
-//! (axum) only connections whose TLS handshake finished. Handshakes run concurrently, each with
-//! a deadline, so a slow or silent client never holds up the others, and a refused handshake
-//! (a client certificate missing or signed by another CA, a client speaking plain HTTP) is
-//! logged with the client's address, since the client is the only other party that learns why.
-//! A client that keeps retrying is logged once a minute per cause, not at every attempt.
+//! (axum) only connections whose TLS handshake finished. Connections pass the listener's gate
+//! before any TLS work, and handshakes run concurrently under the gate's first-request
+//! deadline, so a slow or silent client never holds up the others. A refused handshake (a
+//! client certificate missing or signed by another CA, a client speaking plain HTTP) is counted
+//! and logged with the client's address, since the client is the only other party that learns
+//! why. A client that keeps retrying is logged once a minute per cause, not at every attempt.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::net::{TcpListener, TcpStream};
+use ringflow_proto::listener::{
+    ConnectionGate, GatedListener, GuardedStream, PeerInfo, RefusalReason,
+};
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::server::TlsStream;
 
-/// How long a client may take to finish its TLS handshake.
-const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 /// The same refusal of the same client address is logged at most once in this time.
 const REPEAT_LOG_INTERVAL: Duration = Duration::from_secs(60);
+/// How long after the gate's first-request deadline a handshake is abandoned, should the
+/// gate's own timer not have ended it.
+const HANDSHAKE_GRACE: Duration = Duration::from_secs(1);
+
+/// A connection whose TLS handshake finished.
+type Ready = (TlsStream<GuardedStream<TcpStream>>, PeerInfo);
 
 /// Connections that completed their handshake, accepted on a background task.
 pub(crate) struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<Ready>,
     local: SocketAddr,
 }
 
 impl TlsListener {
-    /// Starts accepting on `tcp` with `config`; `server` names it in the log ("control plane",
-    /// "web UI"). The accepting task ends when this listener is dropped.
-    pub(crate) fn new(
-        tcp: TcpListener,
-        config: Arc<ServerConfig>,
-        server: &'static str,
-    ) -> std::io::Result<Self> {
-        let local = tcp.local_addr()?;
+    /// Starts accepting the connections that pass `tcp`'s gate with `config`. The accepting
+    /// task ends when this listener is dropped.
+    pub(crate) fn new(mut tcp: GatedListener, config: Arc<ServerConfig>) -> std::io::Result<Self> {
+        let local = tcp.local_addr();
         let (tx, ready) = mpsc::channel(64);
         let acceptor = TlsAcceptor::from(config);
         let refusals = Arc::new(Refusals::default());
+        let gate = tcp.gate().clone();
         tokio::spawn(async move {
             loop {
                 let (stream, peer) = tokio::select! {
-                    accepted = tcp.accept() => match accepted {
-                        Ok(a) => a,
-                        Err(e) => {
-                            tracing::debug!("the {server} could not accept a connection: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                            continue;
-                        }
-                    },
+                    accepted = tcp.accept_admitted() => accepted,
                     _ = tx.closed() => return,
                 };
                 tokio::spawn(handshake(
                     acceptor.clone(),
                     stream,
                     peer,
-                    server,
+                    gate.clone(),
                     tx.clone(),
                     refusals.clone(),
                 ));
@@ -68,36 +66,66 @@ impl TlsListener {
     /// The connections as the stream tonic serves.
     pub(crate) fn into_incoming(
         self,
-    ) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<TcpStream>>> {
+    ) -> impl tokio_stream::Stream<Item = std::io::Result<TlsStream<GuardedStream<TcpStream>>>>
+    {
         use tokio_stream::StreamExt;
         tokio_stream::wrappers::ReceiverStream::new(self.ready).map(|(tls, _)| Ok(tls))
     }
 }
 
-/// Runs one client's TLS handshake: a finished one goes to `ready`, a refused one to the log.
+/// Runs one client's TLS handshake under its connection's deadlines: a finished one goes to
+/// `ready`, a refused one to the counters and the log.
 async fn handshake(
     acceptor: TlsAcceptor,
-    stream: TcpStream,
-    peer: SocketAddr,
-    server: &'static str,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    mut stream: GuardedStream<TcpStream>,
+    peer: PeerInfo,
+    gate: Arc<ConnectionGate>,
+    ready: mpsc::Sender<Ready>,
     refusals: Arc<Refusals>,
 ) {
-    let why = match tokio::time::timeout(HANDSHAKE_DEADLINE, acceptor.accept(stream)).await {
+    let server = gate.kind().name();
+    let limit = stream
+        .connection()
+        .first_request_deadline()
+        .saturating_duration_since(std::time::Instant::now())
+        + HANDSHAKE_GRACE;
+    // TLS state is made only for a client that speaks: a silent one costs a socket and this
+    // task until the gate closes it.
+    let handshake = async {
+        stream.readable().await?;
+        acceptor.accept(stream).await
+    };
+    let why = match tokio::time::timeout(limit, handshake).await {
         Ok(Ok(tls)) => {
             let _ = ready.send((tls, peer)).await;
             return;
         }
         // A client that connected and left without a word (a port check).
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            tracing::debug!("{peer} left the {server} before a TLS handshake");
+            tracing::debug!("{} left the {server} before a TLS handshake", peer.addr);
+            return;
+        }
+        // The gate closed it (too slow, or to make room) and counted it.
+        Ok(Err(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::ConnectionAborted
+            ) =>
+        {
             return;
         }
         Ok(Err(e)) => refusal(&e),
-        Err(_) => format!("no handshake within {} s", HANDSHAKE_DEADLINE.as_secs()),
+        Err(_) => {
+            gate.count(RefusalReason::FirstRequestTimeout);
+            return;
+        }
     };
-    if refusals.first_in_a_while(peer.ip(), &why) {
-        tracing::warn!("refused a TLS connection to the {server} from {peer}: {why}");
+    gate.count(RefusalReason::Handshake);
+    if refusals.first_in_a_while(peer.addr.ip(), &why) {
+        tracing::warn!(
+            "refused a TLS connection to the {server} from {}: {why}",
+            peer.addr
+        );
     }
 }
 
@@ -142,12 +170,12 @@ fn refusal(e: &std::io::Error) -> String {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = TlsStream<GuardedStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.ready.recv().await {
-            Some(connection) => connection,
+            Some((tls, peer)) => (tls, peer.addr),
             // The accepting task ended (it only does so when this listener is gone).
             None => std::future::pending().await,
         }

@@ -339,3 +339,55 @@ fn a_rank_that_leaves_fails_the_step_on_every_rank() {
     );
     assert!(took < Duration::from_secs(5), "gave up after {took:?}");
 }
+
+#[test]
+fn a_ring_forms_while_its_ports_are_flooded_with_silent_connections() {
+    use ringflow_proto::listener::{ListenerLimits, RefusalReason};
+    // Silent connections would hold every place for longer than the ring may take to form.
+    let limits = ListenerLimits {
+        max_connections: 4,
+        first_request: Duration::from_secs(20),
+        idle: Duration::MAX,
+    };
+    let ls: Vec<RingListener> = (0..2)
+        .map(|_| {
+            RingListener::bind_with(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)), limits).unwrap()
+        })
+        .collect();
+    let peers: Vec<String> = ls.iter().map(|l| l.local_addr().to_string()).collect();
+    // Many more silent connections than the bound, held open while the ring forms (before,
+    // the listener took them one at a time, each for its full handshake deadline).
+    let flood: Vec<std::net::TcpStream> = peers
+        .iter()
+        .flat_map(|p| (0..50).map(move |_| std::net::TcpStream::connect(p).unwrap()))
+        .collect();
+    let secret = JobSecret::random();
+    let gates: Vec<_> = ls.iter().map(|l| l.gate().clone()).collect();
+    let handles: Vec<_> = ls
+        .into_iter()
+        .enumerate()
+        .map(|(rank, l)| {
+            let cfg = config("job-1", rank, &peers, &secret, Duration::from_secs(8));
+            std::thread::spawn(move || {
+                let mut ring = RingCollective::connect(&l, cfg)?;
+                let mut buf = vec![rank as f32 + 1.0; 4];
+                ring.all_reduce(&mut buf, ReduceOp::Sum)?;
+                Ok::<_, ringflow_executor::ExecutorError>(buf)
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap().expect("the ring forms"), vec![3.0; 4]);
+    }
+    for gate in gates {
+        let stats = gate.stats();
+        let evicted = stats
+            .refused
+            .iter()
+            .find(|(r, _)| *r == RefusalReason::Evicted)
+            .unwrap()
+            .1;
+        assert!(evicted >= 46, "{stats:?}");
+    }
+    drop(flood);
+}

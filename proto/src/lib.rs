@@ -10,6 +10,8 @@
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
 //! - [`size`]: sizes in bytes as people write them (`--memory 64MiB`) and read them.
+//! - [`listener`]: the bounds, deadlines and counters that every listening port of the driver
+//!   and the executors applies to its connections.
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
@@ -18,6 +20,7 @@
 
 pub mod data;
 pub mod host;
+pub mod listener;
 pub mod security;
 pub mod size;
 pub mod spec;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use ringflow_driver::scheduler::SchedulerConfig;
-use ringflow_driver::service::{self, DriverConfig};
+use ringflow_driver::service::{self, DriverConfig, DriverLimits};
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, Tensor, loss, rng};
@@ -95,6 +95,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
                 ui_next_free_port: false,
                 secret: Some(secret.clone()),
                 tls: None,
+                limits: DriverLimits::default(),
             },
             ModelRegistry::default(),
         )

@@ -9,9 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use ringflow_driver::scheduler::SchedulerConfig;
-use ringflow_driver::service::{self, DriverConfig};
-use ringflow_executor::worker::{self, ExecutorConfig};
+use ringflow_driver::service::{self, DriverConfig, DriverLimits};
+use ringflow_executor::worker::{self, ExecutorConfig, ExecutorLimits};
 use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::listener::ListenerLimits;
 
 use super::security::SecurityArgs;
 use super::signals::{shutdown_signal, stop_flag_on_signal};
@@ -31,8 +32,100 @@ pub struct DriverArgs {
     #[arg(long, default_value = "127.0.0.1:4040")]
     ui: String,
 
+    /// Most connections the control plane (gRPC and Flight) holds at once. At the bound, the
+    /// oldest connection that has not yet made an authenticated call makes room; when there
+    /// is none, new connections are refused.
+    #[arg(long, value_name = "N", default_value_t = ListenerLimits::CONTROL_PLANE.max_connections)]
+    max_connections: usize,
+
+    /// Most connections the web UI holds at once (same rule, with any request as the first).
+    #[arg(long, value_name = "N", default_value_t = ListenerLimits::UI.max_connections)]
+    ui_max_connections: usize,
+
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
+
     #[command(flatten)]
     security: SecurityArgs,
+}
+
+/// The deadlines of a daemon's listeners.
+#[derive(Args)]
+struct TimeoutArgs {
+    /// Seconds a client has to complete its handshake (TLS, the ring's) and first request on
+    /// any port of this process before it is disconnected.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    first_request_timeout: u64,
+
+    /// Seconds without a byte either way after which a connection to the control plane, the
+    /// web UI or the health port is closed (ringflow's clients ping every 5 to 20 s, so keep it
+    /// above 30).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    idle_timeout: u64,
+}
+
+impl TimeoutArgs {
+    /// `defaults` with these deadlines and `max` connections (the flag `max_flag` sets it).
+    fn limits(
+        &self,
+        defaults: ListenerLimits,
+        max: usize,
+        max_flag: &str,
+    ) -> anyhow::Result<ListenerLimits> {
+        anyhow::ensure!(max >= 1, "{max_flag} must be at least 1");
+        anyhow::ensure!(
+            self.first_request_timeout >= 1,
+            "--first-request-timeout must be at least 1 second"
+        );
+        anyhow::ensure!(
+            self.idle_timeout >= 1,
+            "--idle-timeout must be at least 1 second"
+        );
+        let idle = match defaults.idle {
+            // A listener without an idle timeout (the ring's) keeps none.
+            Duration::MAX => Duration::MAX,
+            _ => Duration::from_secs(self.idle_timeout),
+        };
+        Ok(ListenerLimits {
+            max_connections: max,
+            first_request: Duration::from_secs(self.first_request_timeout),
+            idle,
+        })
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit (as Go programs do), so that the
+/// listeners' bounds, not the limit, decide which connections are refused, and warns when the
+/// bounds (set by `flags`) still do not fit under it.
+fn open_files_for(connections: usize, flags: &str) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on this process with a valid pointer.
+    let soft = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = limit.rlim_max;
+            }
+        }
+        limit.rlim_cur
+    };
+    // Files, data readers and outgoing connections need descriptors too.
+    let needed = connections as u64 + 256;
+    if soft < needed {
+        tracing::warn!(
+            "the open-file limit ({soft}) is below the listeners' bounds on connections \
+             ({connections}) plus room for files: raise it (ulimit -n) or lower {flags}"
+        );
+    }
 }
 
 impl TryFrom<&DriverArgs> for DriverConfig {
@@ -55,12 +148,28 @@ impl TryFrom<&DriverArgs> for DriverConfig {
             ui_next_free_port: false,
             secret,
             tls,
+            limits: DriverLimits {
+                control_plane: a.timeouts.limits(
+                    ListenerLimits::CONTROL_PLANE,
+                    a.max_connections,
+                    "--max-connections",
+                )?,
+                ui: a.timeouts.limits(
+                    ListenerLimits::UI,
+                    a.ui_max_connections,
+                    "--ui-max-connections",
+                )?,
+            },
         })
     }
 }
 
 pub fn driver(args: DriverArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
     let config = DriverConfig::try_from(&args)?;
+    open_files_for(
+        config.limits.control_plane.max_connections + config.limits.ui.max_connections,
+        "--max-connections or --ui-max-connections",
+    );
     let rt = super::runtime()?;
     rt.block_on(async {
         let handle = service::start(config, registry).await?;
@@ -103,7 +212,8 @@ pub struct ExecutorArgs {
     #[arg(long)]
     quiet: bool,
 
-    /// Serve the health probes /healthz and /readyz (200 once registered) on this address.
+    /// Serve the health probes /healthz and /readyz (200 once registered), and the
+    /// connection metrics at /metrics, on this address.
     #[arg(long, value_name = "ADDR")]
     health: Option<SocketAddr>,
 
@@ -112,6 +222,18 @@ pub struct ExecutorArgs {
     /// memory estimate exceeds it.
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     memory: Option<u64>,
+
+    /// Most connections the ring port holds at once (peers of the job, plus those still in
+    /// their handshake; at the bound the oldest of those makes room).
+    #[arg(long, value_name = "N", default_value_t = ListenerLimits::RING.max_connections)]
+    ring_max_connections: usize,
+
+    /// Most connections the health port holds at once.
+    #[arg(long, value_name = "N", default_value_t = ListenerLimits::HEALTH.max_connections)]
+    health_max_connections: usize,
+
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
 
     #[command(flatten)]
     security: SecurityArgs,
@@ -143,12 +265,28 @@ impl TryFrom<&ExecutorArgs> for ExecutorConfig {
             security: a.security.client()?,
             health: a.health,
             memory: a.memory,
+            limits: ExecutorLimits {
+                ring: a.timeouts.limits(
+                    ListenerLimits::RING,
+                    a.ring_max_connections,
+                    "--ring-max-connections",
+                )?,
+                health: a.timeouts.limits(
+                    ListenerLimits::HEALTH,
+                    a.health_max_connections,
+                    "--health-max-connections",
+                )?,
+            },
         })
     }
 }
 
 pub fn executor(args: ExecutorArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
     let config = ExecutorConfig::try_from(&args)?;
+    open_files_for(
+        config.limits.ring.max_connections + config.limits.health.max_connections,
+        "--ring-max-connections or --health-max-connections",
+    );
     let stop = Arc::new(AtomicBool::new(false));
     stop_flag_on_signal(stop.clone(), args.quiet);
     match worker::run(config, registry, stop) {

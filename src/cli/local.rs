@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use ringflow_driver::scheduler::{ProcessEnd, SchedulerConfig};
-use ringflow_driver::service::{self, DriverConfig, DriverHandle};
+use ringflow_driver::service::{self, DriverConfig, DriverHandle, DriverLimits};
 use ringflow_executor::memory::MemoryLimit;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
@@ -194,6 +194,7 @@ pub fn run_local(
                 // Only the executors started below may register: they get a fresh secret.
                 secret: Some(secret.clone()),
                 tls: None,
+                limits: DriverLimits::default(),
             },
             registry,
         )

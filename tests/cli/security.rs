@@ -17,14 +17,14 @@ fn args(a: &[&str]) -> Vec<String> {
     a.iter().map(|s| s.to_string()).collect()
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> String {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     s(&path)
 }
 
 /// A driver on OS-chosen ports with `extra` options: it, its control-plane URL and its UI URL.
-fn driver(extra: &[&str]) -> (Process, String, String) {
+pub(crate) fn driver(extra: &[&str]) -> (Process, String, String) {
     let mut a = args(&["driver", "--bind", "127.0.0.1:0", "--ui", "127.0.0.1:0"]);
     a.extend(args(extra));
     let run = Process::start(&a);

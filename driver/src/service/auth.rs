@@ -2,10 +2,16 @@
 //! `ringflow_proto::security`): a call without a valid token is refused with
 //! `Unauthenticated`, a sentence the caller shows, and a warning in the driver's log naming
 //! the caller's address.
+//!
+//! An accepted call also completes its connection's first request: until then the connection
+//! may be closed at the first-request deadline, or to make room for a new one
+//! ([`ringflow_proto::listener`]), so that connections that never prove the secret cannot
+//! hold the control plane's places.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use ringflow_proto::listener::peer_of;
 use ringflow_proto::security::{AUTH_HEADER, Secret, TokenVerifier};
 use tonic::{Request, Status};
 
@@ -32,6 +38,7 @@ impl AuthCheck {
 impl tonic::service::Interceptor for AuthCheck {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
         let Some(verifier) = &self.verifier else {
+            established(&req);
             return Ok(req);
         };
         let token = req
@@ -39,14 +46,61 @@ impl tonic::service::Interceptor for AuthCheck {
             .get(AUTH_HEADER)
             .and_then(|v| v.to_str().ok());
         match verifier.verify(token, SystemTime::now()) {
-            Ok(()) => Ok(req),
+            Ok(()) => {
+                established(&req);
+                Ok(req)
+            }
             Err(refusal) => {
-                let peer = req
-                    .remote_addr()
-                    .map_or_else(|| "an unknown address".to_string(), |a| a.to_string());
+                let peer = peer_of(&req)
+                    .map_or_else(|| "an unknown address".to_string(), |p| p.addr.to_string());
                 tracing::warn!("refused {} call from {peer}: {refusal}", self.service);
                 Err(Status::unauthenticated(refusal.to_string()))
             }
         }
+    }
+}
+
+/// Marks the connection `req` came on as past its first request.
+fn established(req: &Request<()>) {
+    if let Some(peer) = peer_of(req) {
+        peer.establish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use ringflow_proto::listener::{ConnectionGate, ListenerKind, ListenerLimits, PeerInfo};
+    use tonic::service::Interceptor;
+
+    use super::*;
+
+    #[test]
+    fn only_an_authenticated_call_completes_its_connections_first_request() {
+        let secret = Secret::new(b"the cluster's shared secret", "test").unwrap();
+        let mut check = AuthCheck::new(AuthCheck::verifier(Some(&secret)), "a client");
+        let gate = ConnectionGate::new(ListenerKind::ControlPlane, ListenerLimits::CONTROL_PLANE);
+        let call = |connection: &ringflow_proto::listener::Connection, token: Option<String>| {
+            let mut req = Request::new(());
+            req.extensions_mut().insert(PeerInfo::of(connection));
+            if let Some(t) = token {
+                req.metadata_mut().insert(AUTH_HEADER, t.parse().unwrap());
+            }
+            req
+        };
+        let peer = SocketAddr::from(([127, 0, 0, 1], 1));
+        let refused = gate.admit(peer).unwrap();
+        let wrong = Secret::new(b"another cluster's secret", "test").unwrap();
+        for token in [None, Some(wrong.token(SystemTime::now()))] {
+            let status = check.call(call(&refused, token)).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        }
+        assert!(!refused.is_established());
+        let admitted = gate.admit(peer).unwrap();
+        check
+            .call(call(&admitted, Some(secret.token(SystemTime::now()))))
+            .unwrap();
+        assert!(admitted.is_established());
     }
 }

@@ -18,6 +18,7 @@ use arrow_flight::{
 use futures::stream::{BoxStream, StreamExt};
 use ringflow_proto::data::flight::{PartitionTicket, hex};
 use ringflow_proto::data::partition::PartitionReader;
+use ringflow_proto::security::constant_time_eq;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Shared;
@@ -46,7 +47,7 @@ impl PartitionServer {
                 ticket.job_id
             )));
         }
-        if hex(job.secret()) != ticket.secret {
+        if !constant_time_eq(hex(job.secret()).as_bytes(), ticket.secret.as_bytes()) {
             return Err(Status::permission_denied(format!(
                 "the ticket does not carry job {}'s secret",
                 ticket.job_id

@@ -4,7 +4,9 @@
 //! timed rules.
 //!
 //! With a shared secret every call must carry a valid token ([`auth`]); with TLS the port
-//! speaks only TLS.
+//! speaks only TLS. Both ports admit a bounded number of connections and close those that do
+//! not complete a first (authenticated) call in time or stay idle too long
+//! ([`ringflow_proto::listener`]).
 
 mod auth;
 mod executors;
@@ -22,12 +24,12 @@ use std::time::{Duration, Instant};
 use arrow_flight::flight_service_server::FlightServiceServer;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
+use ringflow_proto::listener::{ConnectionGate, GatedListener, ListenerKind, ListenerLimits};
 use ringflow_proto::pb::executors_server::ExecutorsServer;
 use ringflow_proto::pb::jobs_server::JobsServer;
 use ringflow_proto::security::{Secret, ServerTls};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::error::{DriverError, Result};
@@ -46,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) secret: Option<Secret>,
     /// Whether the control plane is serving (false once it stops): the `/readyz` answer.
     pub(crate) serving: AtomicBool,
+    /// The gates of the driver's listeners, whose figures `/metrics` shows.
+    pub(crate) listeners: Vec<Arc<ConnectionGate>>,
 }
 
 impl Shared {
@@ -61,6 +65,7 @@ impl Shared {
             registry,
             secret,
             serving: AtomicBool::new(true),
+            listeners: Vec::new(),
         }
     }
 
@@ -100,6 +105,26 @@ pub struct DriverConfig {
     pub secret: Option<Secret>,
     /// TLS for the control plane and the web UI (`None`: plain TCP and HTTP).
     pub tls: Option<ServerTls>,
+    /// Bounds on the connections of the control plane and the web UI.
+    pub limits: DriverLimits,
+}
+
+/// How many connections the driver's listeners admit, and how long they wait for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverLimits {
+    /// The control plane (gRPC and Flight): executors, clients, data requests.
+    pub control_plane: ListenerLimits,
+    /// The web UI, its JSON API, `/metrics` and the probes.
+    pub ui: ListenerLimits,
+}
+
+impl Default for DriverLimits {
+    fn default() -> DriverLimits {
+        DriverLimits {
+            control_plane: ListenerLimits::CONTROL_PLANE,
+            ui: ListenerLimits::UI,
+        }
+    }
 }
 
 /// A running driver.
@@ -225,9 +250,15 @@ async fn bind_ui(ui: SocketAddr, next_free: bool) -> Result<tokio::net::TcpListe
 /// Where the control plane's connections come from.
 enum Incoming {
     /// Plain TCP.
-    Plain(tokio::net::TcpListener),
+    Plain(GatedListener),
     /// TLS, the handshakes done by the driver.
     Tls(crate::tls::TlsListener),
+}
+
+/// A gate for the listener `kind`, its limits checked.
+fn gate(kind: ListenerKind, limits: ListenerLimits) -> Result<Arc<ConnectionGate>> {
+    limits.check(kind).map_err(DriverError::Data)?;
+    Ok(ConnectionGate::new(kind, limits))
 }
 
 /// Starts a driver on the current tokio runtime.
@@ -243,11 +274,13 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         None => None,
         Some(ui) => Some(bind_ui(ui, config.ui_next_free_port).await?),
     };
-    let shared = Arc::new(Shared::new(
-        config.scheduler.clone(),
-        registry,
-        config.secret.clone(),
-    ));
+    let grpc_gate = gate(ListenerKind::ControlPlane, config.limits.control_plane)?;
+    let ui_gate = gate(ListenerKind::Ui, config.limits.ui)?;
+    let mut shared = Shared::new(config.scheduler.clone(), registry, config.secret.clone());
+    shared.listeners = vec![grpc_gate.clone(), ui_gate.clone()];
+    let shared = Arc::new(shared);
+    let listener = GatedListener::new(listener, grpc_gate)
+        .map_err(|e| DriverError::Data(format!("cannot read the bound address: {e}")))?;
     let mut builder = tonic::transport::Server::builder();
     let verifier = auth::AuthCheck::verifier(config.secret.as_ref());
     let check = |service| auth::AuthCheck::new(verifier.clone(), service);
@@ -269,7 +302,7 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
     let incoming = match &config.tls {
         None => Incoming::Plain(listener),
         Some(tls) => Incoming::Tls(
-            crate::tls::TlsListener::new(listener, tls.grpc(), "control plane")
+            crate::tls::TlsListener::new(listener, tls.grpc())
                 .map_err(|e| DriverError::Data(format!("cannot set up the driver's TLS: {e}")))?,
         ),
     };
@@ -288,7 +321,7 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
                 }
                 Incoming::Plain(tcp) => {
                     router
-                        .serve_with_incoming_shutdown(TcpListenerStream::new(tcp), shutdown)
+                        .serve_with_incoming_shutdown(tcp.into_incoming(), shutdown)
                         .await
                 }
             };
@@ -311,6 +344,9 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
                 DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
             })?;
             let (tx, rx) = oneshot::channel::<()>();
+            let listener = GatedListener::new(listener, ui_gate).map_err(|e| {
+                DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
+            })?;
             let server = tokio::spawn(crate::ui::serve(
                 listener,
                 config.tls.as_ref().map(|t| t.http()),

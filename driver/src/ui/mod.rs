@@ -19,7 +19,8 @@
 //!
 //! Reads are open to whoever reaches the address, as in Spark; the only write action is
 //! guarded by the cluster's secret. With the driver's TLS settings the UI is served over
-//! HTTPS with the same certificate.
+//! HTTPS with the same certificate. Its port admits a bounded number of connections, each with
+//! a first-request deadline and an idle timeout ([`ringflow_proto::listener`]).
 
 mod api;
 mod metrics;
@@ -34,6 +35,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
+use ringflow_proto::listener::{GatedListener, serve_http};
 use tokio_rustls::rustls::ServerConfig;
 
 use crate::scheduler::Refusal;
@@ -71,37 +73,22 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 
 /// Serves the UI on `listener` (over TLS with `tls`) until `shutdown` resolves.
 pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
+    listener: GatedListener,
     tls: Option<Arc<ServerConfig>>,
     shared: Arc<Shared>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    let addr: SocketAddr = listener.local_addr();
     let result = match tls {
-        None => serve_on(listener, shared, shutdown).await,
-        Some(config) => match crate::tls::TlsListener::new(listener, config, "web UI") {
-            Ok(listener) => serve_on(listener, shared, shutdown).await,
+        None => serve_http(listener, router(shared), shutdown).await,
+        Some(config) => match crate::tls::TlsListener::new(listener, config) {
+            Ok(listener) => serve_http(listener, router(shared), shutdown).await,
             Err(e) => Err(e),
         },
     };
     if let Err(e) = result {
-        tracing::error!("the web UI on {addr:?} stopped: {e}");
+        tracing::error!("the web UI on {addr} stopped: {e}");
     }
-}
-
-/// Serves the UI's routes on connections from `listener` until `shutdown` resolves.
-async fn serve_on<L>(
-    listener: L,
-    shared: Arc<Shared>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    axum::serve(listener, router(shared))
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
@@ -180,7 +167,9 @@ async fn executors(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn prometheus(State(shared): State<Arc<Shared>>) -> Response {
-    let text = metrics::render(&shared.lock(), Instant::now());
+    let mut text = metrics::render(&shared.lock(), Instant::now());
+    let listeners: Vec<_> = shared.listeners.iter().map(|g| g.stats()).collect();
+    text.push_str(&ringflow_proto::listener::render_prometheus(&listeners));
     (
         [(
             header::CONTENT_TYPE,

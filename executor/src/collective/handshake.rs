@@ -13,7 +13,7 @@
 //! ```
 //!
 //! Anything else — another job, a wrong rank or lane, a bad MAC, garbage, silence — is dropped
-//! and logged by the acceptor. Every read has a deadline.
+//! and counted by the acceptor (see `collective::listener`). Every read has a deadline.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -52,9 +52,17 @@ impl Lane {
     }
 }
 
-/// A job's ring secret.
-#[derive(Clone, PartialEq, Eq)]
+/// A job's ring secret (compared in constant time).
+#[derive(Clone)]
 pub struct JobSecret(pub [u8; 32]);
+
+impl PartialEq for JobSecret {
+    fn eq(&self, other: &JobSecret) -> bool {
+        ringflow_proto::security::constant_time_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for JobSecret {}
 
 impl std::fmt::Debug for JobSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -162,53 +170,99 @@ pub fn connect(
     Ok(())
 }
 
-/// Runs the acceptor's side for `job` as rank `rank`; `expected` says which lanes and ranks may
-/// connect (it explains a refusal). Returns the connection's lane and rank.
-pub fn accept(
-    stream: &mut TcpStream,
-    job: &str,
-    rank: u32,
-    secret: &JobSecret,
-    expected: impl Fn(Lane, u32) -> Result<(), String>,
-) -> Result<(Lane, u32), String> {
+/// Why the acceptor's side of a handshake failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// Reading or writing failed (a deadline, a closed connection).
+    Io(std::io::Error),
+    /// The peer is not one this executor accepts, or could not prove the job's secret.
+    Refused(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Io(e) => write!(f, "{e}"),
+            Failure::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        Failure::Io(e)
+    }
+}
+
+/// What a connecting rank says first: the lane, job and rank it claims, and its nonce.
+#[derive(Debug)]
+pub struct Hello {
+    /// The lane it opens.
+    pub lane: Lane,
+    /// The job it claims to belong to.
+    pub job: String,
+    /// The rank it claims to be.
+    pub rank: u32,
+    nonce: [u8; 16],
+}
+
+/// Reads a connecting rank's [`Hello`] (the acceptor's first step).
+pub fn read_hello(stream: &mut impl Read) -> Result<Hello, Failure> {
     let mut head = [0u8; 8];
-    stream.read_exact(&mut head).map_err(|e| e.to_string())?;
+    stream.read_exact(&mut head)?;
     if &head[..4] != MAGIC {
-        return Err("not a ringflow ring connection".into());
+        return Err(Failure::Refused("not a ringflow ring connection".into()));
     }
     if head[4] != VERSION {
-        return Err(format!(
+        return Err(Failure::Refused(format!(
             "ring protocol version {} (this executor speaks {VERSION})",
             head[4]
-        ));
+        )));
     }
-    let lane = Lane::from_byte(head[5]).ok_or_else(|| format!("unknown lane {}", head[5]))?;
+    let lane = Lane::from_byte(head[5])
+        .ok_or_else(|| Failure::Refused(format!("unknown lane {}", head[5])))?;
     let len = u16::from_le_bytes([head[6], head[7]]) as usize;
     if len > MAX_JOB_ID {
-        return Err("job id too long".into());
+        return Err(Failure::Refused("job id too long".into()));
     }
     let mut rest = vec![0u8; len + 4 + 16];
-    stream.read_exact(&mut rest).map_err(|e| e.to_string())?;
-    let their_job = String::from_utf8_lossy(&rest[..len]).into_owned();
-    let their_rank = u32::from_le_bytes(rest[len..len + 4].try_into().expect("4 bytes"));
-    let their_nonce: [u8; 16] = rest[len + 4..].try_into().expect("16 bytes");
-    if their_job != job {
-        return Err(format!(
-            "it is for job {their_job:?}, this executor runs {job:?}"
-        ));
-    }
-    expected(lane, their_rank)?;
+    stream.read_exact(&mut rest)?;
+    Ok(Hello {
+        lane,
+        job: String::from_utf8_lossy(&rest[..len]).into_owned(),
+        rank: u32::from_le_bytes(rest[len..len + 4].try_into().expect("4 bytes")),
+        nonce: rest[len + 4..].try_into().expect("16 bytes"),
+    })
+}
+
+/// Completes the acceptor's side after [`read_hello`], as rank `rank` of the hello's job with
+/// `secret`: proves the secret and checks the peer's proof.
+pub fn answer(
+    stream: &mut (impl Read + Write),
+    hello: &Hello,
+    rank: u32,
+    secret: &JobSecret,
+) -> Result<(), Failure> {
     let my_nonce = nonce();
     let mut reply = Vec::with_capacity(48);
     reply.extend_from_slice(&my_nonce);
-    reply.extend_from_slice(&secret.mac("acceptor", lane, job, rank, &their_nonce));
-    stream.write_all(&reply).map_err(|e| e.to_string())?;
+    reply.extend_from_slice(&secret.mac("acceptor", hello.lane, &hello.job, rank, &hello.nonce));
+    stream.write_all(&reply)?;
     let mut proof = [0u8; 32];
-    stream.read_exact(&mut proof).map_err(|e| e.to_string())?;
-    if !secret.verify("connector", lane, job, their_rank, &my_nonce, &proof) {
+    stream.read_exact(&mut proof)?;
+    if !secret.verify(
+        "connector",
+        hello.lane,
+        &hello.job,
+        hello.rank,
+        &my_nonce,
+        &proof,
+    ) {
         let _ = stream.write_all(&[0]);
-        return Err("bad MAC: the peer does not hold this job's secret".into());
+        return Err(Failure::Refused(
+            "bad MAC: the peer does not hold this job's secret".into(),
+        ));
     }
-    stream.write_all(&[1]).map_err(|e| e.to_string())?;
-    Ok((lane, their_rank))
+    stream.write_all(&[1])?;
+    Ok(())
 }

@@ -4,7 +4,7 @@
 //! broadcast, all-gather and barrier over f32 buffers. [`Solo`] is the world of one, where every
 //! collective is the identity; [`RingCollective`] connects the executors of a job in a ring over
 //! raw TCP and runs Horovod's bandwidth-optimal ring algorithms on a background communication
-//! thread ([`ring`]). With backup workers the ring also carries star connections to rank 0,
+//! thread ([`ring`]), accepting its peers on a [`RingListener`]. With backup workers the ring also carries star connections to rank 0,
 //! whose aggregator averages each step's first N−b gradients ([`backup`]). With the `nccl`
 //! feature, rings whose ranks all train on GPUs of one host average gradients on the devices
 //! (`nccl`).
@@ -12,6 +12,7 @@
 mod algorithms;
 mod backup;
 mod handshake;
+mod listener;
 #[cfg(feature = "nccl")]
 mod nccl;
 mod ring;
@@ -19,9 +20,10 @@ mod wire;
 
 pub use backup::{BackupReduce, StepResult};
 pub use handshake::JobSecret;
+pub use listener::RingListener;
 #[cfg(feature = "nccl")]
 pub use nccl::NcclAllReduce;
-pub use ring::{RingCollective, RingConfig, RingListener};
+pub use ring::{RingCollective, RingConfig};
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};

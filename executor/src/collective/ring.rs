@@ -13,45 +13,25 @@
 //! neighbour while the communication thread receives from the left. Every read and write has a
 //! deadline, so a dead or stuck peer turns into an error that names it, never a hang.
 
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tracing::{debug, warn};
+use ringflow_proto::listener::Connection;
+use tracing::debug;
 
 use crate::collective::algorithms::{self, Link, Outgoing};
 use crate::collective::backup::BackupReduce;
 use crate::collective::handshake::{self, JobSecret, Lane};
+use crate::collective::listener::RingListener;
 use crate::collective::wire::{configure, describe, write_f32s};
 use crate::collective::{Collective, PendingReduce, ReduceOp};
 use crate::error::{ExecutorError, Result};
 
-/// Deadline for one incoming connection to complete its handshake.
+/// Deadline for an outgoing connection to complete its handshake.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-
-/// The socket on which an executor accepts ring connections, bound once for its lifetime.
-#[derive(Debug)]
-pub struct RingListener {
-    listener: TcpListener,
-}
-
-impl RingListener {
-    /// Binds `addr` (port 0 lets the OS choose).
-    pub fn bind(addr: SocketAddr) -> std::io::Result<RingListener> {
-        let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        Ok(RingListener { listener })
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
-    }
-}
 
 /// What a rank needs to join its job's ring.
 #[derive(Clone, Debug)]
@@ -85,6 +65,8 @@ pub struct RingCollective {
     requests: Option<Sender<Request>>,
     comm: Option<JoinHandle<()>>,
     backup: Option<BackupReduce>,
+    /// The accepted connections' places at the ring listener's gate.
+    _accepted: Vec<Connection>,
 }
 
 fn peer_name(cfg: &RingConfig, rank: usize) -> String {
@@ -109,6 +91,7 @@ impl RingCollective {
                 requests: None,
                 comm: None,
                 backup: None,
+                _accepted: Vec::new(),
             });
         }
         let deadline = Instant::now() + cfg.timeout;
@@ -138,7 +121,9 @@ impl RingCollective {
         let accepted = accept_peers(listener, &cfg, &expected, deadline);
         let right = join(connector);
         let uplink = uplink.map(join).transpose();
-        let (mut accepted, right, uplink) = (accepted?, right?, uplink?);
+        let (accepted, right, uplink) = (accepted?, right?, uplink?);
+        let (mut accepted, places): (Vec<TcpStream>, Vec<Connection>) =
+            accepted.into_iter().unzip();
         let left = accepted.remove(0);
         for s in accepted
             .iter()
@@ -204,6 +189,7 @@ impl RingCollective {
             requests: Some(req_tx),
             comm: Some(comm),
             backup,
+            _accepted: places,
         })
     }
 
@@ -423,68 +409,24 @@ fn connect_to(
 }
 
 /// Accepts one authenticated connection for each `(lane, rank)` in `expected`, before
-/// `deadline`; returns them in that order.
+/// `deadline`; returns them in that order, with their places at the listener's gate.
 fn accept_peers(
     listener: &RingListener,
     cfg: &RingConfig,
     expected: &[(Lane, usize)],
     deadline: Instant,
-) -> Result<Vec<TcpStream>> {
-    let mut accepted: Vec<Option<TcpStream>> = expected.iter().map(|_| None).collect();
-    while accepted.iter().any(Option::is_none) && Instant::now() < deadline {
-        match listener.listener.accept() {
-            Ok((mut stream, from)) => {
-                let ok = stream.set_nonblocking(false).is_ok()
-                    && configure(&stream, HANDSHAKE_DEADLINE).is_ok();
-                if !ok {
-                    continue;
-                }
-                let wanted = |lane: Lane, rank: u32| match expected
-                    .iter()
-                    .position(|&(l, r)| l == lane && r == rank as usize)
-                {
-                    Some(i) if accepted[i].is_none() => Ok(()),
-                    Some(_) => Err(format!(
-                        "rank {rank} is already connected on the {} lane",
-                        lane.describe()
-                    )),
-                    None => Err(format!(
-                        "rank {rank} may not connect on the {} lane of rank {}",
-                        lane.describe(),
-                        cfg.rank
-                    )),
-                };
-                match handshake::accept(
-                    &mut stream,
-                    &cfg.job_id,
-                    cfg.rank as u32,
-                    &cfg.secret,
-                    wanted,
-                ) {
-                    Ok((lane, rank)) => {
-                        let i = expected
-                            .iter()
-                            .position(|&(l, r)| l == lane && r == rank as usize)
-                            .expect("the handshake accepted an expected peer");
-                        accepted[i] = Some(stream);
-                    }
-                    Err(e) => warn!(
-                        rank = cfg.rank,
-                        %from,
-                        "dropped a ring connection that failed the handshake: {e}"
-                    ),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => {
-                return Err(ExecutorError::Comm(format!(
-                    "cannot accept ring connections: {e}"
-                )));
-            }
+) -> Result<Vec<(TcpStream, Connection)>> {
+    let formation = listener.form(&cfg.job_id, cfg.rank, &cfg.secret, expected);
+    let mut accepted: Vec<Option<(TcpStream, Connection)>> =
+        expected.iter().map(|_| None).collect();
+    while accepted.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match formation.arrivals.recv_timeout(left) {
+            Ok(a) => accepted[a.index] = Some((a.stream, a.connection)),
+            Err(_) => break,
         }
     }
+    drop(formation);
     if let Some(i) = accepted.iter().position(Option::is_none) {
         let (lane, rank) = expected[i];
         let whom = match lane {

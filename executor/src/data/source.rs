@@ -40,7 +40,11 @@ impl DriverSource {
             .endpoint(url)
             .map_err(|e| ExecutorError::Comm(e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
-            .timeout(REQUEST_DEADLINE);
+            .timeout(REQUEST_DEADLINE)
+            // Pings keep the connection inside the driver's idle timeout between partitions.
+            .http2_keep_alive_interval(ringflow_proto::listener::CLIENT_KEEPALIVE)
+            .keep_alive_timeout(ringflow_proto::listener::CLIENT_KEEPALIVE)
+            .keep_alive_while_idle(true);
         // The channel's background tasks live on the I/O runtime, where every call runs.
         let channel = block_on(async move { endpoint.connect_lazy() });
         let client = FlightServiceClient::new(security.authenticated(channel))

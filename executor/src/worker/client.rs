@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ringflow_proto::listener::CLIENT_KEEPALIVE;
 use ringflow_proto::pb::{self, executors_client::ExecutorsClient};
 use ringflow_proto::security::{
     AuthenticatedChannel, ClientSecurity, is_certificate_error, status_line,
@@ -47,7 +48,11 @@ impl DriverClient {
             .endpoint(url)
             .map_err(|e| ExecutorError::Comm(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            // Pings keep the connection inside the driver's idle timeout.
+            .http2_keep_alive_interval(CLIENT_KEEPALIVE)
+            .keep_alive_timeout(CLIENT_KEEPALIVE)
+            .keep_alive_while_idle(true);
         Ok(DriverClient {
             inner: ExecutorsClient::new(security.authenticated(endpoint.connect_lazy())),
             url: url.to_string(),

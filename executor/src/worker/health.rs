@@ -1,7 +1,8 @@
 //! The executor's health probes (`--health ADDR`), for compose healthchecks and Kubernetes
 //! probes: `/healthz` answers 200 while the process serves, `/readyz` 200 while it is
 //! registered with a driver that answered its last heartbeats, else 503 with the reason.
-//! Plain HTTP: the probes reveal nothing but those two facts.
+//! `/metrics` gives the connection figures of the executor's ring and health listeners in the
+//! Prometheus format. Plain HTTP: the probes reveal nothing but those facts.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +14,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use ringflow_proto::listener::{
+    ConnectionGate, GatedListener, ListenerKind, ListenerLimits, render_prometheus, serve_http,
+};
 
 use crate::error::{ExecutorError, Result};
 
@@ -54,19 +58,44 @@ impl Health {
     }
 }
 
-async fn readyz(State(health): State<Arc<Health>>) -> Response {
-    match health.ready() {
+async fn readyz(State(probes): State<Probes>) -> Response {
+    match probes.health.ready() {
         Ok(()) => "ready\n".into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
 }
 
-/// Binds `addr` and serves the probes on `rt` for as long as the runtime lives.
+/// What the health port serves from: the probes' state and the listeners' gates.
+#[derive(Clone)]
+struct Probes {
+    health: Arc<Health>,
+    gates: Vec<Arc<ConnectionGate>>,
+}
+
+async fn metrics(State(probes): State<Probes>) -> Response {
+    let stats: Vec<_> = probes.gates.iter().map(|g| g.stats()).collect();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render_prometheus(&stats),
+    )
+        .into_response()
+}
+
+/// Binds `addr` with `limits` and serves the probes, and the figures of `ring`'s gate and its
+/// own at `/metrics`, on `rt` for as long as the runtime lives.
 pub(crate) fn serve(
     rt: &tokio::runtime::Runtime,
     addr: SocketAddr,
+    limits: ListenerLimits,
     health: Arc<Health>,
+    ring: Arc<ConnectionGate>,
 ) -> Result<SocketAddr> {
+    limits
+        .check(ListenerKind::Health)
+        .map_err(ExecutorError::Comm)?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(addr))
         .map_err(|e| {
@@ -77,12 +106,20 @@ pub(crate) fn serve(
     let bound = listener
         .local_addr()
         .map_err(|e| ExecutorError::Comm(format!("cannot read the health probes' address: {e}")))?;
+    let gate = ConnectionGate::new(ListenerKind::Health, limits);
+    let probes = Probes {
+        health,
+        gates: vec![ring, gate.clone()],
+    };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(health);
+        .route("/metrics", get(metrics))
+        .with_state(probes);
+    let listener = GatedListener::new(listener, gate)
+        .map_err(|e| ExecutorError::Comm(format!("cannot read the health probes' address: {e}")))?;
     rt.spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = serve_http(listener, app, std::future::pending()).await {
             tracing::error!("the health probes on {bound} stopped: {e}");
         }
     });

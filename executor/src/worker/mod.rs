@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::data::Preprocessing;
+use ringflow_proto::listener::ListenerLimits;
 use ringflow_proto::pb;
 use ringflow_proto::security::ClientSecurity;
 use ringflow_proto::spec::JobSpec;
@@ -57,11 +58,31 @@ pub struct ExecutorConfig {
     pub quiet: bool,
     /// How to reach the driver: the cluster's shared secret and TLS.
     pub security: ClientSecurity,
-    /// Where to serve `/healthz` and `/readyz` (`None`: not at all).
+    /// Where to serve `/healthz`, `/readyz` and `/metrics` (`None`: not at all).
     pub health: Option<SocketAddr>,
     /// The memory its tasks may use, in bytes (`ringflow executor --memory`); `None`: the
     /// smaller of the machine's memory and the process's cgroup limit ([`crate::memory`]).
     pub memory: Option<u64>,
+    /// Bounds on the connections of the ring and health ports.
+    pub limits: ExecutorLimits,
+}
+
+/// How many connections an executor's listeners admit, and how long they wait for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecutorLimits {
+    /// The ring port (its first-request deadline bounds each peer's handshake).
+    pub ring: ListenerLimits,
+    /// The health probes and metrics.
+    pub health: ListenerLimits,
+}
+
+impl Default for ExecutorLimits {
+    fn default() -> ExecutorLimits {
+        ExecutorLimits {
+            ring: ListenerLimits::RING,
+            health: ListenerLimits::HEALTH,
+        }
+    }
 }
 
 /// The state the heartbeat task shares with the task loop.
@@ -80,7 +101,7 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         .enable_all()
         .build()
         .map_err(|e| ExecutorError::Comm(format!("cannot start the RPC runtime: {e}")))?;
-    let listener = RingListener::bind(config.ring_bind).map_err(|e| {
+    let listener = RingListener::bind_with(config.ring_bind, config.limits.ring).map_err(|e| {
         ExecutorError::Comm(format!(
             "cannot listen for ring connections on {}: {e}",
             config.ring_bind
@@ -105,8 +126,14 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
     };
     let health = Arc::new(health::Health::default());
     if let Some(addr) = config.health {
-        let bound = health::serve(&rt, addr, health.clone())?;
-        info!("health probes at http://{bound}/healthz and /readyz");
+        let bound = health::serve(
+            &rt,
+            addr,
+            config.limits.health,
+            health.clone(),
+            listener.gate().clone(),
+        )?;
+        info!("health probes at http://{bound}/healthz and /readyz, metrics at /metrics");
     }
     let mut client = rt.block_on(DriverClient::connect(
         &config.driver,

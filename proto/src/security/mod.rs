@@ -30,6 +30,18 @@ pub use token::{
 
 use std::path::PathBuf;
 
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Whether `a` and `b` are equal, in time that depends on neither their contents nor their
+/// lengths: both are hashed (SHA-256) and the digests compared in constant time. Every
+/// comparison of a secret (shared secrets, job secrets, Flight tickets) goes through it, so a
+/// caller cannot learn a secret byte by byte from how long a refusal takes.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
+    a.as_slice().ct_eq(b.as_slice()).into()
+}
+
 /// A secret or a TLS file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -59,4 +71,21 @@ fn read_file(what: &'static str, path: &std::path::Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare_equal_only_when_identical() {
+        assert!(constant_time_eq(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(constant_time_eq(b"", b""));
+        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcdeF"));
+        assert!(!constant_time_eq(b"0123456789abcdef", b"0123456789abcde"));
+        assert!(!constant_time_eq(b"0123456789abcdef", b""));
+        let (a, b) = (Secret::generate(), Secret::generate());
+        assert_eq!(a, a.clone());
+        assert_ne!(a, b);
+    }
 }

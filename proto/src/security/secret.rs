@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Result, SecurityError, read_file};
+use super::{Result, SecurityError, constant_time_eq, read_file};
 use crate::data::flight::hex;
 
 /// The environment variable that may hold the secret itself.
@@ -12,9 +12,18 @@ pub const SECRET_ENV: &str = "RINGFLOW_SECRET";
 /// The shortest secret accepted, in bytes (e.g. `openssl rand -hex 32` gives 64).
 pub const MIN_SECRET_LEN: usize = 16;
 
-/// The shared secret of a cluster. Its `Debug` output is redacted.
-#[derive(Clone, PartialEq, Eq)]
+/// The shared secret of a cluster. Its `Debug` output is redacted, and it compares in constant
+/// time.
+#[derive(Clone)]
 pub struct Secret(Arc<[u8]>);
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        constant_time_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Secret {}
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,15 +82,7 @@ impl Secret {
     /// Whether `presented` is this secret, compared in constant time (for a secret sent as
     /// an HTTP bearer token to the web UI's write actions).
     pub fn matches(&self, presented: &[u8]) -> bool {
-        let presented = presented.trim_ascii();
-        if presented.len() != self.0.len() {
-            return false;
-        }
-        presented
-            .iter()
-            .zip(self.0.iter())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        constant_time_eq(presented.trim_ascii(), &self.0)
     }
 }
 

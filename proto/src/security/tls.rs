@@ -312,7 +312,8 @@ pub fn status_line(s: &tonic::Status) -> String {
     if closed.iter().any(|c| line.contains(c)) {
         line.push_str(
             " (the driver closed the connection: if it serves TLS, use an https:// URL; if it \
-             requires client certificates, pass --tls-cert and --tls-key)",
+             requires client certificates, pass --tls-cert and --tls-key; if it holds as many \
+             connections as its --max-connections allows, retry or raise that bound)",
         );
     } else if line.contains("CertificateRequired") {
         line.push_str(" (the driver requires a client certificate: pass --tls-cert and --tls-key)");
