@@ -798,6 +798,7 @@ device = "{device}"
             string_label: false,
             files: vec!["x.parquet".into()],
             resume: None,
+            warnings: Vec::new(),
         }))
     }
 

@@ -58,6 +58,11 @@ pub struct DataSpec {
     /// Small lookup tables the query may join against: name = path (Parquet, CSV or JSON).
     #[serde(default)]
     pub tables: BTreeMap<String, String>,
+    /// Seconds `sql` may take: to produce one partition's output on an executor (the time
+    /// spent in the query, reading the partition included; not the time training waits), to
+    /// load the lookup tables, and for the driver to plan it (default 300).
+    #[serde(default = "defaults::sql_timeout_s")]
+    pub sql_timeout_s: u64,
     /// Feature columns, concatenated in this order: numeric columns and list columns of numbers.
     pub features: Vec<String>,
     /// The label column: integer class index or string class for classification, number for
@@ -259,6 +264,9 @@ impl Default for ClusterSpec {
 mod defaults {
     use ringflow_ml::Device;
 
+    pub fn sql_timeout_s() -> u64 {
+        300
+    }
     pub fn shuffle_buffer() -> usize {
         10_000
     }
@@ -288,6 +296,13 @@ mod defaults {
     }
     pub fn comm_timeout_s() -> u64 {
         30
+    }
+}
+
+impl DataSpec {
+    /// The limit of `sql_timeout_s` as a duration.
+    pub fn sql_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.sql_timeout_s)
     }
 }
 
