@@ -2,11 +2,12 @@
 //! table or written as Parquet.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use datafusion::dataframe::DataFrameWriteOptions;
-use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::{Location, sql};
 
 #[derive(Args)]
@@ -21,7 +22,16 @@ pub struct SqlArgs {
     /// Write the result as Parquet here (a file path or URL) instead of printing it.
     #[arg(long, value_name = "PATH")]
     output: Option<String>,
+
+    /// Stop the query after this many seconds (reading the tables and writing the output
+    /// included) and fail, naming the limit.
+    #[arg(long, value_name = "SECS", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_S))]
+    timeout: u64,
 }
+
+/// The longest `--timeout`: a week.
+const MAX_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
 pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
     let mut tables = Vec::new();
@@ -35,11 +45,24 @@ pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
     if let Some(out) = &args.output {
         Location::parse(out)?;
     }
-    let SqlArgs { query, output, .. } = args;
-    let printed = block_on(async move {
+    let SqlArgs {
+        query,
+        output,
+        timeout,
+        ..
+    } = args;
+    let limit = Duration::from_secs(timeout);
+    // Past the limit the query is dropped, which stops DataFusion and removes an unfinished
+    // output.
+    let printed = block_on_timeout(limit, async move {
         let ctx = sql::session(None);
         for (name, path) in &tables {
-            sql::register_table(&ctx, name, path).await?;
+            let skipped = sql::register_table(&ctx, name, path).await.map_err(|e| {
+                ringflow_proto::data::DataError::new(format!("--table {name}"), e.to_string())
+            })?;
+            for skipped in skipped {
+                eprintln!("warning: table `{name}`: {skipped}");
+            }
         }
         let fail = |e: datafusion::error::DataFusionError| {
             ringflow_proto::data::DataError::new("query", sql::df_message(&e))
@@ -72,6 +95,12 @@ pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
             }
         }
     })
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "query: did not finish within its time limit of {timeout} s (--timeout) and was \
+             stopped; raise --timeout if it needs longer"
+        )
+    })?
     .map_err(|e: ringflow_proto::data::DataError| anyhow::anyhow!("{e}"))?;
     print!("{printed}");
     Ok(ExitCode::SUCCESS)

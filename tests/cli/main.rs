@@ -4,6 +4,7 @@ mod backup;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod data;
+mod data_limits;
 mod deploy;
 mod distributed;
 mod errors;

@@ -1,13 +1,23 @@
 //! Listing the Parquet files of a data path: a file, a directory (prefix), or a glob, on the
-//! local file system or in an object store.
-
-use std::path::Path;
+//! local file system or in an object store. Only regular local files are data: a FIFO, socket
+//! or device named directly is refused, and one inside a directory or glob is skipped and
+//! reported ([`Listing::skipped`]).
 
 use ringflow_proto::data::Location;
+use ringflow_proto::data::local::{self, Named, Skipped};
 use ringflow_proto::data::location::is_local;
 use ringflow_proto::data::runtime::block_on;
 
 use crate::error::{DriverError, Result};
+
+/// The data files of a path and what its listing left out.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The files, sorted, written the way the path was.
+    pub files: Vec<String>,
+    /// Entries of a local directory or glob that are not regular files.
+    pub skipped: Vec<Skipped>,
+}
 
 /// The Parquet files `path` names (for the spec key `key`), sorted, written the way the user
 /// wrote `path` (a relative directory gives relative file paths, a URL gives URLs).
@@ -15,11 +25,17 @@ use crate::error::{DriverError, Result};
 /// A directory or prefix contributes every `*.parquet` file below it, skipping names that start
 /// with `_` or `.` (Spark's `_SUCCESS` and hidden files). A path containing `*`, `?` or `[` is a
 /// glob (whose wildcards, as in a shell, do not match a leading `.`).
-pub fn files(key: &str, path: &str) -> Result<Vec<String>> {
-    if is_local(path) && !path.starts_with("file://") {
-        local_files(key, path)
-    } else {
-        remote_files(key, path)
+pub fn files(key: &str, path: &str) -> Result<Listing> {
+    if !is_local(path) {
+        return Ok(Listing {
+            files: remote_files(key, path)?,
+            skipped: Vec::new(),
+        });
+    }
+    match file_url_path(path) {
+        None => local_files(key, path, path, ""),
+        Some(Ok(local)) => local_files(key, path, &local, "file://"),
+        Some(Err(m)) => Err(fail(key, m)),
     }
 }
 
@@ -27,60 +43,57 @@ fn fail(key: &str, m: String) -> DriverError {
     DriverError::Data(format!("{key}: {m}"))
 }
 
-fn local_files(key: &str, path: &str) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    if path.contains(['*', '?', '[']) {
-        let options = glob::MatchOptions {
-            require_literal_leading_dot: true,
-            ..Default::default()
-        };
-        let entries = glob::glob_with(path, options)
-            .map_err(|e| fail(key, format!("bad glob {path:?}: {e}")))?;
-        for entry in entries {
-            let p = entry.map_err(|e| fail(key, format!("cannot list {path:?}: {e}")))?;
-            if p.is_file() {
-                out.push(p.display().to_string());
-            }
-        }
-        if out.is_empty() {
-            return Err(fail(key, format!("the glob {path:?} matches no files")));
-        }
-    } else {
-        let p = Path::new(path);
-        if p.is_dir() {
-            walk(p, &mut out).map_err(|e| fail(key, format!("cannot list {path:?}: {e}")))?;
-            if out.is_empty() {
-                return Err(fail(
-                    key,
-                    format!("the directory {path:?} holds no .parquet files"),
-                ));
-            }
-        } else if p.is_file() {
-            out.push(path.to_string());
-        } else {
-            return Err(fail(key, format!("{path:?} does not exist")));
-        }
+/// The file-system path of a `file://` URL (a glob's text as it is written), or `None` for a
+/// plain path.
+fn file_url_path(path: &str) -> Option<std::result::Result<String, String>> {
+    let scheme = path.get(..7)?;
+    if !scheme.eq_ignore_ascii_case("file://") {
+        return None;
     }
-    out.sort();
-    Ok(out)
+    if local::is_glob(path) {
+        return Some(Ok(path[7..].to_string()));
+    }
+    Some(
+        Location::parse(path)
+            .map_err(|e| e.to_string())
+            .and_then(|l| {
+                l.local_path()
+                    .ok_or_else(|| format!("{path} is not a file path"))
+            })
+            .map(|p| p.display().to_string()),
+    )
 }
 
-fn walk(dir: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with('_') || name.starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else if name.ends_with(".parquet") {
-            out.push(path.display().to_string());
-        }
+/// Lists `local` (the file-system form of `written`), writing each file as `prefix` followed
+/// by its path (or as `written` when it names the file).
+fn local_files(key: &str, written: &str, local: &str, prefix: &str) -> Result<Listing> {
+    let listing = local::list(local, ".parquet").map_err(|m| fail(key, m))?;
+    if listing.files.is_empty() {
+        let (regular, skipped) = match listing.skipped.as_slice() {
+            [] => ("", String::new()),
+            [first] => ("regular ", format!(" ({first})")),
+            [first, rest @ ..] => ("regular ", format!(" ({first}; and {} more)", rest.len())),
+        };
+        return Err(fail(
+            key,
+            match listing.named {
+                Named::Glob => format!("the glob {written:?} matches no {regular}files{skipped}"),
+                _ => format!("the directory {written:?} holds no {regular}.parquet files{skipped}"),
+            },
+        ));
     }
-    Ok(())
+    let files = match listing.named {
+        Named::File => vec![written.to_string()],
+        _ => listing
+            .files
+            .iter()
+            .map(|p| format!("{prefix}{}", p.display()))
+            .collect(),
+    };
+    Ok(Listing {
+        files,
+        skipped: listing.skipped,
+    })
 }
 
 /// Files in an object store: one object, every `.parquet` object below a prefix, or the
@@ -164,8 +177,9 @@ mod tests {
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("sub/c.parquet"), b"").unwrap();
         let root = dir.path().to_str().unwrap();
-        let names = |v: Vec<String>| -> Vec<String> {
-            v.iter()
+        let names = |v: Listing| -> Vec<String> {
+            v.files
+                .iter()
                 .map(|p| {
                     p.strip_prefix(root)
                         .unwrap()
@@ -185,20 +199,57 @@ mod tests {
         );
         let url = format!("file://{root}");
         assert_eq!(
-            names(
-                files("data.train", &url)
+            names(Listing {
+                files: files("data.train", &url)
                     .unwrap()
+                    .files
                     .into_iter()
                     .map(|u| u.replace("file://", ""))
-                    .collect()
-            ),
+                    .collect(),
+                skipped: Vec::new(),
+            }),
             ["a.parquet", "b.parquet", "sub/c.parquet"]
         );
         let url_glob = format!("file://{root}/*.parquet");
-        assert_eq!(files("data.train", &url_glob).unwrap().len(), 2);
+        assert_eq!(files("data.train", &url_glob).unwrap().files.len(), 2);
         let err = files("data.test", &format!("{root}/nope.parquet")).unwrap_err();
         assert!(err.to_string().starts_with("data.test:"), "{err}");
         let err = files("data.train", &format!("{root}/*.csv")).unwrap_err();
         assert!(err.to_string().contains("matches no files"), "{err}");
+    }
+
+    /// A FIFO named directly is refused by name; a directory or glob holding only FIFOs says
+    /// so, naming what it skipped.
+    #[cfg(unix)]
+    #[test]
+    fn fifos_are_refused_or_skipped_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("a.parquet");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (root, fifo) = (dir.path().display().to_string(), fifo.display().to_string());
+        let err = files("data.train", &fifo).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("data.train: {fifo} is a FIFO (named pipe), not a regular file")
+        );
+        let url = format!("file://{fifo}");
+        let err = files("data.train", &url).unwrap_err().to_string();
+        assert!(err.contains("is a FIFO (named pipe)"), "{err}");
+        let err = files("data.test", &root).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "data.test: the directory {root:?} holds no regular .parquet files (skipped \
+                 {fifo}: it is a FIFO (named pipe), not a regular file)"
+            )
+        );
+        let err = files("data.test", &format!("{root}/*"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("matches no regular files (skipped"), "{err}");
     }
 }

@@ -1,14 +1,13 @@
 //! Parquet footers: row groups, row counts and schemas, without reading any rows; and the
 //! checks of a schema against the spec's features, label and model.
 
-use std::fs::File;
-
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::ModelShape;
+use ringflow_proto::data::deadline::{self, READ_TIMEOUT, block_on_timeout, read_failed};
+use ringflow_proto::data::local::open_regular;
 use ringflow_proto::data::partition::StoreReader;
-use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::data::{Location, is_string};
 use ringflow_proto::spec::DataSpec;
 
@@ -44,21 +43,24 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
     for name in files {
         let fail = |m: String| DriverError::Data(format!("{key}: {name} {m}"));
         let location = Location::parse(name).map_err(|e| fail(e.message))?;
+        // A local file is opened only if it is a regular file; no footer read waits longer
+        // than the read deadline.
         let meta = match location.local_path() {
-            Some(path) => {
-                let file = File::open(&path).map_err(|e| fail(format!("cannot be opened: {e}")))?;
+            Some(path) => deadline::blocking(READ_TIMEOUT, move || {
+                let file = open_regular(&path)?;
                 ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
-                    .map_err(|e| fail(format!("is not a readable Parquet file: {e}")))?
-            }
-            None => block_on(async move {
+                    .map_err(|e| format!("is not a readable Parquet file: {e}"))
+            }),
+            None => block_on_timeout(READ_TIMEOUT, async move {
                 let size = location.size().await.map_err(|e| e.message)?;
                 let mut reader = StoreReader::new(&location, size);
                 ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
                     .await
                     .map_err(|e| format!("is not a readable Parquet file: {e}"))
-            })
-            .map_err(fail)?,
-        };
+            }),
+        }
+        .map_err(|e| fail(read_failed(&e)))?
+        .map_err(fail)?;
         let mut start = 0u64;
         for (i, rg) in meta.metadata().row_groups().iter().enumerate() {
             let rows = rg.num_rows() as u64;

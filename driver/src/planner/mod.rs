@@ -13,9 +13,12 @@ pub mod memory;
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape};
+use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::data::{Location, sql};
 use ringflow_proto::pb::EpochPlan;
@@ -31,6 +34,8 @@ struct SplitPlan {
     files: Vec<String>,
     input_columns: Vec<String>,
     label: LabelType,
+    /// Entries of its directory or glob skipped because they are not regular files.
+    warnings: Vec<String>,
 }
 
 /// Lists, inspects and checks the split at `path` (spec key `key`).
@@ -42,7 +47,13 @@ fn plan_split(
     label_required: bool,
     prep: Option<&SqlPlanner>,
 ) -> Result<SplitPlan> {
-    let files = discover::files(key, path)?;
+    let listing = discover::files(key, path)?;
+    let warnings = listing
+        .skipped
+        .iter()
+        .map(|s| format!("{key}: {s}"))
+        .collect();
+    let files = listing.files;
     let split = read_footers(key, &files)?;
     let data = &spec.data;
     let loss = spec.train.loss;
@@ -73,7 +84,7 @@ fn plan_split(
             Some(prep) => {
                 let planned = prep
                     .plan(schema.clone())
-                    .map_err(|e| DriverError::Data(format!("{key}: {file}: {e}")))?;
+                    .map_err(|m| DriverError::Data(format!("{key}: {file}: {m}")))?;
                 let what = format!("{key}: {file}: the output of data.sql");
                 let l = check_schema(&what, &planned.output, data, model, loss, label_required)?;
                 (l, planned.input_columns)
@@ -97,14 +108,28 @@ fn plan_split(
         files,
         input_columns,
         label,
+        warnings,
     })
 }
 
 /// A job's `data.sql` with its lookup tables registered once (their schemas are read, their
-/// rows are not), planned against each distinct file schema.
+/// rows are not), planned against each distinct file schema. Registering the tables and each
+/// planning must finish within `data.sql_timeout_s`.
 struct SqlPlanner {
     ctx: SessionContext,
     query: String,
+    timeout: Duration,
+    /// Entries of the tables' directories or globs skipped because they are not regular files.
+    warnings: Vec<String>,
+}
+
+/// The error for planning that ran past `data.sql_timeout_s`.
+fn planning_timed_out(what: &str, timeout: Duration) -> String {
+    format!(
+        "data.sql: {what} did not finish within data.sql_timeout_s = {} s; raise \
+         data.sql_timeout_s if it needs longer",
+        timeout.as_secs()
+    )
 }
 
 impl SqlPlanner {
@@ -114,25 +139,36 @@ impl SqlPlanner {
             return Ok(None);
         };
         let tables: BTreeMap<String, String> = spec.data.tables.clone();
-        let ctx = block_on(async move {
+        let timeout = spec.data.sql_timeout();
+        let (ctx, warnings) = block_on_timeout(timeout, async move {
             let ctx = sql::session(Some(1));
-            sql::register_lookup_tables(&ctx, &tables, false).await?;
-            Ok::<_, ringflow_proto::data::DataError>(ctx)
+            let warnings = sql::register_lookup_tables(&ctx, &tables, false).await?;
+            Ok::<_, ringflow_proto::data::DataError>((ctx, warnings))
         })
+        .map_err(|_| {
+            DriverError::Data(planning_timed_out(
+                "reading the schemas of data.tables",
+                timeout,
+            ))
+        })?
         .map_err(|e| DriverError::Data(e.to_string()))?;
         Ok(Some(SqlPlanner {
             ctx,
             query: query.clone(),
+            timeout,
+            warnings,
         }))
     }
 
-    /// Plans the query with `input` of the given schema.
-    fn plan(
-        &self,
-        input: SchemaRef,
-    ) -> std::result::Result<sql::PlannedQuery, ringflow_proto::data::DataError> {
+    /// Plans the query with `input` of the given schema; an error is a sentence that starts
+    /// with `data.sql`.
+    fn plan(&self, input: SchemaRef) -> std::result::Result<sql::PlannedQuery, String> {
         let (ctx, query) = (self.ctx.clone(), self.query.clone());
-        block_on(async move { sql::plan_query(&ctx, &query, input).await })
+        block_on_timeout(self.timeout, async move {
+            sql::plan_query(&ctx, &query, input).await
+        })
+        .map_err(|_| planning_timed_out("planning the query", self.timeout))?
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -158,6 +194,9 @@ pub struct JobPlan {
     pub resume: Option<ResumePoint>,
     /// What the model needs in memory (`None` for a custom kind that does not say).
     pub footprint: Option<ModelFootprint>,
+    /// What planning left out and people should know: entries of a data directory or glob
+    /// that are not regular files.
+    pub warnings: Vec<String>,
 }
 
 /// The state a resumed job continues from: its last checkpoint.
@@ -266,8 +305,11 @@ impl JobPlan {
         assign::check_enough_rows("data.train", &train.groups, spec.cluster.executors)?;
         let mut input_columns = train.input_columns.clone();
         let mut files = train.files.clone();
+        let mut warnings = train.warnings.clone();
+        warnings.extend(prep.iter().flat_map(|p| p.warnings.iter().cloned()));
         let test_groups = match test {
             Some(t) => {
+                warnings.extend(t.warnings);
                 for c in t.input_columns {
                     if !input_columns.contains(&c) {
                         input_columns.push(c);
@@ -288,6 +330,7 @@ impl JobPlan {
             files,
             resume: None,
             footprint,
+            warnings,
         })
     }
 
@@ -303,6 +346,8 @@ impl JobPlan {
         let footprint = memory::footprint(registry, &spec)?;
         let prep = SqlPlanner::new(&spec)?;
         let data = plan_split("--data", path, &spec, model, label_required, prep.as_ref())?;
+        let mut warnings = data.warnings;
+        warnings.extend(prep.iter().flat_map(|p| p.warnings.iter().cloned()));
         Ok(JobPlan {
             spec,
             model,
@@ -313,6 +358,7 @@ impl JobPlan {
             files: data.files,
             resume: None,
             footprint,
+            warnings,
         })
     }
 

@@ -253,6 +253,14 @@ impl Job {
         };
         job.message(intro);
         job.message(format!("memory: {}", job.memory.summary()));
+        if let JobKind::Train(plan) | JobKind::Infer { plan, .. } = &job.kind {
+            let warnings: Vec<String> = plan.warnings.clone();
+            for w in warnings {
+                // People see it as a job message; the driver's log keeps it too.
+                info!(job = %job.id, "{w}");
+                job.message(format!("warning: {w}"));
+            }
+        }
         job.set_state(JobState::Waiting);
         job.message(format!("waiting for {} executors", job.executors_needed()));
         job

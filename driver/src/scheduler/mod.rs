@@ -885,6 +885,7 @@ device = "{device}"
                 &[1, 2],
                 false,
             )),
+            warnings: Vec::new(),
         }))
     }
 

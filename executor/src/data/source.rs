@@ -8,6 +8,7 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use futures::{StreamExt, TryStreamExt};
+use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::flight::{PartitionTicket, hex};
 use ringflow_proto::data::partition::PartitionReader;
 use ringflow_proto::data::runtime::block_on;
@@ -77,7 +78,7 @@ impl DriverSource {
         };
         let mut client = self.client.clone();
         let url = self.url.clone();
-        let fetched = block_on(async move {
+        let fetched = block_on_timeout(REQUEST_DEADLINE, async move {
             let response = client
                 .do_get(Ticket::new(ticket.encode()))
                 .await
@@ -90,6 +91,7 @@ impl DriverSource {
             let schema = stream.schema().cloned();
             Ok::<_, String>((first, schema, stream))
         })
+        .unwrap_or_else(|e| Err(format!("the first batch {e}")))
         .map_err(|m| {
             ExecutorError::data(
                 partition.path.clone(),

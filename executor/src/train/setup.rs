@@ -84,7 +84,7 @@ pub fn prepare_data(
         None
     };
     let prep = match &data.sql {
-        Some(q) => Some(Arc::new(SqlPrep::new(q, &data.tables)?)),
+        Some(q) => Some(Arc::new(SqlPrep::new(q, &data.tables, data.sql_timeout())?)),
         None => None,
     };
     let converter = Converter::new(

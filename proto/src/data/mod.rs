@@ -3,7 +3,7 @@
 //! interpret identically.
 //!
 //! - [`location`]: local paths and `s3://`, `gs://`, `az://`, `http(s)://` URLs, resolved to
-//!   object stores with credential checks.
+//!   object stores with credential checks; [`local`]: only regular local files are data.
 //! - [`partition`]: one partition (a row range of a row group) read as Arrow record batches,
 //!   locally or from an object store; [`flight`]: the ticket that asks the driver for one.
 //! - [`sql`]: DataFusion sessions, lookup tables, and the planning and streaming execution of a
@@ -13,10 +13,12 @@
 //! - [`paths`]: output paths joined below a directory with path and URL APIs, and the
 //!   file-system root that no job may write into.
 //! - [`runtime`]: the small async runtime that storage and SQL calls from synchronous code
-//!   run on.
+//!   run on; [`deadline`]: the limits on reading a file and running a query.
 
+pub mod deadline;
 mod error;
 pub mod flight;
+pub mod local;
 pub mod location;
 pub mod partition;
 pub mod paths;

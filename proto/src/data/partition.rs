@@ -1,15 +1,18 @@
 //! Reading one partition of a Parquet file as Arrow record batches, from wherever it lives
 //! (executors reading their own partitions; the driver serving them over Arrow Flight).
 //!
-//! A local file is read synchronously on the calling (reader) thread. A file in an object store
-//! is read with the async Parquet reader on the I/O runtime: only the footer and the column
-//! chunks of the partition's row group that the job needs are fetched, with range requests.
+//! A local file must be a regular file ([`super::local`]); it is opened and decoded batch by
+//! batch on a helper thread, each step within [`READ_TIMEOUT`]. A file in an object store is
+//! read with the async Parquet reader on the I/O runtime: only the footer and the column
+//! chunks of the partition's row group that the job needs are fetched, with range requests,
+//! each step within the same deadline.
 
-use std::fs::File;
+use std::path::Path;
 
+use super::deadline::{self, READ_TIMEOUT, block_on_timeout, read_failed};
 use super::error::{DataError, Result};
+use super::local::open_regular;
 use super::location::Location;
-use super::runtime::block_on;
 use crate::pb::Partition;
 use bytes::Bytes;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -38,7 +41,11 @@ pub type BatchStream = BoxStream<'static, std::result::Result<RecordBatch, Strin
 
 enum Source {
     Local(ParquetRecordBatchReader),
-    Remote(Option<BatchStream>),
+    Remote(BatchStream),
+    /// Every batch was read.
+    Done,
+    /// A read failed or ran past its deadline, taking the reader with it.
+    Lost,
 }
 
 /// The record batches of one partition, restricted to `columns` (in file order).
@@ -76,36 +83,22 @@ impl PartitionReader {
         let path = partition.path.clone();
         let fail = |m: String| DataError::new(path.clone(), m);
         let location = Location::parse(&path).map_err(|e| fail(e.message))?;
+        let (p, c) = (partition.clone(), columns.to_vec());
         let (source, schema, first) = match location.local_path() {
             Some(local) => {
-                let file =
-                    File::open(&local).map_err(|e| fail(format!("cannot be opened: {e}")))?;
-                let builder = ParquetRecordBatchReaderBuilder::try_new(file)
-                    .map_err(|e| fail(format!("is not a readable Parquet file: {e}")))?;
-                let (roots, rows) = select(
-                    partition,
-                    columns,
-                    builder.metadata(),
-                    builder.schema(),
-                    whole,
-                )
-                .map_err(fail)?;
-                let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-                let reader = builder
-                    .with_row_groups(vec![rows.group])
-                    .with_projection(mask)
-                    .with_row_selection(selection(&rows))
-                    .with_batch_size(READ_BATCH_ROWS)
-                    .build()
-                    .map_err(|e| fail(format!("cannot be read: {e}")))?;
-                let schema = reader.schema();
-                (Source::Local(reader), schema, rows.offset)
+                let opened =
+                    deadline::blocking(READ_TIMEOUT, move || open_local(&local, &p, &c, whole))
+                        .map_err(|e| fail(read_failed(&e)))?;
+                let (reader, schema, first) = opened.map_err(fail)?;
+                (Source::Local(reader), schema, first)
             }
             None => {
-                let (p, c) = (partition.clone(), columns.to_vec());
-                let opened = block_on(async move { open_remote(location, &p, &c, whole).await });
+                let opened = block_on_timeout(READ_TIMEOUT, async move {
+                    open_remote(location, &p, &c, whole).await
+                })
+                .map_err(|e| fail(read_failed(&e)))?;
                 let (stream, schema, first) = opened.map_err(fail)?;
-                (Source::Remote(Some(stream)), schema, first)
+                (Source::Remote(stream), schema, first)
             }
         };
         Ok(PartitionReader {
@@ -125,7 +118,7 @@ impl PartitionReader {
         offset: u64,
     ) -> PartitionReader {
         PartitionReader {
-            source: Source::Remote(Some(stream)),
+            source: Source::Remote(stream),
             partition: partition.clone(),
             schema,
             next_row: partition.file_row_start + offset,
@@ -139,22 +132,43 @@ impl PartitionReader {
 
     /// The next batch and the file row number of its first row.
     pub fn next_batch(&mut self) -> Result<Option<(RecordBatch, u64)>> {
+        let (path, group) = (self.partition.path.clone(), self.partition.row_group);
         let fail = |m: String| {
             DataError::new(
-                self.partition.path.clone(),
-                format!("cannot decode row group {}: {m}", self.partition.row_group),
+                path.clone(),
+                format!("cannot decode row group {group}: {m}"),
             )
         };
-        let next = match &mut self.source {
-            Source::Local(r) => r.next().transpose().map_err(|e| fail(e.to_string()))?,
-            Source::Remote(slot) => {
-                let Some(mut stream) = slot.take() else {
-                    return Ok(None);
-                };
-                let (item, stream) = block_on(async move { (stream.next().await, stream) });
-                *slot = Some(stream);
-                item.transpose().map_err(fail)?
+        let (next, source) = match std::mem::replace(&mut self.source, Source::Lost) {
+            Source::Local(mut reader) => {
+                let read = deadline::blocking(READ_TIMEOUT, move || (reader.next(), reader));
+                let (item, reader) =
+                    read.map_err(|e| DataError::new(path.clone(), read_failed(&e)))?;
+                (
+                    item.map(|r| r.map_err(|e| e.to_string())),
+                    Source::Local(reader),
+                )
             }
+            Source::Remote(mut stream) => {
+                let read =
+                    block_on_timeout(READ_TIMEOUT, async move { (stream.next().await, stream) });
+                let (item, stream) =
+                    read.map_err(|e| DataError::new(path.clone(), read_failed(&e)))?;
+                (item, Source::Remote(stream))
+            }
+            Source::Done => return Ok(None),
+            Source::Lost => return Err(fail("a previous read of it failed".into())),
+        };
+        let next = match next {
+            None => {
+                self.source = Source::Done;
+                None
+            }
+            Some(Ok(batch)) => {
+                self.source = source;
+                Some(batch)
+            }
+            Some(Err(m)) => return Err(fail(m)),
         };
         Ok(next.map(|batch| {
             let first = self.next_row;
@@ -178,6 +192,38 @@ impl PartitionReader {
             futures::stream::iter(iter),
         ))
     }
+}
+
+type Opened<R> = (R, SchemaRef, u64);
+
+/// Opens a partition of the local Parquet file at `path` (a regular file, opened without
+/// blocking), reading its footer.
+fn open_local(
+    path: &Path,
+    partition: &Partition,
+    columns: &[String],
+    whole: bool,
+) -> std::result::Result<Opened<ParquetRecordBatchReader>, String> {
+    let file = open_regular(path)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| format!("is not a readable Parquet file: {e}"))?;
+    let (roots, rows) = select(
+        partition,
+        columns,
+        builder.metadata(),
+        builder.schema(),
+        whole,
+    )?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let reader = builder
+        .with_row_groups(vec![rows.group])
+        .with_projection(mask)
+        .with_row_selection(selection(&rows))
+        .with_batch_size(READ_BATCH_ROWS)
+        .build()
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let schema = reader.schema();
+    Ok((reader, schema, rows.offset))
 }
 
 fn selection(rows: &Rows) -> RowSelection {
@@ -237,8 +283,6 @@ fn select(
     };
     Ok((roots, rows))
 }
-
-type Opened = (BatchStream, SchemaRef, u64);
 
 /// A Parquet file in an object store, read with range requests (the footer once, then only
 /// the column chunks asked for).
@@ -304,7 +348,7 @@ async fn open_remote(
     partition: &Partition,
     columns: &[String],
     whole: bool,
-) -> std::result::Result<Opened, String> {
+) -> std::result::Result<Opened<BatchStream>, String> {
     let size = location.size().await.map_err(|e| e.message)?;
     let mut reader = StoreReader::new(&location, size);
     let meta = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
@@ -326,16 +370,68 @@ async fn open_remote(
 }
 
 /// Checks that this process can open every file (for `data.source = "auto"`): the first
-/// failure, naming the file, or `None`.
+/// failure, naming the file, or `None`. A local file must be a regular file; no check waits
+/// longer than [`READ_TIMEOUT`].
 pub fn unreadable(paths: &[String]) -> Option<String> {
     for path in paths {
         let location = match Location::parse(path) {
             Ok(l) => l,
             Err(e) => return Some(e.to_string()),
         };
-        if let Err(e) = block_on(async move { location.size().await }) {
-            return Some(e.to_string());
+        let checked = match location.local_path() {
+            Some(local) => {
+                deadline::blocking(READ_TIMEOUT, move || super::local::check_regular(&local))
+            }
+            None => block_on_timeout(READ_TIMEOUT, async move {
+                location.size().await.map(|_| ()).map_err(|e| e.message)
+            }),
+        };
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(m)) => return Some(format!("{path}: {m}")),
+            Err(e) => return Some(format!("{path}: {}", read_failed(&e))),
         }
     }
     None
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A data file swapped for a FIFO after planning is refused when an executor (or the
+    /// driver's Flight service) opens it, and by the readability probe, instead of hanging.
+    #[test]
+    fn a_fifo_is_refused_when_opened_for_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("a.parquet");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let path = fifo.display().to_string();
+        let partition = Partition {
+            path: path.clone(),
+            row_group: 0,
+            row_offset: 0,
+            row_count: 10,
+            file_row_start: 0,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let probe = vec![path.clone()];
+        std::thread::spawn(move || {
+            let opened = PartitionReader::open(&partition, &["x".into()]).map(|_| ());
+            let _ = tx.send((opened, unreadable(&probe)));
+        });
+        // A plain open of a FIFO waits for a writer for ever: fail instead of hanging.
+        let (opened, probed) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("opening the FIFO hung");
+        let refusal = format!("{path}: is a FIFO (named pipe), not a regular file");
+        assert_eq!(opened.unwrap_err().to_string(), refusal);
+        assert_eq!(probed, Some(refusal));
+    }
 }

@@ -29,6 +29,7 @@ use object_store::ObjectStore;
 use url::Url;
 
 use super::error::{DataError, Result};
+use super::local::{self, FileKind, Skipped, check_regular, is_glob};
 use super::location::{Location, is_local, store_for};
 
 /// The name of the table that holds the current partition in a job's `data.sql`.
@@ -95,47 +96,86 @@ pub fn df_message(e: &DataFusionError) -> String {
     s.strip_prefix("External error: ").unwrap_or(&s).to_string()
 }
 
+/// The file extension DataFusion looks for in a directory registered from `path` (written in
+/// lower case): `.csv`, `.json`, `.ndjson` or `.parquet`.
+fn table_extension(lower: &str) -> &'static str {
+    if lower.ends_with(".csv") || lower.ends_with(".csv.gz") {
+        ".csv"
+    } else if lower.ends_with(".json") {
+        ".json"
+    } else if lower.ends_with(".ndjson") {
+        ".ndjson"
+    } else {
+        ".parquet"
+    }
+}
+
 /// The form DataFusion's listing tables want for `path`: absolute for local paths (directories
 /// with a trailing slash), the URL otherwise (a prefix with a trailing slash). Checks that the
-/// path exists.
-async fn table_url(path: &str) -> Result<String> {
+/// path exists and, for a local path, that a file named directly is a regular file; returns
+/// the entries of a local directory or glob that are skipped because they are not (DataFusion
+/// lists only regular files).
+async fn table_url(path: &str, extension: &str) -> Result<(String, Vec<Skipped>)> {
     let loc = Location::parse(path)?;
-    let glob = path.contains(['*', '?', '[']);
-    match loc.local_path() {
-        Some(p) if p.is_dir() => Ok(format!("{}/", p.display())),
-        Some(p) if p.exists() || glob => Ok(p.display().to_string()),
-        Some(_) => Err(DataError::new(path, "does not exist")),
-        None if glob => Ok(loc.url().to_string()),
-        None => {
-            if loc.size().await.is_ok() {
-                return Ok(loc.url().to_string());
-            }
-            if loc.list().await?.is_empty() {
-                return Err(DataError::new(path, "does not exist"));
-            }
-            Ok(format!("{}/", loc.url().as_str().trim_end_matches('/')))
+    let glob = is_glob(path);
+    let Some(p) = loc.local_path() else {
+        return remote_table_url(path, &loc, glob)
+            .await
+            .map(|url| (url, Vec::new()));
+    };
+    let text = p.display().to_string();
+    // Skipped entries are named the way the user wrote the path, where it is a plain path.
+    let written = if path.contains("://") { &text } else { path };
+    let skipped = || {
+        local::list(written, extension)
+            .map(|l| l.skipped)
+            .map_err(|m| DataError::new(path, m))
+    };
+    if glob {
+        let skipped = skipped()?;
+        return Ok((text, skipped));
+    }
+    match local::kind(&p) {
+        Ok(FileKind::Directory) => Ok((format!("{text}/"), skipped()?)),
+        _ => {
+            check_regular(&p).map_err(|m| DataError::new(path, m))?;
+            Ok((text, Vec::new()))
         }
     }
 }
 
+async fn remote_table_url(path: &str, loc: &Location, glob: bool) -> Result<String> {
+    if glob {
+        return Ok(loc.url().to_string());
+    }
+    if loc.size().await.is_ok() {
+        return Ok(loc.url().to_string());
+    }
+    if loc.list().await?.is_empty() {
+        return Err(DataError::new(path, "does not exist"));
+    }
+    Ok(format!("{}/", loc.url().as_str().trim_end_matches('/')))
+}
+
 /// Registers the table `name` over the file, directory or glob at `path`: CSV (with a header
-/// row) for `.csv`, newline-delimited JSON for `.json`/`.ndjson`, Parquet otherwise.
-pub async fn register_table(ctx: &SessionContext, name: &str, path: &str) -> Result<()> {
-    let url = table_url(path).await?;
+/// row) for `.csv`, newline-delimited JSON for `.json`/`.ndjson`, Parquet otherwise. Returns the
+/// entries of a local directory or glob that were skipped because they are not regular files.
+pub async fn register_table(ctx: &SessionContext, name: &str, path: &str) -> Result<Vec<Skipped>> {
     let lower = path.to_ascii_lowercase();
+    let (url, skipped) = table_url(path, table_extension(&lower)).await?;
     let fail =
         |e: DataFusionError| DataError::new(format!("table `{name}` ({path})"), df_message(&e));
     if lower.ends_with(".csv") || lower.ends_with(".csv.gz") {
         ctx.register_csv(name, &url, CsvReadOptions::new())
             .await
-            .map_err(fail)
+            .map_err(fail)?;
     } else if lower.ends_with(".json") || lower.ends_with(".ndjson") {
         let options = JsonReadOptions::default().file_extension(if lower.ends_with(".json") {
             ".json"
         } else {
             ".ndjson"
         });
-        ctx.register_json(name, &url, options).await.map_err(fail)
+        ctx.register_json(name, &url, options).await.map_err(fail)?;
     } else {
         let options = ParquetReadOptions::default();
         let options = if lower.ends_with(".parquet") || !is_local(path) || url.ends_with('/') {
@@ -146,17 +186,21 @@ pub async fn register_table(ctx: &SessionContext, name: &str, path: &str) -> Res
         };
         ctx.register_parquet(name, &url, options)
             .await
-            .map_err(fail)
+            .map_err(fail)?;
     }
+    Ok(skipped)
 }
 
 /// Registers the lookup tables of `[data.tables]`; with `in_memory` each is read once and kept
 /// in memory (executors run the query once per partition and should not re-read them).
+/// Returns a warning for each entry of a table's directory or glob that was skipped because it
+/// is not a regular file.
 pub async fn register_lookup_tables(
     ctx: &SessionContext,
     tables: &BTreeMap<String, String>,
     in_memory: bool,
-) -> Result<()> {
+) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
     for (name, path) in tables {
         let what = format!("data.tables.{name}");
         if name.eq_ignore_ascii_case(INPUT_TABLE) {
@@ -165,9 +209,10 @@ pub async fn register_lookup_tables(
                 "`input` is the name of the partition being prepared; give the table another name",
             ));
         }
-        register_table(ctx, name, path)
+        let skipped = register_table(ctx, name, path)
             .await
             .map_err(|e| DataError::new(&what, e.to_string()))?;
+        warnings.extend(skipped.iter().map(|s| format!("{what}: {s}")));
         if in_memory {
             let fail = |e: DataFusionError| DataError::new(&what, df_message(&e));
             let df = ctx.table(name.as_str()).await.map_err(fail)?;
@@ -179,7 +224,7 @@ pub async fn register_lookup_tables(
                 .map_err(fail)?;
         }
     }
-    Ok(())
+    Ok(warnings)
 }
 
 /// What planning a job's query against an input schema tells.

@@ -92,6 +92,7 @@ impl JobSpec {
                 "are only read by data.sql, which is not set".into(),
             ));
         }
+        check_sql_timeout(d.sql_timeout_s).map_err(|m| invalid("data.sql_timeout_s", m))?;
         if let Some(classes) = &d.label_classes {
             if classes.len() < 2 {
                 return Err(invalid(
@@ -264,6 +265,20 @@ fn note_flags(e: SpecError, overrides: &[Override]) -> SpecError {
         format!("{message} ({})", notes.join("; "))
     };
     SpecError::Invalid { file, key, message }
+}
+
+/// The longest `data.sql_timeout_s`: a week.
+const MAX_SQL_TIMEOUT_S: u64 = 7 * 24 * 3600;
+
+/// Checks `data.sql_timeout_s`: at least a second, at most [`MAX_SQL_TIMEOUT_S`].
+fn check_sql_timeout(seconds: u64) -> Result<(), String> {
+    if (1..=MAX_SQL_TIMEOUT_S).contains(&seconds) {
+        Ok(())
+    } else {
+        Err(format!(
+            "must be between 1 and {MAX_SQL_TIMEOUT_S} (a week), not {seconds}"
+        ))
+    }
 }
 
 /// Turns a deserialization error into one that names the key by its full path.
@@ -551,6 +566,22 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             msg.contains("cluster.checkpoint_dir") && msg.contains("set by --resume"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn sql_timeouts_have_a_default_and_a_range() {
+        assert_eq!(parse(MNIST, &[]).unwrap().data.sql_timeout_s, 300);
+        let s = parse(MNIST, &["data.sql_timeout_s=5"]).unwrap();
+        assert_eq!(s.data.sql_timeout(), std::time::Duration::from_secs(5));
+        for bad in ["0", "604801"] {
+            let msg = parse(MNIST, &[&format!("data.sql_timeout_s={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("data.sql_timeout_s") && msg.contains(&format!("not {bad}")),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -61,6 +61,11 @@ pub struct DataSpec {
     /// Small lookup tables the query may join against: name = path (Parquet, CSV or JSON).
     #[serde(default)]
     pub tables: BTreeMap<String, String>,
+    /// Seconds `sql` may take: to produce one partition's output on an executor (the time
+    /// spent in the query, reading the partition included; not the time training waits), to
+    /// load the lookup tables, and for the driver to plan it (default 300).
+    #[serde(default = "defaults::sql_timeout_s")]
+    pub sql_timeout_s: u64,
     /// Feature columns, concatenated in this order: numeric columns and list columns of numbers.
     pub features: Vec<String>,
     /// The label column: integer class index or string class for classification, number for
@@ -262,6 +267,9 @@ impl Default for ClusterSpec {
 mod defaults {
     use ringflow_ml::Device;
 
+    pub fn sql_timeout_s() -> u64 {
+        300
+    }
     pub fn shuffle_buffer() -> usize {
         10_000
     }
@@ -335,6 +343,13 @@ pub const MODEL_DIR: &str = "model";
 pub const CHECKPOINT_DIR: &str = "checkpoint";
 /// A job's event log, below its checkpoint directory.
 pub const EVENTS_FILE: &str = "events.jsonl";
+
+impl DataSpec {
+    /// The limit of `sql_timeout_s` as a duration.
+    pub fn sql_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.sql_timeout_s)
+    }
+}
 
 impl JobSpec {
     /// `cluster.checkpoint_dir` (default `runs/<name>`): the directory, a local path or an
