@@ -1,5 +1,5 @@
 //! The `cuda` feature end to end, on the CUDA emulator of `testing/cuda-emulator` (this module is
-//! built only with `--features cuda`; `.ci/run` runs it with `--features nccl`, which adds the
+//! built only with `--features cuda`; `testing/run-tests.sh` runs it with `--features nccl`, which adds the
 //! NCCL test).
 //!
 //! The emulator stands in for `libcuda` and cuBLAS, so the same binary that runs on a GPU machine
@@ -72,8 +72,8 @@ fn libraries() -> Option<&'static Libraries> {
         .as_ref()
 }
 
-/// A directory holding `libnvrtc.so.12`: pip's wheel under `target/nvrtc` (as `.ci/run` installs
-/// it), or one on `LD_LIBRARY_PATH`.
+/// A directory holding `libnvrtc.so.12`: pip's wheel under `target/nvrtc` (as
+/// `testing/run-tests.sh` installs it), or one on `LD_LIBRARY_PATH`.
 fn nvrtc_dir() -> Option<PathBuf> {
     let wheel = repo().join("target/nvrtc/nvidia/cuda_nvrtc/lib");
     let inherited = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();

@@ -11,7 +11,7 @@ const LIMIT: Duration = Duration::from_secs(300);
 
 /// Loads the event files of `dir` with TensorBoard's `EventAccumulator` and returns
 /// `{tag: [[step, value], …]}` of every scalar. Fails the test when the `tensorboard` package
-/// cannot be imported (.ci/run installs it).
+/// cannot be imported (testing/run-tests.sh installs it).
 fn tensorboard_scalars(dir: &Path) -> serde_json::Value {
     const SCRIPT: &str = r#"
 import json, sys
@@ -34,7 +34,7 @@ print(json.dumps({tag: [[e.step, e.value] for e in acc.Scalars(tag)]
     assert!(
         !stdout.starts_with("NO_TENSORBOARD"),
         "the `tensorboard` Python package is needed to read the event files back \
-         (python3 -m pip install tensorboard==2.21.0; .ci/run installs it): {stdout}"
+         (testing/run-tests.sh installs it; or python3 -m pip install tensorboard==2.21.0): {stdout}"
     );
     assert!(
         out.status.success(),

@@ -173,7 +173,7 @@ fn check_moto_installed() {
         Ok(o) if o.status.success() => {}
         other => panic!(
             "moto's S3 server is not installed for python3 (`python3 -c \"import moto.server, \
-             boto3\"` failed: {}); .ci/run should have installed it with `python3 -m pip \
+             boto3\"` failed: {}); testing/run-tests.sh installs it; or run `python3 -m pip \
              install \"moto[server]==5.2.1\" boto3`",
             match other {
                 Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),

@@ -1,5 +1,5 @@
 //! The driver's web UI while a real job runs: the JSON API the page uses, Prometheus metrics,
-//! and (with Chromium installed, as `.ci/run` does) the page itself rendered headless.
+//! and (with Chromium installed, as `testing/run-tests.sh` does) the page itself rendered headless.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -209,7 +209,7 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
 }
 
 /// Chromium for the browser check: required where `RINGFLOW_REQUIRE_BROWSER` is set (as
-/// `.ci/run` does after installing it), optional elsewhere.
+/// `testing/run-tests.sh` does after installing it), optional elsewhere.
 fn chromium() -> Option<String> {
     for name in ["chromium", "chromium-browser", "google-chrome"] {
         let found = Command::new("sh")
