@@ -78,7 +78,6 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
     let floats = args
         .floats
         .unwrap_or_else(|| ((args.size_mb * 1048576.0) / 4.0).round() as u64);
-    anyhow::ensure!(floats >= 1, "--floats must be at least 1");
     // The driver refuses a size the executors cannot hold; this only keeps the arithmetic sane.
     let bytes = floats.checked_mul(4).ok_or_else(|| {
         anyhow::anyhow!("--floats {floats} (or --size-mb) is beyond any machine's memory")
