@@ -32,7 +32,7 @@ start=$(date +%s)
 mkdir -p target
 set +e
 cargo test --test cli load:: -- --nocapture --test-threads 1 2>&1 | tee target/load_driver.log |
-    grep -E '^(load:|driver RSS:|web UI:|ringflow status:|test result)|panicked'
+    grep -E 'load: [0-9]+ jobs|^(driver RSS:|web UI:|ringflow status:|test result)|panicked'
 status=${PIPESTATUS[0]}
 set -e
 echo "load_driver.sh: $(( $(date +%s) - start )) s in all (build included), exit $status;" \

@@ -419,6 +419,34 @@ fn forgotten(ui: &str) -> u64 {
         .unwrap_or_else(|| panic!("no ringflow_jobs_forgotten_total in:\n{text}")) as u64
 }
 
+/// Checks the driver once the load has ended: no job left queued or running, every executor
+/// idle, and only the last `retained` finished jobs kept (the others forgotten).
+fn after_the_load(url: &str, ui: &str, secret: &str, jobs: usize, retained: usize) {
+    let status = || {
+        let run = ringflow(
+            &["status", "--driver", url, "--secret-file", secret],
+            Duration::from_secs(60),
+        );
+        run.assert_success();
+        run.stdout
+    };
+    let out = status();
+    for state in [" queued ", " waiting ", " running ", " busy "] {
+        assert!(!out.contains(state), "{state:?} after the load:\n{out}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while forgotten(ui) < (jobs - retained) as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        forgotten(ui),
+        (jobs - retained) as u64,
+        "the driver does not forget old finished jobs"
+    );
+    let out = status();
+    assert!(out.contains(&format!("JOBS ({retained})\n")), "{out}");
+}
+
 /// Waits (at most 60 s) until the driver's open files and threads are back within `slack` of
 /// `start`; returns its usage then.
 fn settled(pid: u32, start: Usage, slack: usize) -> Usage {
@@ -504,37 +532,7 @@ fn one_driver_serves_many_jobs_and_idle_connections_and_stays_bounded() {
         "the driver stopped answering: slowest probe {slowest:?}"
     );
 
-    // Nothing stuck: no job left queued or running, every executor idle.
-    let listing = ringflow(
-        &["status", "--driver", &url, "--secret-file", &secret],
-        Duration::from_secs(60),
-    );
-    listing.assert_success();
-    let out = &listing.stdout;
-    for state in [" queued ", " waiting ", " running ", " busy "] {
-        assert!(!out.contains(state), "{state:?} after the load:\n{out}");
-    }
-    // Finished jobs are bounded: the driver keeps the last `retained` and forgot the others.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while forgotten(&ui) < (config.jobs - config.retained) as u64 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(
-        forgotten(&ui),
-        (config.jobs - config.retained) as u64,
-        "the driver does not forget old finished jobs"
-    );
-    let listing = ringflow(
-        &["status", "--driver", &url, "--secret-file", &secret],
-        Duration::from_secs(60),
-    );
-    assert!(
-        listing
-            .stdout
-            .contains(&format!("JOBS ({})\n", config.retained)),
-        "{}",
-        listing.stdout
-    );
+    after_the_load(&url, &ui, &secret, config.jobs, config.retained);
 
     // The driver's resources return near where they were.
     let end = settled(pid, start, 16);
