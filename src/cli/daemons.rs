@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use ringflow_driver::scheduler::SchedulerConfig;
+use ringflow_driver::scheduler::{DEFAULT_RETAINED_JOBS, SchedulerConfig};
 use ringflow_driver::service::{self, DriverConfig, DriverLimits};
 use ringflow_executor::worker::{self, ExecutorConfig, ExecutorLimits};
 use ringflow_ml::nn::ModelRegistry;
@@ -41,6 +41,12 @@ pub struct DriverArgs {
     /// Most connections the web UI holds at once (same rule, with any request as the first).
     #[arg(long, value_name = "N", default_value_t = ListenerLimits::UI.max_connections)]
     ui_max_connections: usize,
+
+    /// How many finished jobs the driver keeps, with their events and summaries, for
+    /// `ringflow status`, the web UI and `/metrics`; older ones are forgotten (their event
+    /// logs stay in their checkpoint directories).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_RETAINED_JOBS)]
+    retained_jobs: usize,
 
     #[command(flatten)]
     timeouts: TimeoutArgs,
@@ -136,12 +142,14 @@ impl TryFrom<&DriverArgs> for DriverConfig {
             a.executor_timeout >= 2,
             "--executor-timeout must be at least 2 seconds"
         );
+        anyhow::ensure!(a.retained_jobs >= 1, "--retained-jobs must be at least 1");
         let (secret, tls) = a.security.server()?;
         Ok(DriverConfig {
             bind: a.bind,
             scheduler: SchedulerConfig {
                 heartbeat_interval: Duration::from_millis(1000),
                 executor_timeout: Duration::from_secs(a.executor_timeout),
+                retained_jobs: a.retained_jobs,
                 ..SchedulerConfig::default()
             },
             ui: super::local::parse_ui(&a.ui)?,

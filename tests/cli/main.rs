@@ -11,6 +11,7 @@ mod errors;
 mod helpers;
 mod history;
 mod listeners;
+mod load;
 mod lost;
 mod memory;
 mod observe;

@@ -368,6 +368,12 @@ impl Job {
         &self.events
     }
 
+    /// True while a client follows the job's events ([`Job::events_since`]'s receiver is
+    /// alive): the job is not forgotten before its summary reaches that client.
+    pub fn is_followed(&self) -> bool {
+        self.event_count.receiver_count() > 0
+    }
+
     /// Events from `from` on, and a receiver that changes when more arrive.
     pub fn events_since(&self, from: usize) -> (Vec<pb::JobEvent>, watch::Receiver<usize>) {
         (

@@ -23,6 +23,8 @@
 //! - **Job ids.** `<name>-<yyyyMMddHHmmss>-<tag>-<NNNN>`, like Spark's application ids: the
 //!   submission time (UTC), a random tag drawn once per driver and the driver's job counter, so
 //!   that two drivers, even started in the same second, never give two jobs one id.
+//! - **Retention.** The driver keeps the `retained_jobs` most recently finished jobs and
+//!   forgets older ones ([`retention`]), so its memory does not grow with the jobs it has run.
 //! - **Output locks.** A job submitted with the lock on its output directory
 //!   ([`crate::outputs::lock`]) holds it until it ends; a job whose lock another job took over
 //!   fails.
@@ -31,10 +33,12 @@ mod fit;
 mod job;
 mod loss;
 mod registry;
+mod retention;
 
 pub use job::{Job, JobKind};
 pub use loss::{Gone, MAX_LAST_WORDS, ProcessEnd, signal_name};
 pub use registry::ExecutorEntry;
+pub use retention::DEFAULT_RETAINED_JOBS;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -60,6 +64,9 @@ pub struct SchedulerConfig {
     /// of life) before the executor is declared lost, and how long a rank's communication error
     /// waits for a root cause before it fails the job.
     pub loss_grace: Duration,
+    /// How many finished jobs the driver keeps (with their events and summaries); older ones
+    /// are forgotten ([`retention`]).
+    pub retained_jobs: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -68,6 +75,7 @@ impl Default for SchedulerConfig {
             heartbeat_interval: Duration::from_millis(1000),
             executor_timeout: Duration::from_secs(15),
             loss_grace: Duration::from_millis(1500),
+            retained_jobs: DEFAULT_RETAINED_JOBS,
         }
     }
 }
@@ -85,6 +93,8 @@ pub struct Scheduler {
     /// Four random base-36 characters of every job id of this driver.
     id_tag: String,
     event_logs: bool,
+    /// Finished jobs forgotten so far ([`retention`]).
+    jobs_forgotten: u64,
 }
 
 /// A refusal of an RPC, mapped to a gRPC status by the service.
@@ -115,6 +125,7 @@ impl Scheduler {
             next_job: 1,
             id_tag: random_tag(),
             event_logs: true,
+            jobs_forgotten: 0,
         }
     }
 
@@ -470,8 +481,8 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Periodic work: drop silent executors, fail jobs that lost one or waited too long, and
-    /// start queued jobs that now have enough idle executors.
+    /// Periodic work: drop silent executors, fail jobs that lost one or waited too long, start
+    /// queued jobs that now have enough idle executors, and forget old finished jobs.
     pub fn tick(&mut self, now: Instant) {
         self.drop_lost_executors(now);
         self.settle_held_errors(now);
@@ -487,6 +498,7 @@ impl Scheduler {
         self.expire_waiting_jobs(now);
         self.start_jobs(now);
         self.release_finished(now);
+        self.forget_finished();
     }
 
     fn expire_waiting_jobs(&mut self, now: Instant) {

@@ -125,8 +125,12 @@ impl Jobs for JobsService {
         let shared = self.0.clone();
         tokio::spawn(async move {
             let mut seen = 0;
+            // Held from one look to the next, so that the job counts as followed (and is not
+            // forgotten by retention) until its summary has been sent.
+            let mut changed;
             loop {
-                let (events, mut changed) = match shared.lock().job(&job_id) {
+                let events;
+                (events, changed) = match shared.lock().job(&job_id) {
                     Some(job) => job.events_since(seen),
                     None => return,
                 };

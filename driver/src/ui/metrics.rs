@@ -205,6 +205,16 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
     for (state, n) in &by_state {
         f.sample("ringflow_jobs", &[("state", state)], *n as f64);
     }
+    f.header(
+        "ringflow_jobs_forgotten_total",
+        "counter",
+        "Finished jobs the driver no longer keeps (beyond --retained-jobs).",
+    );
+    f.sample(
+        "ringflow_jobs_forgotten_total",
+        &[],
+        s.jobs_forgotten() as f64,
+    );
 
     f.header(
         "ringflow_executors",
