@@ -6,35 +6,20 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::distributed::executor;
-use crate::helpers::{job, ringflow, s, summary, write_regression_data};
+use crate::helpers::{regression_job, ringflow, s, summary, write_regression_data};
 use crate::process::Process;
 
 const DEADLINE: Duration = Duration::from_secs(180);
 
 /// A regression job (`y` from `a`, `b`, `v`) over `train`, with `extra` lines in `[data]`.
 fn regression_spec(dir: &Path, name: &str, train: &str, extra: &str) -> String {
-    job(
+    let ckpt = s(&dir.join(format!("run-{name}")));
+    regression_job(
         dir,
         name,
-        &format!(
-            r#"name = "{name}"
-[data]
-train = "{train}"
-features = ["a", "b", "v"]
-label = "y"
-{extra}
-[model]
-kind = "mlp"
-layers = [4, 1]
-[train]
-epochs = 1
-batch_size = 16
-loss = "mse"
-[cluster]
-checkpoint_dir = "{ckpt}"
-"#,
-            ckpt = s(&dir.join(format!("run-{name}"))),
-        ),
+        train,
+        extra,
+        &format!("checkpoint_dir = \"{ckpt}\""),
     )
 }
 
@@ -79,7 +64,8 @@ fn a_fifo_is_refused_by_name_or_skipped_with_a_warning() {
             "{name}: {}",
             run.stderr
         );
-        assert_eq!(summary(&out)["samples"], rows, "{name}");
+        // Every regular file's rows, in each of the job's two epochs.
+        assert_eq!(summary(&out)["samples"], 2 * rows, "{name}");
     }
 
     let model = s(&dir.path().join("run-directory/model"));

@@ -180,6 +180,40 @@ pub fn job(dir: &Path, name: &str, toml: &str) -> String {
     path.display().to_string()
 }
 
+/// Writes `dir/<name>.toml`: a small regression job (`y` from `a`, `b`, `v`, as
+/// [`write_regression_data`] writes them) over `train`, with `data_extra` lines in `[data]` and
+/// `cluster` lines in `[cluster]`; a second or two of training on a few hundred rows.
+pub fn regression_job(
+    dir: &Path,
+    name: &str,
+    train: &str,
+    data_extra: &str,
+    cluster: &str,
+) -> String {
+    job(
+        dir,
+        name,
+        &format!(
+            r#"name = "{name}"
+[data]
+train = "{train}"
+features = ["a", "b", "v"]
+label = "y"
+{data_extra}
+[model]
+kind = "mlp"
+layers = [4, 8, 1]
+[train]
+epochs = 2
+batch_size = 20
+loss = "mse"
+[cluster]
+{cluster}
+"#
+        ),
+    )
+}
+
 /// The `[data]` table of a job on the committed MNIST example data, for specs written by tests.
 pub fn mnist_data() -> String {
     format!(

@@ -10,7 +10,7 @@ use ringflow_driver::outputs::{LOCK_FILE, LockOwner};
 use serde_json::Value;
 
 use crate::helpers::{
-    Run, job, ringflow, ringflow_in, s, small_mnist_job, summary, write_regression_data,
+    Run, regression_job, ringflow, ringflow_in, s, small_mnist_job, summary, write_regression_data,
 };
 use crate::process::Process;
 use crate::s3::{BUCKET, Moto, ringflow_aws, ringflow_s3};
@@ -29,28 +29,7 @@ fn quick_job(dir: &Path, name: &str, cluster: &str) -> String {
         std::fs::create_dir(&data).unwrap();
         write_regression_data(&data, &[200], 50);
     }
-    job(
-        dir,
-        name,
-        &format!(
-            r#"name = "{name}"
-[data]
-train = "{train}"
-features = ["a", "b", "v"]
-label = "y"
-[model]
-kind = "mlp"
-layers = [4, 8, 1]
-[train]
-epochs = 2
-batch_size = 20
-loss = "mse"
-[cluster]
-{cluster}
-"#,
-            train = s(&data),
-        ),
-    )
+    regression_job(dir, name, &s(&data), "", cluster)
 }
 
 /// Fails unless `run` was refused with one error line containing each of `needles`, before
