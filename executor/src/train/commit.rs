@@ -47,21 +47,19 @@ impl Commit {
         model: &Model,
         optimizer: &mut Optimizer,
     ) -> Result<(Recovered, u64, u64)> {
-        let mut why = why.to_string();
         let mut attempt = 1;
         loop {
+            // Each attempt reports the first break: the driver keeps one cause per rank, and a
+            // reply that the ring was re-formed without this executor names that cause.
             let mut tried = || -> Result<(Recovered, u64, u64)> {
-                let mut recovered = ctx.recover(&why)?;
+                let mut recovered = ctx.recover(why)?;
                 self.restore(model, optimizer)?;
                 let (epoch, step) =
                     Commit::sync(model, optimizer, recovered.comm.as_mut(), self.clone())?;
                 Ok((recovered, epoch, step))
             };
             match tried() {
-                Err(ExecutorError::Comm(again)) if attempt < MAX_REFORMS => {
-                    why = again;
-                    attempt += 1;
-                }
+                Err(ExecutorError::Comm(_)) if attempt < MAX_REFORMS => attempt += 1,
                 other => return other,
             }
         }
