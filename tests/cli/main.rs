@@ -1,6 +1,7 @@
 //! End-to-end tests of the `ringflow` binary: real processes, real Parquet, real data.
 
 mod backup;
+mod chaos;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod data;

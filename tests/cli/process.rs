@@ -70,6 +70,12 @@ impl Process {
         self.child.id()
     }
 
+    /// Whether it ended: its stderr reached its end (it exited, and so did every child of its
+    /// that shared that stderr).
+    pub(crate) fn has_ended(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     /// What it printed on stderr so far.
     pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()

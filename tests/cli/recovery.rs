@@ -54,6 +54,15 @@ fn checkpoint_step(dir: &std::path::Path) -> Option<(u64, u64)> {
 /// (pids …) for driver URL").
 pub(crate) fn watch_local(args: &[String], until: &str) -> (Process, Vec<i32>, String) {
     let run = Process::start(args);
+    let (pids, driver) = local_executors(&run);
+    run.wait_for_start(until);
+    (run, pids, driver)
+}
+
+/// The executors' pids and the embedded driver's URL of a `ringflow local` run, from its line
+/// "started N executor processes (pids …) for driver URL" (waiting for it as
+/// [`Process::wait_for`] does).
+pub(crate) fn local_executors(run: &Process) -> (Vec<i32>, String) {
     let line = run.wait_for("(pids ");
     let rest = line.split("(pids ").nth(1).unwrap();
     let (pids, driver) = rest.split_once(')').unwrap();
@@ -67,8 +76,7 @@ pub(crate) fn watch_local(args: &[String], until: &str) -> (Process, Vec<i32>, S
         .unwrap()
         .trim()
         .to_string();
-    run.wait_for_start(until);
-    (run, pids, driver)
+    (pids, driver)
 }
 
 /// Kills `ringflow local` (driver and executors: SIGKILL, no chance to clean up) once a

@@ -976,7 +976,14 @@ impl Job {
         if lost_any {
             self.recoveries += 1;
         }
-        *self.reform_before.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        // Re-formed because idle executors join at an epoch boundary, not because it broke.
+        let at_boundary = self
+            .reform_before
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some();
+        let broke = lost_any || !at_boundary;
         let mut ranks = survivors;
         let order = |a: &pb::ExecutorInfo, b: &pb::ExecutorInfo| {
             (&a.host, &a.ring_address, &a.executor_id).cmp(&(
@@ -1014,6 +1021,15 @@ impl Job {
                 self.recoveries,
                 ranks.len()
             ));
+        } else if broke {
+            // A rank hung for less than the heartbeat timeout (or the network blipped): every
+            // rank asked to recover and none was lost.
+            self.message(format!(
+                "the ring is re-formed with the same {} executors {waited:.1} s after it broke \
+                 ({cause}), with no executor lost; the epoch in progress restarts from its \
+                 beginning",
+                ranks.len()
+            ));
         } else {
             self.message(format!(
                 "the ring is re-formed with {} executors at an epoch boundary",
@@ -1031,7 +1047,7 @@ impl Job {
                 .collect(),
             joined: self.joiners.iter().cloned().collect(),
             waited_s: micros(waited),
-            cause: if lost_any { cause } else { String::new() },
+            cause: if broke { cause } else { String::new() },
         });
         rand::fill(&mut self.secret);
         let n = ranks.len();

@@ -1153,6 +1153,59 @@ device = "{device}"
         assert_eq!(summary.as_ref().unwrap()["job_id"], id.as_str());
     }
 
+    /// A ring that broke with no executor lost (a rank stopped for less than the heartbeat
+    /// timeout) is logged with its cause, not as a re-forming at an epoch boundary.
+    #[test]
+    fn a_ring_that_broke_without_a_loss_is_logged_with_its_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = Instant::now();
+        let mut s = Scheduler::new(SchedulerConfig::default(), ModelRegistry::default());
+        s.register(info("e1", "h1", 1), start).unwrap();
+        s.register(info("e2", "h2", 1), start).unwrap();
+        let mut kind = train_on("cpu", 2);
+        if let JobKind::Train(plan) = &mut kind {
+            plan.spec.cluster.checkpoint_dir = Some(dir.path().display().to_string());
+            plan.spec.cluster.min_executors = Some(1);
+        }
+        let id = s.submit(kind, start);
+        s.tick(start);
+        assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+        let ask = |executor: &str, rank: u32, error: &str| pb::RecoverRequest {
+            job_id: id.clone(),
+            executor_id: executor.into(),
+            rank,
+            generation: 0,
+            error: error.into(),
+            wait_ms: 0,
+        };
+        let later = start + Duration::from_secs(1);
+        let timed_out = "rank 1 sent nothing for 4 s";
+        assert!(
+            s.recover(&ask("e1", 0, timed_out), later)
+                .unwrap()
+                .is_none()
+        );
+        let task = s.recover(&ask("e2", 1, "connection reset"), later).unwrap();
+        assert_eq!(task.unwrap().ring.len(), 2);
+        s.cancel(&id, later).unwrap();
+
+        let (_, records) = crate::events::read(dir.path().to_str().unwrap()).unwrap();
+        let recovery = records.iter().find(|r| r.event.name() == "recovery");
+        let Some(crate::events::Event::Recovery {
+            world_before,
+            world_after,
+            lost,
+            cause,
+            ..
+        }) = recovery.map(|r| &r.event)
+        else {
+            panic!("no recovery in {records:?}")
+        };
+        assert_eq!((*world_before, *world_after), (2, 2));
+        assert!(lost.is_empty(), "{lost:?}");
+        assert_eq!(cause, timed_out);
+    }
+
     #[test]
     fn an_elastic_job_logs_the_executor_it_lost_and_its_recovery() {
         let dir = tempfile::tempdir().unwrap();

@@ -7,8 +7,14 @@ use ringflow_ml::optim::Optimizer;
 
 use crate::collective::Collective;
 use crate::error::{ExecutorError, Result};
+use crate::train::context::{Recovered, TaskContext};
+
+/// Re-formings tried in a row by one recovery: a re-formed ring breaks before it is in sync only
+/// when another executor is lost meanwhile, and each such loss leaves one fewer.
+const MAX_REFORMS: usize = 8;
 
 /// Parameters, optimizer state, epoch and step at an epoch's start.
+#[derive(Clone)]
 pub struct Commit {
     params: Vec<f32>,
     optimizer: Vec<(String, Vec<usize>, Vec<f32>)>,
@@ -27,6 +33,36 @@ impl Commit {
             epoch,
             step,
         })
+    }
+
+    /// Elastic recovery after the ring broke (`why`): waits for the driver to re-form the
+    /// ring, goes back to this commit and adopts the new rank 0's; returns the new ring and
+    /// the epoch and step to go on from. A re-formed ring that breaks before every rank is in
+    /// sync (an executor lost while it connects or broadcasts) is re-formed again, like the
+    /// first break, up to [`MAX_REFORMS`] times.
+    pub fn rejoin(
+        &self,
+        ctx: &mut dyn TaskContext,
+        why: &str,
+        model: &Model,
+        optimizer: &mut Optimizer,
+    ) -> Result<(Recovered, u64, u64)> {
+        let mut attempt = 1;
+        loop {
+            // Each attempt reports the first break: the driver keeps one cause per rank, and a
+            // reply that the ring was re-formed without this executor names that cause.
+            let mut tried = || -> Result<(Recovered, u64, u64)> {
+                let mut recovered = ctx.recover(why)?;
+                self.restore(model, optimizer)?;
+                let (epoch, step) =
+                    Commit::sync(model, optimizer, recovered.comm.as_mut(), self.clone())?;
+                Ok((recovered, epoch, step))
+            };
+            match tried() {
+                Err(ExecutorError::Comm(_)) if attempt < MAX_REFORMS => attempt += 1,
+                other => return other,
+            }
+        }
     }
 
     /// Puts the committed state back.

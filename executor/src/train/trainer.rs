@@ -424,14 +424,13 @@ pub fn run_task(
                 // epoch's start, adopt the new rank 0's state, and run the epoch again on the
                 // new ring (the driver re-plans it, so every row is used once).
                 comm.close();
-                let recovered = ctx.recover(&why)?;
+                let commit = commit.expect("checked");
+                let (recovered, at_epoch, at_step) =
+                    commit.rejoin(ctx, &why, &model, &mut optimizer)?;
+                (epoch, global_step) = (at_epoch, at_step);
                 let mut new_comm = recovered.comm;
                 (rank, world, steps_per_epoch) =
                     (new_comm.rank(), new_comm.world(), recovered.steps_per_epoch);
-                let commit = commit.expect("checked");
-                commit.restore(&model, &mut optimizer)?;
-                (epoch, global_step) =
-                    Commit::sync(&model, &mut optimizer, new_comm.as_mut(), commit)?;
                 skip_steps = 0;
                 sync = GradientSync::new(new_comm.as_mut(), model.params(), comm_timeout);
                 base_lr = spec.train.optimizer.lr() * spec.train.lr_scaling.factor(world);
