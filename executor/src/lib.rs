@@ -17,3 +17,6 @@ pub mod train;
 pub mod worker;
 
 pub use error::{ExecutorError, Result};
+
+#[cfg(test)]
+mod fuzz;

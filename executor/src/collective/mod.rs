@@ -17,6 +17,9 @@ mod nccl;
 mod ring;
 mod wire;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use backup::{BackupReduce, StepResult};
 pub use handshake::JobSecret;
 #[cfg(feature = "nccl")]
