@@ -213,6 +213,12 @@ fn read_meta(dir: &Path) -> Result<CheckpointMeta> {
                 ),
             ));
         }
+        if file.name == META_FILE {
+            return Err(MlError::checkpoint(
+                &meta_path,
+                format!("names itself as the {role} file"),
+            ));
+        }
     }
     Ok(meta)
 }

@@ -113,7 +113,11 @@ fn fuzz_ring_handshake_acceptor() {
 fn fuzz_ring_handshake_connector() {
     let pairs = Pairs::new();
     let secret = JobSecret([3; 32]);
-    let reply = damaged(vec![5; 49]);
+    // The acceptor's nonce and MAC, then its verdict: accepted (1), so that only the MAC
+    // stands between a damaged reply and a connection.
+    let mut reply = vec![5; 48];
+    reply.push(1);
+    let reply = damaged(reply);
     run(512, prop_oneof![any_bytes(), reply], |bytes| {
         let (_peer, mut ours) = pairs.fed(&bytes);
         let (result, largest) =
@@ -136,9 +140,11 @@ struct Op {
 }
 
 impl Op {
-    /// The header the left neighbour must send first: `[kind | root << 8, 1, len]`.
+    /// The header the left neighbour must send first: `[kind | root << 8, 1, len]` (the root
+    /// is a broadcast's; the other collectives send 0).
     fn header(&self) -> [u64; 3] {
-        [self.kind | ((self.root as u64) << 8), 1, self.len as u64]
+        let root = if self.kind == 2 { self.root as u64 } else { 0 };
+        [self.kind | (root << 8), 1, self.len as u64]
     }
 
     /// Floats this rank receives after the header: the ring algorithms' definition (an
@@ -211,7 +217,8 @@ fn fuzz_ring_collective_frames() {
             pool_rx,
         );
         let (result, largest) = largest_allocation(|| op.run(&mut link));
-        let header: &[u8] = bytemuck::cast_slice(&op.header());
+        let header = op.header();
+        let header: &[u8] = bytemuck::cast_slice(&header);
         let complete =
             bytes.len() >= header.len() + 4 * op.floats_in() && bytes.starts_with(header);
         match result {

@@ -66,7 +66,8 @@ fn expected(t: &DataType, v: Val) -> f32 {
 /// A value of type `t`, biased to the edges of its range; NaNs and infinities for floats.
 fn val(t: &DataType) -> BoxedStrategy<Val> {
     let ints = |lo: i64, hi: i64| {
-        prop_oneof![Just(lo), Just(hi), Just(0), -3i64..10, lo..=hi]
+        let small = (-3i64..10).prop_map(move |x| x.clamp(lo, hi));
+        prop_oneof![Just(lo), Just(hi), Just(0), small, lo..=hi]
             .prop_map(Val::I)
             .boxed()
     };
@@ -181,6 +182,8 @@ struct Case {
     cache: bool,
 }
 
+/// A label column of `kind`: with `defects`, some bad values (mostly just outside the kind's
+/// range) and, half the time, nulls (which the converter reports first).
 fn label(rows: usize, kind: LabelKind, defects: bool) -> BoxedStrategy<Column> {
     let types = prop::sample::select(vec![
         DataType::Int32,
@@ -189,8 +192,8 @@ fn label(rows: usize, kind: LabelKind, defects: bool) -> BoxedStrategy<Column> {
         DataType::Float32,
         DataType::Float64,
     ]);
-    types
-        .prop_flat_map(move |t| {
+    (types, any::<bool>())
+        .prop_flat_map(move |(t, nulls)| {
             let good = match (kind, t.is_floating()) {
                 (LabelKind::Classes(n), false) => (0..n as i64).prop_map(Val::I).boxed(),
                 (LabelKind::Classes(n), true) => (0..n).prop_map(|c| Val::F(c as f64)).boxed(),
@@ -198,8 +201,21 @@ fn label(rows: usize, kind: LabelKind, defects: bool) -> BoxedStrategy<Column> {
                 (LabelKind::Binary, true) => (0.0f64..=1.0).prop_map(Val::F).boxed(),
                 (LabelKind::Regression, _) => val(&t),
             };
-            let value = sometimes(defects, good, val(&t));
-            let cell = sometimes(defects, value.prop_map(|v| Some(vec![Some(v)])), Just(None));
+            // Labels just outside the kind's range, where an off-by-one would let them in.
+            let edge = match (kind, t.is_floating()) {
+                (LabelKind::Classes(n), false) => Just(Val::I(n as i64)).boxed(),
+                (LabelKind::Classes(n), true) => prop::sample::select(vec![n as f64, -1.0, 0.5])
+                    .prop_map(Val::F)
+                    .boxed(),
+                (LabelKind::Binary, false) => Just(Val::I(2)).boxed(),
+                (LabelKind::Binary, true) => prop::sample::select(vec![1.5, -0.5, 1.0 + 1e-6])
+                    .prop_map(Val::F)
+                    .boxed(),
+                (LabelKind::Regression, _) => val(&t),
+            };
+            let value = sometimes(defects, good, prop_oneof![1 => val(&t), 3 => edge]);
+            let cell = value.prop_map(|v| Some(vec![Some(v)]));
+            let cell = sometimes(defects && nulls, cell, Just(None));
             prop::collection::vec(cell, rows).prop_map(move |cells| Column {
                 name: "y".into(),
                 shape: Shape::Scalar,
@@ -222,13 +238,16 @@ fn case() -> impl Strategy<Value = Case> {
         Just(Some(1e-40)),
         (1e-3f32..1e3).prop_map(Some)
     ];
-    (0usize..120, 1usize..4, kind, any::<bool>()).prop_flat_map(move |(rows, n, kind, defects)| {
+    // Whether each column (the label last) may hold defects: decided per column, so that many
+    // cases have one column's defects alone, which the converter must then find.
+    let defects = prop::collection::vec(prop::bool::weighted(0.3), 4);
+    (0usize..60, 1usize..4, kind, defects).prop_flat_map(move |(rows, n, kind, defects)| {
         let features: Vec<_> = (0..n)
-            .map(|i| column(format!("f{i}"), rows, defects))
+            .map(|i| column(format!("f{i}"), rows, defects[i]))
             .collect();
         (
             features,
-            label(rows, kind, defects),
+            label(rows, kind, defects[3]),
             Just(kind),
             scale.clone(),
             1usize..50,
@@ -459,6 +478,7 @@ fn expectation(case: &Case) -> (Rows, BTreeMap<(String, usize), Vec<Defect>>) {
                     }
                     for (j, v) in e.iter().enumerate() {
                         match v {
+                            None if c.shape == Shape::Scalar => found.push(Defect::Null),
                             None => found.push(Defect::NullElement(j)),
                             Some(v) => {
                                 let x = expected(&c.element, *v) * mul;
@@ -521,8 +541,22 @@ fn check(case: &Case, path: &str, result: crate::error::Result<Rows>) -> Result<
                 defects
             );
             prop_assert_eq!(got.rows, want.rows);
-            prop_assert_eq!(bits(&got.features), bits(&want.features));
-            prop_assert_eq!(bits(&got.labels), bits(&want.labels));
+            for (what, got, want) in [
+                ("feature", &got.features, &want.features),
+                ("label", &got.labels, &want.labels),
+            ] {
+                let at = bits(got).iter().zip(bits(want)).position(|(g, w)| *g != w);
+                prop_assert!(
+                    at.is_none() && got.len() == want.len(),
+                    "{} {:?} differs: got {:?}, want {:?} ({} vs {} values)",
+                    what,
+                    at,
+                    at.map(|i| got[i]),
+                    at.map(|i| want[i]),
+                    got.len(),
+                    want.len()
+                );
+            }
             return Ok(());
         }
         Err(e) => e,
@@ -597,7 +631,7 @@ fn fuzz_parquet_to_tensors() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("data.parquet");
     let path = file.display().to_string();
-    TestRunner::new(config(128))
+    TestRunner::new(config(512))
         .run(&case(), |case| {
             let groups = write(&case, &file);
             let parts = partitions(&case, &path, &groups);

@@ -9,11 +9,11 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use ringflow_ml::checkpoint::{self, TrainingState};
+use ringflow_ml::checkpoint::{self, CheckpointMeta, TrainingState};
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, loss};
-use safetensors::SafeTensors;
+use safetensors::{Dtype, SafeTensors};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -75,9 +75,12 @@ fn save_template(dir: &Path) {
 /// One way to damage a checkpoint.
 #[derive(Clone, Debug)]
 enum Damage {
-    /// Bytes of a tensor file changed, cut or appended; its checksum fixed or not.
+    /// Bytes of a tensor file changed, cut or appended; its checksum fixed or not. With
+    /// `values`, the edits fall among the tensors' values only (the file stays well formed,
+    /// so that only the checksum tells), and the file is not cut.
     Bytes {
         role: &'static str,
+        values: bool,
         edits: Vec<(prop::sample::Index, u8)>,
         cut: Option<prop::sample::Index>,
         tail: Vec<u8>,
@@ -137,6 +140,20 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// Names a damaged `checkpoint.json` may give a tensor file.
+const FILE_NAMES: &[&str] = &[
+    "",
+    ".",
+    "..",
+    "../outside.txt",
+    "/dev/zero",
+    "sub/model.safetensors",
+    "nul\0byte",
+    "model-000001.safetensors",
+    "optimizer-000001.safetensors",
+    "checkpoint.json",
+];
+
 fn role() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec!["model", "optimizer"])
 }
@@ -144,22 +161,26 @@ fn role() -> impl Strategy<Value = &'static str> {
 fn damage() -> impl Strategy<Value = Damage> {
     let edits = || prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4);
     let cut = || prop::option::of(any::<prop::sample::Index>());
-    let bytes = (
-        role(),
-        edits(),
-        cut(),
-        prop::collection::vec(any::<u8>(), 0..16),
-        any::<bool>(),
-    )
-        .prop_map(|(role, edits, cut, tail, fix)| Damage::Bytes {
+    let tail = prop_oneof![
+        2 => Just(Vec::new()),
+        1 => prop::collection::vec(any::<u8>(), 1..16),
+    ];
+    let bytes = (role(), any::<bool>(), edits(), cut(), tail, any::<bool>()).prop_map(
+        |(role, values, edits, cut, tail, fix)| Damage::Bytes {
             role,
+            values,
             edits,
             cut,
             tail,
             fix,
-        });
-    let dtype = prop::sample::select(vec!["F16", "BF16", "F64", "I32", "U8", "BOOL", "XX"])
-        .prop_map(Value::from);
+        },
+    );
+    // Dtypes of another size, which the file's lengths then contradict, and of the same size
+    // (I32, U32), which only the loader's dtype check refuses.
+    let dtype = prop::sample::select(vec![
+        "F16", "BF16", "F64", "I32", "U32", "I32", "U32", "U8", "BOOL", "XX",
+    ])
+    .prop_map(Value::from);
     let numbers =
         prop::collection::vec(prop_oneof![0u64..40, any::<u64>()], 0..4).prop_map(Value::from);
     let field = prop_oneof![
@@ -168,13 +189,18 @@ fn damage() -> impl Strategy<Value = Damage> {
         numbers.prop_map(|v| ("data_offsets", v)),
         json_value().prop_map(|v| ("shape", v)),
     ];
-    let prefix = prop::option::of(prop_oneof![0u64..400, any::<u64>()]);
+    // Mostly the right length prefix and checksum, so that the rewritten field itself is what
+    // the loader must judge.
+    let prefix = prop_oneof![
+        3 => Just(None),
+        1 => prop_oneof![0u64..400, any::<u64>()].prop_map(Some),
+    ];
     let header = (
         role(),
         any::<prop::sample::Index>(),
         field,
         prefix,
-        any::<bool>(),
+        prop::bool::weighted(0.8),
     )
         .prop_map(
             |(role, tensor, (field, value), prefix, fix)| Damage::Header {
@@ -210,7 +236,14 @@ fn damage() -> impl Strategy<Value = Damage> {
     let meta = (prop::sample::select(paths), prop::option::of(json_value()))
         .prop_map(|(path, value)| Damage::Meta { path, value });
     let meta_bytes = (edits(), cut()).prop_map(|(edits, cut)| Damage::MetaBytes { edits, cut });
-    prop_oneof![bytes, header, meta, meta_bytes]
+    // A tensor file's name in `checkpoint.json` pointing elsewhere: often, since a loader that
+    // follows it reads (or a later save deletes) a file outside the checkpoint.
+    let file_name =
+        (role(), prop::sample::select(FILE_NAMES)).prop_map(|(role, name)| Damage::Meta {
+            path: vec!["files", role, "name"],
+            value: Some(name.into()),
+        });
+    prop_oneof![bytes, header, meta, meta_bytes, file_name]
 }
 
 fn meta(dir: &Path) -> Value {
@@ -278,6 +311,7 @@ fn apply(dir: &Path, d: &Damage) {
     match d {
         Damage::Bytes {
             role,
+            values,
             edits,
             cut,
             tail,
@@ -285,7 +319,14 @@ fn apply(dir: &Path, d: &Damage) {
         } => {
             let path = file_of(dir, role);
             let mut b = std::fs::read(&path).unwrap();
-            edit(&mut b, edits, cut);
+            if *values {
+                let start = 8 + u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+                let mut data = b.split_off(start);
+                edit(&mut data, edits, &None);
+                b.extend(data);
+            } else {
+                edit(&mut b, edits, cut);
+            }
             b.extend(tail);
             std::fs::write(&path, &b).unwrap();
             if *fix {
@@ -335,22 +376,37 @@ fn apply(dir: &Path, d: &Damage) {
     }
 }
 
-/// The f32 tensors of a safetensors file, decoded here independently of the loader.
-fn decoded(path: &Path) -> std::collections::BTreeMap<String, Vec<f32>> {
-    let bytes = std::fs::read(path).unwrap();
+/// The f32 tensors of the checkpoint's `role` file, decoded here independently of the loader,
+/// which accepted it: so it must be the file the metadata recorded (the same SHA-256) and hold
+/// F32 tensors only.
+fn held(dir: &Path, meta: &CheckpointMeta, role: &str) -> Result<Tensors, TestCaseError> {
+    let file = &meta.files[role];
+    let bytes = std::fs::read(dir.join(&file.name)).unwrap();
+    let sha: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    prop_assert_eq!(
+        &sha,
+        &file.sha256,
+        "{} was loaded with another checksum",
+        file.name
+    );
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    st.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect();
-            (name, values)
-        })
-        .collect()
+    let mut out = Tensors::new();
+    for (name, view) in st.tensors() {
+        prop_assert_eq!(view.dtype(), Dtype::F32, "{} was loaded", name);
+        let values = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        out.insert(name, values);
+    }
+    Ok(out)
 }
+
+type Tensors = std::collections::BTreeMap<String, Vec<f32>>;
 
 fn names_a_file(e: &ringflow_ml::MlError, dir: &Path) -> Result<(), TestCaseError> {
     let msg = e.to_string();
@@ -372,8 +428,7 @@ fn check(dir: &Path) -> Result<(), TestCaseError> {
     if let Err(e) = loaded.restore_model(&model) {
         return names_a_file(&e, dir);
     }
-    let file = dir.join(loaded.meta.model_file().unwrap());
-    let want = decoded(&file);
+    let want = held(dir, &loaded.meta, "model")?;
     for p in model.params().iter() {
         let got = p.tensor.try_to_vec().unwrap();
         prop_assert_eq!(Some(&got), want.get(&p.name), "{}", p.name);
@@ -381,7 +436,7 @@ fn check(dir: &Path) -> Result<(), TestCaseError> {
     if let Err(e) = loaded.restore_optimizer(&mut opt) {
         return names_a_file(&e, dir);
     }
-    let want = decoded(&dir.join(loaded.meta.optimizer_file().unwrap()));
+    let want = held(dir, &loaded.meta, "optimizer")?;
     for (name, _, values) in opt.state_tensors().unwrap() {
         prop_assert_eq!(Some(&values), want.get(&name), "{}", name);
     }
@@ -394,13 +449,14 @@ fn fuzz_checkpoint_damage() {
     let template = root.path().join("template");
     save_template(&template);
     let outside = root.path().join("outside.txt");
-    std::fs::write(&outside, "not the checkpoint's").unwrap();
     let mut runner = TestRunner::new(config(256));
     let case = std::sync::atomic::AtomicUsize::new(0);
     runner
         .run(&damage(), |d| {
             let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let dir = root.path().join(format!("case-{n}"));
+            // Written for every case, so that a case that deletes it fails alone.
+            std::fs::write(&outside, "not the checkpoint's").unwrap();
             copy_dir(&template, &dir);
             apply(&dir, &d);
             check(&dir)?;
@@ -452,6 +508,31 @@ fn tensor_files_outside_the_directory_are_refused_and_never_deleted() {
             outside.exists(),
             "{name}: the next save deleted a file outside"
         );
+    }
+}
+
+/// Regression (fuzz_checkpoint_damage, shrunk to `files.model.name = "checkpoint.json"`): a
+/// `checkpoint.json` naming itself as a tensor file was trusted by the next save, which then
+/// deleted that "previous" file — the metadata it had just written — leaving a checkpoint
+/// that could not be loaded. It is refused, and saving over it gives a loadable checkpoint.
+#[test]
+fn a_checkpoint_naming_itself_as_a_tensor_file_is_refused_and_replaced_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    save_template(dir.path());
+    for role in ["model", "optimizer"] {
+        let mut m = meta(dir.path());
+        m["files"][role]["name"] = "checkpoint.json".into();
+        let meta_file = dir.path().join("checkpoint.json");
+        std::fs::write(&meta_file, serde_json::to_vec(&m).unwrap()).unwrap();
+        let e = checkpoint::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains(&meta_file.display().to_string())
+                && e.contains(&format!("names itself as the {role} file")),
+            "{e}"
+        );
+        let (model, opt) = fresh();
+        checkpoint::save(dir.path(), &model, Some(&opt), &TrainingState::default()).unwrap();
+        checkpoint::load(dir.path()).unwrap();
     }
 }
 
@@ -517,7 +598,8 @@ fn a_refused_optimizer_state_names_its_file_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     save_template(dir.path());
     let opt_file = file_of(dir.path(), "optimizer");
-    let keep = decoded(&opt_file);
+    let meta = checkpoint::load(dir.path()).unwrap().meta;
+    let keep = held(dir.path(), &meta, "optimizer").unwrap();
     let last = keep.keys().last().unwrap().clone();
     let bytes = rewrite_header(
         &std::fs::read(&opt_file).unwrap(),

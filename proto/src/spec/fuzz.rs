@@ -325,7 +325,7 @@ fn leaves(table: &Table, prefix: &mut Vec<String>, out: &mut Vec<(String, Value)
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(1024))]
 
     /// A spec changed by any assignments of any TOML values, at the spec's keys and beside
     /// them: a valid spec (which round-trips) or an error naming a key that is there.
