@@ -338,9 +338,16 @@ mod tests {
                 };
                 match opened {
                     Ok(mut r) => {
-                        while let Some(_) = r.next_batch().map_err(|e| {
+                        let mut rows = 0;
+                        while let Some((batch, _)) = r.next_batch().map_err(|e| {
                             TestCaseError::fail(format!("{}: {}", e.what, e.message))
-                        })? {}
+                        })? {
+                            rows += batch.num_rows() as u64;
+                        }
+                        // A row range is served whole (a whole row group has its own size).
+                        if !t.whole {
+                            prop_assert_eq!(rows, t.row_count);
+                        }
                     }
                     Err(e) => prop_assert_eq!(e.what, data.clone()),
                 }
