@@ -7,7 +7,9 @@
 #   testing/fuzz-long.sh 1000000 fuzz_token   # the targets whose name contains fuzz_token
 #
 # A failure prints the shrunk input; turn it into a plain regression test beside the target
-# (see docs/testing.md). Runs in the dev profile that `cargo test` builds.
+# (see docs/testing.md). A failing target does not stop the others: the script ends by naming
+# every target that failed, with a non-zero exit. Runs in the dev profile that `cargo test`
+# builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +25,7 @@ SUITES=(
     "-p ringflow-driver --lib"
 )
 
+failed=()
 for suite in "${SUITES[@]}"; do
     # shellcheck disable=SC2086 # the suite is several arguments
     names=$(cargo test $suite -- --list 2>/dev/null | sed -n 's/: test$//p' | grep -F "$FILTER" || true)
@@ -30,7 +33,15 @@ for suite in "${SUITES[@]}"; do
         echo "== $name ($CASES cases)"
         start=$(date +%s)
         # shellcheck disable=SC2086
-        cargo test -q $suite -- --exact "$name" --test-threads 1
-        echo "   $name: $CASES cases in $(($(date +%s) - start)) s"
+        if cargo test -q $suite -- --exact "$name" --test-threads 1; then
+            echo "   $name: $CASES cases in $(($(date +%s) - start)) s"
+        else
+            echo "   $name: FAILED after $(($(date +%s) - start)) s (its shrunk input is above)"
+            failed+=("$name")
+        fi
     done
 done
+if ((${#failed[@]})); then
+    echo "failed: ${failed[*]}"
+    exit 1
+fi

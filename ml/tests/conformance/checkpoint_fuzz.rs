@@ -376,9 +376,10 @@ fn apply(dir: &Path, d: &Damage) {
     }
 }
 
-/// The f32 tensors of the checkpoint's `role` file, decoded here independently of the loader,
-/// which accepted it: so it must be the file the metadata recorded (the same SHA-256) and hold
-/// F32 tensors only.
+/// The f32 tensors of the checkpoint's `role` file as bit patterns (a damaged value may be a
+/// NaN, which must come back as it is), decoded here independently of the loader, which
+/// accepted it: so it must be the file the metadata recorded (the same SHA-256) and hold F32
+/// tensors only.
 fn held(dir: &Path, meta: &CheckpointMeta, role: &str) -> Result<Tensors, TestCaseError> {
     let file = &meta.files[role];
     let bytes = std::fs::read(dir.join(&file.name)).unwrap();
@@ -399,14 +400,18 @@ fn held(dir: &Path, meta: &CheckpointMeta, role: &str) -> Result<Tensors, TestCa
         let values = view
             .data()
             .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
             .collect();
         out.insert(name, values);
     }
     Ok(out)
 }
 
-type Tensors = std::collections::BTreeMap<String, Vec<f32>>;
+type Tensors = std::collections::BTreeMap<String, Vec<u32>>;
+
+fn bits(values: &[f32]) -> Vec<u32> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
 
 fn names_a_file(e: &ringflow_ml::MlError, dir: &Path) -> Result<(), TestCaseError> {
     let msg = e.to_string();
@@ -431,14 +436,14 @@ fn check(dir: &Path) -> Result<(), TestCaseError> {
     let want = held(dir, &loaded.meta, "model")?;
     for p in model.params().iter() {
         let got = p.tensor.try_to_vec().unwrap();
-        prop_assert_eq!(Some(&got), want.get(&p.name), "{}", p.name);
+        prop_assert_eq!(Some(&bits(&got)), want.get(&p.name), "{}", p.name);
     }
     if let Err(e) = loaded.restore_optimizer(&mut opt) {
         return names_a_file(&e, dir);
     }
     let want = held(dir, &loaded.meta, "optimizer")?;
     for (name, _, values) in opt.state_tensors().unwrap() {
-        prop_assert_eq!(Some(&values), want.get(&name), "{}", name);
+        prop_assert_eq!(Some(&bits(&values)), want.get(&name), "{}", name);
     }
     Ok(())
 }
@@ -509,6 +514,39 @@ fn tensor_files_outside_the_directory_are_refused_and_never_deleted() {
             "{name}: the next save deleted a file outside"
         );
     }
+}
+
+/// Regression (fuzz_checkpoint_damage in long mode, shrunk to a model file whose first
+/// weight's high byte became 0x7f with a matching checksum): the target compared restored
+/// values as floats, and a NaN never equals itself; values are compared bit for bit, and a
+/// NaN a checkpoint holds is restored as it is.
+#[test]
+fn a_nan_in_a_checkpoint_is_restored_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    save_template(dir.path());
+    let path = file_of(dir.path(), "model");
+    let mut b = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
+    // The tensor whose values come first in the file.
+    let (name, _) = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .find(|(_, t)| t["data_offsets"][0] == 0)
+        .unwrap();
+    let start = 8 + n;
+    let nan = f32::from_bits(0x7fc0_1234);
+    b[start..start + 4].copy_from_slice(&nan.to_le_bytes());
+    std::fs::write(&path, &b).unwrap();
+    set_sha(dir.path(), "model", &b);
+    let (model, _) = fresh();
+    checkpoint::load(dir.path())
+        .unwrap()
+        .restore_model(&model)
+        .unwrap();
+    let p = model.params().iter().find(|p| &p.name == name).unwrap();
+    assert_eq!(p.tensor.try_to_vec().unwrap()[0].to_bits(), 0x7fc0_1234);
 }
 
 /// Regression (fuzz_checkpoint_damage, shrunk to `files.model.name = "checkpoint.json"`): a

@@ -393,6 +393,27 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         assert!(err.contains("unknown key `bogus`"), "{err}");
     }
 
+    /// Regression (fuzz_spec_documents and fuzz_spec_overrides in long mode, shrunk to
+    /// `train.schedule = ["\n"]`): serde's "unknown variant" quoted the user's value raw, so a
+    /// newline in it split the error over two lines; control characters in keys, values and
+    /// arguments are shown as escapes.
+    #[test]
+    fn control_characters_never_break_an_error_line() {
+        let set = parse(MNIST, &["train.schedule=[\"a\\nb\"]"]).unwrap_err();
+        let text = MNIST.replace("epochs = 5", "\"ep\\tochs\" = 5");
+        let key = parse(&text, &[]).unwrap_err();
+        let arg: SpecError = "train.epochs\n2".parse::<Override>().unwrap_err();
+        for (err, shows) in [
+            (set, "train.schedule[0]: unknown variant `a\\nb`"),
+            (key, "unknown key `train.ep\\tochs`"),
+            (arg, "--set train.epochs\\n2: expected KEY=VALUE"),
+        ] {
+            let msg = err.to_string();
+            assert!(!msg.contains(char::is_control), "{msg:?}");
+            assert!(msg.contains(shows), "{msg}");
+        }
+    }
+
     /// Regression (fuzz_spec_documents, shrunk to `model.layers = [nan]`): a NaN or an
     /// infinity in a model field became a JSON null without a word (the spec could then not be
     /// written back as TOML); it is refused by key.
@@ -402,6 +423,11 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             ("model.layers=[784, nan]", "model.layers[1]"),
             ("model.dropout=inf", "model.dropout"),
             ("model.extra={ a = [1.0, -inf] }", "model.extra.a[1]"),
+            // fuzz_spec_documents in long mode: an index inside the key.
+            (
+                "model.activation=[{ name = nan }]",
+                "model.activation[0].name",
+            ),
         ] {
             let msg = parse(MNIST, &[set]).unwrap_err().to_string();
             assert!(
