@@ -22,3 +22,6 @@ mod ui;
 pub use error::{DriverError, Result};
 pub use planner::JobPlan;
 pub use summary::{JobStatus, JobSummary};
+
+#[cfg(test)]
+mod fuzz;

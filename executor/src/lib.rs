@@ -21,3 +21,6 @@ pub mod train;
 pub mod worker;
 
 pub use error::{ExecutorError, Result};
+
+#[cfg(test)]
+mod fuzz;

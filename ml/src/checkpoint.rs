@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
@@ -103,8 +103,12 @@ pub fn save(
     state: &TrainingState,
 ) -> Result<()> {
     fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create the directory", e))?;
+    // A damaged `checkpoint.json` is replaced: nothing of it is trusted, nothing it names deleted.
     let previous = read_meta(dir).ok();
-    let generation = previous.as_ref().map_or(1, |m| m.generation + 1);
+    let generation = previous
+        .as_ref()
+        .and_then(|m| m.generation.checked_add(1))
+        .unwrap_or(1);
     let mut files = BTreeMap::new();
 
     let params: Vec<(String, Vec<usize>, Vec<f32>)> = model
@@ -159,6 +163,8 @@ type TensorMap = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 pub struct Loaded {
     /// The metadata.
     pub meta: CheckpointMeta,
+    /// The directory it was read from, to name its files in errors.
+    dir: PathBuf,
     params: TensorMap,
     optimizer: TensorMap,
 }
@@ -174,6 +180,7 @@ pub fn load(dir: &Path) -> Result<Loaded> {
     };
     Ok(Loaded {
         meta,
+        dir: dir.to_path_buf(),
         params,
         optimizer,
     })
@@ -182,7 +189,7 @@ pub fn load(dir: &Path) -> Result<Loaded> {
 /// Reads and checks `checkpoint.json` alone.
 fn read_meta(dir: &Path) -> Result<CheckpointMeta> {
     let meta_path = dir.join(META_FILE);
-    let bytes = fs::read(&meta_path).map_err(|e| io_error(&meta_path, "cannot be read", e))?;
+    let bytes = read_regular(&meta_path)?;
     let meta: CheckpointMeta = serde_json::from_slice(&bytes).map_err(|e| {
         MlError::checkpoint(&meta_path, format!("is not valid checkpoint metadata: {e}"))
     })?;
@@ -195,22 +202,73 @@ fn read_meta(dir: &Path) -> Result<CheckpointMeta> {
             ),
         ));
     }
+    for (role, file) in &meta.files {
+        if !is_plain_file_name(&file.name) {
+            return Err(MlError::checkpoint(
+                &meta_path,
+                format!(
+                    "names the {role} file {:?}, which is not a file name inside the checkpoint \
+                     directory",
+                    file.name
+                ),
+            ));
+        }
+        if file.name == META_FILE {
+            return Err(MlError::checkpoint(
+                &meta_path,
+                format!("names itself as the {role} file"),
+            ));
+        }
+    }
     Ok(meta)
+}
+
+/// Whether `name` names a file directly inside a directory: not empty, `.` or `..`, and with no
+/// separator (a checkpoint's metadata never reaches outside its directory, to read or delete).
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0'])
+}
+
+/// The bytes of `path`, which must be a regular file (a FIFO or a device would block or never
+/// end).
+fn read_regular(path: &Path) -> Result<Vec<u8>> {
+    let meta = fs::metadata(path).map_err(|e| io_error(path, "cannot be read", e))?;
+    if !meta.is_file() {
+        return Err(MlError::checkpoint(
+            path,
+            format!(
+                "is not a regular file (it is a {})",
+                kind(&meta.file_type())
+            ),
+        ));
+    }
+    fs::read(path).map_err(|e| io_error(path, "cannot be read", e))
+}
+
+fn kind(t: &fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    match () {
+        _ if t.is_dir() => "directory",
+        _ if t.is_fifo() => "FIFO",
+        _ if t.is_socket() => "socket",
+        _ if t.is_block_device() || t.is_char_device() => "device",
+        _ => "special file",
+    }
 }
 
 impl Loaded {
     /// Copies the saved parameters into `model`, which must have the same names and shapes.
     pub fn restore_model(&self, model: &Model) -> Result<()> {
-        let file = self.meta.model_file().unwrap_or(MODEL_ROLE);
+        let file = self.dir.join(self.meta.model_file().unwrap_or(MODEL_ROLE));
         // Check everything before changing anything, so a mismatch leaves the model untouched.
         let mut sources = Vec::with_capacity(model.params().len());
         for p in model.params().iter() {
             let (shape, values) = self.params.get(&p.name).ok_or_else(|| {
-                MlError::checkpoint(file, format!("has no parameter {:?}", p.name))
+                MlError::checkpoint(&file, format!("has no parameter {:?}", p.name))
             })?;
             if shape != p.tensor.shape() {
                 return Err(MlError::checkpoint(
-                    file,
+                    &file,
                     format!(
                         "parameter {:?} has shape {shape:?}, the model needs {:?}",
                         p.name,
@@ -241,7 +299,7 @@ impl Loaded {
     pub fn restore_optimizer(&self, optimizer: &mut Optimizer) -> Result<()> {
         if self.meta.optimizer.as_ref() != Some(optimizer.spec()) {
             return Err(MlError::checkpoint(
-                META_FILE,
+                self.dir.join(META_FILE),
                 format!(
                     "was saved with optimizer {:?}, the job uses {:?}",
                     self.meta.optimizer,
@@ -249,9 +307,14 @@ impl Loaded {
                 ),
             ));
         }
-        optimizer.load_state(self.meta.optimizer_steps, |key| {
-            self.optimizer.get(key).cloned()
-        })
+        let file = self
+            .dir
+            .join(self.meta.optimizer_file().unwrap_or(OPTIMIZER_ROLE));
+        optimizer
+            .load_state(self.meta.optimizer_steps, |key| {
+                self.optimizer.get(key).cloned()
+            })
+            .map_err(|e| MlError::checkpoint(file, e.to_string()))
     }
 }
 
@@ -298,7 +361,7 @@ fn read_tensors(dir: &Path, role: &str, meta: &CheckpointMeta) -> Result<TensorM
         .ok_or_else(|| MlError::checkpoint(dir.join(META_FILE), format!("lists no {role} file")))?;
     let path = dir.join(&entry.name);
     let expected = &entry.sha256;
-    let bytes = fs::read(&path).map_err(|e| io_error(&path, "cannot be read", e))?;
+    let bytes = read_regular(&path)?;
     let actual = hex(&Sha256::digest(&bytes));
     if &actual != expected {
         return Err(MlError::checkpoint(

@@ -261,4 +261,99 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
     }
+
+    /// A driver running one job on the MNIST test file, its id and its secret.
+    fn running_job(dir: &std::path::Path) -> (PartitionServer, String, Vec<u8>, String) {
+        let data = format!(
+            "{}/../examples/data/mnist/test.parquet",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let toml = dir.join("job.toml");
+        std::fs::write(
+            &toml,
+            format!(
+                "[data]\ntrain = \"{data}\"\nfeatures = [\"image\"]\nlabel = \"label\"\n\
+                 [model]\nkind = \"mlp\"\nlayers = [784, 10]\n[cluster]\ncheckpoint_dir = \"{}\"\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let spec = JobSpec::load(&toml, &[]).unwrap();
+        let registry = ModelRegistry::default();
+        let plan = Scheduler::plan_job(&registry, &spec.to_json(), false).unwrap();
+        let shared = Arc::new(Shared::new(SchedulerConfig::default(), registry, None));
+        let now = Instant::now();
+        let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);
+        let executor = pb::ExecutorInfo {
+            executor_id: "e0".into(),
+            host: "h".into(),
+            ring_address: "h:1".into(),
+            ..Default::default()
+        };
+        shared
+            .lock()
+            .job_mut(&id)
+            .unwrap()
+            .start(vec![executor], now);
+        let secret = shared.lock().job(&id).unwrap().secret().to_vec();
+        (PartitionServer(shared), id, secret, data)
+    }
+
+    /// Any ticket bytes, and the job's own ticket with bytes changed: served only when the
+    /// ticket names the running job, carries its secret and names one of its files (and then
+    /// the rows asked for, or an error naming the file); refused otherwise; never a panic.
+    #[test]
+    fn fuzz_flight_tickets() {
+        use proptest::prelude::*;
+        let dir = tempfile::tempdir().unwrap();
+        let (server, id, secret, data) = running_job(dir.path());
+        let mut good = ticket(&id, &secret, &data);
+        good.row_count = 3;
+        let encoded = good.encode();
+        let bytes = prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..300),
+            prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..3).prop_map(
+                move |edits| {
+                    let mut b = encoded.clone();
+                    for (at, v) in edits {
+                        let i = at.index(b.len());
+                        b[i] = v;
+                    }
+                    b
+                }
+            ),
+        ];
+        let mut runner = proptest::test_runner::TestRunner::new(crate::fuzz::config(256));
+        runner
+            .run(&bytes, |bytes| {
+                let Ok(t) = PartitionTicket::decode(&bytes) else {
+                    return Ok(());
+                };
+                if server.authorize(&t).is_err() {
+                    return Ok(());
+                }
+                prop_assert_eq!((&t.job_id, &t.secret, &t.path), (&id, &good.secret, &data));
+                let opened = match t.whole {
+                    true => PartitionReader::open_row_group(&t.partition(), &t.columns),
+                    false => PartitionReader::open(&t.partition(), &t.columns),
+                };
+                match opened {
+                    Ok(mut r) => {
+                        let mut rows = 0;
+                        while let Some((batch, _)) = r.next_batch().map_err(|e| {
+                            TestCaseError::fail(format!("{}: {}", e.what, e.message))
+                        })? {
+                            rows += batch.num_rows() as u64;
+                        }
+                        // A row range is served whole (a whole row group has its own size).
+                        if !t.whole {
+                            prop_assert_eq!(rows, t.row_count);
+                        }
+                    }
+                    Err(e) => prop_assert_eq!(e.what, data.clone()),
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
 }

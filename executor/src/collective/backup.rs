@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use crate::collective::wire::{describe, read_f32s, write_f32s};
+use crate::collective::wire::{describe, read_f32_vec, write_f32s};
 use crate::error::{ExecutorError, Result};
 
 /// The `step` of a frame that carries an error message instead of a gradient.
@@ -55,7 +55,7 @@ pub struct StepResult {
     pub included: bool,
 }
 
-enum Inbound {
+pub(super) enum Inbound {
     Gradient {
         rank: usize,
         step: u64,
@@ -567,33 +567,33 @@ fn read_frame_head(stream: &mut TcpStream, want: &mut [u8]) -> std::io::Result<b
     Ok(true)
 }
 
-fn read_gradients(rank: usize, mut stream: TcpStream, inbox: &Sender<Inbound>) {
+pub(super) fn read_gradients(rank: usize, mut stream: TcpStream, inbox: &Sender<Inbound>) {
     let timeout = stream.read_timeout().ok().flatten().unwrap_or_default();
     let name = format!("rank {rank}");
     loop {
         let mut head = [0u64; 2];
         let why = match read_frame_head(&mut stream, bytemuck::cast_slice_mut(&mut head)) {
             Ok(true) if head[0] == GOODBYE_FRAME => None,
+            Ok(true) if head[0] == ERROR_FRAME => {
+                Some(format!("{name} sent a gradient for step {}", head[0]))
+            }
             Ok(true) if head[1] > MAX_FLOATS => {
                 Some(format!("{name} announced a gradient of {} floats", head[1]))
             }
-            Ok(true) => {
-                let mut data = vec![0.0f32; head[1] as usize];
-                match read_f32s(&mut stream, &mut data) {
-                    Ok(()) => {
-                        let msg = Inbound::Gradient {
-                            rank,
-                            step: head[0],
-                            data,
-                        };
-                        if inbox.send(msg).is_err() {
-                            return;
-                        }
-                        continue;
+            Ok(true) => match read_f32_vec(&mut stream, head[1] as usize) {
+                Ok(data) => {
+                    let msg = Inbound::Gradient {
+                        rank,
+                        step: head[0],
+                        data,
+                    };
+                    if inbox.send(msg).is_err() {
+                        return;
                     }
-                    Err(e) => Some(describe(&e, &name, "receiving a gradient", timeout)),
+                    continue;
                 }
-            }
+                Err(e) => Some(describe(&e, &name, "receiving a gradient", timeout)),
+            },
             Ok(false) => Some(format!(
                 "{name} closed its gradient connection before the end of training (did it exit?)"
             )),
@@ -647,7 +647,7 @@ fn write_results(rank: usize, mut stream: TcpStream, items: Receiver<Frame>, tim
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-fn read_results(mut stream: TcpStream, results: &Sender<Result<StepResult>>) {
+pub(super) fn read_results(mut stream: TcpStream, results: &Sender<Result<StepResult>>) {
     let timeout = stream.read_timeout().ok().flatten().unwrap_or_default();
     let peer = "the gradient aggregator on rank 0";
     loop {
@@ -661,24 +661,21 @@ fn read_results(mut stream: TcpStream, results: &Sender<Result<StepResult>>) {
                 }
             }
             Ok(true) if head[3] > MAX_FLOATS => format!("{peer} sent a garbled frame"),
-            Ok(true) => {
-                let mut data = vec![0.0f32; head[3] as usize];
-                match read_f32s(&mut stream, &mut data) {
-                    Ok(()) => {
-                        let r = StepResult {
-                            step: head[0],
-                            gradient: data.into(),
-                            contributors: head[1] as usize,
-                            included: head[2] != 0,
-                        };
-                        if results.send(Ok(r)).is_err() {
-                            return;
-                        }
-                        continue;
+            Ok(true) => match read_f32_vec(&mut stream, head[3] as usize) {
+                Ok(data) => {
+                    let r = StepResult {
+                        step: head[0],
+                        gradient: data.into(),
+                        contributors: head[1] as usize,
+                        included: head[2] != 0,
+                    };
+                    if results.send(Ok(r)).is_err() {
+                        return;
                     }
-                    Err(e) => describe(&e, peer, "receiving a common gradient", timeout),
+                    continue;
                 }
-            }
+                Err(e) => describe(&e, peer, "receiving a common gradient", timeout),
+            },
             Ok(false) => format!("{peer} closed the gradient connection (did it exit?)"),
             Err(e) => describe(&e, peer, "receiving a common gradient", timeout),
         };

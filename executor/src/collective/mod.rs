@@ -18,6 +18,9 @@ mod nccl;
 mod ring;
 mod wire;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use backup::{BackupReduce, StepResult};
 pub use handshake::JobSecret;
 pub use listener::RingListener;

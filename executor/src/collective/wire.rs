@@ -4,6 +4,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use crate::collective::algorithms::CHUNK;
+
 /// Why a ring read or write failed, in words that name the peer.
 pub fn describe(e: &std::io::Error, peer: &str, what: &str, deadline: Duration) -> String {
     match e.kind() {
@@ -29,6 +31,18 @@ pub fn configure(stream: &TcpStream, deadline: Duration) -> std::io::Result<()> 
 /// Reads exactly `buf.len()` floats (little-endian on the wire, as on every supported target).
 pub fn read_f32s(stream: &mut TcpStream, buf: &mut [f32]) -> std::io::Result<()> {
     stream.read_exact(bytemuck::cast_slice_mut(buf))
+}
+
+/// Reads `n` floats that a peer announced, into a vector that grows with what arrives, a
+/// chunk at a time: a peer that announces more than it sends costs only what it sent.
+pub fn read_f32_vec(stream: &mut TcpStream, n: usize) -> std::io::Result<Vec<f32>> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let at = out.len();
+        out.resize(at + (n - at).min(CHUNK), 0.0);
+        read_f32s(stream, &mut out[at..])?;
+    }
+    Ok(out)
 }
 
 /// Writes all of `buf`.

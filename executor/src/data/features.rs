@@ -291,7 +291,8 @@ impl Converter {
             return Err(ExecutorError::data(
                 file,
                 format!(
-                    "data.features give {width} values per row ({}), but the model takes {} inputs",
+                    "data.features give {width} values per row from row {first_row} ({}), but \
+                     the model takes {} inputs",
                     detail.join(", "),
                     self.inputs
                 ),

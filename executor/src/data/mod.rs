@@ -18,6 +18,8 @@
 pub mod batches;
 pub mod cache;
 pub mod features;
+#[cfg(test)]
+mod fuzz;
 pub mod partitions;
 pub mod prep;
 pub mod source;

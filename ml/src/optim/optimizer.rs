@@ -364,15 +364,17 @@ impl Optimizer {
         Ok(out)
     }
 
-    /// Restores the state saved by [`Optimizer::state_tensors`] and the step count.
+    /// Restores the state saved by [`Optimizer::state_tensors`] and the step count. Every
+    /// buffer is checked before any is replaced, so a refusal leaves the optimizer as it was.
     pub fn load_state(
         &mut self,
         steps: u64,
         mut lookup: impl FnMut(&str) -> Option<(Vec<usize>, Vec<f32>)>,
     ) -> Result<()> {
         let names = self.spec.slot_names();
-        for ((pname, _), slots) in self.params.iter().zip(self.slots.iter_mut()) {
-            for (slot, s) in names.iter().zip(slots.iter_mut()) {
+        let mut found = Vec::new();
+        for ((pname, _), slots) in self.params.iter().zip(&self.slots) {
+            for (slot, s) in names.iter().zip(slots) {
                 let key = format!("{pname}.{slot}");
                 let (shape, values) = lookup(&key)
                     .ok_or_else(|| MlError::spec(format!("optimizer state {key:?} is missing")))?;
@@ -382,6 +384,13 @@ impl Optimizer {
                         s.shape()
                     )));
                 }
+                found.push((shape, values));
+            }
+        }
+        let mut found = found.into_iter();
+        for (_, slots) in self.params.iter().zip(self.slots.iter_mut()) {
+            for (_, s) in names.iter().zip(slots.iter_mut()) {
+                let (shape, values) = found.next().expect("one per slot, checked above");
                 *s = Storage::from_host(cpu::from_vec(&shape, values), s.device())?;
             }
         }

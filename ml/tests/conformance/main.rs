@@ -8,12 +8,15 @@
 //! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
 //! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
 //! - `checkpoint`: bit-exact resume and refusal of damaged files.
+//! - `checkpoint_fuzz`: any damage to a checkpoint is refused by file name or restores exactly
+//!   what its files hold (a fuzz target, see docs/testing.md).
 //! - `cross_device`: CUDA against the CPU on random inputs (ops, gradients, optimizers, an MLP).
 
 mod helpers;
 
 mod autodiff;
 mod checkpoint;
+mod checkpoint_fuzz;
 mod cross_device;
 mod errors;
 mod grads;

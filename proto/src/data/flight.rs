@@ -59,3 +59,49 @@ impl PartitionTicket {
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn ticket() -> PartitionTicket {
+        PartitionTicket {
+            job_id: "mnist-20250101T000000-a1b2-0001".into(),
+            secret: hex(&[7; 32]),
+            path: "data/train.parquet".into(),
+            row_group: 3,
+            row_offset: 100,
+            row_count: 4096,
+            file_row_start: 12288,
+            columns: vec!["image".into(), "label".into()],
+            whole: false,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(1024))]
+
+        /// Any bytes: a ticket that encodes back to an equal one, or an error sentence.
+        #[test]
+        fn fuzz_ticket_any_bytes(bytes in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..200),
+            prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4).prop_map(
+                |edits| {
+                    let mut b = ticket().encode();
+                    for (at, v) in edits {
+                        let i = at.index(b.len());
+                        b[i] = v;
+                    }
+                    b
+                }
+            ),
+        ]) {
+            match PartitionTicket::decode(&bytes) {
+                Ok(t) => prop_assert_eq!(PartitionTicket::decode(&t.encode()), Ok(t)),
+                Err(e) => prop_assert!(e.starts_with("not a ringflow partition ticket: ")),
+            }
+        }
+    }
+}

@@ -40,14 +40,28 @@ fn mac(secret: &Secret, timestamp: u64, nonce: &str) -> Hmac<Sha256> {
     m
 }
 
+/// The bytes of `s`, which must be lower-case hex as [`hex`] writes it: any other spelling of
+/// the same bytes (upper case, a `+` sign) is not the token that was signed.
 fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
     if !s.len().is_multiple_of(2) {
         return None;
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+    s.as_bytes()
+        .chunks_exact(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
         .collect()
+}
+
+/// A timestamp written as [`Secret::token`] writes it: decimal digits, no sign, no leading
+/// zero.
+fn timestamp(s: &str) -> Option<u64> {
+    let canonical = s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
+    canonical.then(|| s.parse().ok()).flatten()
 }
 
 fn unix(t: SystemTime) -> u64 {
@@ -142,7 +156,7 @@ impl TokenVerifier {
         ) else {
             return Err(Refusal::Malformed);
         };
-        let ts: u64 = ts.parse().map_err(|_| Refusal::Malformed)?;
+        let ts = timestamp(ts).ok_or(Refusal::Malformed)?;
         let tag = unhex(tag).ok_or(Refusal::Malformed)?;
         if nonce.len() != 32 || unhex(nonce).is_none() {
             return Err(Refusal::Malformed);
@@ -152,8 +166,9 @@ impl TokenVerifier {
             .verify_slice(&tag)
             .map_err(|_| Refusal::WrongSecret)?;
         let now = unix(now);
-        let skew = ts as i64 - now as i64;
-        if skew.unsigned_abs() > MAX_CLOCK_SKEW.as_secs() {
+        if ts.abs_diff(now) > MAX_CLOCK_SKEW.as_secs() {
+            let skew = (i128::from(ts) - i128::from(now)).clamp(i64::MIN.into(), i64::MAX.into());
+            let skew = skew as i64;
             return Err(Refusal::Clock { skew_s: skew });
         }
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
@@ -253,5 +268,127 @@ mod tests {
         let later = start + MAX_CLOCK_SKEW * 2 + Duration::from_secs(1);
         v.verify(Some(&s.token(later)), later).unwrap();
         assert_eq!(v.seen.lock().unwrap().len(), 1);
+    }
+
+    /// A token with the secret's MAC over `ts` and `nonce`, as only a holder of the secret
+    /// could write it.
+    fn signed(s: &Secret, ts: &str, nonce: &str) -> String {
+        let ts_value: u64 = ts.parse().unwrap_or(0);
+        let tag = mac(s, ts_value, nonce).finalize().into_bytes();
+        format!("v1.{ts}.{nonce}.{}", hex(&tag))
+    }
+
+    /// Regression (fuzz_token_signed_any_timestamp): a token signed with a timestamp of 2^63
+    /// or more overflowed the clock-skew subtraction (a panic in debug builds, a wrong skew in
+    /// release ones).
+    #[test]
+    fn a_timestamp_past_i64_is_refused_for_the_clock() {
+        let s = secret("the cluster's shared secret");
+        let v = TokenVerifier::new(s.clone());
+        let now = SystemTime::now();
+        let nonce = "0".repeat(32);
+        for ts in [1u64 << 63, u64::MAX, (1 << 63) + unix(now)] {
+            let t = signed(&s, &ts.to_string(), &nonce);
+            assert!(
+                matches!(v.verify(Some(&t), now), Err(Refusal::Clock { .. })),
+                "{ts}"
+            );
+        }
+    }
+
+    /// Regression (fuzz_token_one_byte_changed): the hex of the MAC and the nonce and the
+    /// decimal timestamp were read leniently, so a token with a MAC digit in upper case, or
+    /// `+f` for `0f`, or a timestamp written `+17…`, was still accepted: a changed token must
+    /// be refused.
+    #[test]
+    fn only_the_canonical_spelling_of_a_token_is_accepted() {
+        let s = secret("the cluster's shared secret");
+        let now = SystemTime::now();
+        let ts = unix(now).to_string();
+        let nonce = "0a".repeat(16);
+        let good = signed(&s, &ts, &nonce);
+        let (head, tag) = good.rsplit_once('.').unwrap();
+        let upper = format!("{head}.{}", tag.to_uppercase());
+        let plus = format!("{head}.+{}", &tag[1..]);
+        let zero_ts = good.replacen(&format!(".{ts}."), &format!(".0{ts}."), 1);
+        let plus_ts = good.replacen(&format!(".{ts}."), &format!(".+{ts}."), 1);
+        for bad in [upper, plus, zero_ts, plus_ts] {
+            let v = TokenVerifier::new(s.clone());
+            assert!(v.verify(Some(&bad), now).is_err(), "{bad}");
+        }
+        let upper_nonce = signed(&s, &ts, &nonce.to_uppercase());
+        let v = TokenVerifier::new(s.clone());
+        assert_eq!(v.verify(Some(&upper_nonce), now), Err(Refusal::Malformed));
+        assert_eq!(v.verify(Some(&good), now), Ok(()));
+    }
+
+    use proptest::prelude::*;
+
+    /// Characters that spell tokens, and their near misses.
+    const TOKEN_LIKE: &str = "0123456789abcdefABCDEF+-.v x";
+
+    proptest! {
+        #![proptest_config(crate::fuzz::config(2048))]
+
+        /// Any text as a token: refused, never accepted, never a panic.
+        #[test]
+        fn fuzz_token_any_text(token in prop_oneof![
+            any::<String>(),
+            "v1\\.[0-9]{1,20}\\.[0-9a-f]{32}\\.[0-9a-f]{64}",
+            "v1\\.[-+0-9]{0,25}\\.[0-9a-fA-F+-]{0,40}\\.[0-9a-fA-F+-]{0,70}",
+        ]) {
+            let v = TokenVerifier::new(secret("the cluster's shared secret"));
+            prop_assert!(v.verify(Some(&token), SystemTime::now()).is_err());
+        }
+
+        /// A token signed with the secret, with any timestamp and nonce: accepted exactly when
+        /// the nonce is 32 lower-case hex digits and the timestamp within the allowed skew.
+        #[test]
+        fn fuzz_token_signed_any_timestamp(
+            ts in prop_oneof![
+                any::<u64>(),
+                (1u64 << 63)..=u64::MAX,
+                // Just past `i64::MAX`, where a signed difference from now overflows.
+                (1u64 << 63)..(1u64 << 63) + 4_000_000_000,
+                0u64..4_000_000_000,
+            ],
+            nonce in prop_oneof!["[0-9a-f]{32}", "[0-9a-fA-F+-]{0,40}"],
+        ) {
+            let s = secret("the cluster's shared secret");
+            let v = TokenVerifier::new(s.clone());
+            let now = SystemTime::now();
+            let result = v.verify(Some(&signed(&s, &ts.to_string(), &nonce)), now);
+            let well_formed = nonce.len() == 32
+                && nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            let in_time = ts.abs_diff(unix(now)) <= MAX_CLOCK_SKEW.as_secs();
+            prop_assert_eq!(result.is_ok(), well_formed && in_time, "{:?}", result);
+        }
+
+        /// A valid token with any one byte changed: refused. The new character is any, one
+        /// that spells tokens, or (`None`) the one there in the other case: another spelling of
+        /// the same hex digit is still a changed token.
+        #[test]
+        fn fuzz_token_one_byte_changed(
+            at in any::<prop::sample::Index>(),
+            c in prop_oneof![
+                any::<char>().prop_map(Some),
+                prop::sample::select(TOKEN_LIKE.chars().collect::<Vec<_>>()).prop_map(Some),
+                Just(None),
+            ],
+        ) {
+            let s = secret("the cluster's shared secret");
+            let now = SystemTime::now();
+            let good = s.token(now);
+            let i = at.index(good.len());
+            let there = good.as_bytes()[i] as char;
+            let c = c.unwrap_or_else(|| there.to_ascii_uppercase());
+            // Tokens are ASCII without an 'x': a change to the same character becomes one.
+            let c = if c == there { 'x' } else { c };
+            let mut bad = good[..i].to_string();
+            bad.push(c);
+            bad.push_str(&good[i + 1..]);
+            let v = TokenVerifier::new(s);
+            prop_assert!(v.verify(Some(&bad), now).is_err(), "{} accepted", bad);
+        }
     }
 }

@@ -1,13 +1,15 @@
-//! Errors in job specs, worded to point at the key to fix.
+//! Errors in job specs, worded to point at the key to fix. Each is one line: control
+//! characters in the user's keys, values and arguments are shown as escapes (`\n`).
 
-use std::path::PathBuf;
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 
 /// A job spec that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecError {
     /// The file could not be read.
-    #[error("cannot read job spec {}: {source}", file.display())]
+    #[error("cannot read job spec {}: {source}", shown_path(file))]
     Io {
         /// The spec file.
         file: PathBuf,
@@ -15,7 +17,7 @@ pub enum SpecError {
         source: std::io::Error,
     },
     /// The file is not TOML.
-    #[error("job spec {} is not valid TOML: {message}", file.display())]
+    #[error("job spec {} is not valid TOML: {}", shown_path(file), shown(message))]
     Toml {
         /// The spec file.
         file: PathBuf,
@@ -23,7 +25,12 @@ pub enum SpecError {
         message: String,
     },
     /// A key that the spec does not have.
-    #[error("job spec {}: unknown key `{key}`{}", file.display(), expected_list(expected))]
+    #[error(
+        "job spec {}: unknown key `{}`{}",
+        shown_path(file),
+        shown(key),
+        expected_list(expected)
+    )]
     UnknownKey {
         /// The spec file.
         file: PathBuf,
@@ -33,7 +40,7 @@ pub enum SpecError {
         expected: Vec<String>,
     },
     /// A key with a value that cannot be used.
-    #[error("job spec {}: {}{message}", file.display(), key_prefix(key))]
+    #[error("job spec {}: {}{}", shown_path(file), key_prefix(key), shown(message))]
     Invalid {
         /// The spec file.
         file: PathBuf,
@@ -43,7 +50,7 @@ pub enum SpecError {
         message: String,
     },
     /// A `--set` argument (or a flag that sets a field) that cannot be applied.
-    #[error("{arg}: {message}")]
+    #[error("{}: {}", shown(arg), shown(message))]
     Override {
         /// The argument as given, with its flag: `--set train.epochs`.
         arg: String,
@@ -56,8 +63,29 @@ fn key_prefix(key: &str) -> String {
     if key.is_empty() {
         String::new()
     } else {
-        format!("{key}: ")
+        format!("{}: ", shown(key))
     }
+}
+
+/// `text` with its control characters (a newline, a tab, an escape) written as escapes, so
+/// that an error stays one line whatever the user's keys and values hold.
+pub(crate) fn shown(text: &str) -> Cow<'_, str> {
+    if !text.contains(char::is_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn shown_path(file: &Path) -> String {
+    shown(&file.display().to_string()).into_owned()
 }
 
 fn expected_list(expected: &[String]) -> String {

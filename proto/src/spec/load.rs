@@ -136,6 +136,12 @@ impl JobSpec {
                 "must name a model kind, e.g. \"mlp\"".into(),
             ));
         }
+        if let Some(at) = self.model.params.iter().find_map(|(k, v)| null_at(v, k)) {
+            return Err(invalid(
+                &format!("model.{at}"),
+                "is not a finite number (nan and inf cannot be model settings)".into(),
+            ));
+        }
         let c = &self.cluster;
         if c.executors == 0 {
             return Err(invalid("cluster.executors", "must be at least 1".into()));
@@ -231,6 +237,22 @@ impl JobSpec {
     }
 }
 
+/// Where `value` (at `path`) holds a JSON null. TOML has no null: a model field is null only
+/// when it was a NaN or an infinity, which JSON cannot hold.
+fn null_at(value: &serde_json::Value, path: &str) -> Option<String> {
+    match value {
+        serde_json::Value::Null => Some(path.to_string()),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| null_at(v, &format!("{path}[{i}]"))),
+        serde_json::Value::Object(o) => o
+            .iter()
+            .find_map(|(k, v)| null_at(v, &format!("{path}.{k}"))),
+        _ => None,
+    }
+}
+
 /// The name of a job whose spec sets none: the spec file's name without `.toml`, when that is a
 /// plain name ([`check_name`]); otherwise an error saying to set `name`.
 fn default_name(file: &Path) -> Result<String, SpecError> {
@@ -297,7 +319,7 @@ fn field_error(file: &Path, e: serde_path_to_error::Error<toml::de::Error>) -> S
         }
     };
     if let Some(rest) = message.strip_prefix("unknown field `")
-        && let Some((key, tail)) = rest.split_once('`')
+        && let Some((key, tail)) = unknown_field(rest)
     {
         let expected = tail
             .split('`')
@@ -325,6 +347,16 @@ fn field_error(file: &Path, e: serde_path_to_error::Error<toml::de::Error>) -> S
         key: path,
         message,
     }
+}
+
+/// Splits the rest of serde's "unknown field `KEY`, expected one of `a`, `b`" (or "…`, there
+/// are no fields") into the key and the list. The key is the user's and may hold backticks
+/// itself; the expected names never do, so the split is at the last separator.
+fn unknown_field(rest: &str) -> Option<(&str, &str)> {
+    ["`, expected ", "`, there are no fields"]
+        .iter()
+        .filter_map(|sep| rest.rfind(sep).map(|at| (&rest[..at], &rest[at + 1..])))
+        .max_by_key(|(key, _)| key.len())
 }
 
 #[cfg(test)]
@@ -374,6 +406,68 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         assert!(err.contains("train.optimizer.lrr"), "{err}");
         let err = parse(MNIST, &["bogus=1"]).unwrap_err().to_string();
         assert!(err.contains("unknown key `bogus`"), "{err}");
+    }
+
+    /// Regression (fuzz_spec_documents and fuzz_spec_overrides in long mode, shrunk to
+    /// `train.schedule = ["\n"]`): serde's "unknown variant" quoted the user's value raw, so a
+    /// newline in it split the error over two lines; control characters in keys, values and
+    /// arguments are shown as escapes.
+    #[test]
+    fn control_characters_never_break_an_error_line() {
+        let set = parse(MNIST, &["train.schedule=[\"a\\nb\"]"]).unwrap_err();
+        let text = MNIST.replace("epochs = 5", "\"ep\\tochs\" = 5");
+        let key = parse(&text, &[]).unwrap_err();
+        let arg: SpecError = "train.epochs\n2".parse::<Override>().unwrap_err();
+        for (err, shows) in [
+            (set, "train.schedule[0]: unknown variant `a\\nb`"),
+            (key, "unknown key `train.ep\\tochs`"),
+            (arg, "--set train.epochs\\n2: expected KEY=VALUE"),
+        ] {
+            let msg = err.to_string();
+            assert!(!msg.contains(char::is_control), "{msg:?}");
+            assert!(msg.contains(shows), "{msg}");
+        }
+    }
+
+    /// Regression (fuzz_spec_documents, shrunk to `model.layers = [nan]`): a NaN or an
+    /// infinity in a model field became a JSON null without a word (the spec could then not be
+    /// written back as TOML); it is refused by key.
+    #[test]
+    fn non_finite_model_fields_are_refused_by_key() {
+        for (set, key) in [
+            ("model.layers=[784, nan]", "model.layers[1]"),
+            ("model.dropout=inf", "model.dropout"),
+            ("model.extra={ a = [1.0, -inf] }", "model.extra.a[1]"),
+            // fuzz_spec_documents in long mode: an index inside the key.
+            (
+                "model.activation=[{ name = nan }]",
+                "model.activation[0].name",
+            ),
+        ] {
+            let msg = parse(MNIST, &[set]).unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("{key}: is not a finite number")),
+                "{set}: {msg}"
+            );
+        }
+    }
+
+    /// Regression (fuzz_spec_set_argument, shrunk to the argument "`.®="): a key holding a
+    /// backtick was cut at it, and the refusal named the wrong key with a garbled list.
+    #[test]
+    fn unknown_keys_with_backticks_are_named_whole() {
+        let err = parse(MNIST, &["`.®=1"]).unwrap_err();
+        let SpecError::UnknownKey { key, expected, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(key, "`");
+        assert_eq!(expected[..2], ["name".to_string(), "data".to_string()]);
+        let err = parse(MNIST, &["train.a`, expected `b=1"]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("unknown key `train.a`, expected `b` (expected one of: epochs, "),
+            "{err}"
+        );
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! `docs/job-spec.md`; the types here are the reference.
 
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod load;
 mod overrides;
 

@@ -54,12 +54,14 @@ impl FromStr for Override {
     }
 }
 
+/// `raw` as one TOML value, or as a string when it is not exactly one (a bare word, or text
+/// that would also assign other keys, such as `2\nx = 3`, which is never half applied).
 fn parse_value(raw: &str) -> Value {
     match format!("v = {raw}").parse::<Table>() {
-        Ok(mut t) => t
+        Ok(mut t) if t.len() == 1 => t
             .remove("v")
             .unwrap_or_else(|| Value::String(raw.to_string())),
-        Err(_) => Value::String(raw.to_string()),
+        _ => Value::String(raw.to_string()),
     }
 }
 
@@ -146,6 +148,17 @@ mod tests {
         ));
         assert!("novalue".parse::<Override>().is_err());
         assert!("a..b=1".parse::<Override>().is_err());
+    }
+
+    /// Regression (found while writing the fuzz targets of `--set`): a value followed by a
+    /// newline and another assignment was cut at the newline, so `train.epochs=2\nx=3` set
+    /// the epochs and silently dropped the rest; it is one string, refused by the field.
+    #[test]
+    fn a_value_that_is_more_than_one_value_is_a_string() {
+        let o: Override = "train.epochs=2\ncluster.executors = 5".parse().unwrap();
+        assert_eq!(o.value, Value::String("2\ncluster.executors = 5".into()));
+        let o: Override = "a=[1,\n 2] # two".parse().unwrap();
+        assert!(matches!(o.value, Value::Array(_)), "{:?}", o.value);
     }
 
     #[test]
