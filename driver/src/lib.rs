@@ -22,6 +22,3 @@ mod ui;
 pub use error::{DriverError, Result};
 pub use planner::JobPlan;
 pub use summary::{JobStatus, JobSummary};
-
-#[cfg(test)]
-mod fuzz;

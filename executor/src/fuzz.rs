@@ -1,25 +1,11 @@
 //! Shared by this crate's property tests (the fuzz targets of `docs/testing.md`): their
-//! settings, and a measure of the largest allocation a piece of code makes.
+//! settings (`ringflow_ml::fuzz`), and a measure of the largest allocation a piece of code makes.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use proptest::test_runner::Config;
-
-/// Proptest settings for a fuzz target: `ci` cases, unless `PROPTEST_CASES` says how many
-/// (`testing/fuzz-long.sh` sets it to run millions). Failures are not persisted to files:
-/// every failure found becomes a plain regression test beside the property instead.
-pub(crate) fn config(ci: u32) -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(ci);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
+/// The fuzz targets' settings, shared by the workspace.
+pub(crate) use ringflow_ml::fuzz::config;
 
 thread_local! {
     /// While measuring on this thread: the largest allocation so far, in bytes.

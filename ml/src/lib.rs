@@ -33,6 +33,8 @@ pub mod backend;
 pub mod checkpoint;
 pub mod device;
 pub mod error;
+#[cfg(feature = "fuzz")]
+pub mod fuzz;
 pub mod loss;
 pub mod nn;
 mod ops;

@@ -323,7 +323,7 @@ mod tests {
                 }
             ),
         ];
-        let mut runner = proptest::test_runner::TestRunner::new(crate::fuzz::config(256));
+        let mut runner = proptest::test_runner::TestRunner::new(ringflow_ml::fuzz::config(256));
         runner
             .run(&bytes, |bytes| {
                 let Ok(t) = PartitionTicket::decode(&bytes) else {

@@ -8,28 +8,15 @@
 use std::path::Path;
 
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::TestRunner;
 use ringflow_ml::checkpoint::{self, CheckpointMeta, TrainingState};
+use ringflow_ml::fuzz::config;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, loss};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-
-/// `ci` cases, unless `PROPTEST_CASES` says how many (`testing/fuzz-long.sh`); failures are
-/// not persisted to files: each one found becomes a plain regression test instead.
-fn config(ci: u32) -> Config {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(ci);
-    Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    }
-}
 
 fn model_spec() -> ModelSpec {
     ModelSpec::mlp(&[3, 4, 2], "relu")

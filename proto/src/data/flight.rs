@@ -81,7 +81,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(crate::fuzz::config(1024))]
+        #![proptest_config(ringflow_ml::fuzz::config(1024))]
 
         /// Any bytes: a ticket that encodes back to an equal one, or an error sentence.
         #[test]

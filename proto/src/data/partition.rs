@@ -515,7 +515,7 @@ mod tests {
             edge_u64(),
             edge_u64(),
         );
-        let mut runner = TestRunner::new(crate::fuzz::config(1024));
+        let mut runner = TestRunner::new(ringflow_ml::fuzz::config(1024));
         runner
             .run(
                 &(partition, columns, any::<bool>()),

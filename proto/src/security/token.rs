@@ -328,7 +328,7 @@ mod tests {
     const TOKEN_LIKE: &str = "0123456789abcdefABCDEF+-.v x";
 
     proptest! {
-        #![proptest_config(crate::fuzz::config(2048))]
+        #![proptest_config(ringflow_ml::fuzz::config(2048))]
 
         /// Any text as a token: refused, never accepted, never a panic.
         #[test]

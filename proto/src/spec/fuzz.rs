@@ -9,7 +9,7 @@ use toml::{Table, Value};
 
 use super::error::shown;
 use super::{JobSpec, Override, SpecError};
-use crate::fuzz::config;
+use ringflow_ml::fuzz::config;
 
 /// A valid spec that the generated assignments change.
 const BASE: &str = r#"
