@@ -256,11 +256,11 @@ fn walk(dir: &Path, extension: &str, listing: &mut Listing) -> std::io::Result<(
 }
 
 #[cfg(all(test, unix))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Makes a FIFO at `path` with `mkfifo`, as a user would.
-    fn mkfifo(path: &Path) {
+    pub(crate) fn mkfifo(path: &Path) {
         let status = std::process::Command::new("mkfifo")
             .arg(path)
             .status()

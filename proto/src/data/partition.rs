@@ -414,11 +414,7 @@ mod fifo_tests {
     fn a_fifo_is_refused_when_opened_for_reading() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("a.parquet");
-        let made = std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap();
-        assert!(made.success());
+        crate::data::local::tests::mkfifo(&fifo);
         let path = fifo.display().to_string();
         let partition = Partition {
             path: path.clone(),
