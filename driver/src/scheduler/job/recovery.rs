@@ -144,6 +144,30 @@ impl Job {
             .take()
             .is_some();
         let broke = lost_any || !at_boundary;
+        let ranks = self.reformed_ranks(survivors, idle);
+        self.log_reforming(&recovery, ranks.len(), waited, cause, broke);
+        rand::fill(&mut self.secret);
+        let n = ranks.len();
+        self.ranks = ranks;
+        self.progress.regroup(n);
+        self.finished = vec![false; n];
+        self.last_step = vec![None; n];
+        *self.plans.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let rank = self
+            .ranks
+            .iter()
+            .position(|e| e.executor_id == req.executor_id)
+            .expect("the caller survived");
+        Ok(Some(self.task_for(rank as u32)))
+    }
+
+    /// The re-formed ring's members: the survivors in a stable order, then as many idle
+    /// executors as `cluster.max_executors` leaves room for, each announced as it joins.
+    fn reformed_ranks(
+        &mut self,
+        survivors: Vec<pb::ExecutorInfo>,
+        idle: Vec<pb::ExecutorInfo>,
+    ) -> Vec<pb::ExecutorInfo> {
         let mut ranks = survivors;
         let order = |a: &pb::ExecutorInfo, b: &pb::ExecutorInfo| {
             (&a.host, &a.ring_address, &a.executor_id).cmp(&(
@@ -174,32 +198,43 @@ impl Job {
             ));
         }
         ranks.extend(joiners);
-        if lost_any {
+        ranks
+    }
+
+    /// Says how the ring was re-formed into `world_after` ranks, in a job message and the event
+    /// log: after a loss (the root `cause`), after a break with no executor lost, or at an
+    /// epoch boundary for joiners.
+    fn log_reforming(
+        &mut self,
+        recovery: &Recovery,
+        world_after: usize,
+        waited: f64,
+        cause: String,
+        broke: bool,
+    ) {
+        if !recovery.lost.is_empty() {
             self.message(format!(
-                "recovery {}: the ring is re-formed with {} executors {waited:.1} s after it \
-                 broke ({cause}); the epoch in progress restarts from its beginning",
-                self.recoveries,
-                ranks.len()
+                "recovery {}: the ring is re-formed with {world_after} executors {waited:.1} s \
+                 after it broke ({cause}); the epoch in progress restarts from its beginning",
+                self.recoveries
             ));
         } else if broke {
             // A rank hung for less than the heartbeat timeout (or the network blipped): every
             // rank asked to recover and none was lost.
             self.message(format!(
-                "the ring is re-formed with the same {} executors {waited:.1} s after it broke \
-                 ({cause}), with no executor lost; the epoch in progress restarts from its \
-                 beginning",
-                ranks.len()
+                "the ring is re-formed with the same {world_after} executors {waited:.1} s after \
+                 it broke ({cause}), with no executor lost; the epoch in progress restarts from \
+                 its beginning"
             ));
         } else {
             self.message(format!(
-                "the ring is re-formed with {} executors at an epoch boundary",
-                ranks.len()
+                "the ring is re-formed with {world_after} executors at an epoch boundary"
             ));
         }
         self.log(Event::Recovery {
             generation: self.generation,
             world_before: self.ranks.len(),
-            world_after: ranks.len(),
+            world_after,
             lost: recovery
                 .lost
                 .keys()
@@ -209,19 +244,6 @@ impl Job {
             waited_s: micros(waited),
             cause: if broke { cause } else { String::new() },
         });
-        rand::fill(&mut self.secret);
-        let n = ranks.len();
-        self.ranks = ranks;
-        self.progress.regroup(n);
-        self.finished = vec![false; n];
-        self.last_step = vec![None; n];
-        *self.plans.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        let rank = self
-            .ranks
-            .iter()
-            .position(|e| e.executor_id == req.executor_id)
-            .expect("the caller survived");
-        Ok(Some(self.task_for(rank as u32)))
     }
 
     /// Whether a rank's communication error waits for a root cause.
