@@ -135,6 +135,9 @@ impl JobProgress {
             samples_per_s: samples as f64 / seconds.max(1e-9),
             phases,
         };
+        // An epoch run again after a recovery (the ring went back to its start) replaces the
+        // record of its earlier run.
+        self.finished_epochs.retain(|e| e.epoch < epoch);
         self.finished_epochs.push(summary.clone());
         Some(summary)
     }
@@ -198,4 +201,35 @@ fn total<'a>(shares: impl Iterator<Item = &'a EvalReport>) -> EvalReport {
         sum.squared_error += r.squared_error;
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(epoch: u64, samples: u64) -> EpochReport {
+        EpochReport {
+            epoch,
+            steps: 1,
+            samples,
+            loss: 0.5,
+            seconds: 1.0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn an_epoch_run_again_after_a_recovery_replaces_its_record() {
+        let mut p = JobProgress::new(2);
+        assert!(p.epoch_done(0, report(0, 10)).is_none());
+        assert!(p.epoch_done(1, report(0, 10)).is_some());
+        // The ring breaks at the barrier after epoch 0 and goes back to its start.
+        p.regroup(2);
+        p.epoch_done(0, report(0, 12));
+        p.epoch_done(1, report(0, 8));
+        p.epoch_done(0, report(1, 10));
+        p.epoch_done(1, report(1, 10));
+        let done: Vec<(u64, u64)> = p.epochs().iter().map(|e| (e.epoch, e.samples)).collect();
+        assert_eq!(done, [(0, 20), (1, 20)]);
+    }
 }

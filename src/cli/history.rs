@@ -257,18 +257,22 @@ impl History {
                     seconds,
                     samples_per_s,
                     phases,
-                } => job.epochs.push(EpochRow {
-                    epoch,
-                    steps,
-                    loss,
-                    samples,
-                    dropped_samples,
-                    seconds,
-                    samples_per_s,
-                    phases,
-                    phase_percent: percent(&phases),
-                    test: None,
-                }),
+                } => {
+                    // An epoch run again after a recovery replaces its earlier run's record.
+                    job.epochs.retain(|e| e.epoch < epoch);
+                    job.epochs.push(EpochRow {
+                        epoch,
+                        steps,
+                        loss,
+                        samples,
+                        dropped_samples,
+                        seconds,
+                        samples_per_s,
+                        phases,
+                        phase_percent: percent(&phases),
+                        test: None,
+                    })
+                }
                 Event::Checkpoint {
                     epochs_done,
                     step,

@@ -447,6 +447,65 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     }
 }
 
+/// The ring that admits a joiner breaks before the joiner received the job's state (a second
+/// executor is killed while the joiner, stopped, has not connected yet): the joiner recovers
+/// like the survivor, goes after it in the next ring, and the job ends with identical replicas.
+#[test]
+fn a_joiner_whose_first_ring_breaks_recovers_like_a_survivor() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), "joiner");
+    let out = dir.path().join("joiner.json");
+    let secret = secret_file(dir.path());
+    let args: Vec<String> = [
+        "local",
+        spec.as_str(),
+        "--executors",
+        "3",
+        "--set",
+        &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
+        "--set",
+        "cluster.min_executors=1",
+        "--set",
+        "train.epochs=3",
+        "--summary-json",
+        &s(&out),
+        "--secret-file",
+        &secret,
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (run, pids, driver) = watch_local(&args, "epoch 1/3");
+    let spare = executor(&driver, &["--secret-file", &secret]);
+    let signal = |pid: i32, signal: i32| unsafe {
+        libc::kill(pid, signal);
+    };
+    // The spare is chosen to join the re-formed ring, but cannot connect to it yet.
+    signal(spare.pid() as i32, libc::SIGSTOP);
+    signal(pids[2], libc::SIGKILL);
+    run.wait_for(" joins the job");
+    // The new ring breaks before the joiner is in it.
+    signal(pids[1], libc::SIGKILL);
+    std::thread::sleep(Duration::from_millis(500));
+    signal(spare.pid() as i32, libc::SIGCONT);
+    let (status, stderr) = run.finish(Duration::from_secs(600));
+    assert!(status.success(), "{stderr}");
+    // The second ring held the joiner, which went on in the third.
+    assert!(
+        stderr.contains("recovery 2: the ring is re-formed with 2 executors"),
+        "{stderr}"
+    );
+    let sm = summary(&out);
+    assert_eq!(sm["executors_lost"], 2, "{sm}");
+    assert_eq!(sm["replicas_identical"], true, "{sm}");
+    for epoch in sm["history"].as_array().unwrap() {
+        assert_eq!(
+            epoch["samples"], 60_000,
+            "every row once per epoch: {epoch}"
+        );
+    }
+}
+
 /// With backup workers the survivor does not wait for the hung executor at all; the driver
 /// still detects it (heartbeats), tells the survivor to re-form through its progress reports,
 /// and the job finishes on the survivor with every row of every epoch accounted for.

@@ -176,6 +176,8 @@ pub struct Job {
 #[derive(Debug, Default)]
 struct Recovery {
     asked: BTreeMap<usize, String>,
+    /// Ranks that asked before they had the job's state (joiners whose ring broke first).
+    awaiting: BTreeSet<usize>,
     lost: BTreeMap<usize, String>,
     started: Option<Instant>,
 }

@@ -193,18 +193,22 @@ impl Scheduler {
         let id = info.executor_id.clone();
         self.register(info, now)?;
         let entry = self.executors.get_mut(&id).expect("just registered");
-        entry.attachments += 1;
         entry.detached_at = None;
-        Ok(entry.attachments)
+        let number = self.next_attachment;
+        self.next_attachment += 1;
+        self.attachments.insert(id, number);
+        Ok(number)
     }
 
     /// Attachment stream number `attachment` of `executor_id` ended. Unless it is the latest
     /// one, nothing follows; otherwise the executor is lost after the grace, unless it shows a
     /// sign of life first.
     pub fn detach(&mut self, executor_id: &str, attachment: u64, now: Instant) {
-        if let Some(e) = self.executors.get_mut(executor_id)
-            && e.attachments == attachment
-        {
+        if self.attachments.get(executor_id) != Some(&attachment) {
+            return;
+        }
+        self.attachments.remove(executor_id);
+        if let Some(e) = self.executors.get_mut(executor_id) {
             e.detached_at = Some(now);
         }
     }
@@ -325,14 +329,17 @@ mod tests {
         core_dumped: false,
     };
 
+    /// e2's attachment stream in [`running`].
+    const E2_STREAM: u64 = 2;
+
     /// A scheduler running `kind` on executors e1 (rank 0) and e2 (rank 1) of host h, pids 11
-    /// and 12, both attached (attachment 1); returns it and the job id.
+    /// and 12, attached (streams 1 and [`E2_STREAM`]); returns it and the job id.
     fn running(kind: JobKind, now: Instant) -> (Scheduler, String) {
         let mut s = sched();
-        for (id, pid) in [("e1", 11), ("e2", 12)] {
+        for (stream, (id, pid)) in [("e1", 11), ("e2", 12)].into_iter().enumerate() {
             let mut i = info(id, "h", pid as u16);
             i.pid = pid;
-            assert_eq!(s.attach(i, now), Ok(1));
+            assert_eq!(s.attach(i, now), Ok(stream as u64 + 1));
         }
         let id = s.submit(kind, now);
         s.tick(now);
@@ -412,7 +419,7 @@ mod tests {
         let (mut s, id) = running(bench(2), now);
         failed(&mut s, &id, 0, "e1", true);
         let closed = now + Duration::from_millis(500);
-        s.detach("e2", 1, closed);
+        s.detach("e2", E2_STREAM, closed);
         // The held error's grace is over, but it waits while the closed connection is being
         // settled.
         let later = closed + Duration::from_millis(1400);
@@ -430,30 +437,57 @@ mod tests {
     }
 
     #[test]
+    fn an_executor_that_comes_back_after_being_dropped_is_lost_when_its_old_stream_ends() {
+        let now = Instant::now();
+        let (mut s, _) = running(bench(2), now);
+        // e2 is stopped past the heartbeat timeout: dropped, though its stream stays open.
+        let dropped = now + Duration::from_secs(16);
+        heartbeat(&mut s, "e1", 11, "", dropped);
+        s.tick(dropped);
+        assert!(s.executors().all(|e| e.info.executor_id != "e2"));
+        // It is continued and heartbeats again (registered anew), on the same stream.
+        let back = dropped + Duration::from_secs(1);
+        heartbeat(&mut s, "e2", 12, "", back);
+        assert!(s.executors().any(|e| e.info.executor_id == "e2"));
+        // Then it is killed: the stream it opened before it was dropped ends.
+        let killed = back + Duration::from_secs(1);
+        s.detach("e2", E2_STREAM, killed);
+        heartbeat(&mut s, "e1", 11, "", killed + Duration::from_secs(2));
+        s.tick(killed + Duration::from_secs(2));
+        assert!(
+            s.executors().all(|e| e.info.executor_id != "e2"),
+            "lost by its closed connection within seconds, not by its heartbeats"
+        );
+    }
+
+    #[test]
     fn an_executor_that_attaches_again_or_heartbeats_is_not_lost() {
         let now = Instant::now();
         let later = now + Duration::from_secs(3);
         // Attaches again within the grace.
         let (mut s, id) = running(bench(2), now);
-        s.detach("e2", 1, now);
+        s.detach("e2", E2_STREAM, now);
         let mut e2 = info("e2", "h", 12);
         e2.pid = 12;
-        assert_eq!(s.attach(e2, now + Duration::from_millis(300)), Ok(2));
+        assert_eq!(
+            s.attach(e2, now + Duration::from_millis(300)),
+            Ok(E2_STREAM + 1)
+        );
         // The end of its old stream, noticed late, is not its latest one.
-        s.detach("e2", 1, now + Duration::from_millis(400));
+        s.detach("e2", E2_STREAM, now + Duration::from_millis(400));
         s.tick(later);
         assert_eq!(s.job(&id).unwrap().state, pb::JobState::Running);
 
         // Heartbeats after the connection closed: it lives (one in flight as it closed does
         // not count).
         let (mut s, id) = running(bench(2), now);
-        s.detach("e2", 1, now);
+        s.detach("e2", E2_STREAM, now);
         heartbeat(&mut s, "e2", 12, &id, now + Duration::from_millis(10));
         s.tick(now + Duration::from_millis(1600));
         assert!(error(&s, &id).unwrap().contains("lost its connection"));
 
         let (mut s, id) = running(bench(2), now);
-        s.detach("e2", 1, now);
+        s.detach("e2", E2_STREAM, now);
         heartbeat(&mut s, "e2", 12, &id, now + Duration::from_millis(900));
         s.tick(later);
         assert_eq!(s.job(&id).unwrap().state, pb::JobState::Running);
@@ -509,6 +543,7 @@ mod tests {
             generation: 0,
             error: "rank 1 closed the ring connection".into(),
             wait_ms: 0,
+            ..Default::default()
         };
         assert_eq!(s.recover(&req, now), Ok(None));
         assert!(s.executor_exited("h", 12, KILLED, now));

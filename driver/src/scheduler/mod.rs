@@ -87,6 +87,12 @@ pub struct Scheduler {
     /// This driver process's id (changes on restart).
     pub driver_id: String,
     executors: BTreeMap<String, ExecutorEntry>,
+    /// The number of each executor's open attachment stream (its latest), kept apart from its entry:
+    /// an executor dropped as lost (stopped past the heartbeat timeout) that comes back keeps
+    /// the stream it opened before, and its end must still count.
+    attachments: BTreeMap<String, u64>,
+    /// The number the next attachment stream gets (unique in this driver).
+    next_attachment: u64,
     jobs: BTreeMap<String, Job>,
     queue: VecDeque<String>,
     next_job: u64,
@@ -120,6 +126,8 @@ impl Scheduler {
             registry,
             driver_id: format!("driver-{:x}", stamp & 0xffff_ffff_ffff),
             executors: BTreeMap::new(),
+            attachments: BTreeMap::new(),
+            next_attachment: 1,
             jobs: BTreeMap::new(),
             queue: VecDeque::new(),
             next_job: 1,
@@ -433,7 +441,11 @@ impl Scheduler {
             .jobs
             .get_mut(&req.job_id)
             .ok_or_else(|| Refusal::NotFound(format!("no job {:?}", req.job_id)))?;
-        job.report(req.rank as usize, req.report, now);
+        // Ranks are numbered anew in each generation of the ring: a late report from an older
+        // one would be counted for another rank.
+        if req.generation == job.generation() {
+            job.report(req.rank as usize, req.report, now);
+        }
         Ok(pb::ReportReply {
             cancel: job.should_stop(),
             reform: job.is_recovering(),

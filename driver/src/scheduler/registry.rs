@@ -25,8 +25,6 @@ pub struct ExecutorEntry {
     pub assigned: Option<Assignment>,
     /// Whether it has picked that task up.
     pub delivered: bool,
-    /// How many attachment streams it opened (the number of the latest one).
-    pub attachments: u64,
     /// When its latest attachment stream closed, while it has shown no sign of life since.
     pub detached_at: Option<Instant>,
     /// What it reported as it died (a panic, an allocation that failed), since its current
@@ -46,7 +44,6 @@ impl ExecutorEntry {
             last_seen: now,
             assigned: None,
             delivered: false,
-            attachments: 0,
             detached_at: None,
             last_words: None,
         }

@@ -341,6 +341,7 @@ fn only_executors_with_a_gpu_join_a_cuda_job() {
         generation: 0,
         error: "connection closed".into(),
         wait_ms: 0,
+        ..Default::default()
     };
     assert_eq!(s.recover(&recover(0, "gpu-1"), now), Ok(None));
     let task = s.recover(&recover(1, "gpu-2"), now).unwrap().unwrap();
@@ -393,6 +394,7 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
                 job_id: id.clone(),
                 rank,
                 report: Some(pb::report_request::Report::Epoch(epoch)),
+                generation: 0,
             },
             now,
         )
@@ -410,6 +412,7 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
                     seconds: 0.1,
                 },
             )),
+            generation: 0,
         },
         now,
     )
@@ -497,6 +500,7 @@ fn a_ring_that_broke_without_a_loss_is_logged_with_its_cause() {
         generation: 0,
         error: error.into(),
         wait_ms: 0,
+        ..Default::default()
     };
     let later = start + Duration::from_secs(1);
     let timed_out = "rank 1 sent nothing for 4 s";
@@ -540,6 +544,7 @@ fn an_elastic_job_logs_the_executor_it_lost_and_its_recovery() {
         generation: 0,
         error: "connection reset".into(),
         wait_ms: 0,
+        ..Default::default()
     };
     let task = s.recover(&req, later).unwrap().unwrap();
     assert_eq!(task.ring.len(), 1);
@@ -586,6 +591,94 @@ fn an_elastic_job_logs_the_executor_it_lost_and_its_recovery() {
         unreachable!()
     };
     assert_eq!(state, "cancelled");
+}
+
+/// A report from a ring that has been re-formed since (a rank stopped, then continued) is not
+/// counted for the rank that holds its number now.
+#[test]
+fn a_report_from_an_older_ring_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut s, id, start) = elastic_pair_running(dir.path());
+    let epoch_end = |rank: u32, generation: u32| pb::ReportRequest {
+        job_id: id.clone(),
+        rank,
+        report: Some(pb::report_request::Report::Epoch(pb::EpochReport {
+            epoch: 0,
+            steps: 1,
+            samples: 10,
+            ..Default::default()
+        })),
+        generation,
+    };
+    let ask = |executor: &str, rank: u32| pb::RecoverRequest {
+        job_id: id.clone(),
+        executor_id: executor.into(),
+        rank,
+        error: "connection reset".into(),
+        ..Default::default()
+    };
+    s.report(epoch_end(1, 0), start).unwrap();
+    assert!(s.recover(&ask("e1", 0), start).unwrap().is_none());
+    assert!(s.recover(&ask("e2", 1), start).unwrap().is_some());
+    s.report(epoch_end(0, 1), start).unwrap();
+    // Rank 1's report from generation 0 arrives late.
+    s.report(epoch_end(1, 0), start).unwrap();
+    assert_eq!(s.job(&id).unwrap().epochs_done(), 0);
+    s.report(epoch_end(1, 1), start).unwrap();
+    assert_eq!(s.job(&id).unwrap().epochs_done(), 1);
+}
+
+/// A joiner whose first ring breaks before it received the job's state goes after the
+/// executors that hold it, so it never becomes rank 0; with none of them left, the job fails.
+#[test]
+fn a_joiner_without_the_jobs_state_is_never_rank_0() {
+    let start = Instant::now();
+    let mut s = sched();
+    s.register(info("e1", "h1", 1), start).unwrap();
+    s.register(info("e2", "h2", 1), start).unwrap();
+    let mut kind = train_on("cpu", 2);
+    if let JobKind::Train(plan) = &mut kind {
+        plan.spec.cluster.min_executors = Some(1);
+        plan.spec.cluster.max_executors = Some(3);
+    }
+    let id = s.submit(kind, start);
+    s.tick(start);
+    assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+    // An idle executor on a host that sorts first joins when the ring is re-formed.
+    s.register(info("a0", "h0", 1), start).unwrap();
+    let ask =
+        |executor: &str, rank: u32, generation: u32, awaiting_state: bool| pb::RecoverRequest {
+            job_id: id.clone(),
+            executor_id: executor.into(),
+            rank,
+            generation,
+            error: "connection reset".into(),
+            awaiting_state,
+            ..Default::default()
+        };
+    let ranks = |s: &Scheduler| -> Vec<String> {
+        let job = s.job(&id).unwrap();
+        job.ranks().iter().map(|e| e.executor_id.clone()).collect()
+    };
+    assert_eq!(s.recover(&ask("e1", 0, 0, false), start), Ok(None));
+    assert!(s.recover(&ask("e2", 1, 0, false), start).unwrap().is_some());
+    assert_eq!(ranks(&s), ["e1", "e2", "a0"]);
+    assert!(s.take_task("a0").unwrap().join);
+    // The new ring breaks while the joiner connects: it asks without the job's state.
+    assert_eq!(s.recover(&ask("a0", 2, 1, true), start), Ok(None));
+    assert_eq!(s.recover(&ask("e1", 0, 1, false), start), Ok(None));
+    assert!(s.recover(&ask("e2", 1, 1, false), start).unwrap().is_some());
+    assert_eq!(ranks(&s), ["e1", "e2", "a0"]);
+    // Both executors that hold the state are lost before the joiner received it.
+    let later = start + Duration::from_secs(20);
+    s.heartbeat(info("a0", "h0", 1), &id, later).unwrap();
+    s.tick(later);
+    let refused = s.recover(&ask("a0", 2, 2, true), later).unwrap_err();
+    assert!(
+        refused.contains("every executor that held the job's state was lost"),
+        "{refused}"
+    );
+    assert_eq!(s.job(&id).unwrap().state, pb::JobState::Failed);
 }
 
 #[test]

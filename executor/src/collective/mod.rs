@@ -2,7 +2,8 @@
 //!
 //! [`Collective`] is what the train loop needs from its peers: all-reduce (sum or average),
 //! broadcast, all-gather and barrier over f32 buffers. [`Solo`] is the world of one, where every
-//! collective is the identity; [`RingCollective`] connects the executors of a job in a ring over
+//! collective is the identity; [`Broken`] is a ring that could not be connected, where every
+//! collective fails; [`RingCollective`] connects the executors of a job in a ring over
 //! raw TCP and runs Horovod's bandwidth-optimal ring algorithms on a background communication
 //! thread ([`ring`]), accepting its peers on a [`RingListener`]. With backup workers the ring also carries star connections to rank 0,
 //! whose aggregator averages each step's first N−b gradients ([`backup`]). With the `nccl`
@@ -157,5 +158,50 @@ impl Collective for Solo {
 
     fn barrier(&mut self) -> Result<()> {
         Ok(())
+    }
+}
+
+/// A ring that could not be connected (`why`): rank `rank` of `world`, where every collective
+/// fails with that error, so that an elastic task recovers from it like from a ring that broke
+/// later.
+#[derive(Clone, Debug)]
+pub struct Broken {
+    /// This executor's rank in the ring it could not connect.
+    pub rank: usize,
+    /// That ring's size.
+    pub world: usize,
+    /// The connection's error.
+    pub why: String,
+}
+
+impl Broken {
+    fn fail<T>(&self) -> Result<T> {
+        Err(ExecutorError::Comm(self.why.clone()))
+    }
+}
+
+impl Collective for Broken {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    fn start_all_reduce(&mut self, _: Vec<f32>, _: ReduceOp) -> Result<PendingReduce> {
+        self.fail()
+    }
+
+    fn broadcast(&mut self, _: &mut [f32], _: usize) -> Result<()> {
+        self.fail()
+    }
+
+    fn all_gather(&mut self, _: &[f32]) -> Result<Vec<f32>> {
+        self.fail()
+    }
+
+    fn barrier(&mut self) -> Result<()> {
+        self.fail()
     }
 }

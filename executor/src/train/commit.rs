@@ -21,6 +21,8 @@ pub struct Commit {
     optimizer_steps: u64,
     epoch: u64,
     step: u64,
+    /// A joiner's placeholder before it received the job's state: not a state to go on from.
+    awaiting: bool,
 }
 
 impl Commit {
@@ -32,7 +34,34 @@ impl Commit {
             optimizer_steps: optimizer.steps(),
             epoch,
             step,
+            awaiting: false,
         })
+    }
+
+    /// A joiner's first sync on the ring it was added to: adopts rank 0's state (rank 0 always
+    /// holds it). When that ring breaks first (another member lost while it connects or
+    /// broadcasts), the joiner recovers like a survivor, telling the driver that it holds no
+    /// state yet; returns the re-formed ring if there was one, and the epoch and step to go on
+    /// from.
+    pub fn join(
+        ctx: &mut dyn TaskContext,
+        model: &Model,
+        optimizer: &mut Optimizer,
+        comm: &mut dyn Collective,
+    ) -> Result<(Option<Recovered>, u64, u64)> {
+        let placeholder = Commit {
+            awaiting: true,
+            ..Commit::take(model, optimizer, 0, 0)?
+        };
+        match Commit::sync(model, optimizer, comm, placeholder.clone()) {
+            Ok((epoch, step)) => Ok((None, epoch, step)),
+            Err(ExecutorError::Comm(why)) => {
+                comm.close();
+                let (recovered, epoch, step) = placeholder.rejoin(ctx, &why, model, optimizer)?;
+                Ok((Some(recovered), epoch, step))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Elastic recovery after the ring broke (`why`): waits for the driver to re-form the
@@ -52,7 +81,7 @@ impl Commit {
             // Each attempt reports the first break: the driver keeps one cause per rank, and a
             // reply that the ring was re-formed without this executor names that cause.
             let mut tried = || -> Result<(Recovered, u64, u64)> {
-                let mut recovered = ctx.recover(why)?;
+                let mut recovered = ctx.recover(why, self.awaiting)?;
                 self.restore(model, optimizer)?;
                 let (epoch, step) =
                     Commit::sync(model, optimizer, recovered.comm.as_mut(), self.clone())?;
@@ -120,6 +149,7 @@ impl Commit {
             optimizer_steps,
             epoch,
             step,
+            awaiting: false,
         }
         .restore(model, optimizer)?;
         Ok((epoch, step))

@@ -183,8 +183,10 @@ pub trait TaskContext: Send {
     fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String>;
 
     /// The ring broke (`error`) in an elastic job: waits until the driver has re-formed it from
-    /// the surviving executors and connects to it. An error when this executor must stop.
-    fn recover(&mut self, error: &str) -> Result<Recovered>;
+    /// the surviving executors and connects to it. `awaiting_state`: this executor joined the
+    /// ring and has not received the job's state yet, so it cannot be the new ring's rank 0. An
+    /// error when this executor must stop.
+    fn recover(&mut self, error: &str, awaiting_state: bool) -> Result<Recovered>;
 
     /// True once the job was cancelled; the loop stops at the next step.
     fn cancelled(&self) -> bool;

@@ -114,7 +114,6 @@ pub fn run_task(
 
     let mut optimizer = Optimizer::new(spec.train.optimizer.clone(), model.params())?;
     let comm_timeout = Duration::from_secs(spec.cluster.comm_timeout_s);
-    let mut sync = GradientSync::new(comm, model.params(), comm_timeout);
     let TaskData {
         read,
         converter,
@@ -144,9 +143,17 @@ pub fn run_task(
             streams::DROPOUT + ((rank as u64) << 32),
         )
     };
+    let mut steps_per_epoch = task.steps_per_epoch;
+    // The ring after a recovery (the one this task started with is `comm`).
+    let mut reformed: Option<Box<dyn Collective>> = None;
     let (start_epoch, mut global_step) = if task.join {
-        let mine = Commit::take(&model, &optimizer, 0, 0)?;
-        Commit::sync(&model, &mut optimizer, comm, mine)?
+        let (recovered, epoch, step) = Commit::join(ctx, &model, &mut optimizer, comm)?;
+        if let Some(r) = recovered {
+            // The ring it joined broke before it was in sync: it goes on in the re-formed one.
+            steps_per_epoch = r.steps_per_epoch;
+            reformed = Some(r.comm);
+        }
+        (epoch, step)
     } else if task.resume {
         resume(&spec.checkpoint_path(), &model, &mut optimizer)?
     } else {
@@ -188,7 +195,13 @@ pub fn run_task(
                 seconds: started.elapsed().as_secs_f64(),
             }))
         };
-    let mut steps_per_epoch = task.steps_per_epoch;
+    let mut sync = match reformed.as_mut() {
+        Some(c) => {
+            (rank, world) = (c.rank(), c.world());
+            GradientSync::new(c.as_mut(), model.params(), comm_timeout)
+        }
+        None => GradientSync::new(comm, model.params(), comm_timeout),
+    };
     let mut total_steps = if task.join {
         global_step + (spec.train.epochs - start_epoch) * steps_per_epoch
     } else {
@@ -200,8 +213,6 @@ pub fn run_task(
     let mut samples = 0u64;
     let mut train_seconds = 0.0;
     let mut last_loss = f64::NAN;
-    // The ring after a recovery (the one this task started with is `comm`).
-    let mut reformed: Option<Box<dyn Collective>> = None;
     let mut epoch = start_epoch;
     // Every step's phases, sent with the next report (`--timeline`).
     let mut spans = StepSpans::new();
@@ -218,7 +229,7 @@ pub fn run_task(
             None
         };
         let first_step = if epoch == start_epoch { skip_steps } else { 0 };
-        let trained: Result<(EpochStats, f64)> = (|| {
+        let trained: Result<(u64, f64, f64)> = (|| {
             let plan = ctx.epoch_plan(Split::Train, epoch)?;
             if plan.reform && commit.is_some() {
                 // Idle executors join at this epoch boundary: re-form like after a failure.
@@ -359,12 +370,6 @@ pub fn run_task(
                     window_start = Instant::now();
                 }
             }
-            if sync.skips_late_ranks() && epoch + 1 == spec.train.epochs {
-                // With backup workers no step waited for every rank: before any rank finishes,
-                // all must be alive, so a hung one is recovered from (the last epoch runs again
-                // without it) rather than found after the others have ended.
-                comm.barrier()?;
-            }
             let seconds = epoch_start.elapsed().as_secs_f64();
             if let Some(staging) = sync.take_staging() {
                 let step_s = phases.total() / epoch_steps.max(1) as f64;
@@ -402,14 +407,21 @@ pub fn run_task(
                 phases,
                 spans: spans.take(),
             };
-            Ok((stats, seconds))
+            let (trained, loss) = (stats.samples, stats.loss);
+            ctx.report(TrainEvent::EpochEnd(stats))?;
+            // No rank goes on to the next epoch (and commits it) before every rank has
+            // reported this one: a ring re-formed from any rank's commit finds the driver's
+            // record of the epochs before it complete. With backup workers, where no step
+            // waited for every rank, this is also where a hung rank is found before the others
+            // finish the job.
+            comm.barrier()?;
+            Ok((trained, loss, seconds))
         })();
         match trained {
-            Ok((stats, seconds)) => {
+            Ok((trained, loss, seconds)) => {
                 train_seconds += seconds;
-                samples += stats.samples;
-                last_loss = stats.loss;
-                ctx.report(TrainEvent::EpochEnd(stats))?;
+                samples += trained;
+                last_loss = loss;
                 if let Some(written) = checkpoint(rank, epoch + 1, global_step, &optimizer)? {
                     ctx.report(written)?;
                 }

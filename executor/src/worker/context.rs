@@ -94,6 +94,7 @@ impl TaskContext for RemoteContext<'_> {
             job_id: self.job_id.clone(),
             rank: self.rank,
             report: Some(report),
+            generation: self.ring.generation,
         };
         let reply = self.rt.block_on(self.client.report(req))?;
         if reply.cancel {
@@ -133,7 +134,7 @@ impl TaskContext for RemoteContext<'_> {
         }
     }
 
-    fn recover(&mut self, error: &str) -> Result<Recovered> {
+    fn recover(&mut self, error: &str, awaiting_state: bool) -> Result<Recovered> {
         self.reforming = false;
         let req = pb::RecoverRequest {
             job_id: self.job_id.clone(),
@@ -142,6 +143,7 @@ impl TaskContext for RemoteContext<'_> {
             generation: self.ring.generation,
             error: error.to_string(),
             wait_ms: PREPARE_POLL.as_millis() as u64,
+            awaiting_state,
         };
         loop {
             let reply = self.rt.block_on(self.client.recover(req.clone()))?;

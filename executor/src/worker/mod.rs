@@ -29,7 +29,7 @@ use ringflow_proto::security::ClientSecurity;
 use ringflow_proto::spec::JobSpec;
 use tracing::{error, info, warn};
 
-use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
+use crate::collective::{Broken, Collective, JobSecret, RingCollective, RingConfig, RingListener};
 use crate::error::{ExecutorError, Result};
 use crate::infer::{InferTask, run_inference};
 use crate::memory::MemoryLimit;
@@ -238,10 +238,19 @@ fn run_one(
     // An elastic job's rank changes when its ring is re-formed; the end is reported under the
     // last one.
     let mut final_rank = task.rank;
-    let mut ring = None;
+    let mut ring: Option<Box<dyn Collective>> = None;
     let result: Result<R> = (|| {
-        ring = Some(RingCollective::connect(listener, ring_cfg)?);
-        let comm = ring.as_mut().expect("just connected");
+        let (rank, world) = (ring_cfg.rank, ring_cfg.peers.len());
+        ring = Some(match RingCollective::connect(listener, ring_cfg) {
+            Ok(ring) => Box::new(ring),
+            // The ring an executor joins breaks when another member is lost while it connects:
+            // it recovers from that like the members that were training.
+            Err(ExecutorError::Comm(why)) if task.join && task.elastic => {
+                Box::new(Broken { rank, world, why })
+            }
+            Err(e) => return Err(e),
+        });
+        let comm = ring.as_mut().expect("just connected").as_mut();
         match pb::TaskKind::try_from(task.kind) {
             Ok(pb::TaskKind::BenchAllreduce) => {
                 let spec = task.bench.unwrap_or_default();

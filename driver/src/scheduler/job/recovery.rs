@@ -98,28 +98,42 @@ impl Job {
         let r = self.recovery.get_or_insert_with(Recovery::default);
         r.started.get_or_insert(now);
         r.asked.entry(rank).or_insert_with(|| req.error.clone());
+        if req.awaiting_state {
+            r.awaiting.insert(rank);
+        }
         let settled =
             (0..self.ranks.len()).all(|i| r.asked.contains_key(&i) || r.lost.contains_key(&i));
         if !settled {
             return Ok(None);
         }
         let recovery = self.recovery.take().expect("present");
-        let survivors: Vec<pb::ExecutorInfo> = recovery
+        // Survivors that hold the job's state, and joiners that had not received it yet.
+        let (survivors, awaiting): (Vec<usize>, Vec<usize>) = recovery
             .asked
             .keys()
             .filter(|i| !recovery.lost.contains_key(i))
-            .map(|&i| self.ranks[i].clone())
-            .collect();
-        if survivors.len() < min_executors || survivors.is_empty() {
-            let e = format!(
-                "only {} executors remain after losing {}, fewer than cluster.min_executors = \
-                 {min_executors}",
-                survivors.len(),
+            .partition(|i| !recovery.awaiting.contains(i));
+        let remain = survivors.len() + awaiting.len();
+        let refusal = if remain < min_executors || remain == 0 {
+            Some(format!(
+                "only {remain} executors remain after losing {}, fewer than \
+                 cluster.min_executors = {min_executors}",
                 recovery.lost.len()
-            );
+            ))
+        } else if survivors.is_empty() {
+            Some(format!(
+                "every executor that held the job's state was lost; the {remain} that remain \
+                 had joined and not received it yet"
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = refusal {
             self.fail(e.clone(), now);
             return Err(e);
         }
+        let info = |ranks: Vec<usize>| ranks.into_iter().map(|i| self.ranks[i].clone()).collect();
+        let (survivors, awaiting) = (info(survivors), info(awaiting));
         let waited = recovery
             .started
             .map_or(0.0, |s| now.duration_since(s).as_secs_f64());
@@ -144,7 +158,7 @@ impl Job {
             .take()
             .is_some();
         let broke = lost_any || !at_boundary;
-        let ranks = self.reformed_ranks(survivors, idle);
+        let ranks = self.reformed_ranks(survivors, awaiting, idle);
         self.log_reforming(&recovery, ranks.len(), waited, cause, broke);
         rand::fill(&mut self.secret);
         let n = ranks.len();
@@ -161,11 +175,13 @@ impl Job {
         Ok(Some(self.task_for(rank as u32)))
     }
 
-    /// The re-formed ring's members: the survivors in a stable order, then as many idle
+    /// The re-formed ring's members: the survivors that hold the job's state in a stable
+    /// order, then those still `awaiting` it (joiners whose first ring broke), then as many idle
     /// executors as `cluster.max_executors` leaves room for, each announced as it joins.
     fn reformed_ranks(
         &mut self,
         survivors: Vec<pb::ExecutorInfo>,
+        mut awaiting: Vec<pb::ExecutorInfo>,
         idle: Vec<pb::ExecutorInfo>,
     ) -> Vec<pb::ExecutorInfo> {
         let mut ranks = survivors;
@@ -177,8 +193,10 @@ impl Job {
             ))
         };
         ranks.sort_by(order);
+        awaiting.sort_by(order);
+        ranks.extend(awaiting);
         // Idle executors join after the survivors, so rank 0 (whose state everyone adopts) is
-        // always a survivor.
+        // always a survivor that holds the job's state.
         let max = match &self.kind {
             JobKind::Train(plan) => plan
                 .spec
