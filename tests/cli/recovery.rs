@@ -380,14 +380,7 @@ min_executors = 2
     assert_eq!(sm["recoveries"], 1, "{sm}");
     assert_eq!(sm["executors_lost"], 1, "{sm}");
     assert_eq!(sm["replicas_identical"], true, "{sm}");
-    let history = sm["history"].as_array().unwrap();
-    assert_eq!(history.len(), 3, "{sm}");
-    for epoch in history {
-        assert_eq!(
-            epoch["samples"], 60_000,
-            "every row once per epoch: {epoch}"
-        );
-    }
+    assert_every_row_once(&sm, 3);
     let (a, b) = (
         sm["test_accuracy"].as_f64().unwrap(),
         clean["test_accuracy"].as_f64().unwrap(),
@@ -398,35 +391,70 @@ min_executors = 2
     );
 }
 
+/// Summary `sm` has `epochs` epochs, each of which used MNIST's 60,000 training rows once.
+fn assert_every_row_once(sm: &serde_json::Value, epochs: usize) {
+    let history = sm["history"].as_array().unwrap();
+    assert_eq!(history.len(), epochs, "{sm}");
+    for epoch in history {
+        assert_eq!(
+            epoch["samples"], 60_000,
+            "every row once per epoch: {epoch}"
+        );
+    }
+}
+
+/// A `ringflow local` run of [`spec`] as an elastic job, followed until its first epoch.
+struct ElasticRun {
+    run: Process,
+    /// Its executors' pids.
+    pids: Vec<i32>,
+    /// The embedded driver's URL.
+    driver: String,
+    /// The secret file that executors started by hand join it with.
+    secret: String,
+    /// Where its summary is written.
+    summary: std::path::PathBuf,
+}
+
+/// Starts [`spec`] named `name` in `dir` with `min_executors = 1`, 3 epochs and `extra`
+/// arguments.
+fn elastic_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> ElasticRun {
+    let spec = spec(dir, name);
+    let summary = dir.join(format!("{name}.json"));
+    let secret = secret_file(dir);
+    let mut args: Vec<String> = vec!["local".into(), spec];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    for set in [
+        format!("cluster.checkpoint_dir={}", s(&dir.join("run"))),
+        "cluster.min_executors=1".into(),
+        "train.epochs=3".into(),
+    ] {
+        args.extend(["--set".into(), set]);
+    }
+    args.extend(["--summary-json".into(), s(&summary)]);
+    args.extend(["--secret-file".into(), secret.clone()]);
+    let (run, pids, driver) = watch_local(&args, "epoch 1/3");
+    ElasticRun {
+        run,
+        pids,
+        driver,
+        secret,
+        summary,
+    }
+}
+
 /// An executor that registers while an elastic job runs joins it at the next epoch boundary
 /// (up to `max_executors`), with the same state as the others.
 #[test]
 fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = spec(dir.path(), "join");
-    let out = dir.path().join("join.json");
-    // The executor below joins the local driver with its secret.
-    let secret = secret_file(dir.path());
-    let args: Vec<String> = [
-        "local",
-        spec.as_str(),
-        "--set",
-        &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
-        "--set",
-        "cluster.min_executors=1",
-        "--set",
-        "cluster.max_executors=3",
-        "--set",
-        "train.epochs=3",
-        "--summary-json",
-        &s(&out),
-        "--secret-file",
-        &secret,
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let (run, _, driver) = watch_local(&args, "epoch 1/3");
+    let ElasticRun {
+        run,
+        driver,
+        secret,
+        summary: out,
+        ..
+    } = elastic_run(dir.path(), "join", &["--set", "cluster.max_executors=3"]);
     let _spare = executor(&driver, &["--secret-file", &secret]);
     let (status, stderr) = run.finish(Duration::from_secs(600));
     assert!(status.success(), "{stderr}");
@@ -439,12 +467,7 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     assert_eq!(sm["recoveries"], 0, "{sm}");
     assert_eq!(sm["executors"], 3, "{sm}");
     assert_eq!(sm["replicas_identical"], true, "{sm}");
-    for epoch in sm["history"].as_array().unwrap() {
-        assert_eq!(
-            epoch["samples"], 60_000,
-            "every row once per epoch: {epoch}"
-        );
-    }
+    assert_every_row_once(&sm, 3);
 }
 
 /// The ring that admits a joiner breaks before the joiner received the job's state (a second
@@ -453,29 +476,13 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
 #[test]
 fn a_joiner_whose_first_ring_breaks_recovers_like_a_survivor() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = spec(dir.path(), "joiner");
-    let out = dir.path().join("joiner.json");
-    let secret = secret_file(dir.path());
-    let args: Vec<String> = [
-        "local",
-        spec.as_str(),
-        "--executors",
-        "3",
-        "--set",
-        &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
-        "--set",
-        "cluster.min_executors=1",
-        "--set",
-        "train.epochs=3",
-        "--summary-json",
-        &s(&out),
-        "--secret-file",
-        &secret,
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect();
-    let (run, pids, driver) = watch_local(&args, "epoch 1/3");
+    let ElasticRun {
+        run,
+        pids,
+        driver,
+        secret,
+        summary: out,
+    } = elastic_run(dir.path(), "joiner", &["--executors", "3"]);
     let spare = executor(&driver, &["--secret-file", &secret]);
     let signal = |pid: i32, signal: i32| unsafe {
         libc::kill(pid, signal);
@@ -498,12 +505,7 @@ fn a_joiner_whose_first_ring_breaks_recovers_like_a_survivor() {
     let sm = summary(&out);
     assert_eq!(sm["executors_lost"], 2, "{sm}");
     assert_eq!(sm["replicas_identical"], true, "{sm}");
-    for epoch in sm["history"].as_array().unwrap() {
-        assert_eq!(
-            epoch["samples"], 60_000,
-            "every row once per epoch: {epoch}"
-        );
-    }
+    assert_every_row_once(&sm, 3);
 }
 
 /// With backup workers the survivor does not wait for the hung executor at all; the driver
