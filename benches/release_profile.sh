@@ -31,14 +31,14 @@ job() {
     "$bin" local "$spec" --executors 2 --ui off \
         --set "cluster.checkpoint_dir=$WORK/run" --summary-json "$out" >/dev/null 2>&1
     end=$(date +%s.%N)
-    python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(f"{float(sys.argv[3])-float(sys.argv[2]):.2f} {s[\"train_samples_per_s\"]:.0f}")' \
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("%.2f %.0f" % (float(sys.argv[3])-float(sys.argv[2]), s["train_samples_per_s"]))' \
         "$out" "$start" "$end"
     rm -rf "$WORK/run" "$out"
 }
 
 engine() {
     "$1" bench train --device cpu --steps 20 --warmup 2 --json 2>/dev/null |
-        python3 -c 'import json,sys; print(f"{json.load(sys.stdin)[\"samples_per_s\"]:.0f}")'
+        python3 -c 'import json,sys; print("%.0f" % json.load(sys.stdin)["samples_per_s"])'
 }
 
 RESULTS="$WORK/results"
