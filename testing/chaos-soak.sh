@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The long chaos soak (tests/cli/chaos.rs): an elastic 4-executor job trains for at least
-# 10 minutes while a seeded schedule SIGKILLs, SIGSTOPs/SIGCONTs and restarts its executors.
+# 10 minutes while a seeded schedule SIGKILLs, SIGSTOPs/SIGCONTs and restarts its executors and
+# (where `tc` may change the loopback's queueing, e.g. as root) delays or drops their traffic.
 # It prints every fault (time, kind, target) with the recovery that followed, and fails unless
 # the job succeeded with every row of every epoch used once, identical replicas, no process or
 # temporary file left behind, and a checkpoint and model that load.

@@ -1,7 +1,8 @@
 //! A chaos soak: an elastic job on 4 executors (`min_executors = 2`, `max_executors = 4`)
 //! trains while a seeded schedule kills executors (SIGKILL), stops them (SIGSTOP, then SIGCONT
-//! after less or more than the ring's deadline) and starts new ones that join the driver with
-//! its secret. At the end the job must have succeeded with every epoch using each row exactly
+//! after less or more than the ring's deadline), delays or drops the traffic sent to them
+//! (`tc netem`, where allowed: `network`) and starts new ones that join the driver with its
+//! secret. At the end the job must have succeeded with every epoch using each row exactly
 //! once, identical replicas, no process and no temporary file left behind, and a checkpoint
 //! and model that load. It prints the faults and the recovery time of each.
 //!
@@ -10,6 +11,7 @@
 //! schedule. `testing/chaos-soak.sh` runs the long version (600 s) with its report shown.
 
 mod faults;
+mod network;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -155,6 +157,16 @@ fn an_elastic_job_survives_a_seeded_chaos_schedule() {
         mark: &mark,
         tmp: &dirs.tmp,
         comm_timeout: Duration::from_secs(COMM_TIMEOUT_S),
+        network: match network::available() {
+            Ok(can) => {
+                println!("network faults: {can:?}");
+                Some(can)
+            }
+            Err(why) => {
+                println!("network faults are not injected: {why}");
+                None
+            }
+        },
     };
     let faults = faults::inject(
         &run,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
+use super::network::{self, Capability, Impaired, Impairment};
 use crate::process::Process;
 
 /// Marks every process the soak starts (value: unique per run).
@@ -26,6 +27,8 @@ pub(super) enum FaultKind {
     Stop { held: Duration },
     /// A new `ringflow executor` joined the driver with its secret.
     Start,
+    /// Packets sent to the executor delayed or dropped (`tc netem`) for `held`.
+    Network { how: Impairment, held: Duration },
 }
 
 /// One fault, for the report.
@@ -47,6 +50,9 @@ impl Fault {
             FaultKind::Kill => "SIGKILL".into(),
             FaultKind::Stop { held } => format!("SIGSTOP for {:.1} s", held.as_secs_f64()),
             FaultKind::Start => "new executor".into(),
+            FaultKind::Network { how, held } => {
+                format!("netem {} for {:.1} s", how.describe(), held.as_secs_f64())
+            }
         }
     }
 }
@@ -60,12 +66,16 @@ pub(super) struct Target<'a> {
     pub tmp: &'a Path,
     /// The ring deadline of the job (`cluster.comm_timeout_s`), which stops are timed around.
     pub comm_timeout: Duration,
+    /// Which network faults can be injected, if any ([`network::available`]).
+    pub network: Option<Capability>,
 }
 
 /// The executors the soak may hit: those `ringflow local` started and those the soak started.
 pub(super) struct Executors {
     pids: Vec<i32>,
     started: Vec<Process>,
+    /// The loopback address that each executor the soak started binds its ring to.
+    addresses: Vec<(i32, std::net::Ipv4Addr)>,
 }
 
 impl Executors {
@@ -74,6 +84,7 @@ impl Executors {
         Executors {
             pids,
             started: Vec::new(),
+            addresses: Vec::new(),
         }
     }
 
@@ -88,9 +99,15 @@ impl Executors {
 
     /// Starts a `ringflow executor` that joins `target`'s driver; waits until it registered.
     fn start(&mut self, target: &Target) -> i32 {
+        let address = network::executor_address(self.started.len());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringflow"));
         cmd.args(["executor", "--driver", target.driver, "--cores", "1"])
-            .args(["--ring-bind", "127.0.0.1:0", "--exit-with-driver", "10"])
+            .args([
+                "--ring-bind",
+                &format!("{address}:0"),
+                "--exit-with-driver",
+                "10",
+            ])
             .arg("--secret-file")
             .arg(target.secret_file)
             .env(MARK_ENV, target.mark)
@@ -101,7 +118,20 @@ impl Executors {
         let pid = e.pid() as i32;
         self.pids.push(pid);
         self.started.push(e);
+        self.addresses.push((pid, address));
         pid
+    }
+
+    /// A running executor the soak started, with its own address, picked by `rng`.
+    fn addressed(&self, rng: &mut StdRng) -> Option<(i32, std::net::Ipv4Addr)> {
+        let running = self.running();
+        let candidates: Vec<_> = self
+            .addresses
+            .iter()
+            .filter(|(pid, _)| running.contains(pid))
+            .copied()
+            .collect();
+        (!candidates.is_empty()).then(|| candidates[rng.random_range(0..candidates.len())])
     }
 
     /// Every process id the soak knows of (ended ones included).
@@ -147,7 +177,18 @@ pub(super) fn inject(
             continue;
         }
         let pid = running[rng.random_range(0..running.len())];
-        match rng.random_range(0..3) {
+        let kind = rng.random_range(0..4);
+        if kind == 3
+            && let Some(can) = target.network
+            && let Some((pid, how, impaired)) = impair(executors, can, &mut rng)
+        {
+            let held = Duration::from_millis(rng.random_range(3_000..10_000));
+            faults.push(fault(FaultKind::Network { how, held }, pid));
+            sleep_while_training(run, held);
+            drop(impaired);
+            continue;
+        }
+        match kind {
             0 => {
                 signal(pid, libc::SIGKILL);
                 faults.push(fault(FaultKind::Kill, pid));
@@ -172,6 +213,31 @@ pub(super) fn inject(
         }
     }
     faults
+}
+
+/// Starts impairing the packets sent to a running executor the soak started, until
+/// the returned guard is dropped; `None` when no such executor runs or `tc` refused (said on
+/// stderr).
+fn impair(
+    executors: &Executors,
+    can: Capability,
+    rng: &mut StdRng,
+) -> Option<(i32, Impairment, Impaired)> {
+    let (pid, address) = executors.addressed(rng)?;
+    let how = match (can, rng.random_range(0..2)) {
+        (Capability::Netem, 0) => {
+            Impairment::Delay(Duration::from_millis(rng.random_range(200..1_500)))
+        }
+        (Capability::Netem, _) => Impairment::Loss(rng.random_range(10..40)),
+        (Capability::Throttle, _) => Impairment::Throttle(rng.random_range(100..1_000)),
+    };
+    match Impaired::install(address, how) {
+        Ok(impaired) => Some((pid, how, impaired)),
+        Err(e) => {
+            eprintln!("network fault not injected: {e}");
+            None
+        }
+    }
 }
 
 /// Sleeps `d` unless the job ends first; returns whether it still runs.
