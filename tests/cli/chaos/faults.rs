@@ -51,7 +51,7 @@ impl Fault {
             FaultKind::Stop { held } => format!("SIGSTOP for {:.1} s", held.as_secs_f64()),
             FaultKind::Start => "new executor".into(),
             FaultKind::Network { how, held } => {
-                format!("netem {} for {:.1} s", how.describe(), held.as_secs_f64())
+                format!("{} for {:.1} s", how.describe(), held.as_secs_f64())
             }
         }
     }

@@ -32,12 +32,12 @@ pub(in crate::chaos) enum Capability {
 }
 
 impl Impairment {
-    /// The impairment in words: `delay 800 ms`, `loss 20%`.
+    /// The impairment in words: `netem delay 800 ms`, `netem loss 20%`, `htb 300 kbit/s`.
     pub fn describe(&self) -> String {
         match self {
-            Impairment::Delay(d) => format!("delay {} ms", d.as_millis()),
-            Impairment::Loss(p) => format!("loss {p}%"),
-            Impairment::Throttle(k) => format!("throttle {k} kbit/s"),
+            Impairment::Delay(d) => format!("netem delay {} ms", d.as_millis()),
+            Impairment::Loss(p) => format!("netem loss {p}%"),
+            Impairment::Throttle(k) => format!("htb {k} kbit/s"),
         }
     }
 
