@@ -224,33 +224,15 @@ fn run_one(
     info: &pb::ExecutorInfo,
 ) -> Result<()> {
     use pb::finish_task_request::Result as R;
-    let secret = JobSecret::from_bytes(&task.secret)
-        .ok_or_else(|| ExecutorError::Comm("the task's ring secret is not 32 bytes".into()))?;
-    let ring_cfg = RingConfig {
-        job_id: task.job_id.clone(),
-        rank: task.rank as usize,
-        peers: task.ring.clone(),
-        secret,
-        timeout: Duration::from_millis(task.ring_timeout_ms.max(1000)),
-        backup_workers: task.backup_workers as usize,
-    };
-    let ring_timeout = ring_cfg.timeout;
+    let ring_timeout = Duration::from_millis(task.ring_timeout_ms.max(1000));
     // An elastic job's rank changes when its ring is re-formed; the end is reported under the
     // last one.
     let mut final_rank = task.rank;
     let mut ring: Option<Box<dyn Collective>> = None;
     let result: Result<R> = (|| {
-        let (rank, world) = (ring_cfg.rank, ring_cfg.peers.len());
-        ring = Some(match RingCollective::connect(listener, ring_cfg) {
-            Ok(ring) => Box::new(ring),
-            // The ring an executor joins breaks when another member is lost while it connects:
-            // it recovers from that like the members that were training.
-            Err(ExecutorError::Comm(why)) if task.join && task.elastic => {
-                Box::new(Broken { rank, world, why })
-            }
-            Err(e) => return Err(e),
-        });
-        let comm = ring.as_mut().expect("just connected").as_mut();
+        let comm = ring
+            .insert(connect_ring(listener, task, ring_timeout)?)
+            .as_mut();
         match pb::TaskKind::try_from(task.kind) {
             Ok(pb::TaskKind::BenchAllreduce) => {
                 let spec = task.bench.unwrap_or_default();
@@ -341,6 +323,34 @@ fn run_one(
     let sent = rt.block_on(client.finish_task(finish));
     drop(ring);
     sent
+}
+
+/// Connects this executor to its task's ring. A ring that a joiner of an elastic job cannot
+/// connect (another member was lost meanwhile) is [`Broken`]: the joiner recovers from it like
+/// the members that were training.
+fn connect_ring(
+    listener: &RingListener,
+    task: &pb::Task,
+    timeout: Duration,
+) -> Result<Box<dyn Collective>> {
+    let secret = JobSecret::from_bytes(&task.secret)
+        .ok_or_else(|| ExecutorError::Comm("the task's ring secret is not 32 bytes".into()))?;
+    let cfg = RingConfig {
+        job_id: task.job_id.clone(),
+        rank: task.rank as usize,
+        peers: task.ring.clone(),
+        secret,
+        timeout,
+        backup_workers: task.backup_workers as usize,
+    };
+    let (rank, world) = (cfg.rank, cfg.peers.len());
+    match RingCollective::connect(listener, cfg) {
+        Ok(ring) => Ok(Box::new(ring)),
+        Err(ExecutorError::Comm(why)) if task.join && task.elastic => {
+            Ok(Box::new(Broken { rank, world, why }))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The devices this executor advertises at registration: `cpu`, then `cuda:I` for each CUDA
