@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::Model;
-use ringflow_ml::{Tensor, no_grad};
+use ringflow_ml::{Device, Tensor, no_grad};
 use ringflow_proto::pb::EpochPlan;
 
 use crate::data::batches::EpochStream;
@@ -36,8 +36,7 @@ pub fn evaluate(
             let rows = batch.rows;
             let labels = batch.labels;
             let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
-            let y =
-                super::trainer::labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
+            let y = labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
             let output = model.forward(&x, false, &mut rng)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
             stats.rows += rows as u64;
@@ -78,4 +77,19 @@ fn argmax(row: &[f32]) -> usize {
         }
     }
     best
+}
+
+/// The labels of a batch on `device`. Class labels are checked on the host as they are uploaded,
+/// so the loss need not read them back from a GPU in every step.
+pub fn labels_tensor(
+    loss: LossKind,
+    labels: Vec<f32>,
+    outputs: usize,
+    device: Device,
+) -> Result<Tensor> {
+    let rows = labels.len();
+    Ok(match loss {
+        LossKind::CrossEntropy => Tensor::from_indices(labels, &[rows], outputs, device)?,
+        _ => Tensor::from_vec(labels, &[rows], device)?,
+    })
 }

@@ -18,7 +18,7 @@ use crate::data::features::LabelKind;
 use crate::error::{ExecutorError, Result};
 use crate::train::commit::Commit;
 use crate::train::context::{EpochStats, PhaseTimes, Split, TaskContext, TrainEvent};
-use crate::train::eval::evaluate;
+use crate::train::eval::{evaluate, labels_tensor};
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::sync::{Contribution, GradientSync, Straggler};
 use crate::train::timeline::StepSpans;
@@ -508,21 +508,4 @@ fn save_model(
     })?;
     checkpoint::save(staging.path(), model, Some(optimizer), state)?;
     upload_dir(staging.path(), &location).map_err(|e| ExecutorError::Spec(e.to_string()))
-}
-
-/// The labels of a batch on `device`. Class labels are checked on the host as they are uploaded,
-/// so the loss need not read them back from a GPU in every step.
-pub fn labels_tensor(
-    loss: ringflow_ml::loss::LossKind,
-    labels: Vec<f32>,
-    outputs: usize,
-    device: Device,
-) -> Result<Tensor> {
-    let rows = labels.len();
-    Ok(match loss {
-        ringflow_ml::loss::LossKind::CrossEntropy => {
-            Tensor::from_indices(labels, &[rows], outputs, device)?
-        }
-        _ => Tensor::from_vec(labels, &[rows], device)?,
-    })
 }
