@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use ringflow_proto::pb;
+use ringflow_proto::pb::{self, jobs_client::JobsClient};
+use ringflow_proto::security::AuthenticatedChannel;
 use serde_json::{Value, json};
 
 /// The phases of a step, in the order they run.
@@ -47,7 +48,7 @@ impl Timeline {
     }
 
     /// Starts collecting job `job_id`'s step spans on a watch stream of its own.
-    pub fn follow(self, client: &super::submit::Client, job_id: &str) -> Recorder {
+    pub fn follow(self, client: &JobsClient<AuthenticatedChannel>, job_id: &str) -> Recorder {
         let trace = Arc::new(Mutex::new(Trace::default()));
         let task = {
             let (mut client, job_id, trace) = (client.clone(), job_id.to_string(), trace.clone());
