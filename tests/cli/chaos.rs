@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-use crate::helpers::{job, repo, ringflow_env, s, summary, write_regression_data};
+use crate::helpers::{job, regression_toml, repo, ringflow_env, s, summary, write_regression_data};
 use crate::process::Process;
 use crate::recovery::local_executors;
 use faults::{Executors, Fault, FaultKind, MARK_ENV, Reaper, Target};
@@ -81,35 +81,17 @@ impl Dirs {
 
     /// The spec of a job of `epochs` epochs; returns its path.
     fn spec(&self, name: &str, epochs: u64, seed: u64) -> String {
-        job(
-            &self.root,
-            name,
-            &format!(
-                r#"name = "{name}"
-[data]
-train = "{train}"
-features = ["a", "b", "v"]
-label = "y"
-[model]
-kind = "mlp"
-layers = [4, 16, 1]
-[train]
-epochs = {epochs}
-batch_size = 16
-optimizer = {{ kind = "sgd", lr = 0.02, momentum = 0.9 }}
-loss = "mse"
-seed = {seed}
-[cluster]
-executors = 4
-min_executors = 2
-max_executors = 4
-comm_timeout_s = {COMM_TIMEOUT_S}
-checkpoint_dir = "{ckpt}"
-"#,
-                train = s(&self.train),
-                ckpt = s(&self.root.join(name)),
-            ),
-        )
+        let train = format!(
+            "epochs = {epochs}\nbatch_size = 16\nseed = {seed}\n\
+             optimizer = {{ kind = \"sgd\", lr = 0.02, momentum = 0.9 }}"
+        );
+        let cluster = format!(
+            "executors = 4\nmin_executors = 2\nmax_executors = 4\n\
+             comm_timeout_s = {COMM_TIMEOUT_S}\ncheckpoint_dir = \"{}\"",
+            s(&self.root.join(name))
+        );
+        let toml = regression_toml(name, &s(&self.train), "", 16, &train, &cluster);
+        job(&self.root, name, &toml)
     }
 }
 

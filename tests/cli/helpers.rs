@@ -190,11 +190,24 @@ pub fn regression_job(
     data_extra: &str,
     cluster: &str,
 ) -> String {
-    job(
-        dir,
-        name,
-        &format!(
-            r#"name = "{name}"
+    let train_lines = "epochs = 2\nbatch_size = 20";
+    let toml = regression_toml(name, train, data_extra, 8, train_lines, cluster);
+    job(dir, name, &toml)
+}
+
+/// The spec of a regression job named `name` over `train` (`y` from `a`, `b`, `v`): `[data]`
+/// with `data_extra` lines, an MLP with `hidden` units, mean squared error and `train_lines`
+/// in `[train]`, and `cluster` lines in `[cluster]`.
+pub fn regression_toml(
+    name: &str,
+    train: &str,
+    data_extra: &str,
+    hidden: usize,
+    train_lines: &str,
+    cluster: &str,
+) -> String {
+    format!(
+        r#"name = "{name}"
 [data]
 train = "{train}"
 features = ["a", "b", "v"]
@@ -202,15 +215,13 @@ label = "y"
 {data_extra}
 [model]
 kind = "mlp"
-layers = [4, 8, 1]
+layers = [4, {hidden}, 1]
 [train]
-epochs = 2
-batch_size = 20
 loss = "mse"
+{train_lines}
 [cluster]
 {cluster}
 "#
-        ),
     )
 }
 

@@ -254,31 +254,11 @@ struct Outcome {
 
 /// Job `i`'s spec: a tiny MLP on the regression data, on 1 to 4 executors.
 fn spec(load: &Load, i: usize, executors: usize) -> String {
-    job(
-        &load.dir,
-        &format!("load-{i}"),
-        &format!(
-            r#"name = "load"
-[data]
-train = "{data}"
-features = ["a", "b", "v"]
-label = "y"
-[model]
-kind = "mlp"
-layers = [4, 16, 1]
-[train]
-epochs = 20
-batch_size = 16
-loss = "mse"
-seed = {i}
-[cluster]
-executors = {executors}
-checkpoint_dir = "{ckpt}"
-"#,
-            data = load.data,
-            ckpt = s(&load.dir.join("runs").join(format!("load-{i}"))),
-        ),
-    )
+    let train = format!("epochs = 20\nbatch_size = 16\nseed = {i}");
+    let ckpt = s(&load.dir.join("runs").join(format!("load-{i}")));
+    let cluster = format!("executors = {executors}\ncheckpoint_dir = \"{ckpt}\"");
+    let toml = regression_toml("load", &load.data, "", 16, &train, &cluster);
+    job(&load.dir, &format!("load-{i}"), &toml)
 }
 
 /// Submits job `i` and follows it to its end; a seeded quarter of the jobs are cancelled from

@@ -322,14 +322,7 @@ fn only_executors_with_a_gpu_join_a_cuda_job() {
         .unwrap();
     s.register(with_devices("gpu-2", "host-1", 6, &["cpu", "cuda:0"]), now)
         .unwrap();
-    let mut kind = train_on("cuda", 2);
-    if let JobKind::Train(plan) = &mut kind {
-        plan.spec.cluster.min_executors = Some(1);
-        plan.spec.cluster.max_executors = Some(3);
-    }
-    let id = s.submit(kind, now);
-    s.tick(now);
-    assert!(s.take_task("gpu-1").is_some() && s.take_task("gpu-2").is_some());
+    let id = start(&mut s, elastic_on("cuda", 3), &["gpu-1", "gpu-2"], now);
     // A CPU-only executor registers while the job runs: the job is not joinable for it,
     // and the re-formed ring after a loss leaves it out.
     s.register(info("cpu-1", "host-2", 5), now).unwrap();
@@ -469,6 +462,27 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
     assert_eq!(summary.as_ref().unwrap()["job_id"], id.as_str());
 }
 
+/// A training job on `device` with 2 ranks that survives lost executors (`min_executors = 1`)
+/// and grows up to `max` executors.
+fn elastic_on(device: &str, max: usize) -> JobKind {
+    let mut kind = train_on(device, 2);
+    if let JobKind::Train(plan) = &mut kind {
+        plan.spec.cluster.min_executors = Some(1);
+        plan.spec.cluster.max_executors = Some(max);
+    }
+    kind
+}
+
+/// Submits `kind` at `now` and hands its tasks to `executors`; returns the job's id.
+fn start(s: &mut Scheduler, kind: JobKind, executors: &[&str], now: Instant) -> String {
+    let id = s.submit(kind, now);
+    s.tick(now);
+    for e in executors {
+        assert!(s.take_task(e).is_some(), "no task for {e}");
+    }
+    id
+}
+
 /// An elastic job (`min_executors = 1`) logging into `dir`, running on executors e1 and e2;
 /// returns the scheduler, the job's id and when it started.
 fn elastic_pair_running(dir: &Path) -> (Scheduler, String, Instant) {
@@ -476,14 +490,11 @@ fn elastic_pair_running(dir: &Path) -> (Scheduler, String, Instant) {
     let mut s = Scheduler::new(SchedulerConfig::default(), ModelRegistry::default());
     s.register(info("e1", "h1", 1), start).unwrap();
     s.register(info("e2", "h2", 1), start).unwrap();
-    let mut kind = train_on("cpu", 2);
+    let mut kind = elastic_on("cpu", 2);
     if let JobKind::Train(plan) = &mut kind {
         plan.spec.cluster.checkpoint_dir = Some(dir.display().to_string());
-        plan.spec.cluster.min_executors = Some(1);
     }
-    let id = s.submit(kind, start);
-    s.tick(start);
-    assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+    let id = self::start(&mut s, kind, &["e1", "e2"], start);
     (s, id, start)
 }
 
@@ -636,14 +647,7 @@ fn a_joiner_without_the_jobs_state_is_never_rank_0() {
     let mut s = sched();
     s.register(info("e1", "h1", 1), start).unwrap();
     s.register(info("e2", "h2", 1), start).unwrap();
-    let mut kind = train_on("cpu", 2);
-    if let JobKind::Train(plan) = &mut kind {
-        plan.spec.cluster.min_executors = Some(1);
-        plan.spec.cluster.max_executors = Some(3);
-    }
-    let id = s.submit(kind, start);
-    s.tick(start);
-    assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+    let id = self::start(&mut s, elastic_on("cpu", 3), &["e1", "e2"], start);
     // An idle executor on a host that sorts first joins when the ring is re-formed.
     s.register(info("a0", "h0", 1), start).unwrap();
     let ask =
