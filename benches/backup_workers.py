@@ -6,7 +6,7 @@ straggler, one persistent straggler (rank 3 sleeps 20 ms in every step), and ran
 The straggler comes from the test-only RINGFLOW_TEST_STRAGGLER variable (docs/backup-workers.md).
 Step time is the slowest rank's training time over the steps of epochs 2.. (epoch 1 warms up).
 
-    cargo build --release && python3 benches/backup_workers.py
+    cargo build --release --features test-hooks && python3 benches/backup_workers.py
 """
 
 import json
@@ -52,7 +52,7 @@ def run(straggler, backups, workdir):
 
 def main():
     if not os.path.exists(BIN):
-        sys.exit(f"build first: cargo build --release ({BIN} is missing)")
+        sys.exit(f"build first: cargo build --release --features test-hooks ({BIN} is missing)")
     print(f"{EXECUTORS} executors, MNIST 784-100-10, {EPOCHS} epochs (step time over epochs 2..)")
     print("| straggler | backup_workers | ms/step | rows dropped | test accuracy |")
     print("| --- | ---: | ---: | ---: | ---: |")

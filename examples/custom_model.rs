@@ -64,10 +64,7 @@ struct ResidualMlpBuilder;
 impl ModelBuilder for ResidualMlpBuilder {
     fn shape(&self, spec: &ModelSpec) -> Result<ModelShape> {
         let s = ResidualMlpSpec::from(spec)?;
-        Ok(ModelShape {
-            inputs: s.inputs,
-            outputs: s.outputs,
-        })
+        Ok(ModelShape::flat(s.inputs, s.outputs))
     }
 
     fn build(&self, spec: &ModelSpec, params: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>> {

@@ -112,7 +112,7 @@ pub fn run_inference(
         for start in (0..batch.num_rows()).step_by(PREDICT_BATCH) {
             let part = batch.slice(start, PREDICT_BATCH.min(batch.num_rows() - start));
             let rows = converter.convert(&part, origin.file, origin.first_row + start as u64)?;
-            let x = Tensor::from_vec(rows.features, &[rows.rows, shape.inputs], device)?;
+            let x = Tensor::from_vec(rows.features, &shape.batch(rows.rows), device)?;
             let out = no_grad(|| model.forward(&x, false, &mut rng))?.try_to_vec()?;
             let columns =
                 prediction_columns(&out, shape.outputs, spec.train.loss, classes.as_deref());

@@ -115,7 +115,7 @@ pub fn check_schema(
     what: &str,
     schema: &Schema,
     data: &DataSpec,
-    model: ModelShape,
+    model: &ModelShape,
     loss: LossKind,
     label_required: bool,
 ) -> Result<LabelType> {
@@ -137,11 +137,11 @@ pub fn check_schema(
         width = width.zip(w).map(|(a, b)| a + b);
     }
     if let Some(w) = width
-        && w != model.inputs
+        && w != model.input_width()
     {
         return Err(fail(format!(
             "data.features give {w} values per row, but the model takes {} inputs",
-            model.inputs
+            model.input_width()
         )));
     }
     let label = match schema.field_with_name(&data.label) {

@@ -97,7 +97,7 @@ impl MemoryEstimate {
     pub fn training(plan: &JobPlan, world: usize) -> MemoryEstimate {
         let spec = &plan.spec;
         let share = Share::of(&plan.train, world);
-        let width = plan.model.inputs as u64;
+        let width = plan.model.input_width() as u64;
         let batch = (spec.train.batch_size as u64).min(share.rows).max(1);
         let eval = Share::of(&plan.test, world)
             .rows
@@ -156,7 +156,7 @@ impl MemoryEstimate {
     pub fn inference(plan: &JobPlan, world: usize, predict: bool) -> MemoryEstimate {
         let spec = &plan.spec;
         let share = Share::of(&plan.test, world);
-        let width = plan.model.inputs as u64;
+        let width = plan.model.input_width() as u64;
         let footprint = plan.footprint.unwrap_or_default();
         let per_batch = if predict {
             PREDICT_BATCH_ROWS

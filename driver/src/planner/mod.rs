@@ -43,7 +43,7 @@ fn plan_split(
     key: &str,
     path: &str,
     spec: &JobSpec,
-    model: ModelShape,
+    model: &ModelShape,
     label_required: bool,
     prep: Option<&SqlPlanner>,
 ) -> Result<SplitPlan> {
@@ -260,7 +260,7 @@ impl JobPlan {
             "data.train",
             &spec.data.train,
             &spec,
-            model,
+            &model,
             true,
             prep.as_ref(),
         )?;
@@ -269,7 +269,7 @@ impl JobPlan {
                 "data.test",
                 path,
                 &spec,
-                model,
+                &model,
                 true,
                 prep.as_ref(),
             )?),
@@ -345,7 +345,7 @@ impl JobPlan {
         let model = registry.builder(&spec.model)?.shape(&spec.model)?;
         let footprint = memory::footprint(registry, &spec)?;
         let prep = SqlPlanner::new(&spec)?;
-        let data = plan_split("--data", path, &spec, model, label_required, prep.as_ref())?;
+        let data = plan_split("--data", path, &spec, &model, label_required, prep.as_ref())?;
         let mut warnings = data.warnings;
         warnings.extend(prep.iter().flat_map(|p| p.warnings.iter().cloned()));
         Ok(JobPlan {

@@ -196,10 +196,7 @@ device = "{device}"
         .collect();
     JobKind::Train(Box::new(JobPlan {
         spec,
-        model: ringflow_ml::nn::ModelShape {
-            inputs: 1,
-            outputs: 2,
-        },
+        model: ringflow_ml::nn::ModelShape::flat(1, 2),
         train,
         test: Vec::new(),
         input_columns: vec!["a".into(), "y".into()],

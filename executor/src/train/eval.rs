@@ -29,13 +29,13 @@ pub fn evaluate(
     let shape = model.shape();
     let device = model.params().iter().next().map(|p| p.tensor.device());
     let device = device.unwrap_or(ringflow_ml::Device::Cpu);
-    let mut stream = EpochStream::start(plan, converter, shape.inputs, None, read);
+    let mut stream = EpochStream::start(plan, converter, shape.input_width(), None, read);
     let mut stats = EvalStats::default();
     no_grad(|| -> Result<()> {
         while let Some(batch) = stream.next_batch(EVAL_BATCH)? {
             let rows = batch.rows;
             let labels = batch.labels;
-            let x = Tensor::from_vec(batch.features, &[rows, shape.inputs], device)?;
+            let x = Tensor::from_vec(batch.features, &shape.batch(rows), device)?;
             let y = labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
             let output = model.forward(&x, false, &mut rng)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;

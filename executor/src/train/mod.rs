@@ -1,21 +1,23 @@
 //! The train loop that every executor runs, alone or as one rank of many.
 //!
-//! [`run_task`] builds the model from the job spec, makes every replica start from rank 0's
+//! A [`Trainer`] builds the model from the job spec, makes every replica start from rank 0's
 //! weights, then for each epoch asks its [`TaskContext`] (the driver) for this rank's
 //! partitions, streams them through the shuffle buffer, and runs forward, backward, gradient
 //! averaging through the [`Collective`], and the optimizer step. After training it evaluates its
 //! share of the test split, and rank 0 saves the model. [`sync`] is how a step's gradients
-//! become common: ring all-reduce, or backup workers. [`timeline`] records each step's phases
-//! for `--timeline`.
+//! become common: ring all-reduce, or backup workers. [`state`] is what a run keeps to go back
+//! to (the elastic commit, checkpoints). [`timeline`] records each step's phases for
+//! `--timeline`.
 //!
 //! [`Collective`]: crate::collective::Collective
 
-mod commit;
 mod context;
 mod eval;
 pub mod fusion;
+pub mod hooks;
 mod report;
 pub mod setup;
+pub mod state;
 pub mod sync;
 pub mod timeline;
 mod trainer;
@@ -25,7 +27,9 @@ pub use context::{
 };
 pub use eval::evaluate;
 pub use report::Report;
-pub use trainer::{TrainOutcome, TrainTask, label_kind, run_task};
+pub use trainer::{
+    EpochEnd, Position, Reform, TrainOutcome, TrainTask, Trainer, label_kind, run_task,
+};
 
 /// Runs `f` with a compute pool of `threads` threads (GEMM and other data-parallel kernels use
 /// the current pool), so that executors sharing a machine do not oversubscribe its cores.

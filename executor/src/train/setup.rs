@@ -63,7 +63,7 @@ pub struct TaskData {
 pub fn prepare_data(
     spec: &JobSpec,
     options: &DataOptions,
-    shape: ModelShape,
+    shape: &ModelShape,
     label: Option<LabelKind>,
     ctx: &mut dyn TaskContext,
 ) -> Result<TaskData> {
@@ -92,7 +92,7 @@ pub fn prepare_data(
         label.map(|_| data.label.as_str()),
         label.unwrap_or(LabelKind::Regression),
         data.scale,
-        shape.inputs,
+        shape.input_width(),
     );
     let columns = if options.input_columns.is_empty() {
         converter.columns()
@@ -113,7 +113,7 @@ pub fn prepare_data(
             &read,
             &converter,
             &plan.partitions,
-            shape.inputs,
+            shape.input_width(),
             options.collect_moments,
             options.collect_labels.then_some(data.label.as_str()),
         )?;

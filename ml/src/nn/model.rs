@@ -88,9 +88,9 @@ impl Model {
         &self.spec
     }
 
-    /// Input and output widths.
-    pub fn shape(&self) -> ModelShape {
-        self.shape
+    /// The shape of one example's input, and the outputs.
+    pub fn shape(&self) -> &ModelShape {
+        &self.shape
     }
 
     /// The parameters in their stable order.

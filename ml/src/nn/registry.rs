@@ -9,13 +9,39 @@ use crate::error::{MlError, Result};
 use crate::nn::layers::{Activation, ActivationKind, Dropout, Init, Linear, Sequential};
 use crate::nn::{ModelFootprint, ModelSpec, Module, ParamBuilder};
 
-/// The input and output widths a model expects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What one example looks like to a model: the shape of its input and the number of outputs.
+///
+/// A batch of `n` examples is a tensor of shape `[n, input...]` ([`ModelShape::batch`]): `[n,
+/// features]` for flat feature vectors, `[n, C, H, W]` for images, `[n, T]` for token ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModelShape {
-    /// Features per example.
-    pub inputs: usize,
+    /// The shape of one example's input (one dimension, the feature count, for flat vectors).
+    pub input: Vec<usize>,
     /// Outputs per example (classes for classification).
     pub outputs: usize,
+}
+
+impl ModelShape {
+    /// A model of flat feature vectors: `inputs` features in, `outputs` out.
+    pub fn flat(inputs: usize, outputs: usize) -> ModelShape {
+        ModelShape {
+            input: vec![inputs],
+            outputs,
+        }
+    }
+
+    /// The values in one example's input (the product of its dimensions): the width of a row
+    /// of features as the data pipeline hands them over.
+    pub fn input_width(&self) -> usize {
+        self.input.iter().product()
+    }
+
+    /// The shape of a batch of `rows` examples: `[rows, input...]`.
+    pub fn batch(&self, rows: usize) -> Vec<usize> {
+        std::iter::once(rows)
+            .chain(self.input.iter().copied())
+            .collect()
+    }
 }
 
 /// Builds the models of one `kind`.
@@ -142,10 +168,10 @@ struct MlpBuilder;
 impl ModelBuilder for MlpBuilder {
     fn shape(&self, spec: &ModelSpec) -> Result<ModelShape> {
         let mlp = MlpSpec::from_spec(spec)?;
-        Ok(ModelShape {
-            inputs: mlp.layers[0],
-            outputs: *mlp.layers.last().expect("checked length"),
-        })
+        Ok(ModelShape::flat(
+            mlp.layers[0],
+            *mlp.layers.last().expect("checked length"),
+        ))
     }
 
     fn footprint(&self, spec: &ModelSpec) -> Result<Option<ModelFootprint>> {

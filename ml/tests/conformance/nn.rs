@@ -63,11 +63,7 @@ fn mlp_structure_and_names(device: Device) -> TestResult {
     ];
     ensure(names == want, format!("parameter names {names:?}"))?;
     ensure(
-        model.shape()
-            == ModelShape {
-                inputs: 4,
-                outputs: 3,
-            },
+        *model.shape() == ModelShape::flat(4, 3),
         format!("shape {:?}", model.shape()),
     )?;
     ensure(
@@ -186,7 +182,7 @@ impl ModelBuilder for Logistic {
             .get("inputs")
             .and_then(|v| v.as_u64())
             .unwrap_or(0) as usize;
-        Ok(ModelShape { inputs, outputs: 1 })
+        Ok(ModelShape::flat(inputs, 1))
     }
 
     fn build(
@@ -194,7 +190,7 @@ impl ModelBuilder for Logistic {
         spec: &ModelSpec,
         params: &mut ParamBuilder<'_>,
     ) -> ringflow_ml::Result<Box<dyn Module>> {
-        let inputs = self.shape(spec)?.inputs;
+        let inputs = self.shape(spec)?.input_width();
         Ok(Box::new(Linear::new(
             &mut params.sub("linear"),
             inputs,
