@@ -15,6 +15,7 @@ pub mod planner;
 pub mod progress;
 pub mod scheduler;
 pub mod service;
+mod shared;
 pub mod summary;
 mod tls;
 mod ui;

@@ -17,8 +17,8 @@ mod jobs;
 pub use exits::ExitReporter;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use arrow_flight::flight_service_server::FlightServiceServer;
@@ -28,57 +28,16 @@ use ringflow_proto::listener::{ConnectionGate, GatedListener, ListenerKind, List
 use ringflow_proto::pb::executors_server::ExecutorsServer;
 use ringflow_proto::pb::jobs_server::JobsServer;
 use ringflow_proto::security::{Secret, ServerTls};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::error::{DriverError, Result};
-use crate::scheduler::{Refusal, Scheduler, SchedulerConfig};
+use crate::scheduler::{Refusal, SchedulerConfig};
+pub(crate) use crate::shared::Shared;
 
 /// How often the scheduler's timed rules run.
 const TICK: Duration = Duration::from_millis(100);
-
-/// State shared by the services and the ticker.
-pub(crate) struct Shared {
-    scheduler: Mutex<Scheduler>,
-    /// Woken when tasks may have become available.
-    task_ready: Notify,
-    registry: ModelRegistry,
-    /// The cluster's shared secret, which the web UI's write actions require too.
-    pub(crate) secret: Option<Secret>,
-    /// Whether the control plane is serving (false once it stops): the `/readyz` answer.
-    pub(crate) serving: AtomicBool,
-    /// The gates of the driver's listeners, whose figures `/metrics` shows.
-    pub(crate) listeners: Vec<Arc<ConnectionGate>>,
-}
-
-impl Shared {
-    /// The state of a driver that serves (or, in tests, would serve) with `secret`.
-    pub(crate) fn new(
-        scheduler: SchedulerConfig,
-        registry: ModelRegistry,
-        secret: Option<Secret>,
-    ) -> Shared {
-        Shared {
-            scheduler: Mutex::new(Scheduler::new(scheduler, registry.clone())),
-            task_ready: Notify::new(),
-            registry,
-            secret,
-            serving: AtomicBool::new(true),
-            listeners: Vec::new(),
-        }
-    }
-
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Scheduler> {
-        self.scheduler.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs the scheduler's rules now and wakes pollers.
-    pub(crate) fn tick(&self) {
-        self.lock().tick(Instant::now());
-        self.task_ready.notify_waiters();
-    }
-}
 
 pub(crate) fn status(r: Refusal) -> tonic::Status {
     match r {
@@ -307,30 +266,18 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         ),
     };
     let (tx, rx) = oneshot::channel::<()>();
-    let server = {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let shutdown = async {
-                let _ = rx.await;
-            };
-            let result = match incoming {
-                Incoming::Tls(tls) => {
-                    router
-                        .serve_with_incoming_shutdown(tls.into_incoming(), shutdown)
-                        .await
-                }
-                Incoming::Plain(tcp) => {
-                    router
-                        .serve_with_incoming_shutdown(tcp.into_incoming(), shutdown)
-                        .await
-                }
-            };
-            shared.serving.store(false, Ordering::Relaxed);
-            if let Err(e) = result {
-                tracing::error!("the driver's server stopped: {e}");
-            }
-        })
+    let shutdown = async {
+        let _ = rx.await;
     };
+    let serving: Serving = match incoming {
+        Incoming::Tls(tls) => {
+            Box::pin(router.serve_with_incoming_shutdown(tls.into_incoming(), shutdown))
+        }
+        Incoming::Plain(tcp) => {
+            Box::pin(router.serve_with_incoming_shutdown(tcp.into_incoming(), shutdown))
+        }
+    };
+    let server = spawn_server(serving, shared.clone());
     if config.secret.is_none() {
         tracing::warn!(
             "the driver at {addr} has no shared secret: anyone who can reach it may register \
@@ -340,35 +287,11 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
     let (ui_addr, ui_shutdown, ui_server) = match ui_listener {
         None => (None, None, None),
         Some(listener) => {
-            let ui_addr = listener.local_addr().map_err(|e| {
-                DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
-            })?;
-            let (tx, rx) = oneshot::channel::<()>();
-            let listener = GatedListener::new(listener, ui_gate).map_err(|e| {
-                DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
-            })?;
-            let server = tokio::spawn(crate::ui::serve(
-                listener,
-                config.tls.as_ref().map(|t| t.http()),
-                shared.clone(),
-                async {
-                    let _ = rx.await;
-                },
-            ));
-            tracing::info!(%ui_addr, "web UI listening");
-            (Some(ui_addr), Some(tx), Some(server))
+            let (addr, tx, server) = serve_ui(listener, ui_gate, &config, shared.clone())?;
+            (Some(addr), Some(tx), Some(server))
         }
     };
-    let ticker = {
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(TICK);
-            loop {
-                interval.tick().await;
-                shared.tick();
-            }
-        })
-    };
+    let ticker = start_ticker(shared.clone());
     tracing::info!(%addr, "driver listening");
     Ok(DriverHandle {
         addr,
@@ -380,5 +303,57 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
         tls: config.tls.is_some(),
         ui_shutdown,
         ui_server,
+    })
+}
+
+/// The gRPC server's future: it ends when the server stops.
+type Serving = std::pin::Pin<
+    Box<dyn std::future::Future<Output = std::result::Result<(), tonic::transport::Error>> + Send>,
+>;
+
+/// Runs the gRPC server; when it stops, the driver no longer reports itself ready.
+fn spawn_server(serving: Serving, shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = serving.await;
+        shared.serving.store(false, Ordering::Relaxed);
+        if let Err(e) = result {
+            tracing::error!("the driver's server stopped: {e}");
+        }
+    })
+}
+
+/// Serves the web UI on `listener`; returns its address, the sender that stops it and its task.
+fn serve_ui(
+    listener: tokio::net::TcpListener,
+    gate: Arc<ConnectionGate>,
+    config: &DriverConfig,
+    shared: Arc<Shared>,
+) -> Result<(SocketAddr, oneshot::Sender<()>, JoinHandle<()>)> {
+    let bound = |e: std::io::Error| {
+        DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
+    };
+    let ui_addr = listener.local_addr().map_err(bound)?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let listener = GatedListener::new(listener, gate).map_err(bound)?;
+    let server = tokio::spawn(crate::ui::serve(
+        listener,
+        config.tls.as_ref().map(|t| t.http()),
+        shared,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    tracing::info!(%ui_addr, "web UI listening");
+    Ok((ui_addr, tx, server))
+}
+
+/// Runs the scheduler's timed rules every [`TICK`].
+fn start_ticker(shared: Arc<Shared>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(TICK);
+        loop {
+            interval.tick().await;
+            shared.tick();
+        }
     })
 }

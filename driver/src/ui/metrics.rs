@@ -182,7 +182,19 @@ fn mlp_params(model: &ringflow_ml::nn::ModelSpec) -> Option<u64> {
 pub fn render(s: &Scheduler, _now: Instant) -> String {
     let mut out = String::new();
     let mut f = Family { out: &mut out };
+    counts(&mut f, s);
+    let jobs: Vec<(&Job, JobTotals)> = s
+        .jobs()
+        .filter(|j| matches!(j.kind, JobKind::Train(_)))
+        .map(|j| (j, totals(j)))
+        .collect();
+    job_figures(&mut f, &jobs);
+    phase_histograms(&mut f, &jobs);
+    out
+}
 
+/// Jobs by state, forgotten jobs, and executors by state.
+fn counts(f: &mut Family<'_>, s: &Scheduler) {
     f.header(
         "ringflow_jobs",
         "gauge",
@@ -229,19 +241,17 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
         &[("state", "idle")],
         (total - busy) as f64,
     );
+}
 
-    let jobs: Vec<(&Job, JobTotals)> = s
-        .jobs()
-        .filter(|j| matches!(j.kind, JobKind::Train(_)))
-        .map(|j| (j, totals(j)))
-        .collect();
+/// One sample per training job of each job-level figure.
+fn job_figures(f: &mut Family<'_>, jobs: &[(&Job, JobTotals)]) {
     let per_job = |f: &mut Family<'_>,
                    name: &str,
                    kind: &str,
                    help: &str,
                    value: &dyn Fn(&Job, &JobTotals) -> Option<f64>| {
         f.header(name, kind, help);
-        for (j, t) in &jobs {
+        for (j, t) in jobs {
             if let Some(v) = value(j, t) {
                 let job_name = j.kind.name();
                 f.sample(name, &[("job", &j.id), ("name", &job_name)], v);
@@ -249,56 +259,56 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
         }
     };
     per_job(
-        &mut f,
+        f,
         "ringflow_job_steps_total",
         "counter",
         "Training steps every rank has taken.",
         &|_, t| Some(t.steps as f64),
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_job_samples_total",
         "counter",
         "Rows trained on in finished epochs, all ranks together.",
         &|_, t| Some(t.samples as f64),
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_job_loss",
         "gauge",
         "The latest training loss.",
         &|_, t| t.loss,
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_job_test_accuracy",
         "gauge",
         "The test accuracy at the latest evaluation of the test split (classification).",
         &|_, t| t.test_accuracy,
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_job_test_mse",
         "gauge",
         "The test mean squared error at the latest evaluation of the test split (regression).",
         &|_, t| t.test_mse,
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_job_samples_per_second",
         "gauge",
         "The latest training throughput of the whole job.",
         &|_, t| t.samples_per_s,
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_allreduce_seconds_total",
         "counter",
         "Seconds ranks waited for gradient all-reduces in finished epochs, all ranks together.",
         &|_, t| Some(t.allreduce_s),
     );
     per_job(
-        &mut f,
+        f,
         "ringflow_allreduce_bytes_total",
         "counter",
         "Bytes the ring all-reduce sent for gradients, all ranks together (2(N-1)/N of the \
@@ -312,14 +322,17 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
             Some(ring_bytes(floats, world) * world as f64 * t.steps as f64)
         },
     );
+}
 
+/// The step-phase histograms of every training job.
+fn phase_histograms(f: &mut Family<'_>, jobs: &[(&Job, JobTotals)]) {
     f.header(
         "ringflow_step_phase_seconds",
         "histogram",
         "Time per training step in each phase, every rank's steps (from per-epoch means where a \
          job sent no step spans).",
     );
-    for (j, t) in &jobs {
+    for (j, t) in jobs {
         for (phase, (buckets, sum, count)) in &t.phases {
             let labels = [("job", j.id.as_str()), ("phase", *phase)];
             for (bound, n) in PHASE_BUCKETS.iter().zip(buckets) {
@@ -339,7 +352,6 @@ pub fn render(s: &Scheduler, _now: Instant) -> String {
             f.sample("ringflow_step_phase_seconds_count", &labels, *count as f64);
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ use ringflow_proto::listener::{GatedListener, serve_http};
 use tokio_rustls::rustls::ServerConfig;
 
 use crate::scheduler::Refusal;
-use crate::service::Shared;
+use crate::shared::Shared;
 
 const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");

@@ -37,34 +37,42 @@ impl JobSpec {
 
     /// Checks the values that the types alone cannot (ranges, names, consistency).
     pub fn validate(&self, file: &Path) -> Result<(), SpecError> {
-        let invalid = |key: &str, message: String| SpecError::Invalid {
-            file: file.to_path_buf(),
-            key: key.to_string(),
-            message,
-        };
         self.check_name_and_outputs(file)?;
+        self.check_data()
+            .and_then(|()| self.check_train())
+            .and_then(|()| self.check_model())
+            .and_then(|()| self.check_cluster())
+            .map_err(|Invalid(key, message)| SpecError::Invalid {
+                file: file.to_path_buf(),
+                key,
+                message,
+            })
+    }
+
+    /// The `[data]` table.
+    fn check_data(&self) -> Result<(), Invalid> {
         let d = &self.data;
         if d.train.trim().is_empty() {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "data.train",
                 "must name a file, directory or glob".into(),
             ));
         }
         if d.features.is_empty() {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "data.features",
                 "must list at least one column".into(),
             ));
         }
         for (i, f) in d.features.iter().enumerate() {
             if d.features[..i].contains(f) {
-                return Err(invalid(
+                return Err(Invalid::new(
                     "data.features",
                     format!("lists column `{f}` twice"),
                 ));
             }
             if *f == d.label {
-                return Err(invalid(
+                return Err(Invalid::new(
                     "data.features",
                     format!("includes the label column `{f}`"),
                 ));
@@ -73,7 +81,7 @@ impl JobSpec {
         if let Some(s) = d.scale
             && !(s.is_finite() && s > 0.0)
         {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "data.scale",
                 format!("must be a positive number, not {s}"),
             ));
@@ -81,28 +89,28 @@ impl JobSpec {
         if let Some(q) = &d.sql
             && q.trim().is_empty()
         {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "data.sql",
                 "is empty; remove it or give a query".into(),
             ));
         }
         if !d.tables.is_empty() && d.sql.is_none() {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "data.tables",
                 "are only read by data.sql, which is not set".into(),
             ));
         }
-        check_sql_timeout(d.sql_timeout_s).map_err(|m| invalid("data.sql_timeout_s", m))?;
+        check_sql_timeout(d.sql_timeout_s).map_err(|m| Invalid::new("data.sql_timeout_s", m))?;
         if let Some(classes) = &d.label_classes {
             if classes.len() < 2 {
-                return Err(invalid(
+                return Err(Invalid::new(
                     "data.label_classes",
                     "must list at least two classes".into(),
                 ));
             }
             for (i, c) in classes.iter().enumerate() {
                 if classes[..i].contains(c) {
-                    return Err(invalid(
+                    return Err(Invalid::new(
                         "data.label_classes",
                         format!("lists the class {c:?} twice"),
                     ));
@@ -110,46 +118,70 @@ impl JobSpec {
             }
         }
         if d.shuffle_buffer == 0 {
-            return Err(invalid("data.shuffle_buffer", "must be at least 1".into()));
+            return Err(Invalid::new(
+                "data.shuffle_buffer",
+                "must be at least 1".into(),
+            ));
         }
+        Ok(())
+    }
+
+    /// The `[train]` table.
+    fn check_train(&self) -> Result<(), Invalid> {
         let t = &self.train;
         if t.epochs == 0 {
-            return Err(invalid("train.epochs", "must be at least 1".into()));
+            return Err(Invalid::new("train.epochs", "must be at least 1".into()));
         }
         if t.batch_size == 0 {
-            return Err(invalid("train.batch_size", "must be at least 1".into()));
+            return Err(Invalid::new(
+                "train.batch_size",
+                "must be at least 1".into(),
+            ));
         }
         if let Some(c) = t.clip_grad_norm
             && !(c.is_finite() && c > 0.0)
         {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "train.clip_grad_norm",
                 format!("must be a positive number, not {c}"),
             ));
         }
-        let ml_error = |e: ringflow_ml::MlError| invalid("", e.to_string());
+        let ml_error = |e: ringflow_ml::MlError| Invalid::new("", e.to_string());
         t.optimizer.validate().map_err(ml_error)?;
         t.schedule.validate().map_err(ml_error)?;
+        Ok(())
+    }
+
+    /// The `[model]` table.
+    fn check_model(&self) -> Result<(), Invalid> {
         if self.model.kind.trim().is_empty() {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "model.kind",
                 "must name a model kind, e.g. \"mlp\"".into(),
             ));
         }
         if let Some(at) = self.model.params.iter().find_map(|(k, v)| null_at(v, k)) {
-            return Err(invalid(
+            return Err(Invalid::new(
                 &format!("model.{at}"),
                 "is not a finite number (nan and inf cannot be model settings)".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// The `[cluster]` table.
+    fn check_cluster(&self) -> Result<(), Invalid> {
         let c = &self.cluster;
         if c.executors == 0 {
-            return Err(invalid("cluster.executors", "must be at least 1".into()));
+            return Err(Invalid::new(
+                "cluster.executors",
+                "must be at least 1".into(),
+            ));
         }
         if let Some(m) = c.min_executors
             && (m == 0 || m > c.executors)
         {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "cluster.min_executors",
                 format!(
                     "must be between 1 and cluster.executors ({}), not {m}",
@@ -160,7 +192,7 @@ impl JobSpec {
         if let Some(m) = c.max_executors
             && m < c.executors
         {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "cluster.max_executors",
                 format!(
                     "must be at least cluster.executors ({}), not {m}",
@@ -169,7 +201,7 @@ impl JobSpec {
             ));
         }
         if c.backup_workers > 0 && c.backup_workers >= c.executors {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "cluster.backup_workers",
                 format!(
                     "must be less than cluster.executors ({}), not {}: at least one rank's \
@@ -179,21 +211,30 @@ impl JobSpec {
             ));
         }
         if c.threads == Some(0) {
-            return Err(invalid("cluster.threads", "must be at least 1".into()));
+            return Err(Invalid::new("cluster.threads", "must be at least 1".into()));
         }
         if c.rendezvous_timeout_s == 0 {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "cluster.rendezvous_timeout_s",
                 "must be at least 1".into(),
             ));
         }
         if c.comm_timeout_s == 0 {
-            return Err(invalid(
+            return Err(Invalid::new(
                 "cluster.comm_timeout_s",
                 "must be at least 1".into(),
             ));
         }
         Ok(())
+    }
+}
+
+/// A value the spec's types accept but that cannot run: the key at fault and what is wrong.
+struct Invalid(String, String);
+
+impl Invalid {
+    fn new(key: &str, message: String) -> Invalid {
+        Invalid(key.to_string(), message)
     }
 }
 
