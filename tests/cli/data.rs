@@ -69,10 +69,16 @@ fn the_sql_example_trains_evaluates_and_predicts() {
     assert_eq!(sm["peak_rss_mib"].as_array().unwrap().len(), 2);
 
     let model = s(&dir.path().join("run/model"));
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.path().join("run/model/checkpoint.json")).unwrap(),
-    )
-    .unwrap();
+    check_saved_preprocessing(&dir.path().join("run/model/checkpoint.json"));
+    let test = mnist("test");
+    let eval_accuracy = eval_reproduces(&model, &test, &dir.path().join("eval.json"), accuracy);
+    predictions_name_classes(&model, &test, &dir.path().join("preds"), eval_accuracy);
+}
+
+/// The saved model holds the string classes (sorted) and the standardization of every feature.
+fn check_saved_preprocessing(checkpoint_json: &std::path::Path) {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(checkpoint_json).unwrap()).unwrap();
     let classes = &meta["extra"]["preprocessing"]["classes"];
     assert_eq!(classes[0], "eight", "sorted class names: {classes}");
     assert_eq!(classes.as_array().unwrap().len(), 10);
@@ -83,20 +89,21 @@ fn the_sql_example_trains_evaluates_and_predicts() {
             .len(),
         785
     );
+}
 
-    let eval_out = dir.path().join("eval.json");
-    let test = mnist("test");
+/// `eval` of `model` on `test` reproduces the training job's test accuracy; returns it.
+fn eval_reproduces(model: &str, test: &str, eval_out: &std::path::Path, accuracy: f64) -> f64 {
     ringflow(
         &[
             "eval",
             "--model",
-            &model,
+            model,
             "--data",
-            &test,
+            test,
             "--executors",
             "2",
             "--summary-json",
-            &s(&eval_out),
+            &s(eval_out),
         ],
         LONG,
     )
@@ -109,17 +116,21 @@ fn the_sql_example_trains_evaluates_and_predicts() {
         (eval_accuracy - accuracy).abs() < 1e-9,
         "eval {eval_accuracy} vs training's test accuracy {accuracy}"
     );
+    eval_accuracy
+}
 
-    let preds = dir.path().join("preds");
+/// `predict` writes one part per executor with every test row's id once and class names,
+/// right as often as `eval` said.
+fn predictions_name_classes(model: &str, test: &str, preds: &std::path::Path, eval_accuracy: f64) {
     let run = ringflow(
         &[
             "predict",
             "--model",
-            &model,
+            model,
             "--data",
-            &test,
+            test,
             "--output",
-            &s(&preds),
+            &s(preds),
             "--id",
             "id",
             "--executors",
