@@ -13,13 +13,12 @@
 //! How an executor is lost, and what that does to its job, is [`super::loss`]'s.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ringflow_ml::Device;
 use ringflow_proto::pb;
 use tracing::info;
 
-use super::loss::Gone;
 use super::registry::{Assignment, ExecutorEntry};
 use super::{Refusal, Scheduler};
 
@@ -111,27 +110,6 @@ impl ExecutorManager {
             e.detached_at = Some(now);
         }
         true
-    }
-
-    /// The executors silent for longer than `timeout` at `now`, and those detached at least
-    /// `grace` ago with no sign of life since, with why each is gone.
-    pub fn lost(&self, now: Instant, timeout: Duration, grace: Duration) -> Vec<(String, Gone)> {
-        self.entries
-            .values()
-            .filter_map(|e| {
-                let silent = now.duration_since(e.last_seen);
-                if silent > timeout {
-                    Some((e.info.executor_id.clone(), Gone::Silent(silent)))
-                } else if e
-                    .detached_at
-                    .is_some_and(|at| now.duration_since(at) >= grace)
-                {
-                    Some((e.info.executor_id.clone(), Gone::Disconnected))
-                } else {
-                    None
-                }
-            })
-            .collect()
     }
 
     /// Whether executor `id`'s closed attachment is still being settled (within its grace).

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use ringflow_proto::pb;
 use tracing::warn;
 
+use super::executors::ExecutorManager;
 use super::registry::ExecutorEntry;
 use super::{Refusal, Scheduler};
 
@@ -184,6 +185,28 @@ fn bounded(words: &str) -> String {
         end -= 1;
     }
     line[..end].to_string()
+}
+
+impl ExecutorManager {
+    /// The executors silent for longer than `timeout` at `now`, and those detached at least
+    /// `grace` ago with no sign of life since, with why each is gone.
+    pub fn lost(&self, now: Instant, timeout: Duration, grace: Duration) -> Vec<(String, Gone)> {
+        self.values()
+            .filter_map(|e| {
+                let silent = now.duration_since(e.last_seen);
+                if silent > timeout {
+                    Some((e.info.executor_id.clone(), Gone::Silent(silent)))
+                } else if e
+                    .detached_at
+                    .is_some_and(|at| now.duration_since(at) >= grace)
+                {
+                    Some((e.info.executor_id.clone(), Gone::Disconnected))
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
 }
 
 impl Scheduler {

@@ -137,3 +137,41 @@ impl Scheduler {
         Err(why)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use ringflow_proto::pb::JobState;
+
+    use super::super::tests::{info, sched, train_on};
+    use crate::scheduler::JobKind;
+
+    #[test]
+    fn a_job_waits_for_its_executors_until_its_rendezvous_timeout_and_no_longer() {
+        let t0 = Instant::now();
+        let mut s = sched();
+        let mut kind = train_on("cpu", 2);
+        if let JobKind::Train(plan) = &mut kind {
+            plan.spec.cluster.rendezvous_timeout_s = 10;
+        }
+        let id = s.submit(kind, t0);
+        s.register(info("e1", "h1", 1), t0).unwrap();
+        let limit = t0 + Duration::from_secs(10);
+        s.tick(limit);
+        assert_eq!(s.job(&id).unwrap().state, JobState::Waiting);
+        s.tick(limit + Duration::from_millis(1));
+        let job = s.job(&id).unwrap();
+        assert_eq!(job.state, JobState::Failed);
+        assert_eq!(job.ended(), Some(limit + Duration::from_millis(1)));
+        assert_eq!(
+            job.error(),
+            Some("waited 10 s for 2 executors, but 1 registered: e1 from h1 (idle)")
+        );
+        // A later executor does not start the failed job.
+        s.register(info("e2", "h2", 1), limit).unwrap();
+        s.tick(limit + Duration::from_secs(1));
+        assert_eq!(s.job(&id).unwrap().state, JobState::Failed);
+        assert!(s.take_task("e1").is_none() && s.take_task("e2").is_none());
+    }
+}

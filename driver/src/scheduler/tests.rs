@@ -465,7 +465,7 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
 
 /// A training job on `device` with 2 ranks that survives lost executors (`min_executors = 1`)
 /// and grows up to `max` executors.
-fn elastic_on(device: &str, max: usize) -> JobKind {
+pub(super) fn elastic_on(device: &str, max: usize) -> JobKind {
     let mut kind = train_on(device, 2);
     if let JobKind::Train(plan) = &mut kind {
         plan.spec.cluster.min_executors = Some(1);

@@ -38,6 +38,8 @@ mod prepare;
 mod progress;
 mod recovery;
 mod task;
+#[cfg(test)]
+mod tests;
 
 pub use kind::JobKind;
 pub(super) use membership::rank_order;
