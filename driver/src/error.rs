@@ -1,4 +1,7 @@
-//! The driver's error type.
+//! The driver's error types: [`DriverError`] for what refuses a job before it is queued,
+//! [`JobError`] for what ends a queued or running job, or refuses a request about one.
+
+use ringflow_proto::data::stats::MAX_CLASSES;
 
 /// Everything that can make the driver refuse or fail a job.
 #[derive(Debug, thiserror::Error)]
@@ -24,3 +27,127 @@ pub enum DriverError {
 
 /// The driver's result type.
 pub type Result<T> = std::result::Result<T, DriverError>;
+
+/// Why a job failed, or why the scheduler refused a request about one (a rank's recovery, a
+/// partial of its preparation). Each message is the sentence the job's error, its summary and
+/// `ringflow submit` show; where a variant carries a `rank`, it is the rank as errors name it
+/// ("rank 1 (executor e2 on host-2)").
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobError {
+    /// A request named a job this driver does not know (never submitted, or forgotten).
+    #[error("no job {0:?}")]
+    NoSuchJob(String),
+    /// A request named a rank the job does not have.
+    #[error("job {job} has no rank {rank}")]
+    NoSuchRank {
+        /// The job's id.
+        job: String,
+        /// The rank asked for.
+        rank: usize,
+    },
+    /// A rank asked to recover after its job ended.
+    #[error("job {0} has ended")]
+    Ended(String),
+    /// A rank asked to recover in a job that does not survive lost executors.
+    #[error("job {0} is not elastic")]
+    NotElastic(String),
+    /// A rank asked to recover, but the ring was re-formed without its executor.
+    #[error("the ring was re-formed without this executor")]
+    LeftOut,
+    /// Too few executors survived to re-form the ring.
+    #[error(
+        "only {remain} executors remain after losing {lost}, fewer than \
+         cluster.min_executors = {min}"
+    )]
+    TooFewRemain {
+        /// Executors left for the new ring.
+        remain: usize,
+        /// Executors lost.
+        lost: usize,
+        /// `cluster.min_executors`.
+        min: usize,
+    },
+    /// The only executors left joined the job and never received its state.
+    #[error(
+        "every executor that held the job's state was lost; the {remain} that remain had \
+         joined and not received it yet"
+    )]
+    StateLost {
+        /// Executors left, all of them joiners.
+        remain: usize,
+    },
+    /// A rank sent statistics of the training split that do not parse.
+    #[error("{rank} sent unreadable statistics: {reason}")]
+    UnreadableStatistics {
+        /// The rank, as errors name it.
+        rank: String,
+        /// What the parser said.
+        reason: String,
+    },
+    /// Statistics were sent for a job that does not train.
+    #[error("only training jobs collect statistics")]
+    NotTraining,
+    /// The label column has too many distinct values to be a class.
+    #[error(
+        "data.label: column `{column}` has more than {MAX_CLASSES} distinct values; is it \
+         really a class?"
+    )]
+    TooManyClasses {
+        /// `data.label`.
+        column: String,
+    },
+    /// The label column's classes do not match the model's outputs.
+    #[error(
+        "data.label: column `{column}` has {classes} distinct classes in data.train, but the \
+         model has {outputs} outputs"
+    )]
+    ClassCount {
+        /// `data.label`.
+        column: String,
+        /// Distinct classes found.
+        classes: usize,
+        /// The model's outputs.
+        outputs: usize,
+    },
+    /// No executors (or too few with the job's device) registered before
+    /// `cluster.rendezvous_timeout_s`; the sentence says how many did, and from where.
+    #[error("{0}")]
+    Rendezvous(String),
+    /// What one executor needs for the job exceeds the memory it can have; the sentence gives
+    /// the estimate, the limit and the setting to lower.
+    #[error("{0}")]
+    DoesNotFit(String),
+    /// An executor of the job was lost or its process ended; the sentence names it and how.
+    #[error("{0}")]
+    Executor(String),
+    /// An executor was lost after other ranks had finished, so the ring cannot be re-formed.
+    #[error("{0}, after other ranks had finished the job; it cannot be recovered")]
+    LostAfterFinish(String),
+    /// A rank's task failed.
+    #[error("{rank} failed: {reason}")]
+    RankFailed {
+        /// The rank, as errors name it.
+        rank: String,
+        /// What its executor reported.
+        reason: String,
+    },
+    /// A rank's task ended without saying how.
+    #[error("{0} ended without a result")]
+    NoResult(String),
+    /// A rank finished while the ring was re-formed without lost ranks, whose share no one
+    /// can train any more.
+    #[error(
+        "{rank} finished while the ring was being re-formed without {lost}, which cannot \
+         finish its share"
+    )]
+    FinishedDuringRecovery {
+        /// The rank that finished, as errors name it.
+        rank: String,
+        /// The lost ranks ("rank 1, rank 2").
+        lost: String,
+    },
+    /// Another job took over the lock on the job's output directory; the sentence names it.
+    #[error("{0}")]
+    LockLost(String),
+}

@@ -5,8 +5,8 @@
 
 use ringflow_proto::pb;
 
+use super::registry::ExecutorEntry;
 use crate::planner::memory::MemoryEstimate;
-use crate::scheduler::ExecutorEntry;
 
 /// What to do with a queued job.
 #[derive(Debug, PartialEq)]

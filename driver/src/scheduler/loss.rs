@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use ringflow_proto::pb;
 use tracing::warn;
 
+use super::executors::ExecutorManager;
 use super::registry::ExecutorEntry;
 use super::{Refusal, Scheduler};
 
@@ -186,31 +187,42 @@ fn bounded(words: &str) -> String {
     line[..end].to_string()
 }
 
+impl ExecutorManager {
+    /// The executors silent for longer than `timeout` at `now`, and those detached at least
+    /// `grace` ago with no sign of life since, with why each is gone.
+    pub fn lost(&self, now: Instant, timeout: Duration, grace: Duration) -> Vec<(String, Gone)> {
+        self.values()
+            .filter_map(|e| {
+                let silent = now.duration_since(e.last_seen);
+                if silent > timeout {
+                    Some((e.info.executor_id.clone(), Gone::Silent(silent)))
+                } else if e
+                    .detached_at
+                    .is_some_and(|at| now.duration_since(at) >= grace)
+                {
+                    Some((e.info.executor_id.clone(), Gone::Disconnected))
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
 impl Scheduler {
     /// An executor opened its attachment stream (registering it if this driver never saw it);
     /// returns the number that its end is reported with ([`Scheduler::detach`]).
     pub fn attach(&mut self, info: pb::ExecutorInfo, now: Instant) -> Result<u64, Refusal> {
         let id = info.executor_id.clone();
         self.register(info, now)?;
-        let entry = self.executors.get_mut(&id).expect("just registered");
-        entry.detached_at = None;
-        let number = self.next_attachment;
-        self.next_attachment += 1;
-        self.attachments.insert(id, number);
-        Ok(number)
+        Ok(self.executors.attach(&id))
     }
 
     /// Attachment stream number `attachment` of `executor_id` ended. Unless it is the latest
     /// one, nothing follows; otherwise the executor is lost after the grace, unless it shows a
     /// sign of life first.
     pub fn detach(&mut self, executor_id: &str, attachment: u64, now: Instant) {
-        if self.attachments.get(executor_id) != Some(&attachment) {
-            return;
-        }
-        self.attachments.remove(executor_id);
-        if let Some(e) = self.executors.get_mut(executor_id) {
-            e.detached_at = Some(now);
-        }
+        self.executors.detach(executor_id, attachment, now);
     }
 
     /// What `executor_id` reports as it dies: kept for the error of whatever follows.
@@ -243,42 +255,12 @@ impl Scheduler {
         }
     }
 
-    /// Fails job `job_id` with `error` if it still waits for its executors; returns whether it
-    /// did.
-    pub fn fail_waiting(&mut self, job_id: &str, error: String, now: Instant) -> bool {
-        let Some(job) = self.jobs.get_mut(job_id) else {
-            return false;
-        };
-        if !matches!(job.state, pb::JobState::Queued | pb::JobState::Waiting) {
-            return false;
-        }
-        job.fail(error, now);
-        self.queue.retain(|j| j != job_id);
-        true
-    }
-
     /// Drops the executors that stopped heartbeating, and those whose connection closed more
     /// than the grace ago with no sign of life since.
     pub(super) fn drop_lost_executors(&mut self, now: Instant) {
-        let timeout = self.config.executor_timeout;
-        let grace = self.config.loss_grace;
-        let lost: Vec<(String, Gone)> = self
+        let lost = self
             .executors
-            .values()
-            .filter_map(|e| {
-                let silent = now.duration_since(e.last_seen);
-                if silent > timeout {
-                    Some((e.info.executor_id.clone(), Gone::Silent(silent)))
-                } else if e
-                    .detached_at
-                    .is_some_and(|at| now.duration_since(at) >= grace)
-                {
-                    Some((e.info.executor_id.clone(), Gone::Disconnected))
-                } else {
-                    None
-                }
-            })
-            .collect();
+            .lost(now, self.config.executor_timeout, self.config.loss_grace);
         for (id, gone) in lost {
             self.executor_gone(&id, gone, now);
         }
@@ -291,7 +273,7 @@ impl Scheduler {
         };
         let line = gone.for_log(&entry);
         warn!(executor = %id, "{line}");
-        self.broadcast_message(&line);
+        self.jobs.message_waiting(&line);
         if let Some(a) = &entry.assigned
             && let Some(job) = self.jobs.get_mut(&a.job_id)
             && !job.is_finished()
@@ -307,11 +289,10 @@ impl Scheduler {
         let grace = self.config.loss_grace;
         let executors = &self.executors;
         for job in self.jobs.values_mut().filter(|j| j.has_held_error()) {
-            let settling = job.ranks().iter().any(|r| {
-                executors
-                    .get(&r.executor_id)
-                    .is_some_and(|e| e.detached_at.is_some())
-            });
+            let settling = job
+                .ranks()
+                .iter()
+                .any(|r| executors.is_detached(&r.executor_id));
             job.settle_held_error(now, grace, settling);
         }
     }

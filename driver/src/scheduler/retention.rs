@@ -46,17 +46,16 @@ impl Scheduler {
             if assigned || followed {
                 continue;
             }
-            self.jobs.remove(&id);
+            self.jobs.forget(&id);
             debug!(job = %id, "finished job forgotten (retention)");
             forgotten += 1;
         }
-        self.jobs_forgotten += forgotten as u64;
         forgotten
     }
 
     /// How many finished jobs this driver has forgotten so far (see [`Scheduler::forget_finished`]).
     pub fn jobs_forgotten(&self) -> u64 {
-        self.jobs_forgotten
+        self.jobs.forgotten()
     }
 }
 

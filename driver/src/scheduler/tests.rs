@@ -5,6 +5,7 @@ use std::path::Path;
 use ringflow_proto::spec::JobSpec;
 
 use super::*;
+use crate::planner::JobPlan;
 
 pub(super) fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
     pb::ExecutorInfo {
@@ -461,7 +462,7 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
 
 /// A training job on `device` with 2 ranks that survives lost executors (`min_executors = 1`)
 /// and grows up to `max` executors.
-fn elastic_on(device: &str, max: usize) -> JobKind {
+pub(super) fn elastic_on(device: &str, max: usize) -> JobKind {
     let mut kind = train_on(device, 2);
     if let JobKind::Train(plan) = &mut kind {
         plan.spec.cluster.min_executors = Some(1);
@@ -674,7 +675,10 @@ fn a_joiner_without_the_jobs_state_is_never_rank_0() {
     let later = start + Duration::from_secs(20);
     s.heartbeat(info("a0", "h0", 1), &id, later).unwrap();
     s.tick(later);
-    let refused = s.recover(&ask("a0", 2, 2, true), later).unwrap_err();
+    let refused = s
+        .recover(&ask("a0", 2, 2, true), later)
+        .unwrap_err()
+        .to_string();
     assert!(
         refused.contains("every executor that held the job's state was lost"),
         "{refused}"

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::Shared;
+use crate::error::JobError;
 use crate::scheduler::ProcessEnd;
 
 /// Tells a driver that executor processes ended, from any thread: `ringflow local` waits on the
@@ -31,7 +32,7 @@ impl ExitReporter {
     /// should have joined it ended before it registered); returns whether it did.
     pub fn fail_waiting_job(&self, job_id: &str, error: String) -> bool {
         let mut s = self.0.lock();
-        let failed = s.fail_waiting(job_id, error, Instant::now());
+        let failed = s.fail_waiting(job_id, JobError::Executor(error), Instant::now());
         drop(s);
         if failed {
             self.0.tick();

@@ -132,7 +132,7 @@ impl DriverHandle {
         job_id: &str,
         limit_bytes: u64,
         limit: &str,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), crate::error::JobError> {
         self.shared
             .lock()
             .refuse_unless_fits(job_id, limit_bytes, limit, Instant::now())

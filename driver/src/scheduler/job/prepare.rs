@@ -1,7 +1,83 @@
-//! A job's preparation before training: the ranks' partial data sources and statistics,
-//! merged into one preprocessing that every rank then uses.
+//! A job's preparation before training ([`Prepare`]). This file owns:
+//!
+//! - the data source: each rank says whether it can read the data itself; once every rank has
+//!   said, the job reads it directly, or from the driver over Arrow Flight when any cannot;
+//! - the statistics of the training split: each rank's partial (moments, label classes),
+//!   merged once every rank has sent its own into the one preprocessing every rank then uses,
+//!   and checked against the model.
 
-use super::*;
+use std::time::Instant;
+
+use ringflow_proto::data::stats::MAX_CLASSES;
+use ringflow_proto::data::{DataStats, Preprocessing};
+use ringflow_proto::pb;
+
+use super::Job;
+use crate::error::JobError;
+
+/// Partials of the two preparation phases, per rank, and their merged results.
+#[derive(Debug, Default)]
+pub(super) struct Prepare {
+    source: Vec<Option<String>>,
+    source_merged: Option<String>,
+    stats: Vec<Option<DataStats>>,
+    stats_merged: Option<String>,
+}
+
+impl Prepare {
+    /// Nothing heard yet from `ranks` ranks.
+    pub fn for_ranks(ranks: usize) -> Prepare {
+        Prepare {
+            source: vec![None; ranks],
+            stats: vec![None; ranks],
+            ..Default::default()
+        }
+    }
+
+    /// The data source every rank uses (`"direct"` or `"driver"`), once decided.
+    pub fn source(&self) -> Option<&str> {
+        self.source_merged.as_deref()
+    }
+
+    /// The merged preprocessing (JSON), once every rank sent its statistics.
+    pub fn statistics(&self) -> Option<&str> {
+        self.stats_merged.as_deref()
+    }
+
+    /// Records what `rank` (which exists) says about reading the data (empty: it can). Once
+    /// every rank has said, and the first time only, returns the ranks that cannot, with why.
+    fn add_source(&mut self, rank: usize, partial: Option<&str>) -> Option<Vec<(usize, String)>> {
+        if let Some(p) = partial {
+            self.source[rank] = Some(p.to_string());
+        }
+        if self.source_merged.is_some() || !self.source.iter().all(Option::is_some) {
+            return None;
+        }
+        let unreadable = self
+            .source
+            .iter()
+            .enumerate()
+            .filter_map(|(r, p)| p.clone().filter(|p| !p.is_empty()).map(|p| (r, p)))
+            .collect();
+        Some(unreadable)
+    }
+
+    /// Records the statistics of `rank` (which exists). Once every rank has sent its own, and
+    /// the first time only, returns them merged.
+    fn add_stats(&mut self, rank: usize, stats: Option<DataStats>) -> Option<DataStats> {
+        if let Some(s) = stats {
+            self.stats[rank] = Some(s);
+        }
+        if self.stats_merged.is_some() || !self.stats.iter().all(Option::is_some) {
+            return None;
+        }
+        let mut merged = DataStats::default();
+        for s in self.stats.iter_mut() {
+            merged.merge(s.take().unwrap_or_default());
+        }
+        Some(merged)
+    }
+}
 
 impl Job {
     /// A rank's partial for a preparation phase (once), and the merged result when every rank
@@ -12,59 +88,29 @@ impl Job {
         phase: pb::PreparePhase,
         partial: Option<&str>,
         now: Instant,
-    ) -> std::result::Result<Option<String>, String> {
-        if rank >= self.ranks.len() {
-            return Err(format!("job {} has no rank {rank}", self.id));
+    ) -> Result<Option<String>, JobError> {
+        if rank >= self.members.ranks().len() {
+            return Err(JobError::NoSuchRank {
+                job: self.id.clone(),
+                rank,
+            });
         }
-        let who = self.describe_rank(rank);
         match phase {
             pb::PreparePhase::Source => {
-                if let Some(p) = partial {
-                    self.prepare.source[rank] = Some(p.to_string());
-                }
-                if self.prepare.source_merged.is_none()
-                    && self.prepare.source.iter().all(Option::is_some)
-                {
-                    let unreadable: Vec<String> = self
-                        .prepare
-                        .source
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(r, p)| {
-                            p.as_ref()
-                                .filter(|p| !p.is_empty())
-                                .map(|p| format!("{}: {p}", self.describe_rank(r)))
-                        })
-                        .collect();
-                    let merged = if unreadable.is_empty() {
-                        self.message(
-                            "every executor can read the data: reading it directly".into(),
-                        );
-                        "direct"
-                    } else {
-                        self.message(format!(
-                            "serving the data from the driver over Arrow Flight, because {}",
-                            unreadable.join("; ")
-                        ));
-                        "driver"
-                    };
-                    self.prepare.source_merged = Some(merged.into());
+                if let Some(unreadable) = self.prepare.add_source(rank, partial) {
+                    self.choose_source(unreadable);
                 }
                 Ok(self.prepare.source_merged.clone())
             }
             pb::PreparePhase::Stats => {
-                if let Some(p) = partial {
-                    let stats: DataStats = serde_json::from_str(p)
-                        .map_err(|e| format!("{who} sent unreadable statistics: {e}"))?;
-                    self.prepare.stats[rank] = Some(stats);
-                }
-                if self.prepare.stats_merged.is_none()
-                    && self.prepare.stats.iter().all(Option::is_some)
-                {
-                    let mut merged = DataStats::default();
-                    for s in self.prepare.stats.iter_mut() {
-                        merged.merge(s.take().unwrap_or_default());
-                    }
+                let stats = partial
+                    .map(serde_json::from_str::<DataStats>)
+                    .transpose()
+                    .map_err(|e| JobError::UnreadableStatistics {
+                        rank: self.members.describe_rank(rank),
+                        reason: e.to_string(),
+                    })?;
+                if let Some(merged) = self.prepare.add_stats(rank, stats) {
                     match self.merge_stats(&merged) {
                         Ok(p) => self.prepare.stats_merged = Some(p.to_json()),
                         Err(e) => {
@@ -78,32 +124,47 @@ impl Job {
         }
     }
 
-    pub(super) fn merge_stats(
-        &mut self,
-        merged: &DataStats,
-    ) -> std::result::Result<Preprocessing, String> {
+    /// Decides how every rank reads the data, now that each has said whether it can: directly,
+    /// or from the driver when any of them (`unreadable`: rank and why) cannot.
+    fn choose_source(&mut self, unreadable: Vec<(usize, String)>) {
+        let merged = if unreadable.is_empty() {
+            self.message("every executor can read the data: reading it directly".into());
+            "direct"
+        } else {
+            let why: Vec<String> = unreadable
+                .iter()
+                .map(|(r, p)| format!("{}: {p}", self.members.describe_rank(*r)))
+                .collect();
+            self.message(format!(
+                "serving the data from the driver over Arrow Flight, because {}",
+                why.join("; ")
+            ));
+            "driver"
+        };
+        self.prepare.source_merged = Some(merged.into());
+    }
+
+    /// The preprocessing of the merged statistics, checked against the model's outputs; says
+    /// what was learned in a message.
+    fn merge_stats(&mut self, merged: &DataStats) -> Result<Preprocessing, JobError> {
         let Some(plan) = self.plan() else {
-            return Err("only training jobs collect statistics".into());
+            return Err(JobError::NotTraining);
         };
         let data = &plan.spec.data;
         let p = Preprocessing::from_stats(merged, data.label_classes.as_deref());
         let mut lines = Vec::new();
         if let Some(classes) = &p.classes {
             if classes.len() > MAX_CLASSES {
-                return Err(format!(
-                    "data.label: column `{}` has more than {MAX_CLASSES} distinct values; is it \
-                     really a class?",
-                    data.label
-                ));
+                return Err(JobError::TooManyClasses {
+                    column: data.label.clone(),
+                });
             }
             if classes.len() != plan.model.outputs {
-                return Err(format!(
-                    "data.label: column `{}` has {} distinct classes in data.train, but the model \
-                     has {} outputs",
-                    data.label,
-                    classes.len(),
-                    plan.model.outputs
-                ));
+                return Err(JobError::ClassCount {
+                    column: data.label.clone(),
+                    classes: classes.len(),
+                    outputs: plan.model.outputs,
+                });
             }
             lines.push(format!("{} label classes", classes.len()));
         }

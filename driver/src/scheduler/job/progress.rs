@@ -1,7 +1,90 @@
-//! What a job hears from its ranks while it runs: their progress (steps, epochs, evaluations
-//! of the test split) and each rank's end.
+//! What a job hears from its ranks while it runs ([`RankProgress`]). This file owns:
+//!
+//! - each rank's latest step, forwarded to watchers as the job's progress;
+//! - epochs that every rank finished, logged and forwarded, and the count of them;
+//! - evaluations of the test split (after epochs, and at the end);
+//! - checkpoints, logged;
+//! - each rank's end: its outcome, a failure (held when it may be the consequence of another
+//!   executor's loss), and the job's success once every rank has finished.
 
-use super::*;
+use std::time::Instant;
+
+use ringflow_proto::pb::{self, JobState};
+use tracing::{info, warn};
+
+use super::{Job, JobKind};
+use crate::error::JobError;
+use crate::events::{Event, micros};
+use crate::progress::{JobProgress, PhaseSeconds};
+
+/// The ranks' reports of one ring (numbered anew when the ring is re-formed).
+#[derive(Debug)]
+pub(super) struct RankProgress {
+    progress: JobProgress,
+    finished: Vec<bool>,
+    last_step: Vec<Option<pb::StepReport>>,
+    bench_seconds: Vec<f64>,
+    epochs_done: u64,
+    /// The test split's evaluation went into the event log.
+    evaluation_logged: bool,
+}
+
+impl RankProgress {
+    /// Nothing heard: a job that has not started.
+    pub fn new() -> RankProgress {
+        RankProgress {
+            progress: JobProgress::new(1),
+            finished: Vec::new(),
+            last_step: Vec::new(),
+            bench_seconds: Vec::new(),
+            epochs_done: 0,
+            evaluation_logged: false,
+        }
+    }
+
+    /// A job starting on `ranks` ranks, with `epochs_done` epochs already trained (resumed).
+    pub fn start(&mut self, ranks: usize, epochs_done: u64) {
+        self.progress = JobProgress::new(ranks);
+        self.epochs_done = epochs_done;
+        self.restart_ranks(ranks);
+    }
+
+    /// The ring was re-formed into `ranks` ranks: the epoch in progress restarts.
+    pub fn regroup(&mut self, ranks: usize) {
+        self.progress.regroup(ranks);
+        self.restart_ranks(ranks);
+    }
+
+    fn restart_ranks(&mut self, ranks: usize) {
+        self.finished = vec![false; ranks];
+        self.last_step = vec![None; ranks];
+    }
+
+    /// The combined reports.
+    pub fn reports(&self) -> &JobProgress {
+        &self.progress
+    }
+
+    /// Epochs completed by every rank.
+    pub fn epochs_done(&self) -> u64 {
+        self.epochs_done
+    }
+
+    /// Seconds of each timed all-reduce on rank 0 of a benchmark.
+    pub fn bench_seconds(&self) -> &[f64] {
+        &self.bench_seconds
+    }
+
+    /// The latest in-epoch report of `rank`.
+    pub fn last_step(&self, rank: usize) -> Option<&pb::StepReport> {
+        self.last_step.get(rank)?.as_ref()
+    }
+
+    /// True once some rank has finished its task.
+    pub fn any_finished(&self) -> bool {
+        self.finished.iter().any(|&f| f)
+    }
+}
 
 impl Job {
     /// Progress from a rank.
@@ -11,99 +94,32 @@ impl Job {
         report: Option<pb::report_request::Report>,
         _now: Instant,
     ) {
-        if self.is_finished() || rank >= self.ranks.len() {
+        if self.is_finished() || rank >= self.members.ranks().len() {
             return;
         }
-        let epochs = match &self.kind {
-            JobKind::Train(plan) => plan.spec.train.epochs,
-            JobKind::Infer { .. } | JobKind::Bench { .. } => 0,
-        };
         match report {
             Some(pb::report_request::Report::Step(mut s)) => {
                 let spans = std::mem::take(&mut s.spans);
                 self.forward_spans(rank, spans);
-                let (epoch, step, steps) = (s.epoch, s.step, s.steps);
-                self.last_step[rank] = Some(s);
-                if rank == 0 {
-                    let latest: Vec<&pb::StepReport> = self
-                        .last_step
-                        .iter()
-                        .flatten()
-                        .filter(|r| r.epoch == epoch)
-                        .collect();
-                    let loss = latest.iter().map(|r| r.loss).sum::<f64>() / latest.len() as f64;
-                    let rate: f64 = latest.iter().map(|r| r.samples_per_s).sum::<f64>()
-                        * self.ranks.len() as f64
-                        / latest.len() as f64;
-                    self.push(pb::job_event::Event::Step(pb::StepProgress {
-                        epoch,
-                        epochs,
-                        step,
-                        steps,
-                        loss,
-                        samples_per_s: rate,
-                    }));
-                }
+                self.step_reported(rank, s);
             }
             Some(pb::report_request::Report::Epoch(mut e)) => {
                 let spans = std::mem::take(&mut e.spans);
                 self.forward_spans(rank, spans);
-                if let Some(done) = self.progress.epoch_done(rank, e) {
-                    self.log(Event::EpochEnd {
-                        epoch: done.epoch,
-                        steps: done.steps,
-                        loss: done.loss,
-                        samples: done.samples,
-                        dropped_samples: done.dropped_samples,
-                        seconds: micros(done.seconds),
-                        samples_per_s: (done.samples_per_s * 10.0).round() / 10.0,
-                        phases: PhaseSeconds {
-                            data: micros(done.phases.data),
-                            forward: micros(done.phases.forward),
-                            backward: micros(done.phases.backward),
-                            allreduce: micros(done.phases.allreduce),
-                            optimizer: micros(done.phases.optimizer),
-                        },
-                    });
-                    self.epochs_done = done.epoch + 1;
-                    info!(
-                        job = %self.id,
-                        epoch = done.epoch,
-                        rows = done.samples,
-                        dropped_rows = done.dropped_samples,
-                        "epoch trained"
-                    );
-                    self.push(pb::job_event::Event::Epoch(pb::EpochDone {
-                        epoch: done.epoch,
-                        epochs,
-                        steps: done.steps,
-                        samples: done.samples,
-                        loss: done.loss,
-                        seconds: done.seconds,
-                        samples_per_s: done.samples_per_s,
-                        dropped_samples: done.dropped_samples,
-                        phases: Some(pb::PhaseTimes {
-                            data: done.phases.data,
-                            forward: done.phases.forward,
-                            backward: done.phases.backward,
-                            allreduce: done.phases.allreduce,
-                            optimizer: done.phases.optimizer,
-                        }),
-                    }));
-                }
+                self.epoch_reported(rank, e);
             }
             Some(pb::report_request::Report::Eval(e)) => match e.epoch {
                 Some(epoch) => {
-                    if let Some(total) = self.progress.epoch_evaluated(rank, epoch, e) {
+                    if let Some(total) = self.progress.progress.epoch_evaluated(rank, epoch, e) {
                         self.epoch_tested(epoch, &total);
                     }
                 }
                 None => {
-                    self.progress.evaluated(rank, e);
+                    self.progress.progress.evaluated(rank, e);
                     self.log_evaluation();
                 }
             },
-            Some(pb::report_request::Report::Checkpoint(c)) => self.log(Event::Checkpoint {
+            Some(pb::report_request::Report::Checkpoint(c)) => self.feed.log(Event::Checkpoint {
                 epochs_done: c.epochs_done,
                 step: c.step,
                 path: c.path,
@@ -111,6 +127,100 @@ impl Job {
             }),
             None => {}
         }
+    }
+
+    /// The epochs the job trains for (none for inference and benchmarks).
+    fn epochs(&self) -> u64 {
+        match &self.kind {
+            JobKind::Train(plan) => plan.spec.train.epochs,
+            JobKind::Infer { .. } | JobKind::Bench { .. } => 0,
+        }
+    }
+
+    /// Forwards `rank`'s step spans to watchers (`--timeline`).
+    fn forward_spans(&mut self, rank: usize, spans: Vec<pb::StepSpan>) {
+        let executor = self.members.ranks().get(rank);
+        let generation = self.members.generation();
+        self.feed.forward_spans(rank, executor, generation, spans);
+    }
+
+    /// `rank` took a step: rank 0's steps are the job's progress, with the loss and rate of
+    /// every rank's latest step in that epoch.
+    fn step_reported(&mut self, rank: usize, s: pb::StepReport) {
+        let (epoch, step, steps) = (s.epoch, s.step, s.steps);
+        self.progress.last_step[rank] = Some(s);
+        if rank != 0 {
+            return;
+        }
+        let latest: Vec<&pb::StepReport> = self
+            .progress
+            .last_step
+            .iter()
+            .flatten()
+            .filter(|r| r.epoch == epoch)
+            .collect();
+        let loss = latest.iter().map(|r| r.loss).sum::<f64>() / latest.len() as f64;
+        let rate: f64 = latest.iter().map(|r| r.samples_per_s).sum::<f64>()
+            * self.members.ranks().len() as f64
+            / latest.len() as f64;
+        let epochs = self.epochs();
+        self.feed.push(pb::job_event::Event::Step(pb::StepProgress {
+            epoch,
+            epochs,
+            step,
+            steps,
+            loss,
+            samples_per_s: rate,
+        }));
+    }
+
+    /// `rank` finished an epoch: once every rank has, the epoch is logged and forwarded.
+    fn epoch_reported(&mut self, rank: usize, e: pb::EpochReport) {
+        let Some(done) = self.progress.progress.epoch_done(rank, e) else {
+            return;
+        };
+        self.feed.log(Event::EpochEnd {
+            epoch: done.epoch,
+            steps: done.steps,
+            loss: done.loss,
+            samples: done.samples,
+            dropped_samples: done.dropped_samples,
+            seconds: micros(done.seconds),
+            samples_per_s: (done.samples_per_s * 10.0).round() / 10.0,
+            phases: PhaseSeconds {
+                data: micros(done.phases.data),
+                forward: micros(done.phases.forward),
+                backward: micros(done.phases.backward),
+                allreduce: micros(done.phases.allreduce),
+                optimizer: micros(done.phases.optimizer),
+            },
+        });
+        self.progress.epochs_done = done.epoch + 1;
+        info!(
+            job = %self.id,
+            epoch = done.epoch,
+            rows = done.samples,
+            dropped_rows = done.dropped_samples,
+            "epoch trained"
+        );
+        let epochs = self.epochs();
+        self.feed.push(pb::job_event::Event::Epoch(pb::EpochDone {
+            epoch: done.epoch,
+            epochs,
+            steps: done.steps,
+            samples: done.samples,
+            loss: done.loss,
+            seconds: done.seconds,
+            samples_per_s: done.samples_per_s,
+            dropped_samples: done.dropped_samples,
+            phases: Some(pb::PhaseTimes {
+                data: done.phases.data,
+                forward: done.phases.forward,
+                backward: done.phases.backward,
+                allreduce: done.phases.allreduce,
+                optimizer: done.phases.optimizer,
+            }),
+        }));
     }
 
     /// A rank ended with `result`; `who` names its executor in errors. An error that may be
@@ -125,68 +235,72 @@ impl Job {
         who: &str,
         now: Instant,
     ) {
-        if rank >= self.finished.len() || self.is_finished() {
+        if rank >= self.progress.finished.len() || self.is_finished() {
             return;
         }
-        if self.ranks[rank].executor_id != executor_id {
+        if self.members.ranks()[rank].executor_id != executor_id {
             // An executor that lost its place in a re-formed ring.
             warn!(job = %self.id, "ignoring the end of {who}: no longer rank {rank}");
             return;
         }
         use pb::finish_task_request::Result as R;
         match result {
-            Some(R::Outcome(o)) => self.progress.outcome(rank, o),
+            Some(R::Outcome(o)) => self.progress.progress.outcome(rank, o),
             Some(R::Bench(b)) => {
                 if rank == 0 {
-                    self.bench_seconds = b.seconds;
+                    self.progress.bench_seconds = b.seconds;
                 }
             }
-            Some(R::Error(e)) if consequence => {
-                let error = format!("{who} failed: {e}");
-                info!(job = %self.id, "holding, while a root cause may come: {error}");
-                self.held_error.get_or_insert((error, now));
-                return;
-            }
-            Some(R::Error(e)) => {
-                self.fail(format!("{who} failed: {e}"), now);
+            Some(R::Error(reason)) => {
+                let error = JobError::RankFailed {
+                    rank: who.to_string(),
+                    reason,
+                };
+                if consequence {
+                    self.hold_error(error, now);
+                } else {
+                    self.fail(error, now);
+                }
                 return;
             }
             None => {
-                self.fail(format!("{who} ended without a result"), now);
+                self.fail(JobError::NoResult(who.to_string()), now);
                 return;
             }
         }
-        self.finished[rank] = true;
-        if let Some(r) = &self.recovery
-            && !r.lost.is_empty()
-        {
-            let lost: Vec<String> = r.lost.keys().map(|l| format!("rank {l}")).collect();
-            self.fail(
-                format!(
-                    "{who} finished while the ring was being re-formed without {}, which \
-                     cannot finish its share",
-                    lost.join(", ")
-                ),
-                now,
-            );
+        self.rank_finished(rank, who, now);
+    }
+
+    /// `rank` (named `who`) finished its share: the job succeeds once every rank has, and
+    /// fails if the ring is being re-formed without a lost rank, whose share no one trains.
+    fn rank_finished(&mut self, rank: usize, who: &str, now: Instant) {
+        self.progress.finished[rank] = true;
+        let lost = self.members.lost_ranks();
+        if !lost.is_empty() {
+            let lost: Vec<String> = lost.iter().map(|l| format!("rank {l}")).collect();
+            let error = JobError::FinishedDuringRecovery {
+                rank: who.to_string(),
+                lost: lost.join(", "),
+            };
+            self.fail(error, now);
             return;
         }
-        if self.finished.iter().all(|&f| f) {
+        if self.progress.finished.iter().all(|&f| f) {
             self.end(JobState::Succeeded, now);
         }
     }
 
     /// Logs the test split's evaluation once every rank has reported its share.
-    pub(super) fn log_evaluation(&mut self) {
-        if self.evaluation_logged {
+    fn log_evaluation(&mut self) {
+        if self.progress.evaluation_logged {
             return;
         }
-        let Some(e) = self.progress.evaluation() else {
+        let Some(e) = self.progress.progress.evaluation() else {
             return;
         };
-        self.evaluation_logged = true;
+        self.progress.evaluation_logged = true;
         let figures = self.test_figures(&e);
-        self.log(Event::Evaluated {
+        self.feed.log(Event::Evaluated {
             epoch: None,
             rows: e.rows,
             loss: figures.loss,
@@ -197,7 +311,7 @@ impl Job {
 
     /// Every rank evaluated the test split after `epoch` while training goes on: logged, and
     /// sent to watchers (progress lines, TensorBoard, the web UI's chart).
-    pub(super) fn epoch_tested(&mut self, epoch: u64, e: &pb::EvalReport) {
+    fn epoch_tested(&mut self, epoch: u64, e: &pb::EvalReport) {
         let figures = pb::EpochTest {
             epoch,
             ..self.test_figures(e)
@@ -209,18 +323,18 @@ impl Job {
             mse = figures.mse,
             "test split evaluated"
         );
-        self.log(Event::Evaluated {
+        self.feed.log(Event::Evaluated {
             epoch: Some(epoch),
             rows: e.rows,
             loss: figures.loss,
             accuracy: figures.accuracy,
             mse: figures.mse,
         });
-        self.push(pb::job_event::Event::Test(figures));
+        self.feed.push(pb::job_event::Event::Test(figures));
     }
 
     /// The test figures of summed evaluation shares (`epoch` left at 0 for the caller).
-    pub(super) fn test_figures(&self, e: &pb::EvalReport) -> pb::EpochTest {
+    fn test_figures(&self, e: &pb::EvalReport) -> pb::EpochTest {
         let classification = self
             .plan()
             .is_some_and(|p| p.spec.train.loss.is_classification());

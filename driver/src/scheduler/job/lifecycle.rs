@@ -1,0 +1,225 @@
+//! A job's lifecycle: waiting for executors, running, and how it ended. This file owns:
+//!
+//! - the job's state and the changes of it that watchers see;
+//! - its start on the chosen executors ([`Job::start`]);
+//! - its one end ([`Job::fail`], [`Job::cancel`], success once every rank finished): when it
+//!   ended, why it failed, its summary (the last event, and the event log's last record);
+//! - the lock on its output directory, held until it ends, and its failure when another job
+//!   took that lock over.
+
+use std::time::{Duration, Instant};
+
+use ringflow_proto::pb::{self, JobState};
+use ringflow_proto::spec::DataSource;
+use serde::Serialize;
+use tracing::{info, warn};
+
+use super::{Job, JobKind};
+use crate::error::JobError;
+use crate::events::Event;
+use crate::outputs::DirLock;
+use crate::summary::JobSummary;
+
+/// How long ending a job waits for the lock on its output directory to be removed.
+const LOCK_RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// The summary of a benchmark job.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchSummary {
+    /// The job id.
+    pub job_id: String,
+    /// `"succeeded"` or `"failed"`.
+    pub status: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Ranks in the ring.
+    pub executors: usize,
+    /// Floats per all-reduce.
+    pub floats: u64,
+    /// Seconds of each timed all-reduce on rank 0.
+    pub seconds: Vec<f64>,
+}
+
+/// How summaries and the event log name an ended job's state.
+fn ended_as(state: JobState) -> &'static str {
+    match state {
+        JobState::Succeeded => "succeeded",
+        JobState::Cancelled => "cancelled",
+        _ => "failed",
+    }
+}
+
+impl Job {
+    /// True once the job succeeded, failed or was cancelled.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self.state,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
+    /// True when running tasks should stop.
+    pub fn should_stop(&self) -> bool {
+        self.is_finished()
+    }
+
+    /// Why it failed.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// When the job ended, if it has.
+    pub fn ended(&self) -> Option<Instant> {
+        self.ended
+    }
+
+    /// Seconds since submission (or until the end).
+    pub fn age(&self, now: Instant) -> f64 {
+        self.ended
+            .unwrap_or(now)
+            .duration_since(self.submitted)
+            .as_secs_f64()
+    }
+
+    pub(super) fn set_state(&mut self, state: JobState) {
+        self.state = state;
+        self.feed.push(pb::job_event::Event::State(state as i32));
+    }
+
+    /// Starts the job on `ranks` (index = rank).
+    pub fn start(&mut self, ranks: Vec<pb::ExecutorInfo>, _now: Instant) {
+        let n = ranks.len();
+        for (rank, e) in ranks.iter().enumerate() {
+            let line = format!(
+                "rank {rank}: executor {} on {} (ring {})",
+                e.executor_id, e.host, e.ring_address
+            );
+            self.message(line);
+        }
+        info!(job = %self.id, executors = n, "job started");
+        self.members.start(ranks);
+        let resume = match &self.kind {
+            JobKind::Train(plan) => plan.resume,
+            JobKind::Infer { .. } | JobKind::Bench { .. } => None,
+        };
+        if let Some(r) = resume {
+            self.message(format!(
+                "resuming from the checkpoint at epoch {} step {}",
+                r.epoch, r.step
+            ));
+        }
+        self.progress.start(n, resume.map_or(0, |r| r.epoch));
+        self.prepare = super::prepare::Prepare::for_ranks(n);
+        let ranks = self.members.rank_infos();
+        self.feed.log(Event::Started { ranks });
+        self.set_state(JobState::Running);
+    }
+
+    /// Fails the job (once; later failures are consequences and are only logged).
+    pub fn fail(&mut self, error: JobError, now: Instant) {
+        if self.is_finished() {
+            warn!(job = %self.id, "after the job ended: {error}");
+            return;
+        }
+        warn!(job = %self.id, "job failed: {error}");
+        self.error = Some(error.to_string());
+        self.end(JobState::Failed, now);
+    }
+
+    /// Cancels the job.
+    pub fn cancel(&mut self, now: Instant) {
+        if !self.is_finished() {
+            self.message("cancelled".into());
+            self.end(JobState::Cancelled, now);
+        }
+    }
+
+    /// Ends the job in `state` at `now`: its summary goes to the event log (closed before
+    /// watchers learn of the end), the lock on its output directory is released, and the
+    /// summary is the last event.
+    pub(super) fn end(&mut self, state: JobState, now: Instant) {
+        self.ended = Some(now);
+        let json = self.summary_json(state, now);
+        if self.feed.has_log() {
+            self.feed.log(Event::Finished {
+                state: ended_as(state).into(),
+                error: self.error.clone(),
+                summary: serde_json::from_str(&json).ok(),
+            });
+            // The log is complete before watchers learn that the job ended.
+            self.feed.close_log();
+        }
+        // So is the output directory free for the next job.
+        self.release_lock();
+        self.set_state(state);
+        self.feed.push(pb::job_event::Event::SummaryJson(json));
+    }
+
+    /// The summary of the job ending in `state` at `now` (JSON): a [`JobSummary`] for
+    /// training and inference, a [`BenchSummary`] for benchmarks.
+    fn summary_json(&self, state: JobState, now: Instant) -> String {
+        let wall_s = now.duration_since(self.submitted).as_secs_f64();
+        let json = match &self.kind {
+            JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
+                let mut s = JobSummary::new(
+                    &self.kind.name(),
+                    &self.id,
+                    self.members.ranks().len().max(self.executors_needed()),
+                    plan.spec.train.loss.is_classification(),
+                    self.progress.reports(),
+                    wall_s,
+                    self.error.clone(),
+                    state == JobState::Cancelled,
+                );
+                s.data_source = Some(match self.prepare.source() {
+                    Some(source) => source.to_string(),
+                    None if plan.spec.data.source == DataSource::Driver => "driver".into(),
+                    None => "direct".into(),
+                });
+                (s.recoveries, s.executors_lost) = self.members.recoveries();
+                if let JobKind::Infer { predict, .. } = &self.kind {
+                    s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
+                    s.output = predict.as_ref().map(|(o, _)| o.clone());
+                    s.model_path = None;
+                }
+                serde_json::to_string(&s)
+            }
+            JobKind::Bench { executors, spec } => serde_json::to_string(&BenchSummary {
+                job_id: self.id.clone(),
+                status: ended_as(state).into(),
+                error: self.error.clone(),
+                executors: *executors,
+                floats: spec.floats,
+                seconds: self.progress.bench_seconds().to_vec(),
+            }),
+        };
+        json.expect("summaries serialize")
+    }
+
+    /// Holds `lock`, the lock on the job's output directory, until the job ends; what it says
+    /// (a takeover, a store that cannot be locked) goes to the job's messages.
+    pub fn hold(&mut self, lock: DirLock) {
+        if let Some(note) = lock.note() {
+            self.message(note.to_string());
+        }
+        self.lock = Some(lock);
+    }
+
+    /// Fails the job when another job took over the lock on its output directory.
+    pub fn check_lock(&mut self, now: Instant) {
+        if self.is_finished() {
+            return;
+        }
+        if let Some(why) = self.lock.as_ref().and_then(DirLock::lost) {
+            self.lock = None;
+            self.fail(JobError::LockLost(why), now);
+        }
+    }
+
+    /// Removes the lock on the job's output directory, if it holds one.
+    pub fn release_lock(&mut self) {
+        if let Some(mut lock) = self.lock.take() {
+            lock.release(LOCK_RELEASE_WAIT);
+        }
+    }
+}

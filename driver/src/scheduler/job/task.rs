@@ -1,0 +1,159 @@
+//! What each rank of a job is told to do. This file owns:
+//!
+//! - a rank's task ([`Job::task_for`]): the ring, its generation and secret, what to run
+//!   (train, evaluate, predict, benchmark) and how to read the data, with what the preparation
+//!   decided already for a rank that joins later;
+//! - a rank's partitions of each split for each epoch ([`Job::epoch_plan`]), the training
+//!   split's planned once per epoch for the whole ring, and whether the ring re-forms before
+//!   the epoch.
+
+use ringflow_proto::data::Preprocessing;
+use ringflow_proto::pb;
+use ringflow_proto::spec::DataSource;
+
+use super::{Job, JobKind};
+use crate::planner::JobPlan;
+
+impl Job {
+    /// The task of `rank`.
+    pub fn task_for(&self, rank: u32) -> pb::Task {
+        let ring = self
+            .members
+            .ranks()
+            .iter()
+            .map(|e| e.ring_address.clone())
+            .collect();
+        let base = pb::Task {
+            job_id: self.id.clone(),
+            rank,
+            ring,
+            generation: self.members.generation(),
+            secret: self.members.secret().to_vec(),
+            ring_timeout_ms: self.kind.comm_timeout().as_millis() as u64,
+            ..Default::default()
+        };
+        match &self.kind {
+            JobKind::Train(plan) => self.training_task(plan, rank, base),
+            JobKind::Infer {
+                plan,
+                model_dir,
+                predict,
+                preprocessing_json,
+                ..
+            } => {
+                let (kind, output, id_column) = match predict {
+                    Some((o, id)) => (pb::TaskKind::Predict, o.clone(), id.clone()),
+                    None => (pb::TaskKind::Eval, String::new(), String::new()),
+                };
+                pb::Task {
+                    kind: kind as i32,
+                    spec_json: plan.spec.to_json(),
+                    model_dir: model_dir.clone(),
+                    input_columns: plan.input_columns.clone(),
+                    preprocessing_json: preprocessing_json.clone(),
+                    output,
+                    id_column,
+                    ..self.source_fields(plan, base)
+                }
+            }
+            JobKind::Bench { spec, .. } => pb::Task {
+                kind: pb::TaskKind::BenchAllreduce as i32,
+                bench: Some(*spec),
+                ..base
+            },
+        }
+    }
+
+    /// The training task of `rank` on `base` (its ring): statistics are collected by the
+    /// first ring only; a joiner gets those the others computed.
+    fn training_task(&self, plan: &JobPlan, rank: u32, base: pb::Task) -> pb::Task {
+        let (moments, labels) = plan.needs_stats();
+        let first_ring = self.members.generation() == 0;
+        let given = plan
+            .spec
+            .data
+            .label_classes
+            .clone()
+            .map(|classes| Preprocessing {
+                normalize: None,
+                classes: Some(classes),
+            });
+        pb::Task {
+            kind: pb::TaskKind::Train as i32,
+            spec_json: plan.spec.to_json(),
+            backup_workers: plan.spec.cluster.backup_workers as u32,
+            steps_per_epoch: plan.steps_per_epoch(self.members.ranks().len()),
+            model_dir: plan.spec.model_dir(),
+            input_columns: plan.input_columns.clone(),
+            preprocessing_json: match (self.prepare.statistics(), given) {
+                // A joiner gets the statistics the others computed.
+                (Some(merged), _) => merged.to_string(),
+                (None, given) => given.map(|p| p.to_json()).unwrap_or_default(),
+            },
+            collect_moments: moments && first_ring,
+            collect_labels: labels && first_ring,
+            resume: plan.resume.is_some(),
+            elastic: plan.spec.cluster.min_executors.is_some(),
+            join: self.members.is_joiner(rank as usize),
+            ..self.source_fields(plan, base)
+        }
+    }
+
+    /// The data-source fields of a task.
+    fn source_fields(&self, plan: &JobPlan, base: pb::Task) -> pb::Task {
+        let source = match self.prepare.source() {
+            // Decided already (a re-formed ring): joiners read the same way.
+            Some("driver") => DataSource::Driver,
+            Some(_) => DataSource::Direct,
+            None => plan.spec.data.source,
+        };
+        pb::Task {
+            probe_source: source == DataSource::Auto,
+            source_driver: source == DataSource::Driver,
+            files: if source == DataSource::Auto {
+                plan.files.clone()
+            } else {
+                Vec::new()
+            },
+            ..base
+        }
+    }
+
+    /// `rank`'s partitions of `split` for `epoch`.
+    pub fn epoch_plan(&self, rank: usize, split: pb::Split, epoch: u64) -> Option<pb::EpochPlan> {
+        let plan = self.plan()?;
+        let world = self.members.ranks().len();
+        if rank >= world {
+            return None;
+        }
+        match split {
+            pb::Split::Test => return plan.test_split(world).into_iter().nth(rank),
+            pb::Split::Stats => return plan.stats_split(world).into_iter().nth(rank),
+            pb::Split::Train => {}
+        }
+        let mut cache = self.plans.lock().unwrap_or_else(|p| p.into_inner());
+        let first_plan = cache.as_ref().is_none_or(|(e, _)| *e != epoch);
+        if first_plan {
+            *cache = Some((epoch, plan.train_epoch(epoch, world)));
+        }
+        // At an epoch boundary (never the first epoch of this ring's plan), idle executors
+        // join: every rank is told to re-form before training this epoch.
+        let reform = self.members.reform_before(
+            epoch,
+            first_plan,
+            self.is_elastic(),
+            self.kind.max_executors(),
+        );
+        let mut out = cache
+            .as_ref()
+            .and_then(|(_, plans)| plans.get(rank).cloned())?;
+        out.reform = reform;
+        Some(out)
+    }
+
+    /// Whether idle executors are waiting that this job could take (elastic jobs add them at
+    /// the next epoch boundary).
+    pub fn set_joinable(&mut self, joinable: bool) {
+        self.members.set_joinable(joinable);
+    }
+}
