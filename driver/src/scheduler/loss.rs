@@ -529,7 +529,7 @@ mod tests {
         assert_eq!(s.recover(&req, now), Ok(None));
         assert!(s.executor_exited("h", 12, KILLED, now));
         let task = s.recover(&req, now).unwrap().unwrap();
-        assert_eq!(task.ring.len(), 1);
+        assert_eq!(crate::scheduler::tests::header(&task).ring.len(), 1);
         let recovery = s
             .job(&id)
             .unwrap()

@@ -7,10 +7,10 @@ use ringflow_proto::pb;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
-use crate::collective::{JobSecret, RingCollective, RingConfig, RingListener};
+use super::task::ring_config;
+use crate::collective::{RingCollective, RingListener};
 use crate::error::{ExecutorError, Result};
 use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};
-use std::time::Duration;
 
 /// How long one preparation call may wait at the driver for the other ranks.
 const PREPARE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -34,10 +34,6 @@ pub struct RingPlace<'a> {
     pub executor_id: String,
     /// The generation of the ring the task runs on.
     pub generation: u32,
-    /// Deadline for ring reads and writes.
-    pub timeout: Duration,
-    /// `cluster.backup_workers` (the re-formed ring uses at most its world − 1).
-    pub backup_workers: usize,
 }
 
 impl<'a> RemoteContext<'a> {
@@ -148,25 +144,19 @@ impl TaskContext for RemoteContext<'_> {
         loop {
             let reply = self.rt.block_on(self.client.recover(req.clone()))?;
             if let Some(task) = reply.task {
-                let secret = JobSecret::from_bytes(&task.secret).ok_or_else(|| {
-                    ExecutorError::Comm("the re-formed ring's secret is not 32 bytes".into())
-                })?;
-                self.rank = task.rank;
-                self.ring.generation = task.generation;
-                let ring = RingCollective::connect(
-                    self.ring.listener,
-                    RingConfig {
-                        job_id: self.job_id.clone(),
-                        rank: task.rank as usize,
-                        peers: task.ring.clone(),
-                        secret,
-                        timeout: self.ring.timeout,
-                        backup_workers: self.ring.backup_workers,
-                    },
-                )?;
+                let (Some(header), Some(pb::task::Work::Train(work))) = (&task.header, &task.work)
+                else {
+                    return Err(ExecutorError::Comm(
+                        "the driver re-formed the ring with a task that is not training".into(),
+                    ));
+                };
+                let config = ring_config(header)?;
+                self.rank = header.rank;
+                self.ring.generation = header.generation;
+                let ring = RingCollective::connect(self.ring.listener, config)?;
                 return Ok(Recovered {
                     comm: Box::new(ring),
-                    steps_per_epoch: task.steps_per_epoch,
+                    steps_per_epoch: work.steps_per_epoch,
                 });
             }
             if reply.cancel {

@@ -14,6 +14,7 @@ mod bench;
 mod client;
 mod context;
 mod health;
+mod task;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,22 +23,16 @@ use std::time::{Duration, Instant};
 
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::data::Preprocessing;
 use ringflow_proto::listener::ListenerLimits;
 use ringflow_proto::pb;
 use ringflow_proto::security::ClientSecurity;
-use ringflow_proto::spec::JobSpec;
 use tracing::{error, info, warn};
 
-use crate::collective::{Broken, Collective, JobSecret, RingCollective, RingConfig, RingListener};
+use crate::collective::RingListener;
 use crate::error::{ExecutorError, Result};
-use crate::infer::{InferTask, run_inference};
 use crate::memory::MemoryLimit;
-use crate::placement;
-use crate::train::setup::DataOptions;
-use crate::train::{TrainTask, run_task, with_compute_threads};
 use client::DriverClient;
-use context::{RemoteContext, RingPlace};
+use task::Worker;
 
 /// How an executor process runs.
 #[derive(Clone, Debug)]
@@ -180,15 +175,23 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
                 continue;
             }
         };
-        *current.job_id.lock().unwrap_or_else(|p| p.into_inner()) = task.job_id.clone();
+        let header = task.header.clone().unwrap_or_default();
+        *current.job_id.lock().unwrap_or_else(|p| p.into_inner()) = header.job_id.clone();
         current.cancel.store(false, Ordering::Relaxed);
-        info!(job = %task.job_id, rank = task.rank, "task received");
-        let result = run_one(
-            &rt, &client, &listener, &config, &registry, &task, &current, &info,
-        );
+        info!(job = %header.job_id, rank = header.rank, "task received");
+        let worker = Worker {
+            rt: &rt,
+            client: &client,
+            listener: &listener,
+            config: &config,
+            registry: &registry,
+            current: &current,
+            info: &info,
+        };
+        let result = worker.run_one(&task);
         *current.job_id.lock().unwrap_or_else(|p| p.into_inner()) = String::new();
         if let Err(e) = result {
-            error!(job = %task.job_id, "could not report the task's end: {e}");
+            error!(job = %header.job_id, "could not report the task's end: {e}");
         }
     }
     heartbeat.abort();
@@ -210,149 +213,6 @@ fn report_last_words(rt: &tokio::runtime::Runtime, client: &DriverClient, execut
     }
 }
 
-/// Runs one task and reports its end (before the ring closes, so that the failing rank's own
-/// error reaches the driver ahead of its neighbours' "connection closed").
-#[allow(clippy::too_many_arguments)]
-fn run_one(
-    rt: &tokio::runtime::Runtime,
-    client: &DriverClient,
-    listener: &RingListener,
-    config: &ExecutorConfig,
-    registry: &ModelRegistry,
-    task: &pb::Task,
-    current: &Current,
-    info: &pb::ExecutorInfo,
-) -> Result<()> {
-    use pb::finish_task_request::Result as R;
-    let ring_timeout = Duration::from_millis(task.ring_timeout_ms.max(1000));
-    // An elastic job's rank changes when its ring is re-formed; the end is reported under the
-    // last one.
-    let mut final_rank = task.rank;
-    let mut ring: Option<Box<dyn Collective>> = None;
-    let result: Result<R> = (|| {
-        let comm = ring
-            .insert(connect_ring(listener, task, ring_timeout)?)
-            .as_mut();
-        match pb::TaskKind::try_from(task.kind) {
-            Ok(pb::TaskKind::BenchAllreduce) => {
-                let spec = task.bench.unwrap_or_default();
-                bench::all_reduce(comm, &spec).map(|seconds| R::Bench(pb::BenchResult { seconds }))
-            }
-            kind => {
-                let spec = JobSpec::from_json(&task.spec_json)
-                    .map_err(|e| ExecutorError::Spec(e.to_string()))?;
-                // Before any model is built: a GPU this executor cannot use fails the task
-                // with a sentence naming the executor.
-                let device = place_task(spec.cluster.device, task, kind.ok(), &info.executor_id)?;
-                let data = data_options(task, &config.driver, &config.security)?;
-                let mut ctx = RemoteContext::new(
-                    rt.handle().clone(),
-                    client.clone(),
-                    task.job_id.clone(),
-                    task.rank,
-                    current.cancel.clone(),
-                    RingPlace {
-                        listener,
-                        executor_id: info.executor_id.clone(),
-                        generation: task.generation,
-                        timeout: ring_timeout,
-                        backup_workers: task.backup_workers as usize,
-                    },
-                );
-                let mut outcome = if let Ok(k @ (pb::TaskKind::Eval | pb::TaskKind::Predict)) = kind
-                {
-                    let infer = InferTask {
-                        job_id: task.job_id.clone(),
-                        spec,
-                        model_dir: task.model_dir.clone(),
-                        data,
-                        predict: (k == pb::TaskKind::Predict)
-                            .then(|| (task.output.clone(), task.id_column.clone())),
-                        rank: task.rank as usize,
-                        device,
-                    };
-                    let rows_written = with_compute_threads(config.threads, || {
-                        run_inference(&infer, registry, &mut ctx)
-                    })?;
-                    pb::TaskOutcome {
-                        rows_written,
-                        ..Default::default()
-                    }
-                } else {
-                    let train = TrainTask {
-                        job_id: task.job_id.clone(),
-                        spec,
-                        steps_per_epoch: task.steps_per_epoch,
-                        model_dir: task.model_dir.clone(),
-                        data,
-                        resume: task.resume,
-                        elastic: task.elastic,
-                        join: task.join,
-                        device,
-                    };
-                    let outcome = with_compute_threads(config.threads, || {
-                        run_task(&train, registry, &mut ctx, comm)
-                    });
-                    final_rank = ctx.rank();
-                    pb::TaskOutcome::from(&outcome?)
-                };
-                outcome.peak_rss_bytes = peak_rss_bytes();
-                Ok(R::Outcome(outcome))
-            }
-        }
-    })();
-    // A failed connection may be the consequence of another executor's loss: the driver
-    // waits briefly for the root cause before failing the job with it.
-    let communication = matches!(result, Err(ExecutorError::Comm(_)));
-    let result = match result {
-        Ok(r) => r,
-        Err(e) => {
-            if !matches!(e, ExecutorError::Cancelled) {
-                warn!(job = %task.job_id, rank = task.rank, "task failed: {e}");
-            }
-            R::Error(e.to_string())
-        }
-    };
-    let finish = pb::FinishTaskRequest {
-        job_id: task.job_id.clone(),
-        rank: final_rank,
-        executor_id: info.executor_id.clone(),
-        result: Some(result),
-        communication,
-    };
-    let sent = rt.block_on(client.finish_task(finish));
-    drop(ring);
-    sent
-}
-
-/// Connects this executor to its task's ring. A ring that a joiner of an elastic job cannot
-/// connect (another member was lost meanwhile) is [`Broken`]: the joiner recovers from it like
-/// the members that were training.
-fn connect_ring(
-    listener: &RingListener,
-    task: &pb::Task,
-    timeout: Duration,
-) -> Result<Box<dyn Collective>> {
-    let secret = JobSecret::from_bytes(&task.secret)
-        .ok_or_else(|| ExecutorError::Comm("the task's ring secret is not 32 bytes".into()))?;
-    let cfg = RingConfig {
-        job_id: task.job_id.clone(),
-        rank: task.rank as usize,
-        peers: task.ring.clone(),
-        secret,
-        timeout,
-        backup_workers: task.backup_workers as usize,
-    };
-    let (rank, world) = (cfg.rank, cfg.peers.len());
-    match RingCollective::connect(listener, cfg) {
-        Ok(ring) => Ok(Box::new(ring)),
-        Err(ExecutorError::Comm(why)) if task.join && task.elastic => {
-            Ok(Box::new(Broken { rank, world, why }))
-        }
-        Err(e) => Err(e),
-    }
-}
-
 /// The devices this executor advertises at registration: `cpu`, then `cuda:I` for each CUDA
 /// device it can see (none in a build without the `cuda` feature or on a machine without a
 /// GPU).
@@ -363,52 +223,6 @@ fn advertised_devices() -> Vec<String> {
             Device::Cpu => None,
         }))
         .collect()
-}
-
-/// Chooses the device this executor runs `task` on (see [`crate::placement`]) and checks that
-/// it can use it; the error names the executor.
-fn place_task(
-    requested: Device,
-    task: &pb::Task,
-    kind: Option<pb::TaskKind>,
-    executor_id: &str,
-) -> Result<Device> {
-    let visible = if requested.is_cpu() {
-        0
-    } else {
-        Device::cuda_devices().len()
-    };
-    let placed = placement::place(requested, &task.ring, task.rank as usize, visible);
-    placed.device.check_available().map_err(|e| {
-        ExecutorError::Spec(format!(
-            "executor {executor_id} cannot use the job's cluster.device = \"{requested}\": {e}"
-        ))
-    })?;
-    let verb = match kind {
-        Some(pb::TaskKind::Eval) => "evaluates",
-        Some(pb::TaskKind::Predict) => "predicts",
-        _ => "trains",
-    };
-    info!(job = %task.job_id, rank = task.rank, "executor {executor_id} {verb} on {placed}");
-    Ok(placed.device)
-}
-
-/// The data part of a task.
-fn data_options(task: &pb::Task, driver: &str, security: &ClientSecurity) -> Result<DataOptions> {
-    let preprocessing = Preprocessing::from_json(&task.preprocessing_json)
-        .map_err(|m| ExecutorError::Spec(format!("the driver sent {m}")))?;
-    Ok(DataOptions {
-        input_columns: task.input_columns.clone(),
-        preprocessing,
-        collect_moments: task.collect_moments,
-        collect_labels: task.collect_labels,
-        probe_files: task.probe_source.then(|| task.files.clone()),
-        source_driver: task.source_driver,
-        driver_url: driver.to_string(),
-        driver_security: security.clone(),
-        job_id: task.job_id.clone(),
-        secret: task.secret.clone(),
-    })
 }
 
 /// This process's peak resident memory (`VmHWM` in `/proc/self/status`), 0 where unknown.
@@ -537,43 +351,11 @@ fn advertise_host(config: &ExecutorConfig) -> Result<String> {
 mod tests {
     use super::*;
 
-    fn task(ring: &[&str], rank: u32) -> pb::Task {
-        pb::Task {
-            job_id: "j".into(),
-            rank,
-            ring: ring.iter().map(|a| a.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
     #[test]
     fn executors_advertise_the_cpu_and_every_visible_gpu() {
         let devices = advertised_devices();
         assert_eq!(devices[0], "cpu");
         assert_eq!(devices.len(), 1 + Device::cuda_devices().len());
         assert!(devices[1..].iter().all(|d| d.starts_with("cuda:")));
-    }
-
-    #[test]
-    fn cpu_tasks_are_placed_on_the_cpu() {
-        let t = task(&["h:1", "h:2"], 1);
-        let device = place_task(Device::Cpu, &t, Some(pb::TaskKind::Train), "exec-1");
-        assert_eq!(device.unwrap(), Device::Cpu);
-    }
-
-    #[test]
-    fn a_gpu_this_executor_cannot_use_fails_the_task_naming_it() {
-        if !Device::cuda_devices().is_empty() {
-            return; // This machine has a usable GPU.
-        }
-        let t = task(&["h:1"], 0);
-        let err = place_task(Device::Cuda(0), &t, Some(pb::TaskKind::Train), "exec-1")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("executor exec-1 cannot use the job's cluster.device = \"cuda\": "),
-            "{err}"
-        );
-        assert_eq!(err.lines().count(), 1, "{err}");
     }
 }

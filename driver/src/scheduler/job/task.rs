@@ -23,7 +23,7 @@ impl Job {
             .iter()
             .map(|e| e.ring_address.clone())
             .collect();
-        let base = pb::Task {
+        let mut header = pb::TaskHeader {
             job_id: self.id.clone(),
             rank,
             ring,
@@ -32,8 +32,12 @@ impl Job {
             ring_timeout_ms: self.kind.comm_timeout().as_millis() as u64,
             ..Default::default()
         };
-        match &self.kind {
-            JobKind::Train(plan) => self.training_task(plan, rank, base),
+        let work = match &self.kind {
+            JobKind::Train(plan) => {
+                header.spec_json = plan.spec.to_json();
+                header.backup_workers = plan.spec.cluster.backup_workers as u32;
+                pb::task::Work::Train(self.training_work(plan, rank))
+            }
             JobKind::Infer {
                 plan,
                 model_dir,
@@ -41,32 +45,33 @@ impl Job {
                 preprocessing_json,
                 ..
             } => {
-                let (kind, output, id_column) = match predict {
-                    Some((o, id)) => (pb::TaskKind::Predict, o.clone(), id.clone()),
-                    None => (pb::TaskKind::Eval, String::new(), String::new()),
-                };
-                pb::Task {
-                    kind: kind as i32,
-                    spec_json: plan.spec.to_json(),
+                header.spec_json = plan.spec.to_json();
+                pb::task::Work::Infer(pb::InferWork {
+                    data: Some(pb::DataAccess {
+                        input_columns: plan.input_columns.clone(),
+                        preprocessing_json: preprocessing_json.clone(),
+                        ..self.data_source(plan)
+                    }),
                     model_dir: model_dir.clone(),
-                    input_columns: plan.input_columns.clone(),
-                    preprocessing_json: preprocessing_json.clone(),
-                    output,
-                    id_column,
-                    ..self.source_fields(plan, base)
-                }
+                    predict: predict
+                        .as_ref()
+                        .map(|(output, id_column)| pb::PredictOutput {
+                            output: output.clone(),
+                            id_column: id_column.clone(),
+                        }),
+                })
             }
-            JobKind::Bench { spec, .. } => pb::Task {
-                kind: pb::TaskKind::BenchAllreduce as i32,
-                bench: Some(*spec),
-                ..base
-            },
+            JobKind::Bench { spec, .. } => pb::task::Work::Bench(*spec),
+        };
+        pb::Task {
+            header: Some(header),
+            work: Some(work),
         }
     }
 
-    /// The training task of `rank` on `base` (its ring): statistics are collected by the
-    /// first ring only; a joiner gets those the others computed.
-    fn training_task(&self, plan: &JobPlan, rank: u32, base: pb::Task) -> pb::Task {
+    /// The training work of `rank`: statistics are collected by the first ring only; a joiner
+    /// gets those the others computed.
+    fn training_work(&self, plan: &JobPlan, rank: u32) -> pb::TrainWork {
         let (moments, labels) = plan.needs_stats();
         let first_ring = self.members.generation() == 0;
         let given = plan
@@ -78,12 +83,7 @@ impl Job {
                 normalize: None,
                 classes: Some(classes),
             });
-        pb::Task {
-            kind: pb::TaskKind::Train as i32,
-            spec_json: plan.spec.to_json(),
-            backup_workers: plan.spec.cluster.backup_workers as u32,
-            steps_per_epoch: plan.steps_per_epoch(self.members.ranks().len()),
-            model_dir: plan.spec.model_dir(),
+        let data = pb::DataAccess {
             input_columns: plan.input_columns.clone(),
             preprocessing_json: match (self.prepare.statistics(), given) {
                 // A joiner gets the statistics the others computed.
@@ -92,22 +92,27 @@ impl Job {
             },
             collect_moments: moments && first_ring,
             collect_labels: labels && first_ring,
+            ..self.data_source(plan)
+        };
+        pb::TrainWork {
+            data: Some(data),
+            steps_per_epoch: plan.steps_per_epoch(self.members.ranks().len()),
+            model_dir: plan.spec.model_dir(),
             resume: plan.resume.is_some(),
             elastic: plan.spec.cluster.min_executors.is_some(),
             join: self.members.is_joiner(rank as usize),
-            ..self.source_fields(plan, base)
         }
     }
 
-    /// The data-source fields of a task.
-    fn source_fields(&self, plan: &JobPlan, base: pb::Task) -> pb::Task {
+    /// Where a task reads its data from.
+    fn data_source(&self, plan: &JobPlan) -> pb::DataAccess {
         let source = match self.prepare.source() {
             // Decided already (a re-formed ring): joiners read the same way.
             Some("driver") => DataSource::Driver,
             Some(_) => DataSource::Direct,
             None => plan.spec.data.source,
         };
-        pb::Task {
+        pb::DataAccess {
             probe_source: source == DataSource::Auto,
             source_driver: source == DataSource::Driver,
             files: if source == DataSource::Auto {
@@ -115,7 +120,7 @@ impl Job {
             } else {
                 Vec::new()
             },
-            ..base
+            ..Default::default()
         }
     }
 

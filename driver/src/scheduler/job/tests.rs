@@ -7,7 +7,7 @@ use ringflow_proto::pb::{self, JobState};
 
 use super::{Job, JobKind};
 use crate::error::JobError;
-use crate::scheduler::tests::{bench, elastic_on, info, train_on};
+use crate::scheduler::tests::{bench, elastic_on, header, info, train_on, train_work};
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -94,25 +94,28 @@ fn a_task_carries_its_rank_the_ring_and_the_job_s_secret() {
     let mut job = Job::new("job-1".into(), train_on("cpu", 2), t0);
     job.start(vec![info("e1", "h1", 1), info("e2", "h2", 1)], t0);
     let task = job.task_for(1);
-    assert_eq!(task.job_id, "job-1");
-    assert_eq!(task.rank, 1);
-    assert_eq!(task.ring, ["h1:1", "h2:1"]);
-    assert_eq!(task.generation, 0);
-    assert_eq!(task.secret, job.secret());
-    assert_eq!(task.kind, pb::TaskKind::Train as i32);
+    let header = header(&task);
+    assert_eq!(header.job_id, "job-1");
+    assert_eq!(header.rank, 1);
+    assert_eq!(header.ring, ["h1:1", "h2:1"]);
+    assert_eq!(header.generation, 0);
+    assert_eq!(header.secret, job.secret());
+    let train = train_work(&task);
     // 40 rows over 2 ranks, in batches of the default size: one step each.
-    assert_eq!(task.steps_per_epoch, 1);
+    assert_eq!(train.steps_per_epoch, 1);
     assert_eq!(
-        task.ring_timeout_ms,
+        header.ring_timeout_ms,
         job.plan().unwrap().spec.cluster.comm_timeout_s * 1000
     );
-    assert!(!task.join && !task.elastic);
+    assert!(!train.join && !train.elastic);
 
     let mut bench_job = Job::new("bench-1".into(), bench(1), t0);
     bench_job.start(vec![info("e1", "h1", 1)], t0);
     let task = bench_job.task_for(0);
-    assert_eq!(task.kind, pb::TaskKind::BenchAllreduce as i32);
-    assert_eq!(task.bench.map(|b| b.floats), Some(10));
+    let Some(pb::task::Work::Bench(spec)) = task.work else {
+        panic!("not a benchmark task: {task:?}");
+    };
+    assert_eq!(spec.floats, 10);
 }
 
 #[test]
@@ -190,13 +193,16 @@ fn a_lost_rank_is_recovered_with_state_holders_first_then_joiners() {
         .unwrap()
         .expect("the ring is re-formed");
     assert_eq!(ranks(&job), ["e1", "a0", "a1"]);
-    assert_eq!((task.rank, task.generation), (0, 1));
-    assert_eq!(task.ring, ["h-e1:1", "h-a0:1", "h-a1:1"]);
+    assert_eq!((header(&task).rank, header(&task).generation), (0, 1));
+    assert_eq!(header(&task).ring, ["h-e1:1", "h-a0:1", "h-a1:1"]);
     assert!(!job.is_recovering());
     assert_eq!(job.generation(), 1);
     assert_eq!(job.recoveries(), (1, 1));
-    assert!(job.task_for(2).join, "the idle executor joins");
-    assert!(!job.task_for(1).join, "a0 was in the ring before");
+    assert!(train_work(&job.task_for(2)).join, "the idle executor joins");
+    assert!(
+        !train_work(&job.task_for(1)).join,
+        "a0 was in the ring before"
+    );
     let said = messages(&job);
     assert!(
         said.contains(
@@ -208,7 +214,7 @@ fn a_lost_rank_is_recovered_with_state_holders_first_then_joiners() {
     );
     // a0 asked before the ring was re-formed: its next request gets its new rank.
     let again = job.recover(&ask(&job, "a0", 2, 0, true), 1, vec![], t0 + secs(8));
-    assert_eq!(again.unwrap().map(|t| t.rank), Some(1));
+    assert_eq!(again.unwrap().map(|t| header(&t).rank), Some(1));
     // e2, lost, is no longer in the ring.
     let gone = job.recover(&ask(&job, "e2", 1, 0, false), 1, vec![], t0 + secs(8));
     assert_eq!(gone, Err(JobError::LeftOut));
@@ -228,7 +234,7 @@ fn a_new_ring_has_a_new_secret() {
         .unwrap()
         .unwrap();
     assert_ne!(job.secret(), before.as_slice());
-    assert_eq!(task.secret, job.secret());
+    assert_eq!(header(&task).secret, job.secret());
 }
 
 #[test]
@@ -311,7 +317,7 @@ fn idle_executors_join_at_an_epoch_boundary() {
     );
     let idle = vec![info("e3", "h-e3", 1)];
     let task = job.recover(&ask(&job, "e1", 0, 0, false), 1, idle, t0 + secs(1));
-    assert_eq!(task.unwrap().map(|t| t.ring.len()), Some(3));
+    assert_eq!(task.unwrap().map(|t| header(&t).ring.len()), Some(3));
     assert_eq!(ranks(&job), ["e1", "e2", "e3"]);
     assert_eq!(job.recoveries(), (0, 0), "nothing was lost");
     let said = messages(&job);
@@ -355,5 +361,9 @@ fn a_caller_lost_while_it_asked_is_left_out_of_the_new_ring() {
     assert_eq!(late, Err(JobError::LeftOut));
     assert_eq!(ranks(&job), ["e2"]);
     let task = job.recover(&ask(&job, "e2", 1, 0, false), 1, vec![], t0 + secs(21));
-    assert_eq!(task.unwrap().map(|t| (t.rank, t.generation)), Some((0, 1)));
+    assert_eq!(
+        task.unwrap()
+            .map(|t| (header(&t).rank, header(&t).generation)),
+        Some((0, 1))
+    );
 }
