@@ -24,13 +24,13 @@
 //! | [`OptimOps`] | `optim.rs` | `sgd_update`, `adagrad_update`, `adam_update` |
 //!
 //! Required methods are primitives: one kernel per backend. Default methods are composites
-//! written once with primitives (each calls a public `*_from_primitives` function of its file),
-//! so a backend that implements only the required methods is complete; a backend overrides a
-//! default with a fused kernel where it has one (the CPU's and CUDA's one-pass optimizer
-//! updates, softmax backward and losses), and the conformance suite (`defaults.rs`) checks on
-//! every device that each override gives the values of its default. The CUDA stub of a build
-//! without the `cuda` feature implements the same traits, so the compiler lists whatever a
-//! backend lacks.
+//! written once with primitives (those of the ops, in a public `*_from_primitives` function of
+//! their file), so a backend that implements only the required methods is complete; a backend
+//! overrides a default with a fused kernel where it has one (the CPU's and CUDA's one-pass
+//! optimizer updates, softmax backward and losses), and the conformance suite (`defaults.rs`)
+//! checks on every device that each override gives the values of its default. The CUDA stub of
+//! a build without the `cuda` feature implements the same traits, so the compiler lists
+//! whatever a backend lacks.
 //!
 //! [`Storage`] is the enum over the backends that the rest of the crate holds. Each of its ops
 //! is one `dispatch!` line next to the trait it calls: it unwraps every operand to one backend,
@@ -60,11 +60,12 @@
 //! 2. `ops/<family>.rs`, and the conformance cases as above; a backend that later overrides the
 //!    default with a fused kernel adds its case to `defaults.rs`.
 //!
-//! Before this contract, either op touched 7 source files and 3 test files: a `Storage` method
-//! matching every pair of devices with its own mixed-device error, the CPU kernel, a CUDA method
-//! with its own opening (same-GPU check, empty tensor, handle, launch), the CUDA kernel and its
-//! name, a stub method nothing checked, and the autodiff op. Now a primitive op touches the same
-//! 7 files with shorter, compiler-checked steps, and a composite op touches 2.
+//! Before this contract, an op with a kernel of its own, primitive or composite, touched 7
+//! source files and 3 test files: a `Storage` method matching every combination of devices with
+//! its own mixed-device error, the CPU kernel, a CUDA method with its own opening (same-GPU
+//! check, empty tensor, handle, launch), the CUDA kernel and its name, a stub method nothing
+//! checked, and the autodiff op. Now a primitive op touches the same 7 source files with
+//! shorter, compiler-checked steps, and a composite op 2.
 
 pub mod allocator;
 pub mod cpu;
