@@ -1,8 +1,10 @@
-//! Where a tensor's storage lives.
+//! Where a tensor's storage lives: [`Device`], a plain identifier.
 //!
 //! Callers name a [`Device`] and never need `cfg`: when ringflow is built without the `cuda`
 //! feature, [`Device::Cuda`] still exists and every attempt to use it returns a clear
-//! [`MlError::Device`] instead of failing to compile.
+//! [`MlError::Device`] instead of failing to compile. What a device can do (whether it can be
+//! used, which GPUs exist, waiting for queued work, page-locked host buffers, allocator counters)
+//! is answered by the backends, in [`crate::backend::devices`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,45 +12,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MlError, Result};
-
-/// A host buffer page-locked for a GPU's copies ([`Device::pin_host`]); unlocked on drop.
-pub struct PinnedHost(#[allow(dead_code)] crate::backend::cuda::HostRegistration);
-
-impl PinnedHost {
-    /// Leaves the pages locked instead of unlocking them: for a buffer that was freed while
-    /// registered (unlocking an address that may now belong to someone else would be wrong).
-    pub fn forget(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for PinnedHost {
-    /// Unlocks the pages (the registration inside does the work; without the `cuda` feature no
-    /// value exists).
-    fn drop(&mut self) {}
-}
-
-/// How well the pool is doing.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct AllocatorStats {
-    /// Blocks requested.
-    pub requests: u64,
-    /// Requests served from the pool (no driver call).
-    pub hits: u64,
-    /// Bytes held in the pool, free for reuse.
-    pub cached_bytes: u64,
-}
-
-impl AllocatorStats {
-    /// The fraction of requests served from the pool.
-    pub fn hit_rate(&self) -> f64 {
-        if self.requests == 0 {
-            0.0
-        } else {
-            self.hits as f64 / self.requests as f64
-        }
-    }
-}
 
 /// A compute device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,50 +24,6 @@ pub enum Device {
 }
 
 impl Device {
-    /// Checks that the device can be used in this build and on this machine.
-    pub fn check_available(self) -> Result<()> {
-        match self {
-            Device::Cpu => Ok(()),
-            Device::Cuda(ordinal) => crate::backend::cuda::check_available(ordinal),
-        }
-    }
-
-    /// The CUDA devices this process can use, in ordinal order: none in a build without the
-    /// `cuda` feature, on a machine without the CUDA driver library, or without a GPU (after
-    /// `CUDA_VISIBLE_DEVICES`). Never fails and never panics.
-    pub fn cuda_devices() -> Vec<Device> {
-        (0..crate::backend::cuda::device_count())
-            .map(Device::Cuda)
-            .collect()
-    }
-
-    /// Waits until everything queued on this device has run (nothing to wait for on the CPU).
-    pub fn synchronize(self) -> Result<()> {
-        match self {
-            Device::Cpu => Ok(()),
-            Device::Cuda(ordinal) => crate::backend::cuda::synchronize(ordinal),
-        }
-    }
-
-    /// Page-locks `buf` so that copies between it and this device run by DMA, asynchronously
-    /// (`None` on the CPU, where there is nothing to copy). `buf` must stay allocated at the same
-    /// address until the registration is dropped (or [forgotten](PinnedHost::forget)).
-    pub fn pin_host(self, buf: &mut [f32]) -> Result<Option<PinnedHost>> {
-        match self {
-            Device::Cpu => Ok(None),
-            Device::Cuda(ordinal) => crate::backend::cuda::HostRegistration::new(ordinal, buf)
-                .map(|r| Some(PinnedHost(r))),
-        }
-    }
-
-    /// The CUDA caching allocator's counters, for a GPU that is in use.
-    pub fn allocator_stats(self) -> Option<AllocatorStats> {
-        match self {
-            Device::Cpu => None,
-            Device::Cuda(ordinal) => crate::backend::cuda::allocator_stats(ordinal),
-        }
-    }
-
     /// True for [`Device::Cpu`].
     pub fn is_cpu(self) -> bool {
         matches!(self, Device::Cpu)
@@ -118,6 +37,21 @@ impl Device {
             Device::Cuda(i) => format!("cuda:{i}"),
         }
     }
+}
+
+/// The error for tensors on different devices combined by `op`, naming the first device of
+/// `devices` and the first that differs from it: the one place this sentence is written, for the
+/// checks of the autodiff ops, of [`crate::backend::Storage`]'s dispatch and of the CUDA backend.
+pub(crate) fn mixed_devices(op: &str, devices: &[Device]) -> MlError {
+    let first = devices.first().copied().unwrap_or(Device::Cpu);
+    let other = devices
+        .iter()
+        .copied()
+        .find(|&d| d != first)
+        .unwrap_or(first);
+    MlError::Device(format!(
+        "{op}: tensors on {first} and {other} cannot be combined; move them to one device first"
+    ))
 }
 
 impl fmt::Display for Device {

@@ -44,6 +44,8 @@ pub mod shape;
 mod tensor;
 
 pub use autodiff::{NoGradGuard, no_grad};
-pub use device::{AllocatorStats, Device, PinnedHost};
+pub use backend::allocator::AllocatorStats;
+pub use backend::devices::PinnedHost;
+pub use device::Device;
 pub use error::{MlError, Result};
 pub use tensor::{Tensor, TensorKey};

@@ -16,6 +16,7 @@ mod shape_ops;
 mod softmax;
 mod unary;
 
+use crate::device::mixed_devices;
 use crate::error::{MlError, Result};
 use crate::tensor::Tensor;
 
@@ -24,11 +25,7 @@ pub(crate) fn same_device(op: &'static str, tensors: &[&Tensor]) -> Result<()> {
     if let Some(first) = tensors.first() {
         for t in &tensors[1..] {
             if t.device() != first.device() {
-                return Err(MlError::Device(format!(
-                    "{op}: tensors on {} and {} cannot be combined; move them to one device first",
-                    first.device(),
-                    t.device()
-                )));
+                return Err(mixed_devices(op, &[first.device(), t.device()]));
             }
         }
     }

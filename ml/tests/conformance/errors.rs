@@ -1,7 +1,9 @@
 //! Invalid arguments: every one is an `Err` with a useful message, never a panic.
 
+use ndarray::{ArrayD, IxDyn};
+use ringflow_ml::backend::{BinaryOp, Storage};
 use ringflow_ml::loss;
-use ringflow_ml::{Device, Tensor};
+use ringflow_ml::{Device, MlError, Tensor};
 
 use crate::helpers::*;
 
@@ -161,3 +163,59 @@ device_test!(
     axis_ops_on_scalars_do_not_panic,
     cross_entropy_label_errors_name_the_label,
 );
+
+/// `(op, first, other)` must be a device error that names `op` and both devices.
+fn names_both(result: ringflow_ml::Result<impl Sized>, op: &str, first: &str, other: &str) {
+    match result {
+        Err(MlError::Device(message)) => assert_eq!(
+            message,
+            format!(
+                "{op}: tensors on {first} and {other} cannot be combined; move them to one device first"
+            )
+        ),
+        Err(e) => panic!("{op}: not a device error: {e}"),
+        Ok(_) => panic!("{op}: tensors on {first} and {other} were combined"),
+    }
+}
+
+/// Operands on two devices are refused with one sentence naming both, whether the tensors
+/// (the autodiff ops), the backends (the dispatch of `Storage`) or two GPUs (the CUDA backend's
+/// launch) differ. Runs where a GPU can be used; the two-GPU case where there are two (the
+/// CUDA emulator with `CUDA_EMULATOR_DEVICES=2`).
+#[test]
+fn operands_on_two_devices_are_refused_naming_both() {
+    let gpu = Device::Cuda(0);
+    if !available(gpu) {
+        return;
+    }
+    let on = |device| Storage::from_host(ArrayD::ones(IxDyn(&[2, 3])), device).expect("upload");
+    let (host, first_gpu) = (on(Device::Cpu), on(gpu));
+    names_both(
+        host.binary(BinaryOp::Add, &first_gpu, &[2, 3]),
+        "binary op",
+        "cpu",
+        "cuda",
+    );
+    let (a, b) = (
+        Tensor::zeros(&[2], Device::Cpu).expect("cpu"),
+        Tensor::zeros(&[2], gpu).expect("gpu"),
+    );
+    names_both(a.add(&b), "add", "cpu", "cuda");
+    if Device::cuda_devices().len() < 2 {
+        eprintln!("skipping the two-GPU case: one CUDA device");
+        return;
+    }
+    let mut second_gpu = on(Device::Cuda(1));
+    names_both(
+        second_gpu.add_assign(&first_gpu),
+        "accumulate",
+        "cuda:1",
+        "cuda",
+    );
+    names_both(
+        first_gpu.binary(BinaryOp::Mul, &second_gpu, &[2, 3]),
+        "binary op",
+        "cuda",
+        "cuda:1",
+    );
+}

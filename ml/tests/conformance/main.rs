@@ -11,6 +11,8 @@
 //! - `checkpoint_fuzz`: any damage to a checkpoint is refused by file name or restores exactly
 //!   what its files hold (a fuzz target, see docs/testing.md).
 //! - `cross_device`: CUDA against the CPU on random inputs (ops, gradients, optimizers, an MLP).
+//! - `defaults`: each backend's fused kernels against the default methods built from primitives
+//!   that they override (optimizer updates, softmax backward, binary cross-entropy, reductions).
 
 mod helpers;
 
@@ -18,6 +20,7 @@ mod autodiff;
 mod checkpoint;
 mod checkpoint_fuzz;
 mod cross_device;
+mod defaults;
 mod errors;
 mod grads;
 mod nn;

@@ -1,10 +1,11 @@
 //! Elementwise kernels: unary functions, their derivatives, and broadcasting binary operations.
 
-use ndarray::{Axis, IxDyn, Zip};
+use ndarray::{IxDyn, Zip};
 use rayon::prelude::*;
 
-use super::{CpuArray, PAR_MIN, par_for, slice, slice_mut, standard, zeros};
-use crate::backend::{BinaryOp, UnaryOp};
+use super::{CpuArray, PAR_MIN, par_for, slice, slice_mut, zeros};
+use crate::backend::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
+use crate::error::Result;
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044_715;
@@ -210,59 +211,6 @@ pub fn add_assign(dst: &mut CpuArray, src: &CpuArray) {
     });
 }
 
-/// Columns per block when summing a matrix's rows.
-const COLUMN_BLOCK: usize = 128;
-
-/// Sums `x` down to `shape` over the dimensions that broadcasting expanded, writing into `dst`
-/// (or adding to it when `accumulate`).
-pub fn sum_to_shape_into(x: &CpuArray, dst: &mut CpuArray, accumulate: bool) {
-    let target: Vec<usize> = dst.shape().to_vec();
-    if !accumulate {
-        slice_mut(dst).fill(0.0);
-    }
-    if x.shape() == target.as_slice() {
-        add_assign(dst, x);
-        return;
-    }
-    // The common case, a bias: [rows, n] summed to [n] (or [1, n]).
-    let last = target.last().copied().unwrap_or(1);
-    if x.ndim() >= 1
-        && x.shape().last() == Some(&last)
-        && dst.len() == last
-        && target.iter().rev().skip(1).all(|&d| d == 1)
-    {
-        // Each thread owns a block of columns and sums it over all rows, in row order.
-        let xs = slice(x);
-        let columns = |(block, cols): (usize, &mut [f32])| {
-            let (start, width) = (block * COLUMN_BLOCK, cols.len());
-            for row in xs.chunks_exact(last.max(1)) {
-                for (acc, &v) in cols.iter_mut().zip(&row[start..start + width]) {
-                    *acc += v;
-                }
-            }
-        };
-        let d = slice_mut(dst);
-        if xs.len() >= PAR_MIN {
-            d.par_chunks_mut(COLUMN_BLOCK).enumerate().for_each(columns);
-        } else {
-            d.chunks_mut(COLUMN_BLOCK).enumerate().for_each(columns);
-        }
-        return;
-    }
-    // General case: sum leading extra axes away, then every axis where the target has size 1.
-    let mut reduced = x.clone();
-    while reduced.ndim() > target.len() {
-        reduced = reduced.sum_axis(Axis(0));
-    }
-    for (axis, &t) in target.iter().enumerate() {
-        if t == 1 && reduced.shape()[axis] != 1 {
-            reduced = reduced.sum_axis(Axis(axis)).insert_axis(Axis(axis));
-        }
-    }
-    let reduced = standard(reduced);
-    add_assign(dst, &reduced);
-}
-
 /// Broadcasts `x` to `shape` as a new contiguous array.
 pub fn broadcast_to(x: &CpuArray, shape: &[usize]) -> CpuArray {
     let view = x
@@ -271,23 +219,55 @@ pub fn broadcast_to(x: &CpuArray, shape: &[usize]) -> CpuArray {
     view.as_standard_layout().into_owned()
 }
 
+impl ElementwiseOps for CpuArray {
+    fn unary(&self, op: UnaryOp) -> Result<Self> {
+        Ok(unary(op, self))
+    }
+
+    fn unary_backward(op: UnaryOp, x: &Self, y: &Self, grad: &Self) -> Result<Self> {
+        Ok(unary_backward(op, x, y, grad))
+    }
+
+    fn binary(&self, op: BinaryOp, rhs: &Self, out_shape: &[usize]) -> Result<Self> {
+        Ok(binary(op, self, rhs, out_shape))
+    }
+
+    fn affine(&self, mul: f32, add: f32) -> Result<Self> {
+        Ok(affine(self, mul, add))
+    }
+
+    fn add_assign(&mut self, other: &Self) -> Result<()> {
+        add_assign(self, other);
+        Ok(())
+    }
+
+    fn fill(&mut self, value: f32) -> Result<()> {
+        slice_mut(self).fill(value);
+        Ok(())
+    }
+
+    /// In place, one pass.
+    fn scale(&mut self, factor: f32) -> Result<()> {
+        slice_mut(self).iter_mut().for_each(|v| *v *= factor);
+        Ok(())
+    }
+
+    fn broadcast_to(&self, shape: &[usize]) -> Result<Self> {
+        Ok(broadcast_to(self, shape))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::cpu::from_vec;
 
     #[test]
-    fn bias_broadcast_and_its_reduction() {
+    fn bias_broadcast() {
         let a = from_vec(&[2, 3], vec![1., 2., 3., 4., 5., 6.]);
         let b = from_vec(&[3], vec![10., 20., 30.]);
         let s = binary(BinaryOp::Add, &a, &b, &[2, 3]);
         assert_eq!(slice(&s), &[11., 22., 33., 14., 25., 36.]);
-        let mut d = zeros(&[3]);
-        sum_to_shape_into(&a, &mut d, false);
-        assert_eq!(slice(&d), &[5., 7., 9.]);
-        let mut col = zeros(&[2, 1]);
-        sum_to_shape_into(&a, &mut col, false);
-        assert_eq!(slice(&col), &[6., 15.]);
     }
 
     #[test]

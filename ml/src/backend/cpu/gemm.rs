@@ -2,6 +2,10 @@
 
 use gemm::Parallelism;
 
+use super::{CpuArray, slice, slice_mut};
+use crate::backend::matmul::MatmulOps;
+use crate::error::Result;
+
 /// A row-major matrix operand, possibly read transposed.
 #[derive(Clone, Copy)]
 pub struct MatRef<'a> {
@@ -81,6 +85,31 @@ pub fn matmul_into(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bo
             false,
             Parallelism::Rayon(0),
         );
+    }
+}
+
+/// A 2-D array as a GEMM operand.
+fn mat_ref(x: &CpuArray, transposed: bool) -> MatRef<'_> {
+    MatRef {
+        data: slice(x),
+        rows: x.shape()[0],
+        cols: x.shape()[1],
+        transposed,
+    }
+}
+
+impl MatmulOps for CpuArray {
+    fn matmul_into(
+        dst: &mut Self,
+        a: &Self,
+        transpose_a: bool,
+        b: &Self,
+        transpose_b: bool,
+        accumulate: bool,
+    ) -> Result<()> {
+        let (a, b) = (mat_ref(a, transpose_a), mat_ref(b, transpose_b));
+        matmul_into(slice_mut(dst), a, b, accumulate);
+        Ok(())
     }
 }
 

@@ -3,6 +3,8 @@
 use ndarray::{Axis, IxDyn};
 
 use super::{CpuArray, from_vec, slice, slice_mut, standard};
+use crate::backend::index::IndexOps;
+use crate::error::Result;
 
 /// Rows of `table` (`[vocab, dim...]`) picked by `indices` (any shape, integer values carried as
 /// f32, range-checked by the caller). The result has shape `indices.shape() ++ table.shape()[1..]`.
@@ -54,6 +56,29 @@ pub fn permute(x: &CpuArray, axes: &[usize]) -> CpuArray {
         .permuted_axes(IxDyn(axes))
         .as_standard_layout()
         .into_owned()
+}
+
+impl IndexOps for CpuArray {
+    fn permute(&self, axes: &[usize]) -> Result<Self> {
+        Ok(permute(self, axes))
+    }
+
+    fn concat(parts: &[&Self], axis: usize) -> Result<Self> {
+        Ok(concat(parts, axis))
+    }
+
+    fn narrow(&self, axis: usize, start: usize, len: usize) -> Result<Self> {
+        Ok(narrow(self, axis, start, len))
+    }
+
+    fn index_select(&self, indices: &Self) -> Result<Self> {
+        Ok(index_select(self, indices))
+    }
+
+    fn index_add(&mut self, indices: &Self, src: &Self) -> Result<()> {
+        index_add(self, indices, src);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

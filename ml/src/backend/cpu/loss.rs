@@ -2,6 +2,8 @@
 
 use super::elementwise::sigmoid;
 use super::{CpuArray, from_vec, slice, slice_mut, zeros};
+use crate::backend::loss::LossOps;
+use crate::error::Result;
 
 /// Mean cross-entropy of `logits` (`[n, classes]`) against integer class `targets` (`[n]`, class
 /// indices carried as f32). Returns the scalar loss and the softmax probabilities that the
@@ -75,6 +77,31 @@ pub fn bce_with_logits_backward(logits: &CpuArray, targets: &CpuArray, g: f32) -
         *o = (sigmoid(x) - z) * g / n;
     }
     out
+}
+
+/// The value of a one-element array (an upstream gradient).
+fn scalar(a: &CpuArray) -> f32 {
+    slice(a).first().copied().unwrap_or(0.0)
+}
+
+impl LossOps for CpuArray {
+    fn cross_entropy(logits: &Self, targets: &Self) -> Result<(Self, Self)> {
+        Ok(cross_entropy(logits, targets))
+    }
+
+    fn cross_entropy_backward(probs: &Self, targets: &Self, grad: &Self) -> Result<Self> {
+        Ok(cross_entropy_backward(probs, targets, scalar(grad)))
+    }
+
+    /// One pass, accumulated in f64.
+    fn bce_with_logits(logits: &Self, targets: &Self) -> Result<Self> {
+        Ok(bce_with_logits(logits, targets))
+    }
+
+    /// One pass.
+    fn bce_with_logits_backward(logits: &Self, targets: &Self, grad: &Self) -> Result<Self> {
+        Ok(bce_with_logits_backward(logits, targets, scalar(grad)))
+    }
 }
 
 #[cfg(test)]

@@ -3,11 +3,17 @@
 //! Every function here takes and returns arrays in standard (row-major, contiguous) layout, so the
 //! hot loops run over plain slices that the compiler vectorizes. Matrix products go through the
 //! `gemm` crate's multithreaded kernels; everything else is a single pass over memory.
+//!
+//! The CPU backend's storage is [`CpuArray`] itself: each file holds one kind of kernel and the
+//! implementation of that kind's backend trait (`elementwise.rs` implements
+//! [`ElementwiseOps`](crate::backend::ElementwiseOps), ...), overriding the default methods with
+//! fused kernels where it has them.
 
 pub mod elementwise;
 pub mod gemm;
 pub mod index;
 pub mod loss;
+mod memory;
 pub mod optim;
 pub mod random;
 pub mod reduce;
@@ -55,7 +61,7 @@ pub fn slice(a: &CpuArray) -> &[f32] {
         .expect("ringflow CPU arrays are always kept in standard layout")
 }
 
-/// The array's elements as a mutable slice (standard layout, see [`slice`]).
+/// The array's elements as a mutable slice (standard layout, see [`slice()`]).
 pub fn slice_mut(a: &mut CpuArray) -> &mut [f32] {
     a.as_slice_mut()
         .expect("ringflow CPU arrays are always kept in standard layout")

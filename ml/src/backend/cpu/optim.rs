@@ -3,26 +3,11 @@
 //! The formulas are PyTorch's (`torch.optim`), so that a user can check a step by hand against
 //! the documentation they already know.
 
-/// Hyper-parameters of one SGD step.
-#[derive(Clone, Copy, Debug)]
-pub struct SgdStep {
-    /// Learning rate.
-    pub lr: f32,
-    /// Momentum factor (0 disables the buffer).
-    pub momentum: f32,
-    /// Dampening of the momentum's gradient term.
-    pub dampening: f32,
-    /// L2 penalty added to the gradient.
-    pub weight_decay: f32,
-    /// Nesterov momentum.
-    pub nesterov: bool,
-    /// True on the first step, when the momentum buffer is initialized with the gradient.
-    pub first: bool,
-}
-
 use rayon::prelude::*;
 
-use super::{PAR_CHUNK, PAR_MIN};
+use super::{CpuArray, PAR_CHUNK, PAR_MIN, slice, slice_mut};
+use crate::backend::optim::{AdagradStep, AdamStep, OptimOps, SgdStep};
+use crate::error::Result;
 
 /// `p -= lr · d` with momentum and weight decay as in `torch.optim.SGD`.
 pub fn sgd(p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>, s: SgdStep) {
@@ -83,36 +68,6 @@ fn adagrad_serial(p: &mut [f32], g: &[f32], acc: &mut [f32], lr: f32, eps: f32, 
     }
 }
 
-/// Hyper-parameters of one Adagrad step.
-#[derive(Clone, Copy, Debug)]
-pub struct AdagradStep {
-    /// Learning rate.
-    pub lr: f32,
-    /// Added to the denominator.
-    pub eps: f32,
-    /// L2 penalty added to the gradient.
-    pub weight_decay: f32,
-}
-
-/// Hyper-parameters of one Adam or AdamW step.
-#[derive(Clone, Copy, Debug)]
-pub struct AdamStep {
-    /// Learning rate.
-    pub lr: f32,
-    /// Decay of the first moment.
-    pub beta1: f32,
-    /// Decay of the second moment.
-    pub beta2: f32,
-    /// Added to the denominator.
-    pub eps: f32,
-    /// L2 penalty (Adam) or decoupled decay (AdamW).
-    pub weight_decay: f32,
-    /// Decoupled weight decay (AdamW) instead of an L2 term in the gradient (Adam).
-    pub decoupled: bool,
-    /// The 1-based step number, for bias correction.
-    pub step: u64,
-}
-
 /// One Adam (or AdamW) step with bias correction, as in `torch.optim.Adam` / `AdamW`.
 pub fn adam(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamStep) {
     if p.len() >= PAR_MIN {
@@ -127,10 +82,7 @@ pub fn adam(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamStep)
 }
 
 fn adam_serial(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamStep) {
-    let bc1 = 1.0 - s.beta1.powi(s.step as i32);
-    let bc2 = 1.0 - s.beta2.powi(s.step as i32);
-    let step_size = s.lr / bc1;
-    let bc2_sqrt = bc2.sqrt();
+    let (step_size, bc2_sqrt) = s.bias_corrections();
     for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
         let mut d = g;
         if s.decoupled {
@@ -142,5 +94,29 @@ fn adam_serial(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], s: AdamSt
         *v = s.beta2 * *v + (1.0 - s.beta2) * d * d;
         let denom = v.sqrt() / bc2_sqrt + s.eps;
         *p -= step_size * *m / denom;
+    }
+}
+
+/// Each update in one fused pass over the parameter and its state.
+impl OptimOps for CpuArray {
+    fn sgd_update(
+        p: &mut Self,
+        g: &Self,
+        momentum: Option<&mut Self>,
+        step: SgdStep,
+    ) -> Result<()> {
+        sgd(slice_mut(p), slice(g), momentum.map(slice_mut), step);
+        Ok(())
+    }
+
+    fn adagrad_update(p: &mut Self, g: &Self, acc: &mut Self, s: AdagradStep) -> Result<()> {
+        let (p, acc) = (slice_mut(p), slice_mut(acc));
+        adagrad(p, slice(g), acc, s.lr, s.eps, s.weight_decay);
+        Ok(())
+    }
+
+    fn adam_update(p: &mut Self, g: &Self, m: &mut Self, v: &mut Self, s: AdamStep) -> Result<()> {
+        adam(slice_mut(p), slice(g), slice_mut(m), slice_mut(v), s);
+        Ok(())
     }
 }

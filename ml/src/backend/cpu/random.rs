@@ -3,6 +3,8 @@
 //! loop does in order (the CUDA backend's `uniform_at` is the same arithmetic).
 
 use super::{CpuArray, from_vec};
+use crate::backend::random::RandomOps;
+use crate::error::Result;
 use crate::shape::numel;
 
 /// The SplitMix64 finalizer: a bijective mix of 64 bits.
@@ -27,6 +29,12 @@ pub fn dropout_mask(shape: &[usize], p: f32, seed: u64) -> CpuArray {
         .map(|i| if uniform_at(seed, i) < p { 0.0 } else { keep })
         .collect();
     from_vec(shape, data)
+}
+
+impl RandomOps for CpuArray {
+    fn dropout_mask(shape: &[usize], p: f32, seed: u64, (): ()) -> Result<Self> {
+        Ok(dropout_mask(shape, p, seed))
+    }
 }
 
 #[cfg(test)]

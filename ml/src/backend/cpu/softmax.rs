@@ -1,6 +1,8 @@
 //! Softmax and log-softmax along an axis, and their backward passes.
 
 use super::{CpuArray, slice, slice_mut, zeros};
+use crate::backend::softmax::SoftmaxOps;
+use crate::error::Result;
 
 /// Calls `f(offset, stride)` for every lane of length `shape[axis]` of a standard-layout array.
 fn for_each_lane(shape: &[usize], axis: usize, mut f: impl FnMut(usize, usize)) {
@@ -71,6 +73,17 @@ pub fn softmax_backward(y: &CpuArray, g: &CpuArray, axis: usize, log: bool) -> C
         }
     });
     out
+}
+
+impl SoftmaxOps for CpuArray {
+    fn softmax(&self, axis: usize, log: bool) -> Result<Self> {
+        Ok(softmax(self, axis, log))
+    }
+
+    /// One pass per lane.
+    fn softmax_backward(y: &Self, grad: &Self, axis: usize, log: bool) -> Result<Self> {
+        Ok(softmax_backward(y, grad, axis, log))
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError, sys};
 
-use crate::device::AllocatorStats;
+use crate::backend::allocator::AllocatorStats;
 
 /// Requests between two debug reports of the hit rate.
 pub const REPORT_EVERY: u64 = 10_000;

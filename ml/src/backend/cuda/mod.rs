@@ -4,13 +4,29 @@
 //! cudarc loads `libcuda`, `libcublas` and `libnvrtc` when a device is first used, so this
 //! backend builds on machines without CUDA; [`check_available`] says in one sentence what is
 //! missing on a machine that cannot run it. Everything a device does is queued on its one stream
-//! ([`device::Gpu`]): the host waits only when it reads values back ([`CudaStorage::to_host`],
-//! [`CudaStorage::copy_to_slice`], [`CudaStorage::sum_squares`]).
+//! (`device.rs`): the host waits only when it reads values back (a copy to the host, a sum
+//! of squares).
+//!
+//! [`CudaStorage`] implements the backend traits one kind per file, as the CPU backend does
+//! (`elementwise.rs`, `reduce.rs`, `matmul.rs`, `softmax.rs`, `loss.rs`, `index.rs`,
+//! `random.rs`, `optim.rs`, and `memory.rs` for allocation and copies). Every op opens the same
+//! way, through `launch.rs`: operands on this GPU, nothing queued for an empty tensor, the
+//! device's handle, then the kernel's launch.
 
 mod alloc;
 mod device;
+mod elementwise;
+mod index;
 mod kernels;
-mod ops;
+mod launch;
+mod layout;
+mod loss;
+mod matmul;
+mod memory;
+mod optim;
+mod random;
+mod reduce;
+mod softmax;
 mod staging;
 
 use std::fmt;
@@ -20,11 +36,10 @@ use cudarc::driver::CudaSlice;
 
 use device::Gpu;
 pub use device::{check_available, device_count};
-use kernels::{MAX_DIMS, Strided};
 pub use staging::{HostRegistration, synchronize};
 
-use crate::backend::cpu::{self, CpuArray};
-use crate::device::{AllocatorStats, Device};
+use crate::backend::allocator::AllocatorStats;
+use crate::device::Device;
 use crate::error::{MlError, Result};
 use crate::shape::numel;
 
@@ -52,7 +67,7 @@ pub struct CudaStorage {
 impl fmt::Debug for CudaStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CudaStorage")
-            .field("device", &self.device())
+            .field("device", &Device::Cuda(self.gpu.ordinal))
             .field("shape", &self.shape)
             .finish()
     }
@@ -64,79 +79,6 @@ impl Drop for CudaStorage {
             self.gpu.pool.give_back(block);
         }
     }
-}
-
-/// Launches kernel `$name` of `$gpu` over `$cfg` with the given arguments.
-macro_rules! launch {
-    ($gpu:expr, $name:expr, $cfg:expr, $($arg:expr),+ $(,)?) => {{
-        let gpu: &Gpu = &$gpu;
-        let cfg = $cfg;
-        let f = gpu.kernel($name)?;
-        let mut builder = gpu.stream.launch_builder(f);
-        $( builder.arg($arg); )+
-        // SAFETY: the argument list matches the kernel's signature in kernels.cu (checked by
-        // the conformance suite on a GPU), every buffer holds at least the elements the kernel
-        // indexes (the callers size them from the shapes), and all work is ordered on one
-        // stream.
-        unsafe { builder.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| gpu.fail($name, e))
-    }};
-}
-pub(crate) use launch;
-
-/// Row-major strides of `shape`, in elements.
-fn contiguous_strides(shape: &[usize]) -> Vec<i64> {
-    let mut strides = vec![0i64; shape.len()];
-    let mut s = 1i64;
-    for d in (0..shape.len()).rev() {
-        strides[d] = s;
-        s *= shape[d] as i64;
-    }
-    strides
-}
-
-/// A [`Strided`] over `dims` with operand strides `sa` and `sb`.
-fn strided(op: &'static str, dims: &[usize], sa: &[i64], sb: &[i64]) -> Result<Strided> {
-    if dims.len() > MAX_DIMS {
-        return Err(MlError::invalid(
-            op,
-            format!(
-                "the CUDA backend handles tensors of at most {MAX_DIMS} dimensions, not {}",
-                dims.len()
-            ),
-        ));
-    }
-    let mut s = Strided {
-        ndim: dims.len() as i32,
-        ..Default::default()
-    };
-    for (d, &n) in dims.iter().enumerate() {
-        s.dims[d] = i32::try_from(n).map_err(|_| {
-            MlError::invalid(
-                op,
-                format!("dimension {n} is too large for the CUDA backend"),
-            )
-        })?;
-        s.sa[d] = sa[d];
-        s.sb[d] = sb[d];
-    }
-    Ok(s)
-}
-
-/// Strides of `shape` read as broadcast to `target` (0 along broadcast or missing dimensions).
-fn broadcast_strides(shape: &[usize], target: &[usize]) -> Vec<i64> {
-    let own = contiguous_strides(shape);
-    let pad = target.len() - shape.len();
-    (0..target.len())
-        .map(|d| {
-            if d < pad || shape[d - pad] == 1 {
-                0
-            } else {
-                own[d - pad]
-            }
-        })
-        .collect()
 }
 
 impl CudaStorage {
@@ -182,100 +124,6 @@ impl CudaStorage {
         self.len as i64
     }
 
-    fn same_gpu(&self, other: &CudaStorage, op: &'static str) -> Result<()> {
-        if self.gpu.ordinal == other.gpu.ordinal {
-            Ok(())
-        } else {
-            Err(MlError::Device(format!(
-                "{op}: tensors on cuda:{} and cuda:{} cannot be combined; move them to one \
-                 device first",
-                self.gpu.ordinal, other.gpu.ordinal
-            )))
-        }
-    }
-
-    /// The device holding the data.
-    pub fn device(&self) -> Device {
-        Device::Cuda(self.gpu.ordinal)
-    }
-
-    /// The dimensions.
-    pub fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-
-    /// Zeros of `shape` on device `ordinal`.
-    pub fn zeros(shape: &[usize], ordinal: usize) -> Result<CudaStorage> {
-        let gpu = Gpu::get(ordinal)?;
-        let mut out = Self::alloc(&gpu, shape)?;
-        if out.len > 0 {
-            let n = out.len;
-            let mut view = out.buf_mut().slice_mut(0..n);
-            gpu.stream
-                .memset_zeros(&mut view)
-                .map_err(|e| gpu.fail("zeroing memory", e))?;
-        }
-        Ok(out)
-    }
-
-    /// Uploads a standard-layout host array to device `ordinal`.
-    pub fn from_host(a: &CpuArray, ordinal: usize) -> Result<CudaStorage> {
-        let gpu = Gpu::get(ordinal)?;
-        let mut out = Self::alloc(&gpu, a.shape())?;
-        out.copy_from_slice(cpu::slice(a))?;
-        Ok(out)
-    }
-
-    /// A host copy (waits for the device).
-    pub fn to_host(&self) -> Result<CpuArray> {
-        let mut data = vec![0.0; self.len];
-        self.copy_to_slice(&mut data)?;
-        Ok(cpu::from_vec(&self.shape, data))
-    }
-
-    /// Downloads the elements into `dst` (waits for the device).
-    pub fn copy_to_slice(&self, dst: &mut [f32]) -> Result<()> {
-        self.queue_copy_to_slice(dst)?;
-        self.gpu
-            .stream
-            .synchronize()
-            .map_err(|e| self.gpu.fail("copying to the host", e))
-    }
-
-    /// Queues the download of the elements into `dst` without waiting: `dst` holds them only
-    /// after [`synchronize`] (for page-locked `dst`; pageable memory is copied at once).
-    pub fn queue_copy_to_slice(&self, dst: &mut [f32]) -> Result<()> {
-        if self.len == 0 {
-            return Ok(());
-        }
-        let view = self.buf().slice(0..self.len);
-        self.gpu
-            .stream
-            .memcpy_dtoh(&view, &mut dst[..self.len])
-            .map_err(|e| self.gpu.fail("copying to the host", e))
-    }
-
-    /// Uploads `src` over the elements (queued: from page-locked memory the copy runs
-    /// asynchronously, so `src` must not change before [`synchronize`]).
-    pub fn copy_from_slice(&mut self, src: &[f32]) -> Result<()> {
-        if self.len == 0 {
-            return Ok(());
-        }
-        let n = self.len;
-        let gpu = self.gpu.clone();
-        let mut view = self.buf_mut().slice_mut(0..n);
-        gpu.stream
-            .memcpy_htod(&src[..n], &mut view)
-            .map_err(|e| gpu.fail("copying to the device", e))
-    }
-
-    /// A copy on the same device.
-    pub fn duplicate(&self) -> Result<CudaStorage> {
-        let mut out = self.alloc_like(&self.shape)?;
-        self.copy_into(&mut out)?;
-        Ok(out)
-    }
-
     /// Copies the elements over `dst`'s (same element count), on the device.
     fn copy_into(&self, dst: &mut CudaStorage) -> Result<()> {
         if self.len == 0 {
@@ -306,12 +154,5 @@ impl CudaStorage {
     /// True for a tensor without elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The same elements with a new shape.
-    pub fn reshape(&self, shape: &[usize]) -> Result<CudaStorage> {
-        let mut out = self.duplicate()?;
-        out.shape = shape.to_vec();
-        Ok(out)
     }
 }

@@ -1,0 +1,34 @@
+//! [`MatmulOps`]: matrix products; and the [`Storage`] method that dispatches to them.
+
+use super::memory::MemoryOps;
+use super::storage::{Storage, dispatch};
+use crate::error::Result;
+
+/// Matrix products of 2-D operands (dimensions checked by the caller).
+pub trait MatmulOps: MemoryOps {
+    /// `dst (=|+=) op_a(a) · op_b(b)`, `op` being an optional transpose, written straight into
+    /// `dst` (a gradient buffer, say) without a temporary.
+    fn matmul_into(
+        dst: &mut Self,
+        a: &Self,
+        transpose_a: bool,
+        b: &Self,
+        transpose_b: bool,
+        accumulate: bool,
+    ) -> Result<()>;
+}
+
+impl Storage {
+    /// `dst (=|+=) op_a(a) · op_b(b)` for 2-D operands, `op` being an optional transpose.
+    pub fn matmul_into(
+        dst: &mut Storage,
+        a: &Storage,
+        transpose_a: bool,
+        b: &Storage,
+        transpose_b: bool,
+        accumulate: bool,
+    ) -> Result<()> {
+        dispatch!("matmul", (d = dst, a = a, b = b) =>
+            MatmulOps::matmul_into(d, a, transpose_a, b, transpose_b, accumulate))
+    }
+}
