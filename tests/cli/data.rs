@@ -108,7 +108,7 @@ fn eval_reproduces(model: &str, test: &str, eval_out: &std::path::Path, accuracy
         LONG,
     )
     .assert_success();
-    let ev = summary(&eval_out);
+    let ev = summary(eval_out);
     assert_eq!(ev["kind"], "eval");
     assert_eq!(ev["test_rows"], 10_000);
     let eval_accuracy = ev["test_accuracy"].as_f64().unwrap();
@@ -154,7 +154,7 @@ fn predictions_name_classes(model: &str, test: &str, preds: &std::path::Path, ev
              sum(CASE WHEN p.prediction = names.name THEN 1 ELSE 0 END) AS correct \
              FROM p JOIN t ON p.id = t.id JOIN names ON t.label = names.label",
             "--table",
-            &format!("p={}", s(&preds)),
+            &format!("p={}", s(preds)),
             "--table",
             &format!("t={test}"),
             "--table",

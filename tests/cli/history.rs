@@ -2,6 +2,7 @@
 //! `--timeline` Chrome trace of every rank's steps.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -40,9 +41,15 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
         "{}",
         run.stderr
     );
+    check_event_log(&ckpt.join("events.jsonl"), &sm);
+    check_history(&s(&ckpt), sm["job_id"].as_str().unwrap());
+    check_timeline(&trace_path, sm["steps"].as_u64().unwrap());
+}
 
-    // The event log, in order.
-    let text = std::fs::read_to_string(ckpt.join("events.jsonl")).expect("events.jsonl");
+/// The event log at `path` holds submitted, started, one checkpoint per epoch, two epoch ends,
+/// two evaluations and finished, in that order, each with the job id of the summary `sm`.
+fn check_event_log(path: &Path, sm: &Value) {
+    let text = std::fs::read_to_string(path).expect("events.jsonl");
     let lines: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
@@ -86,11 +93,13 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
     let finished = lines.last().unwrap();
     assert_eq!(finished["state"], "succeeded");
     assert_eq!(finished["summary"]["epochs"], 2);
+}
 
-    // `ringflow history`, for people and as JSON.
-    let run = ringflow(&["history", &s(&ckpt)], LIMIT);
+/// `ringflow history` of the checkpoint directory `ckpt` shows job `job_id` with both epochs,
+/// both executors and the test accuracy, for people and as JSON.
+fn check_history(ckpt: &str, job_id: &str) {
+    let run = ringflow(&["history", ckpt], LIMIT);
     run.assert_success();
-    let job_id = sm["job_id"].as_str().unwrap();
     assert!(
         run.stdout
             .starts_with(&format!("job {job_id} (hist, train): succeeded\n")),
@@ -105,7 +114,7 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
     ] {
         assert!(run.stdout.contains(needle), "{needle:?} in\n{}", run.stdout);
     }
-    let run = ringflow(&["history", &s(&ckpt), "--json"], LIMIT);
+    let run = ringflow(&["history", ckpt, "--json"], LIMIT);
     run.assert_success();
     let h: Value = serde_json::from_str(&run.stdout).expect("--json prints JSON");
     assert_eq!(h["jobs"].as_array().unwrap().len(), 1);
@@ -118,10 +127,13 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
     for e in j["epochs"].as_array().unwrap() {
         assert!(e["test"]["accuracy"].as_f64().unwrap() > 0.5, "{j}");
     }
+}
 
-    // The timeline.
+/// The timeline at `trace_path` is a Chrome trace with the five phases of each of the `steps`
+/// steps of ranks 0 and 1, in time order within each rank, and a name for each rank.
+fn check_timeline(trace_path: &Path, steps: u64) {
     let trace: Value =
-        serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).expect("the trace is JSON");
+        serde_json::from_slice(&std::fs::read(trace_path).unwrap()).expect("the trace is JSON");
     let events = trace["traceEvents"].as_array().expect("traceEvents");
     let mut by_rank: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
     for e in events.iter().filter(|e| e["ph"] == "X") {
@@ -131,7 +143,6 @@ fn event_log_history_and_timeline_of_a_two_executor_job() {
             .push(e);
     }
     assert_eq!(by_rank.keys().copied().collect::<Vec<_>>(), [0, 1]);
-    let steps = sm["steps"].as_u64().unwrap();
     for (rank, xs) in &by_rank {
         assert_eq!(xs.len() as u64, 5 * steps, "rank {rank}: 5 phases per step");
         for phase in ["data", "forward", "backward", "allreduce", "optimizer"] {

@@ -1,6 +1,7 @@
 //! Checkpoints and `--resume`: a job killed mid-epoch continues from its last checkpoint to the
 //! same parameters, bit for bit; a damaged checkpoint is refused.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -86,13 +87,25 @@ pub(crate) fn local_executors(run: &Process) -> (Vec<i32>, String) {
 fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(dir.path(), "resume");
+    let (clean, expected) = uninterrupted_run(&spec, dir.path());
+    // The same job, killed after its first checkpoint of the second epoch's middle.
+    let run_dir = dir.path().join("killed");
+    let killed_at = kill_after_a_mid_epoch_checkpoint(&spec, &run_dir);
+    let resumed = dir.path().join("resumed.json");
+    resume_ends_like((&clean, expected), &spec, &run_dir, &resumed, killed_at);
+    damaged_tensor_is_refused(&spec, &run_dir);
+    truncated_metadata_is_refused(&spec, &run_dir);
+}
 
-    let clean_dir = dir.path().join("clean");
-    let clean = dir.path().join("clean.json");
+/// Runs `spec` to its end with checkpoints under `dir/clean`; returns its summary, whose
+/// replicas agree, and its parameters' checksum.
+fn uninterrupted_run(spec: &str, dir: &Path) -> (serde_json::Value, u64) {
+    let clean_dir = dir.join("clean");
+    let clean = dir.join("clean.json");
     ringflow(
         &[
             "local",
-            &spec,
+            spec,
             "--set",
             &format!("cluster.checkpoint_dir={}", s(&clean_dir)),
             "--summary-json",
@@ -104,15 +117,18 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     let clean = summary(&clean);
     let expected = clean["param_checksum"].as_u64().expect("a checksum");
     assert_eq!(clean["replicas_identical"], true);
+    (clean, expected)
+}
 
-    // The same job, killed after its first checkpoint of the second epoch's middle.
-    let run_dir = dir.path().join("killed");
+/// Runs `spec` with checkpoints in `run_dir` and kills it (SIGKILL) once a checkpoint of the
+/// second epoch's middle exists; returns that checkpoint's step.
+fn kill_after_a_mid_epoch_checkpoint(spec: &str, run_dir: &Path) -> u64 {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
         .args([
             "local",
-            &spec,
+            spec,
             "--set",
-            &format!("cluster.checkpoint_dir={}", s(&run_dir)),
+            &format!("cluster.checkpoint_dir={}", s(run_dir)),
         ])
         .current_dir(repo())
         .stdout(Stdio::null())
@@ -121,7 +137,7 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(600);
     let killed_at = loop {
-        if let Some((epoch, step)) = checkpoint_step(&run_dir)
+        if let Some((epoch, step)) = checkpoint_step(run_dir)
             && epoch == 1
             && step > 469
         {
@@ -144,28 +160,38 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
         std::thread::sleep(Duration::from_millis(5));
     };
     assert!(!run_dir.join("model").exists(), "killed before the end");
+    killed_at
+}
 
-    let resumed = dir.path().join("resumed.json");
+/// `--resume` of the run killed at step `killed_at` (checkpoints in `run_dir`) ends with the
+/// parameters (checksum `expected`) and test accuracy of the uninterrupted run's summary `clean`.
+fn resume_ends_like(
+    (clean, expected): (&serde_json::Value, u64),
+    spec: &str,
+    run_dir: &Path,
+    resumed: &Path,
+    killed_at: u64,
+) {
     let run = ringflow(
         &[
             "local",
-            &spec,
+            spec,
             "--resume",
-            &s(&run_dir),
+            &s(run_dir),
             "--summary-json",
-            &s(&resumed),
+            &s(resumed),
         ],
         LONG,
     );
     run.assert_success();
-    let (_, saved_step) = checkpoint_step(&run_dir).unwrap();
+    let (_, saved_step) = checkpoint_step(run_dir).unwrap();
     assert!(
         run.stderr
             .contains("resuming from the checkpoint at epoch 1 step"),
         "{}",
         run.stderr
     );
-    let resumed = summary(&resumed);
+    let resumed = summary(resumed);
     assert_eq!(
         resumed["param_checksum"].as_u64(),
         Some(expected),
@@ -173,8 +199,11 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
          clean run's parameters"
     );
     assert_eq!(resumed["test_accuracy"], clean["test_accuracy"]);
+}
 
-    // A damaged tensor file (the one the metadata names): found by its checksum, never loaded.
+/// A damaged tensor file (the one the checkpoint's metadata names): found by its checksum,
+/// never loaded; the error names the file.
+fn damaged_tensor_is_refused(spec: &str, run_dir: &Path) {
     let ckpt = run_dir.join("checkpoint");
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ckpt.join("checkpoint.json")).unwrap())
@@ -188,7 +217,7 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     let at = bytes.len() - 10;
     bytes[at] ^= 0xff;
     std::fs::write(&model_file, &bytes).unwrap();
-    let run = ringflow(&["local", &spec, "--resume", &s(&run_dir)], LONG);
+    let run = ringflow(&["local", spec, "--resume", &s(run_dir)], LONG);
     let err = run.assert_clean_failure();
     let name = model_file
         .file_name()
@@ -196,10 +225,13 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
         .to_string_lossy()
         .to_string();
     assert!(err.contains(&name), "names the damaged file: {err}");
+}
 
-    // A truncated metadata file: refused by the driver before any executor starts.
+/// A truncated metadata file: refused by the driver before any executor starts.
+fn truncated_metadata_is_refused(spec: &str, run_dir: &Path) {
+    let ckpt = run_dir.join("checkpoint");
     std::fs::write(ckpt.join("checkpoint.json"), b"{\"format\": 1, \"mod").unwrap();
-    let run = ringflow(&["local", &spec, "--resume", &s(&run_dir)], LONG);
+    let run = ringflow(&["local", spec, "--resume", &s(run_dir)], LONG);
     let err = run.assert_clean_failure();
     assert!(
         err.contains("checkpoint.json") && err.contains("not valid JSON"),

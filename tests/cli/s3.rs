@@ -6,216 +6,17 @@
 //! credentials, profile or endpoint never leak in; the server's endpoint and dummy credentials
 //! are set where a test wants them.
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-use crate::helpers::{Run, job, repo, ringflow_env, run_command, s, summary};
+use crate::helpers::{job, repo, s, summary};
 
-const DEADLINE: Duration = Duration::from_secs(120);
-pub(crate) const BUCKET: &str = "ringflow-test";
+mod moto;
+
+pub(crate) use moto::{BUCKET, Moto, ringflow_aws, ringflow_s3};
+
 const MNIST_TRAIN: &str = "examples/data/mnist/train.parquet";
 const MNIST_TEST: &str = "examples/data/mnist/test.parquet";
 const LABEL_NAMES: &str = "examples/data/mnist/label_names.csv";
-
-/// The client side of the tests: create a bucket, upload files, list keys (with sizes).
-const BOTO: &str = r#"
-import os, sys, boto3
-c = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
-op, bucket, *rest = sys.argv[1:]
-if op == "mb":
-    c.create_bucket(Bucket=bucket)
-elif op == "put":
-    for item in rest:
-        key, path = item.split("=", 1)
-        c.upload_file(path, bucket, key)
-elif op == "ls":
-    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=rest[0]):
-        for o in page.get("Contents", []):
-            print(o["Key"], o["Size"])
-else:
-    sys.exit("unknown op " + op)
-"#;
-
-/// A moto S3 server on 127.0.0.1, killed when dropped.
-pub(crate) struct Moto {
-    child: Child,
-    url: String,
-}
-
-impl Moto {
-    /// Starts the server and creates the bucket [`BUCKET`].
-    pub(crate) fn start() -> Moto {
-        static INSTALLED: OnceLock<()> = OnceLock::new();
-        INSTALLED.get_or_init(check_moto_installed);
-        // Port 0: the OS picks a free port, and werkzeug prints the address it bound.
-        let mut cmd = Command::new("python3");
-        cmd.args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        without_aws_vars(&mut cmd);
-        let mut child = cmd.spawn().expect("python3 starts");
-        let (tx, rx) = mpsc::channel::<String>();
-        // Both streams are drained for the server's whole life (it logs every request), and
-        // every line is offered to the channel until nobody listens.
-        let out: Box<dyn Read + Send> = Box::new(child.stdout.take().expect("piped"));
-        let err: Box<dyn Read + Send> = Box::new(child.stderr.take().expect("piped"));
-        for stream in [out, err] {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    let _ = tx.send(line);
-                }
-            });
-        }
-        drop(tx);
-        let mut server = Moto {
-            child,
-            url: String::new(),
-        };
-        let start = Instant::now();
-        let limit = Duration::from_secs(30);
-        let mut seen = Vec::new();
-        while server.url.is_empty() {
-            let left = limit.saturating_sub(start.elapsed());
-            match rx.recv_timeout(left) {
-                Ok(line) => {
-                    if let Some(at) = line.find("Running on http://") {
-                        let rest = &line[at + "Running on ".len()..];
-                        let url = rest.split_whitespace().next().unwrap_or(rest);
-                        server.url = url.trim_end_matches('/').to_string();
-                    }
-                    seen.push(line);
-                }
-                Err(_) => panic!(
-                    "moto's server printed no address within {limit:?} (or exited: {:?}); its \
-                     output:\n{}",
-                    server.child.try_wait(),
-                    seen.join("\n")
-                ),
-            }
-        }
-        drop(rx);
-        let addr = server.url.trim_start_matches("http://").to_string();
-        while TcpStream::connect(&addr).is_err() {
-            assert!(
-                start.elapsed() < limit,
-                "moto's server at {} accepts no connections after {limit:?}",
-                server.url
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        server.boto(&["mb", BUCKET]);
-        server
-    }
-
-    /// Runs the boto3 client script with `args` (`OP BUCKET ...`); returns its stdout.
-    fn boto(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new("python3");
-        cmd.arg("-c").arg(BOTO).args(args);
-        without_aws_vars(&mut cmd);
-        for (name, value) in self.credentials() {
-            cmd.env(name, value);
-        }
-        let run = run_command(&mut cmd, DEADLINE);
-        assert!(
-            run.status.success(),
-            "boto3 {args:?} failed:\n{}",
-            run.stderr
-        );
-        run.stdout
-    }
-
-    /// Uploads local files (relative to the repository root): `(key, path)`.
-    pub(crate) fn put(&self, files: &[(&str, &str)]) {
-        let items: Vec<String> = files.iter().map(|(k, p)| format!("{k}={p}")).collect();
-        let mut args = vec!["put", BUCKET];
-        args.extend(items.iter().map(String::as_str));
-        self.boto(&args);
-    }
-
-    /// The keys below `prefix`, sorted, with their sizes.
-    pub(crate) fn list(&self, prefix: &str) -> Vec<(String, u64)> {
-        let mut keys: Vec<(String, u64)> = self
-            .boto(&["ls", BUCKET, prefix])
-            .lines()
-            .map(|l| {
-                let (k, n) = l.rsplit_once(' ').expect("KEY SIZE");
-                (k.to_string(), n.parse().expect("a size"))
-            })
-            .collect();
-        keys.sort();
-        keys
-    }
-
-    /// The endpoint and the dummy credentials that the server accepts.
-    pub(crate) fn credentials(&self) -> [(&'static str, String); 4] {
-        [
-            ("AWS_ENDPOINT_URL", self.url.clone()),
-            ("AWS_ACCESS_KEY_ID", "test".into()),
-            ("AWS_SECRET_ACCESS_KEY", "test".into()),
-            ("AWS_DEFAULT_REGION", "us-east-1".into()),
-        ]
-    }
-}
-
-/// Fails, saying how CI installs it, unless python3 can import moto's server and boto3.
-fn check_moto_installed() {
-    let check = Command::new("python3")
-        .args(["-c", "import moto.server, boto3"])
-        .stdin(Stdio::null())
-        .output();
-    match check {
-        Ok(o) if o.status.success() => {}
-        other => panic!(
-            "moto's S3 server is not installed for python3 (`python3 -c \"import moto.server, \
-             boto3\"` failed: {}); testing/run-tests.sh installs it; or run `python3 -m pip \
-             install \"moto[server]==5.2.1\" boto3`",
-            match other {
-                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                Err(e) => format!("python3 cannot be started: {e}"),
-            }
-        ),
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The names of the `AWS_*` variables this test process holds.
-fn aws_vars() -> Vec<String> {
-    std::env::vars_os()
-        .filter_map(|(k, _)| k.into_string().ok())
-        .filter(|k| k.starts_with("AWS_"))
-        .collect()
-}
-
-fn without_aws_vars(cmd: &mut Command) {
-    for k in aws_vars() {
-        cmd.env_remove(k);
-    }
-}
-
-/// Runs `ringflow ARGS` with no inherited `AWS_*` variable and then `set` set.
-pub(crate) fn ringflow_aws(args: &[&str], set: &[(&str, String)]) -> Run {
-    let removed = aws_vars();
-    let mut env: Vec<(&str, Option<&str>)> = removed.iter().map(|k| (k.as_str(), None)).collect();
-    env.extend(set.iter().map(|(k, v)| (*k, Some(v.as_str()))));
-    ringflow_env(args, &env, DEADLINE)
-}
-
-/// Runs `ringflow ARGS` against `server`'s endpoint with its credentials.
-pub(crate) fn ringflow_s3(server: &Moto, args: &[&str]) -> Run {
-    ringflow_aws(args, &server.credentials())
-}
 
 /// The data rows of a table that `ringflow sql` printed, cells trimmed.
 fn rows(printed: &str) -> Vec<Vec<String>> {
@@ -307,8 +108,20 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
         ("mnist/test.parquet", MNIST_TEST),
     ]);
     let dir = tempfile::tempdir().unwrap();
+    let (model, acc) = train_with_the_model_saved_on_s3(&server, dir.path());
+    let test = format!("s3://{BUCKET}/mnist/test.parquet");
+    eval_from_s3_scores_like_training(&server, &model, &test, &dir.path().join("eval.json"), acc);
+    predictions_go_to_s3(&server, &model, &test);
+    history_is_read_from_s3(&server);
+    assert_no_local_s3_dir();
+    eprintln!("train/eval/predict on S3 took {:?}", started.elapsed());
+}
+
+/// One epoch of MNIST from the bucket on two executors, its model saved in the bucket (and
+/// nothing under a local `s3:` directory); returns the model's URL and the test accuracy.
+fn train_with_the_model_saved_on_s3(server: &Moto, dir: &std::path::Path) -> (String, f64) {
     let spec = job(
-        dir.path(),
+        dir,
         "s3-mnist",
         &mnist_spec(
             "s3-mnist",
@@ -316,7 +129,7 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
             "label = \"label\"",
         ),
     );
-    let sm = train_on_s3(&server, &spec, dir.path());
+    let sm = train_on_s3(server, &spec, dir);
     assert_eq!(sm["status"], "succeeded");
     assert_eq!(sm["executors"], 2);
     assert_eq!(sm["samples"], 60_000);
@@ -337,44 +150,55 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
         "the model is in the bucket: {saved:?}"
     );
     assert_no_local_s3_dir();
+    (model, acc)
+}
 
-    // Evaluation reads the model and the data from the bucket and scores what training did.
-    let test = format!("s3://{BUCKET}/mnist/test.parquet");
-    let eval_out = dir.path().join("eval.json");
+/// Evaluation reads the model and the data (`test`) from the bucket and scores what training
+/// did (test accuracy `acc`).
+fn eval_from_s3_scores_like_training(
+    server: &Moto,
+    model: &str,
+    test: &str,
+    eval_out: &std::path::Path,
+    acc: f64,
+) {
     let run = ringflow_s3(
-        &server,
+        server,
         &[
             "eval",
             "--model",
-            &model,
+            model,
             "--data",
-            &test,
+            test,
             "--executors",
             "2",
             "--summary-json",
-            &s(&eval_out),
+            &s(eval_out),
         ],
     );
     run.assert_success();
     assert!(run.stdout.contains("accuracy"), "{}", run.stdout);
-    let ev = summary(&eval_out);
+    let ev = summary(eval_out);
     assert_eq!(ev["test_rows"], 10_000);
     let eval_acc = ev["test_accuracy"].as_f64().unwrap();
     assert!(
         (eval_acc - acc).abs() < 0.002,
         "eval accuracy {eval_acc} vs {acc} at the end of training"
     );
+}
 
-    // Predictions go to the bucket, one part per executor, every row once with its id.
+/// Predictions of `model` on `test` go to the bucket, one part per executor, every row once
+/// with its id, as SQL over the bucket shows.
+fn predictions_go_to_s3(server: &Moto, model: &str, test: &str) {
     let preds = format!("s3://{BUCKET}/preds");
     ringflow_s3(
-        &server,
+        server,
         &[
             "predict",
             "--model",
-            &model,
+            model,
             "--data",
-            &test,
+            test,
             "--output",
             &preds,
             "--id",
@@ -393,7 +217,7 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
         "part files in the bucket: {parts:?}"
     );
     let run = ringflow_s3(
-        &server,
+        server,
         &[
             "sql",
             "SELECT count(*) AS n, count(DISTINCT id) AS ids, \
@@ -409,10 +233,13 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
         "{}",
         run.stdout
     );
-    // The event log is in the bucket: the training job, then the evaluation and prediction of
-    // its model; `ringflow history` reads it from there.
+}
+
+/// The event log is in the bucket: the training job, then the evaluation and prediction of
+/// its model; `ringflow history` reads it from there.
+fn history_is_read_from_s3(server: &Moto) {
     let run = ringflow_s3(
-        &server,
+        server,
         &["history", &format!("s3://{BUCKET}/runs/x"), "--json"],
     );
     run.assert_success();
@@ -434,8 +261,6 @@ fn train_evaluate_and_predict_with_data_and_model_on_s3() {
         run.stdout
     );
     assert_eq!(history["jobs"][0]["epochs"].as_array().unwrap().len(), 1);
-    assert_no_local_s3_dir();
-    eprintln!("train/eval/predict on S3 took {:?}", started.elapsed());
 }
 
 /// `data.sql` over S3 data joins a lookup table that is a CSV on S3 (string labels, found by

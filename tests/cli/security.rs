@@ -76,6 +76,9 @@ fn executor_is_refused(url: &str, extra: &[&str], expected: &str) {
     assert!(stderr.contains(expected), "{expected:?} not in:\n{stderr}");
 }
 
+/// A driver with a shared secret: health probes need none; executors, clients and the UI's
+/// cancel action without it (or with a wrong one) are refused and logged; executors with it
+/// register and train a job submitted with it.
 #[test]
 fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,17 +92,31 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
     assert_eq!(http_get(&format!("{ui}healthz")).0, 200);
     assert_eq!(http_get(&format!("{ui}readyz")), (200, "ready\n".into()));
 
+    callers_without_the_secret_are_refused(&driver, &url, &wrong, d);
+    let (e1, mut e2) = executors_with_the_secret(&url, &secret_file, secret);
+    let job_id = a_job_with_the_secret_succeeds(d, &url, &secret_file);
+    cancel_needs_the_secret(&ui, &job_id, secret);
+
+    let _ = e2.kill();
+    let _ = e2.wait();
+    drop(e1);
+    drop(driver);
+}
+
+/// Executors, `ringflow status` and `ringflow submit` without the secret, or with the `wrong`
+/// one, are refused, each saying why; the driver logs each refusal with the caller's address.
+fn callers_without_the_secret_are_refused(driver: &Process, url: &str, wrong: &str, d: &Path) {
     executor_is_refused(
-        &url,
+        url,
         &[],
         "refused this executor: the driver requires the cluster's shared secret and none was sent",
     );
     executor_is_refused(
-        &url,
-        &["--secret-file", &wrong],
+        url,
+        &["--secret-file", wrong],
         "the shared secret sent does not match the driver's",
     );
-    let status = ringflow(&["status", "--driver", &url], Duration::from_secs(30));
+    let status = ringflow(&["status", "--driver", url], Duration::from_secs(30));
     let stderr = status.assert_clean_failure();
     assert!(
         stderr.contains("the driver refused this request"),
@@ -107,7 +124,7 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
     );
     let spec = two_executor_job(d, "refused", "direct");
     let submit = ringflow(
-        &["submit", &spec, "--driver", &url, "--secret-file", &wrong],
+        &["submit", &spec, "--driver", url, "--secret-file", wrong],
         Duration::from_secs(30),
     );
     assert!(
@@ -126,16 +143,22 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
             .stderr()
             .contains("refused an executor call from 127.0.0.1:")
     );
+}
 
-    // Executors with the secret (from the file, and from RINGFLOW_SECRET) register, report
-    // ready on their health address, and train a job submitted with the secret.
+/// Executors with the secret (one from `secret_file`, one from RINGFLOW_SECRET) register and
+/// report ready on their health address; returns both (the second one for the caller to kill).
+fn executors_with_the_secret(
+    url: &str,
+    secret_file: &str,
+    secret: &str,
+) -> (Process, std::process::Child) {
     let health = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    let e1 = executor(&url, &secret_file, &["--health", &health.to_string()]);
-    let mut e2 = std::process::Command::new(env!("CARGO_BIN_EXE_ringflow"))
-        .args(["executor", "--driver", &url, "--cores", "1"])
+    let e1 = executor(url, secret_file, &["--health", &health.to_string()]);
+    let e2 = std::process::Command::new(env!("CARGO_BIN_EXE_ringflow"))
+        .args(["executor", "--driver", url, "--cores", "1"])
         .env("RINGFLOW_SECRET", secret)
         .current_dir(repo())
         .stdout(std::process::Stdio::null())
@@ -147,7 +170,11 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
         http_get(&format!("http://{health}/readyz")),
         (200, "ready\n".into())
     );
+    (e1, e2)
+}
 
+/// A job submitted with the secret trains to success on the admitted executors; returns its id.
+fn a_job_with_the_secret_succeeds(d: &Path, url: &str, secret_file: &str) -> String {
     let spec = two_executor_job(d, "admitted", "direct");
     let summary = d.join("admitted.json");
     let run = ringflow(
@@ -155,9 +182,9 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
             "submit",
             &spec,
             "--driver",
-            &url,
+            url,
             "--secret-file",
-            &secret_file,
+            secret_file,
             "--summary-json",
             &s(&summary),
         ],
@@ -167,9 +194,11 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
     assert_eq!(summary["status"], "succeeded", "{summary}");
-    let job_id = summary["job_id"].as_str().expect("a job id").to_string();
+    summary["job_id"].as_str().expect("a job id").to_string()
+}
 
-    // The web UI's only write action needs the secret too.
+/// The web UI's only write action (cancelling job `job_id`) needs the secret too.
+fn cancel_needs_the_secret(ui: &str, job_id: &str, secret: &str) {
     let cancel = format!("{ui}api/v1/jobs/{job_id}/cancel");
     let (code, body) = http_request("POST", &cancel, &[]);
     assert_eq!(code, 401, "{body}");
@@ -193,11 +222,6 @@ fn a_driver_with_a_secret_admits_only_those_who_hold_it() {
         (200, r#"{"cancelled":false}"#),
         "a finished job is not cancelled again"
     );
-
-    let _ = e2.kill();
-    let _ = e2.wait();
-    drop(e1);
-    drop(driver);
 }
 
 /// A CA and the files made with it: the driver's certificate (for 127.0.0.1 and localhost), a
@@ -267,6 +291,9 @@ fn https_get(url: &str, ca: &str) -> (u16, String) {
     (code.parse().unwrap(), body.to_string())
 }
 
+/// A driver with TLS and a client CA serves its control plane and UI over HTTPS, refuses
+/// clients that do not trust it or bring no certificate of its CA, and trains a job for
+/// executors with client certificates.
 #[test]
 fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
     let dir = tempfile::tempdir().unwrap();
@@ -289,20 +316,28 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         https_get(&format!("{ui}readyz"), &pki.ca),
         (200, "ready\n".into())
     );
+    clients_without_trusted_tls_are_refused(&driver, &url, &secret_file, &pki);
+    mutual_tls_executors_train_a_job(d, &url, &secret_file, &pki);
+    drop(driver);
+}
 
-    let client = |extra: &[&str]| {
-        let mut a = vec![
-            "status",
-            "--driver",
-            url.as_str(),
-            "--secret-file",
-            secret_file.as_str(),
-        ];
-        a.extend(extra);
-        ringflow(&a, Duration::from_secs(30))
-    };
-    // A driver certificate from an unknown CA, no client certificate, a client certificate of
-    // another CA, and plain HTTP are all refused, each saying why.
+/// `ringflow status` against the driver at `url` with the secret and `extra` options.
+fn status_over_tls(url: &str, secret_file: &str, extra: &[&str]) -> Run {
+    let mut a = vec!["status", "--driver", url, "--secret-file", secret_file];
+    a.extend(extra);
+    ringflow(&a, Duration::from_secs(30))
+}
+
+/// A driver certificate from an unknown CA, no client certificate, a client certificate of
+/// another CA, plain HTTP and a certificate without its key are all refused, each saying why;
+/// the driver logs the handshakes it refused, with the client's address and the cause.
+fn clients_without_trusted_tls_are_refused(
+    driver: &Process,
+    url: &str,
+    secret_file: &str,
+    pki: &Pki,
+) {
+    let client = |extra: &[&str]| status_over_tls(url, secret_file, extra);
     let run = client(&["--tls-ca", &pki.other_ca]);
     assert!(
         run.assert_clean_failure()
@@ -319,7 +354,7 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
     );
     let plain = url.replacen("https://", "http://", 1);
     let run = ringflow(
-        &["status", "--driver", &plain, "--secret-file", &secret_file],
+        &["status", "--driver", &plain, "--secret-file", secret_file],
         Duration::from_secs(30),
     );
     assert!(
@@ -328,8 +363,8 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         run.stderr
     );
     executor_is_refused(
-        &url,
-        &["--secret-file", &secret_file, "--tls-ca", &pki.other_ca],
+        url,
+        &["--secret-file", secret_file, "--tls-ca", &pki.other_ca],
         "the TLS connection to the driver at",
     );
     // The driver logged the handshakes it refused, with the client's address and the cause.
@@ -353,9 +388,12 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         "{}",
         run.stderr
     );
+}
 
-    // With the CA and a client certificate, executors register and train a job whose data
-    // they fetch from the driver over Flight, through the same TLS.
+/// With the CA and a client certificate, executors register and train a job whose data they
+/// fetch from the driver over Flight, through the same TLS; `ringflow status` then shows both
+/// idle.
+fn mutual_tls_executors_train_a_job(d: &Path, url: &str, secret_file: &str, pki: &Pki) {
     let tls = [
         "--tls-ca",
         pki.ca.as_str(),
@@ -364,16 +402,16 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         "--tls-key",
         pki.client_key.as_str(),
     ];
-    let executors: Vec<Process> = (0..2).map(|_| executor(&url, &secret_file, &tls)).collect();
+    let executors: Vec<Process> = (0..2).map(|_| executor(url, secret_file, &tls)).collect();
     let spec = two_executor_job(d, "over-tls", "driver");
     let summary = d.join("over-tls.json");
     let mut a = vec![
         "submit",
         spec.as_str(),
         "--driver",
-        url.as_str(),
+        url,
         "--secret-file",
-        secret_file.as_str(),
+        secret_file,
         "--summary-json",
     ];
     let summary_arg = s(&summary);
@@ -387,11 +425,10 @@ fn tls_and_mutual_tls_protect_the_control_plane_and_the_ui() {
         summary["test_accuracy"].as_f64().unwrap_or(0.0) > 0.5,
         "{summary}"
     );
-    let run = client(&tls);
+    let run = status_over_tls(url, secret_file, &tls);
     run.assert_success();
     assert_eq!(run.stdout.matches(" idle ").count(), 2, "{}", run.stdout);
     drop(executors);
-    drop(driver);
 }
 
 /// Files a driver cannot use are named in one sentence before it serves anything.

@@ -71,6 +71,9 @@ fn start_job(dir: &std::path::Path) -> (Process, String) {
     (run, url)
 }
 
+/// While a two-executor job runs, the UI serves its page and script, the JSON API describes the
+/// job, its executors and its metrics (one evaluation per epoch, in order), `/metrics` has the
+/// Prometheus series, and (with Chromium) the page renders the executors and charts.
 #[test]
 fn the_ui_api_and_metrics_describe_a_running_job() {
     let dir = tempfile::tempdir().unwrap();
@@ -82,6 +85,25 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
     let (status, script) = http_get(&format!("{url}app.js"));
     assert!(status == 200 && script.contains("/api/v1/jobs"));
 
+    let id = the_api_describes_the_running_job(&url);
+    the_api_describes_both_executors(&url);
+    the_api_has_the_job_metrics(&url, &id);
+    the_prometheus_metrics_describe_the_job(&url);
+    // Browser check: Chromium renders the page against the live job.
+    if let Some(chromium) = chromium() {
+        the_page_renders_in_chromium(&chromium, &url, &dir.path().join("ui.png"));
+    }
+    evaluations_come_one_per_epoch(&url, &id);
+
+    // All of it was seen live: the job is still running (the run is killed on drop).
+    let jobs = json(&format!("{url}api/v1/jobs"));
+    assert_eq!(jobs[0]["state"], "running", "{jobs}");
+    drop(run);
+}
+
+/// `/api/v1/jobs` shows the job running on two executors past epoch 1, with a memory estimate
+/// of one executor, biggest part first; returns the job's id.
+fn the_api_describes_the_running_job(url: &str) -> String {
     let jobs = json(&format!("{url}api/v1/jobs"));
     let job = &jobs[0];
     assert_eq!(job["state"], "running", "{jobs}");
@@ -100,8 +122,12 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
             .all(|w| w[0]["bytes"].as_u64() >= w[1]["bytes"].as_u64()),
         "{jobs}"
     );
-    let id = job["id"].as_str().unwrap().to_string();
+    job["id"].as_str().unwrap().to_string()
+}
 
+/// `/api/v1/executors` shows two busy executors with ranks, fresh heartbeats, their memory and
+/// phase shares that add up to 1.
+fn the_api_describes_both_executors(url: &str) {
     let executors = json(&format!("{url}api/v1/executors"));
     let ranks: Vec<u64> = executors
         .as_array()
@@ -121,7 +147,11 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
             .sum();
         assert!((total - 1.0).abs() < 1e-6, "{executors}");
     }
+}
 
+/// `/api/v1/jobs/<id>/metrics` has the epochs' losses and the test split's evaluation after
+/// epoch 1; an unknown job is a 404.
+fn the_api_has_the_job_metrics(url: &str, id: &str) {
     let series = json(&format!("{url}api/v1/jobs/{id}/metrics"));
     assert!(!series["epochs"].as_array().unwrap().is_empty(), "{series}");
     assert!(
@@ -137,7 +167,11 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
 
     let (status, missing) = http_get(&format!("{url}api/v1/jobs/nope"));
     assert_eq!(status, 404, "{missing}");
+}
 
+/// `/metrics` has the job, executor, phase-histogram, all-reduce, loss and accuracy series, and
+/// forward phases counted.
+fn the_prometheus_metrics_describe_the_job(url: &str) {
     let (status, metrics) = http_get(&format!("{url}metrics"));
     assert_eq!(status, 200);
     for needle in [
@@ -158,35 +192,38 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .unwrap_or_else(|| panic!("no forward-phase histogram:\n{metrics}"));
     assert!(forward_steps > 0.0, "{metrics}");
+}
 
-    // Browser check: Chromium renders the page against the live job.
-    if let Some(chromium) = chromium() {
-        let screenshot = dir.path().join("ui.png");
-        let dom = render(&chromium, &url, &screenshot);
-        assert!(
-            dom.matches("data-executor=").count() == 2,
-            "two executor rows: {dom}"
-        );
-        // The loss chart and the test-accuracy chart have points while the job runs.
-        for chart in ["loss-chart", "accuracy-chart"] {
-            let svg = dom
-                .split(&format!("id=\"{chart}\""))
-                .nth(1)
-                .and_then(|rest| rest.split("</svg>").next())
-                .unwrap_or_default();
-            assert!(svg.contains("<circle"), "{chart} with points: {dom}");
-        }
-        assert!(
-            dom.contains("memory per executor: about "),
-            "the job's memory estimate: {dom}"
-        );
-        assert!(screenshot.exists(), "a screenshot was taken");
-        if let Ok(keep) = std::env::var("RINGFLOW_UI_SCREENSHOT") {
-            std::fs::copy(&screenshot, keep).unwrap();
-        }
+/// Chromium renders the page at `url` against the live job: two executor rows, loss and
+/// accuracy charts with points, the memory estimate, and a screenshot at `screenshot` (copied
+/// to `RINGFLOW_UI_SCREENSHOT` when set).
+fn the_page_renders_in_chromium(chromium: &str, url: &str, screenshot: &std::path::Path) {
+    let dom = render(chromium, url, screenshot);
+    assert!(
+        dom.matches("data-executor=").count() == 2,
+        "two executor rows: {dom}"
+    );
+    // The loss chart and the test-accuracy chart have points while the job runs.
+    for chart in ["loss-chart", "accuracy-chart"] {
+        let svg = dom
+            .split(&format!("id=\"{chart}\""))
+            .nth(1)
+            .and_then(|rest| rest.split("</svg>").next())
+            .unwrap_or_default();
+        assert!(svg.contains("<circle"), "{chart} with points: {dom}");
     }
+    assert!(
+        dom.contains("memory per executor: about "),
+        "the job's memory estimate: {dom}"
+    );
+    assert!(screenshot.exists(), "a screenshot was taken");
+    if let Ok(keep) = std::env::var("RINGFLOW_UI_SCREENSHOT") {
+        std::fs::copy(screenshot, keep).unwrap();
+    }
+}
 
-    // Later evaluations come one per epoch, in order.
+/// Later evaluations of job `id` come one per epoch, in order (waiting at most 60 s for three).
+fn evaluations_come_one_per_epoch(url: &str, id: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let tests = loop {
         let series = json(&format!("{url}api/v1/jobs/{id}/metrics"));
@@ -201,11 +238,6 @@ fn the_ui_api_and_metrics_describe_a_running_job() {
         epochs.len() >= 3 && epochs.iter().zip(1..).all(|(&e, want)| e == want),
         "{tests:?}"
     );
-
-    // All of it was seen live: the job is still running (the run is killed on drop).
-    let jobs = json(&format!("{url}api/v1/jobs"));
-    assert_eq!(jobs[0]["state"], "running", "{jobs}");
-    drop(run);
 }
 
 /// Chromium for the browser check: required where `RINGFLOW_REQUIRE_BROWSER` is set (as

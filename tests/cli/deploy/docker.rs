@@ -35,13 +35,26 @@ fn the_dockerfile_matches_the_workspace() {
     let root = repo();
     let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
     let ins = dockerfile_instructions(&read("deploy/docker/Dockerfile"));
-    let all = |k: &str| {
-        ins.iter()
-            .filter(|(x, _)| x == k)
-            .map(|(_, r)| r.as_str())
-            .collect::<Vec<_>>()
-    };
     let ignore = read("deploy/docker/Dockerfile.dockerignore");
+    let ignored = ignored_paths(&ignore);
+    check_build_stages(&ins);
+    check_dependency_layer(&ins, &read("Cargo.toml"));
+    check_copies(&ins, &ignored);
+    check_runtime_stage(&ins);
+    check_shared_libraries();
+}
+
+/// What follows the keyword `k` (upper case) in each of its instructions, in order.
+fn arguments_of<'a>(ins: &'a [(String, String)], k: &str) -> Vec<&'a str> {
+    ins.iter()
+        .filter(|(x, _)| x == k)
+        .map(|(_, r)| r.as_str())
+        .collect()
+}
+
+/// The top-level paths that the .dockerignore text `ignore` leaves out; checks it leaves out
+/// the repository's history, build outputs and runs.
+fn ignored_paths(ignore: &str) -> BTreeSet<&str> {
     let ignored: BTreeSet<&str> = ignore
         .lines()
         .map(|l| l.trim().trim_end_matches('/'))
@@ -53,21 +66,26 @@ fn the_dockerfile_matches_the_workspace() {
             "the .dockerignore keeps {needed} out"
         );
     }
+    ignored
+}
 
-    let froms = all("FROM");
+/// A builder and a runtime stage, the runtime image and features as build arguments, a
+/// dependency layer and a cached build that takes FEATURES.
+fn check_build_stages(ins: &[(String, String)]) {
+    let froms = arguments_of(ins, "FROM");
     assert_eq!(froms.len(), 2, "a builder and a runtime stage: {froms:?}");
     assert!(
         froms[0].starts_with("rust:") && froms[0].ends_with(" AS builder"),
         "{froms:?}"
     );
     assert!(froms[1].starts_with("${RUNTIME_IMAGE}"), "{froms:?}");
-    let args = all("ARG");
+    let args = arguments_of(ins, "ARG");
     assert!(
         args.iter().any(|a| a.starts_with("RUNTIME_IMAGE=debian:")),
         "{args:?}"
     );
     assert!(args.iter().any(|a| a.starts_with("FEATURES=")), "{args:?}");
-    let runs = all("RUN").join("\n");
+    let runs = arguments_of(ins, "RUN").join("\n");
     assert!(runs.contains("cargo fetch --locked"), "a dependency layer");
     assert!(
         runs.contains("--mount=type=cache"),
@@ -77,16 +95,19 @@ fn the_dockerfile_matches_the_workspace() {
         runs.contains("--features \"$FEATURES\""),
         "the build takes FEATURES"
     );
+}
 
-    // Every workspace member's manifest goes into the dependency layer, with a stub target.
-    let cargo = read("Cargo.toml");
+/// Every workspace member's manifest (in the workspace manifest `cargo`) goes into the
+/// dependency layer, with a stub target; the features the image can build exist.
+fn check_dependency_layer(ins: &[(String, String)], cargo: &str) {
+    let runs = arguments_of(ins, "RUN").join("\n");
     let members_line = cargo
         .lines()
         .find(|l| l.starts_with("members"))
         .expect("members");
     let members: Vec<&str> = members_line.split('"').skip(1).step_by(2).collect();
     assert!(!members.is_empty(), "{members_line}");
-    let copies = all("COPY");
+    let copies = arguments_of(ins, "COPY");
     for m in members {
         let copied = copies
             .iter()
@@ -107,9 +128,15 @@ fn the_dockerfile_matches_the_workspace() {
             "the feature {f} is gone"
         );
     }
+}
 
-    // Every COPY from the build context names paths that exist and are not ignored.
-    for c in copies.iter().filter(|c| !c.starts_with("--from")) {
+/// Every COPY from the build context names paths that exist and are not `ignored`.
+fn check_copies(ins: &[(String, String)], ignored: &BTreeSet<&str>) {
+    let root = repo();
+    for c in arguments_of(ins, "COPY")
+        .iter()
+        .filter(|c| !c.starts_with("--from"))
+    {
         let words: Vec<&str> = c
             .split_whitespace()
             .filter(|w| !w.starts_with("--"))
@@ -129,8 +156,11 @@ fn the_dockerfile_matches_the_workspace() {
             assert!(exists, "COPY {src}: no such path in the repository");
         }
     }
+}
 
-    // The runtime stage.
+/// The runtime stage runs as a non-root user with `ringflow` as its entry point, exposes the
+/// driver's and the UI's ports and checks `/healthz`.
+fn check_runtime_stage(ins: &[(String, String)]) {
     let last = ins.iter().rposition(|(k, _)| k == "FROM").unwrap();
     let get = |k: &str| {
         ins[last..]
@@ -153,8 +183,10 @@ fn the_dockerfile_matches_the_workspace() {
         get("HEALTHCHECK").is_some_and(|h| h.contains("/healthz")),
         "a HEALTHCHECK"
     );
+}
 
-    // The binary needs no shared library that a slim base image lacks.
+/// The binary needs no shared library that a slim base image lacks (skipped without `ldd`).
+fn check_shared_libraries() {
     let Some(ldd) = on_path("ldd") else {
         return eprintln!("skipped the shared-library check: no ldd");
     };

@@ -125,12 +125,6 @@ fn the_slurm_script_trains_a_job_and_cleans_up() {
         return missing("curl is not on PATH (the script waits for /readyz with it)");
     }
     let dir = tempfile::tempdir().unwrap();
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    executable(&bin.join("srun"), FAKE_SRUN);
-    executable(&bin.join("scontrol"), FAKE_SCONTROL);
-    executable(&bin.join("ringflow"), RINGFLOW_WRAPPER);
-    let log = dir.path().join("calls.log");
     // The spec asks for one executor; the script submits with as many as it started (two).
     let spec = small_mnist_job(dir.path(), "slurm", 1, 1, 256, &dir.path().join("ckpt"));
     let out = dir.path().join("summary.json");
@@ -139,24 +133,48 @@ fn the_slurm_script_trains_a_job_and_cleans_up() {
         .unwrap();
     let marker = format!("rftest-{}-{}", std::process::id(), nanos.as_nanos());
     let marked = Marked(marker.clone());
-    let ports: Vec<String> = {
-        let listen = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let listeners = [listen(), listen()];
-        listeners
-            .iter()
-            .map(|l| l.local_addr().unwrap().port().to_string())
-            .collect()
-    };
+    let ports = loopback_ports();
+    let cmd = sbatch_command(dir.path(), &spec, &out, &marker, &ports);
+    let calls = run_sbatch(cmd, dir.path());
+
+    let sm = summary(&out);
+    assert_eq!(sm["executors"], 2, "one executor per node: {sm}");
+    assert_eq!(sm["replicas_identical"], true);
+    assert!(sm["test_accuracy"].as_f64().unwrap() > 0.8, "{sm}");
+    check_calls(&calls, &ports);
+    check_nothing_left(&marked);
+}
+
+/// Two loopback ports that were free a moment ago, for the driver and its UI.
+fn loopback_ports() -> Vec<String> {
+    let listen = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listeners = [listen(), listen()];
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port().to_string())
+        .collect()
+}
+
+/// The command that runs the sbatch script on `spec` in `dir` as Slurm would on a two-node
+/// allocation with job id `marker`: the stand-ins (in `dir/bin`) first on PATH, the calls
+/// logged to `dir/calls.log`, no RINGFLOW_ or SLURM_ variable inherited, the driver and its UI
+/// on `ports`.
+fn sbatch_command(dir: &Path, spec: &str, out: &Path, marker: &str, ports: &[String]) -> Command {
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    executable(&bin.join("srun"), FAKE_SRUN);
+    executable(&bin.join("scontrol"), FAKE_SCONTROL);
+    executable(&bin.join("ringflow"), RINGFLOW_WRAPPER);
     let path = std::env::var_os("PATH").unwrap();
     let path =
         std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(&path)))
             .unwrap();
-    let submit_dir = s(dir.path());
+    let submit_dir = s(dir);
     let mut cmd = Command::new("bash");
     cmd.arg(repo().join("deploy/slurm/ringflow.sbatch"))
-        .arg(&spec)
+        .arg(spec)
         .arg("--summary-json")
-        .arg(&out);
+        .arg(out);
     for (name, _) in std::env::vars_os() {
         let text = name.to_string_lossy();
         if text.starts_with("RINGFLOW_") || text.starts_with("SLURM_") {
@@ -164,10 +182,10 @@ fn the_slurm_script_trains_a_job_and_cleans_up() {
         }
     }
     cmd.env("PATH", path)
-        .env("RFTEST_LOG", &log)
+        .env("RFTEST_LOG", dir.join("calls.log"))
         .env("RFTEST_REAL", env!("CARGO_BIN_EXE_ringflow"));
     for (name, value) in [
-        ("SLURM_JOB_ID", marker.as_str()),
+        ("SLURM_JOB_ID", marker),
         ("SLURM_JOB_NODELIST", "node1,node2"),
         ("SLURM_JOB_NUM_NODES", "2"),
         ("SLURM_CPUS_ON_NODE", "1"),
@@ -183,8 +201,14 @@ fn the_slurm_script_trains_a_job_and_cleans_up() {
     ] {
         cmd.env(name, value);
     }
+    cmd
+}
+
+/// Runs the sbatch command `cmd` (at most 900 s), checks that it exits 0, and returns the calls
+/// it logged in `dir/calls.log`.
+fn run_sbatch(mut cmd: Command, dir: &Path) -> String {
     // Output to files, not pipes: a process the script failed to stop would hold a pipe open.
-    let (stdout, stderr) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let (stdout, stderr) = (dir.join("stdout"), dir.join("stderr"));
     let mut child = cmd
         .current_dir(repo())
         .stdin(Stdio::null())
@@ -204,20 +228,18 @@ fn the_slurm_script_trains_a_job_and_cleans_up() {
         std::thread::sleep(Duration::from_millis(100));
     };
     let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-    let (calls, out_text, err_text) = (read(&log), read(&stdout), read(&stderr));
+    let (calls, out_text, err_text) = (read(&dir.join("calls.log")), read(&stdout), read(&stderr));
     assert!(
         status.success(),
         "the sbatch script failed or ran past 900 s ({status}):\ncalls:\n{calls}\n\
          stdout:\n{out_text}\nstderr:\n{err_text}"
     );
+    calls
+}
 
-    let sm = summary(&out);
-    assert_eq!(sm["executors"], 2, "one executor per node: {sm}");
-    assert_eq!(sm["replicas_identical"], true);
-    assert!(sm["test_accuracy"].as_f64().unwrap() > 0.8, "{sm}");
-
-    // srun ran one driver task, then one executor task per node; the driver listened on the
-    // ports given; the driver, executors and submit shared one 0600 secret file, now deleted.
+/// srun ran one driver task, then one executor task per node; the driver listened on the
+/// `ports` given; the driver, executors and submit shared one 0600 secret file, now deleted.
+fn check_calls(calls: &str, ports: &[String]) {
     let calls: Vec<Vec<&str>> = calls
         .lines()
         .map(|l| l.split_whitespace().collect())
@@ -265,8 +287,10 @@ fn the_slurm_script_trains_a_job_and_cleans_up() {
     }
     let submit = submits[0].join(" ");
     assert!(submit.contains("--set cluster.executors=2"), "{submit}");
+}
 
-    // Nothing the script started is left.
+/// Nothing the script started is left (waiting at most 15 s for it to go).
+fn check_nothing_left(marked: &Marked) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while !marked.pids().is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
