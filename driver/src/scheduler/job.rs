@@ -20,8 +20,9 @@ use crate::events::{Event, EventLog, RankInfo, ResumedFrom, micros};
 use crate::outputs::DirLock;
 use crate::planner::JobPlan;
 use crate::planner::memory::MemoryEstimate;
-use crate::progress::{JobProgress, PhaseSeconds};
+use crate::progress::JobProgress;
 use crate::summary::JobSummary;
+use ringflow_proto::phases::PhaseTimes;
 
 mod log;
 mod prepare;

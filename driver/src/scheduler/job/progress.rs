@@ -57,7 +57,7 @@ impl Job {
                         dropped_samples: done.dropped_samples,
                         seconds: micros(done.seconds),
                         samples_per_s: (done.samples_per_s * 10.0).round() / 10.0,
-                        phases: PhaseSeconds {
+                        phases: PhaseTimes {
                             data: micros(done.phases.data),
                             forward: micros(done.phases.forward),
                             backward: micros(done.phases.backward),
