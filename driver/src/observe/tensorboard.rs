@@ -29,28 +29,28 @@ pub enum TensorBoardError {
     #[error("--tensorboard takes a local directory, not a URL: {0}")]
     NotLocal(String),
     /// The directory cannot be created.
-    #[error("cannot create the TensorBoard directory {dir}: {source}")]
+    #[error("cannot create the TensorBoard directory {dir}: {cause}")]
     CreateDir {
         /// The directory.
         dir: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, which is the whole sentence).
+        cause: std::io::Error,
     },
     /// The event file cannot be created.
-    #[error("cannot create the TensorBoard event file {path}: {source}")]
+    #[error("cannot create the TensorBoard event file {path}: {cause}")]
     CreateFile {
         /// The file.
         path: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, which is the whole sentence).
+        cause: std::io::Error,
     },
     /// The event file cannot be written.
-    #[error("cannot write the TensorBoard event file {path}: {source}")]
+    #[error("cannot write the TensorBoard event file {path}: {cause}")]
     Write {
         /// The file.
         path: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, which is the whole sentence).
+        cause: std::io::Error,
     },
 }
 
@@ -183,7 +183,7 @@ impl EventWriter {
             return Err(TensorBoardError::NotLocal(shown));
         }
         std::fs::create_dir_all(dir)
-            .map_err(|source| TensorBoardError::CreateDir { dir: shown, source })?;
+            .map_err(|cause| TensorBoardError::CreateDir { dir: shown, cause })?;
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -201,9 +201,9 @@ impl EventWriter {
             }
             other => other,
         }
-        .map_err(|source| TensorBoardError::CreateFile {
+        .map_err(|cause| TensorBoardError::CreateFile {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         let mut writer = EventWriter {
             path,
@@ -217,9 +217,9 @@ impl EventWriter {
         };
         writer
             .write(&version)
-            .map_err(|source| TensorBoardError::Write {
+            .map_err(|cause| TensorBoardError::Write {
                 path: writer.path.display().to_string(),
-                source,
+                cause,
             })?;
         Ok(writer)
     }

@@ -25,12 +25,12 @@ use super::observer::Observer;
 
 /// The `--timeline` file cannot be written.
 #[derive(Debug, thiserror::Error)]
-#[error("--timeline: cannot write {path}: {source}")]
+#[error("--timeline: cannot write {path}: {cause}")]
 pub struct TimelineError {
     /// The file.
     pub path: String,
-    /// Why.
-    pub source: std::io::Error,
+    /// Why (in the message, which is the whole sentence).
+    pub cause: std::io::Error,
 }
 
 /// Collects a job's step spans and writes them to a file as a Chrome trace when following the
@@ -87,9 +87,9 @@ fn write_file(path: &Path, trace: &Value) -> Result<(), TimelineError> {
         serde_json::to_writer(&mut w, trace)?;
         std::io::Write::flush(&mut w)
     };
-    write().map_err(|source| TimelineError {
+    write().map_err(|cause| TimelineError {
         path: path.display().to_string(),
-        source,
+        cause,
     })
 }
 
