@@ -17,18 +17,25 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::num::NonZeroU8;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ringflow_proto::data::Location;
 use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::phases::PhaseTimes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use time::OffsetDateTime;
+use time::format_description::well_known::Iso8601;
+use time::format_description::well_known::iso8601::{Config, EncodedConfig, TimePrecision};
+use time::format_description::{BorrowedFormatItem, Component, modifier};
 use tracing::warn;
 
 use crate::planner::memory::MemoryEstimate;
-use crate::progress::PhaseSeconds;
+
+pub mod history;
 
 /// The file name of an event log within a checkpoint directory.
 pub const FILE_NAME: &str = ringflow_proto::spec::EVENTS_FILE;
@@ -133,7 +140,7 @@ pub enum Event {
         samples_per_s: f64,
         /// Mean over ranks of the seconds per step phase.
         #[serde(default)]
-        phases: PhaseSeconds,
+        phases: PhaseTimes,
     },
     /// Rank 0 wrote a checkpoint that `--resume` can continue from.
     Checkpoint {
@@ -294,38 +301,46 @@ pub fn micros(seconds: f64) -> f64 {
     (seconds * 1e6).round() / 1e6
 }
 
-/// The calendar date and time of `secs` seconds after the Unix epoch, in UTC: year, month,
-/// day, hour, minute, second.
-fn civil_utc(secs: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
+/// RFC 3339 in UTC with milliseconds (`2025-05-01T12:00:03.250Z`): ISO 8601's extended format
+/// to the second with three decimals, whose UTC offset is written `Z`.
+const UTC_MILLIS: EncodedConfig = Config::DEFAULT
+    .set_time_precision(TimePrecision::Second {
+        decimal_digits: NonZeroU8::new(3),
+    })
+    .encode();
+
+/// `yyyyMMddHHmmss`: the date and time, to the second, without separators.
+const COMPACT: &[BorrowedFormatItem<'static>] = &[
+    BorrowedFormatItem::Component(Component::CalendarYearFullStandardRange(
+        modifier::CalendarYearFullStandardRange::default(),
+    )),
+    BorrowedFormatItem::Component(Component::MonthNumerical(
+        modifier::MonthNumerical::default(),
+    )),
+    BorrowedFormatItem::Component(Component::Day(modifier::Day::default())),
+    BorrowedFormatItem::Component(Component::Hour24(modifier::Hour24::default())),
+    BorrowedFormatItem::Component(Component::Minute(modifier::Minute::default())),
+    BorrowedFormatItem::Component(Component::Second(modifier::Second::default())),
+];
+
+/// `t` in UTC; a time before the Unix epoch (or beyond year 9999) counts as the epoch.
+fn utc(t: SystemTime) -> OffsetDateTime {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    i128::try_from(since.as_nanos())
+        .ok()
+        .and_then(|nanos| OffsetDateTime::from_unix_timestamp_nanos(nanos).ok())
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
 /// `t` as RFC 3339 in UTC with milliseconds, e.g. `2025-05-01T12:00:03.250Z`.
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let (year, month, day, hour, minute, second) = civil_utc(d.as_secs() as i64);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{:03}Z",
-        d.subsec_millis()
-    )
+    // Formatting fails only for years beyond 9999, which `utc` never gives.
+    utc(t).format(&Iso8601::<UTC_MILLIS>).unwrap_or_default()
 }
 
 /// `t` in UTC as `yyyyMMddHHmmss`, e.g. `20250501120003`: the time in job ids.
 pub fn compact_utc(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let (year, month, day, hour, minute, second) = civil_utc(d.as_secs() as i64);
-    format!("{year:04}{month:02}{day:02}{hour:02}{minute:02}{second:02}")
+    utc(t).format(COMPACT).unwrap_or_default()
 }
 
 enum Message {
@@ -589,7 +604,7 @@ mod tests {
             dropped_samples: 0,
             seconds: 1.5,
             samples_per_s: 426.7,
-            phases: PhaseSeconds {
+            phases: PhaseTimes {
                 data: 0.1,
                 forward: 0.4,
                 backward: 0.6,

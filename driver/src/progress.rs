@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use ringflow_proto::pb::{EpochReport, EvalReport, PhaseTimes, TaskOutcome};
+use ringflow_proto::pb::{self, EpochReport, EvalReport, TaskOutcome};
+use ringflow_proto::phases::PhaseTimes;
 use serde::{Deserialize, Serialize};
 
 /// One epoch over all ranks.
@@ -24,34 +25,7 @@ pub struct EpochSummary {
     /// `samples / seconds`.
     pub samples_per_s: f64,
     /// Mean over ranks of the time per phase, in seconds.
-    pub phases: PhaseSeconds,
-}
-
-/// Seconds per step phase (serializable mirror of the protocol message).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PhaseSeconds {
-    /// Waiting for data.
-    pub data: f64,
-    /// Forward pass.
-    pub forward: f64,
-    /// Backward pass.
-    pub backward: f64,
-    /// Gradient all-reduce wait.
-    pub allreduce: f64,
-    /// Optimizer step.
-    pub optimizer: f64,
-}
-
-impl From<&PhaseTimes> for PhaseSeconds {
-    fn from(p: &PhaseTimes) -> Self {
-        PhaseSeconds {
-            data: p.data,
-            forward: p.forward,
-            backward: p.backward,
-            allreduce: p.allreduce,
-            optimizer: p.optimizer,
-        }
-    }
+    pub phases: PhaseTimes,
 }
 
 /// Collects per-rank reports of one job.
@@ -65,12 +39,12 @@ pub struct JobProgress {
     outcomes: Vec<Option<TaskOutcome>>,
     finished_epochs: Vec<EpochSummary>,
     /// Each rank's phase times in the latest epoch it reported.
-    last_phases: Vec<Option<PhaseTimes>>,
+    last_phases: Vec<Option<pb::PhaseTimes>>,
 }
 
 impl JobProgress {
     /// The phase times `rank` reported for the latest epoch it finished.
-    pub fn latest_phases(&self, rank: usize) -> Option<PhaseTimes> {
+    pub fn latest_phases(&self, rank: usize) -> Option<pb::PhaseTimes> {
         self.last_phases.get(rank).copied().flatten()
     }
 
@@ -116,14 +90,9 @@ impl JobProgress {
         let n = reports.len() as f64;
         let samples = reports.iter().map(|r| r.samples).sum();
         let seconds = reports.iter().map(|r| r.seconds).fold(0.0, f64::max);
-        let mut phases = PhaseSeconds::default();
+        let mut phases = PhaseTimes::default();
         for r in &reports {
-            let p = PhaseSeconds::from(&r.phases.unwrap_or_default());
-            phases.data += p.data / n;
-            phases.forward += p.forward / n;
-            phases.backward += p.backward / n;
-            phases.allreduce += p.allreduce / n;
-            phases.optimizer += p.optimizer / n;
+            phases += PhaseTimes::from(r.phases.unwrap_or_default()).map(|x| x / n);
         }
         let summary = EpochSummary {
             epoch,

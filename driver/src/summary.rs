@@ -1,6 +1,8 @@
 //! The summary of a finished job, printed by the CLI and written by `--summary-json`.
 
 use std::fmt;
+use std::io::Write as _;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +28,32 @@ impl fmt::Display for JobStatus {
             JobStatus::Cancelled => "cancelled",
         })
     }
+}
+
+/// A summary that cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SummaryError {
+    /// The JSON the driver sent is not a job's summary.
+    #[error("the driver sent an unreadable summary")]
+    Unreadable(#[source] serde_json::Error),
+    /// The directory of `--summary-json PATH` cannot be created.
+    #[error("--summary-json: cannot create {dir}")]
+    CreateDir {
+        /// The directory.
+        dir: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file of `--summary-json PATH` cannot be written.
+    #[error("--summary-json: cannot write {path}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Everything worth knowing about a finished job.
@@ -179,6 +207,34 @@ impl JobSummary {
     }
 }
 
+impl JobSummary {
+    /// The summary in `json`, as the driver sends it at the end of a job.
+    pub fn from_json(json: &str) -> Result<JobSummary, SummaryError> {
+        serde_json::from_str(json).map_err(SummaryError::Unreadable)
+    }
+
+    /// Writes the summary to `path` as pretty JSON (what `--summary-json PATH` holds),
+    /// creating its directory if needed.
+    pub fn write_json(&self, path: &Path) -> Result<(), SummaryError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| SummaryError::CreateDir {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let write = || -> std::io::Result<()> {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+            serde_json::to_writer_pretty(&mut w, self)?;
+            w.write_all(b"\n")?;
+            w.flush()
+        };
+        write().map_err(|source| SummaryError::Write {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
 impl fmt::Display for JobSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let plural = if self.executors == 1 { "" } else { "s" };
@@ -229,5 +285,45 @@ impl fmt::Display for JobSummary {
             writeln!(f, "  model saved to {p}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> JobSummary {
+        JobSummary::new("j", "j-1", 2, true, &JobProgress::new(2), 1.5, None, false)
+    }
+
+    #[test]
+    fn the_json_file_reads_back_as_the_summary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/dir/summary.json");
+        sample().write_json(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("{\n  \"job\": \"j\","), "{text}");
+        assert!(text.ends_with("}\n"), "{text}");
+        let back = JobSummary::from_json(&text).unwrap();
+        assert_eq!((back.job_id.as_str(), back.executors), ("j-1", 2));
+    }
+
+    #[test]
+    fn errors_name_the_summary_or_the_path_at_fault() {
+        let e = JobSummary::from_json("{\"job\": 3}").unwrap_err();
+        assert_eq!(e.to_string(), "the driver sent an unreadable summary");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = sample().write_json(&file.join("s.json")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("--summary-json: cannot create {}", file.display())
+        );
+        let e = sample().write_json(dir.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("--summary-json: cannot write {}", dir.path().display())
+        );
     }
 }

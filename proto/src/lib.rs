@@ -9,6 +9,8 @@
 //! - [`host`]: this machine's name, as executors and drivers report it.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
+//! - [`phases`]: the seconds a training step spends in each phase, as executors measure them
+//!   and the driver and CLI show them.
 //! - [`size`]: sizes in bytes as people write them (`--memory 64MiB`) and read them.
 //! - [`listener`]: the bounds, deadlines and counters that every listening port of the driver
 //!   and the executors applies to its connections.
@@ -21,6 +23,7 @@
 pub mod data;
 pub mod host;
 pub mod listener;
+pub mod phases;
 pub mod security;
 pub mod size;
 pub mod spec;

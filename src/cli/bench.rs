@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use ringflow_driver::observe::progress;
 use ringflow_driver::scheduler::SchedulerConfig;
 use ringflow_driver::service::{self, DriverConfig, DriverLimits};
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
@@ -19,7 +20,6 @@ use ringflow_proto::pb;
 use ringflow_proto::security::{ClientSecurity, Secret};
 
 use super::children::Children;
-use super::progress::Observer;
 use super::submit::{self, Watched};
 
 #[derive(Subcommand)]
@@ -118,7 +118,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
             .map_err(super::submit::rpc_error)?
             .into_inner()
             .job_id;
-        let watched = submit::watch(&mut client, &job_id, &mut Observer::show_only()).await;
+        let watched = submit::watch(&mut client, &job_id, &mut progress::for_stderr()).await;
         if !matches!(watched, Ok(Watched::Summary(_))) {
             driver.cancel_all();
         }
@@ -126,7 +126,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         driver.shutdown().await;
         let json = match watched? {
             Watched::Summary(json) => json,
-            Watched::Signal(sig) => return Ok(ExitCode::from(sig.exit_code())),
+            Watched::Stopped(sig) => return Ok(ExitCode::from(sig.exit_code())),
         };
         let s: BenchSummary = serde_json::from_str(&json).context("unreadable benchmark summary")?;
         if s.status != "succeeded" {

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use ringflow_driver::observe::progress;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 
-use super::progress::Observer;
 use super::submit::absolute_if_here;
 use super::{cores, local, submit};
 
@@ -94,8 +94,7 @@ fn run(
             &cluster.security.client()?,
             request,
             cluster.summary_json.as_ref(),
-            Observer::show_only(),
-            None,
+            progress::for_stderr(),
         ),
         None => {
             let threads = (cores() / cluster.executors).max(1);
@@ -107,8 +106,7 @@ fn run(
                 request,
                 cluster.summary_json.as_ref(),
                 None,
-                Observer::show_only(),
-                None,
+                progress::for_stderr(),
             )
         }
     }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use ringflow_driver::observe::Observers;
 use ringflow_driver::scheduler::{ProcessEnd, SchedulerConfig};
 use ringflow_driver::service::{self, DriverConfig, DriverHandle, DriverLimits};
 use ringflow_executor::memory::MemoryLimit;
@@ -17,9 +18,7 @@ use ringflow_proto::size::format_bytes;
 use ringflow_proto::spec::Override;
 
 use super::children::Children;
-use super::progress::Observer;
 use super::submit::{self, Watched};
-use super::timeline::Timeline;
 use super::{JobArgs, cores};
 
 #[derive(Args)]
@@ -84,9 +83,9 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     let n = spec.cluster.executors;
     let threads = spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1));
     let request = args.job.request(&spec);
-    let observer = args.job.observer()?;
+    let observers = args.job.observers()?;
     let ui = parse_ui(&args.ui)?;
-    let timeline = args.job.timeline()?;
+    let observers = observers.with(args.job.timeline()?);
     let secret = Secret::resolve(args.secret_file.as_deref())?;
     run_local(
         registry,
@@ -96,8 +95,7 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
         request,
         args.job.summary_json.as_ref(),
         ui,
-        observer,
-        timeline,
+        observers,
     )
 }
 
@@ -177,8 +175,7 @@ pub fn run_local(
     request: pb::SubmitRequest,
     summary_json: Option<&PathBuf>,
     ui: Option<SocketAddr>,
-    mut observer: Observer,
-    timeline: Option<Timeline>,
+    mut observers: Observers,
 ) -> anyhow::Result<ExitCode> {
     let log = super::log_filter().to_string();
     let secret = secret.unwrap_or_else(Secret::generate);
@@ -235,19 +232,15 @@ pub fn run_local(
                 .join(" ")
         );
         report_exits(&mut children, &driver, &job_id);
-        let recorder = timeline.map(|t| t.follow(&client, &job_id));
-        let watched = submit::watch(&mut client, &job_id, &mut observer).await;
-        if matches!(watched, Ok(Watched::Signal(_)) | Err(_)) {
+        let watched = submit::watch(&mut client, &job_id, &mut observers).await;
+        if matches!(watched, Ok(Watched::Stopped(_)) | Err(_)) {
             driver.cancel_all();
-        }
-        if let Some(r) = recorder {
-            r.finish().await;
         }
         children.stop(Duration::from_secs(5));
         driver.shutdown().await;
         match watched? {
             Watched::Summary(json) => submit::finish(&json, summary_json),
-            Watched::Signal(sig) => {
+            Watched::Stopped(sig) => {
                 eprintln!("interrupted: job {job_id} cancelled, executors stopped");
                 Ok(ExitCode::from(sig.exit_code()))
             }

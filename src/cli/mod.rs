@@ -6,19 +6,19 @@ mod daemons;
 mod history;
 mod infer;
 mod local;
-mod progress;
 mod security;
 mod signals;
 mod sql;
 mod status;
 mod submit;
-mod tensorboard;
-mod timeline;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use ringflow_driver::observe::tensorboard::TensorBoard;
+use ringflow_driver::observe::timeline::Timeline;
+use ringflow_driver::observe::{Observers, progress};
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::spec::{JobSpec, Override};
 
@@ -120,16 +120,18 @@ impl JobArgs {
 
     /// What follows the job: its progress display and the `--tensorboard` writer, whose
     /// directory and event file are created now.
-    fn observer(&self) -> anyhow::Result<progress::Observer> {
-        progress::Observer::new(self.tensorboard.as_deref())
+    fn observers(&self) -> anyhow::Result<Observers> {
+        let tensorboard = self
+            .tensorboard
+            .as_deref()
+            .map(TensorBoard::create)
+            .transpose()?;
+        Ok(progress::for_stderr().with(tensorboard))
     }
 
     /// The `--timeline` file, created now so that a bad path fails before the job starts.
-    fn timeline(&self) -> anyhow::Result<Option<timeline::Timeline>> {
-        self.timeline
-            .as_deref()
-            .map(timeline::Timeline::create)
-            .transpose()
+    fn timeline(&self) -> anyhow::Result<Option<Timeline>> {
+        Ok(self.timeline.as_deref().map(Timeline::create).transpose()?)
     }
 
     /// The request that submits the job.

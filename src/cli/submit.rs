@@ -4,18 +4,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use ringflow_driver::JobSummary;
+use ringflow_driver::observe::{self, Followed, Observers};
 use ringflow_proto::pb::{self, jobs_client::JobsClient};
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity, error_chain, status_line};
 use ringflow_proto::spec::JobSpec;
 
 use super::JobArgs;
-use super::progress::Observer;
 use super::security::SecurityArgs;
 use super::signals::{Signal, shutdown_signal};
-use super::timeline::Timeline;
 
 #[derive(Args)]
 pub struct SubmitArgs {
@@ -106,76 +104,31 @@ pub async fn submit(client: &mut Client, request: pb::SubmitRequest) -> anyhow::
     Ok(reply.into_inner().job_id)
 }
 
-/// How a watch ended.
-pub enum Watched {
-    /// The final summary arrived (as JSON).
-    Summary(String),
-    /// A signal arrived first.
-    Signal(Signal),
-}
+/// How a watch ended: the job's summary (as JSON), or the signal that arrived first.
+pub type Watched = Followed<Signal>;
 
-/// Follows a job's events, handing them to `observer` (which shows them), until its summary (or
-/// a signal).
+/// Follows a job's events, handing them to `observers` (which show and record them), until its
+/// summary (or a signal).
 pub async fn watch(
     client: &mut Client,
     job_id: &str,
-    observer: &mut Observer,
+    observers: &mut Observers,
 ) -> anyhow::Result<Watched> {
-    let watched = watch_events(client, job_id, observer).await;
-    observer.done();
-    watched
-}
-
-async fn watch_events(
-    client: &mut Client,
-    job_id: &str,
-    observer: &mut Observer,
-) -> anyhow::Result<Watched> {
-    let mut stream = client
+    let events = client
         .watch(pb::WatchRequest {
             job_id: job_id.to_string(),
         })
         .await
         .map_err(rpc_error)?
         .into_inner();
-    let signal = shutdown_signal();
-    tokio::pin!(signal);
-    loop {
-        let event = tokio::select! {
-            s = &mut signal => return Ok(Watched::Signal(s)),
-            e = stream.message() => e.map_err(|s| anyhow::anyhow!("lost the driver while watching job {job_id}: {}", s.message()))?,
-        };
-        let Some(event) = event else {
-            anyhow::bail!("the driver ended job {job_id}'s events without a summary");
-        };
-        use pb::job_event::Event;
-        match event.event {
-            Some(Event::Message(m)) => observer.message(&m),
-            Some(Event::Step(s)) => observer.step(&s),
-            Some(Event::Epoch(e)) => observer.epoch(&e),
-            Some(Event::Test(t)) => observer.test(&t),
-            Some(Event::SummaryJson(json)) => {
-                observer.summary(&json);
-                return Ok(Watched::Summary(json));
-            }
-            // States, and whatever else is not shown.
-            _ => {}
-        }
-    }
+    Ok(observe::follow(events, job_id, observers, shutdown_signal()).await?)
 }
 
 /// Prints a training job's summary, writes it where asked, and returns the exit code.
 pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
-    let summary: JobSummary =
-        serde_json::from_str(json).context("the driver sent an unreadable summary")?;
+    let summary = JobSummary::from_json(json)?;
     if let Some(path) = summary_path {
-        let pretty = serde_json::to_string_pretty(&summary)? + "\n";
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("--summary-json: cannot create {}", dir.display()))?;
-        }
-        std::fs::write(path, pretty)
-            .with_context(|| format!("--summary-json: cannot write {}", path.display()))?;
+        summary.write_json(path)?;
     }
     if let Some(e) = &summary.error {
         eprintln!("error: {e}");
@@ -191,52 +144,42 @@ pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<Exit
 pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let mut spec = args.job.load(&[])?;
     absolutize(&mut spec)?;
-    let observer = args.job.observer()?;
-    let timeline = args.job.timeline()?;
+    let observers = args.job.observers()?;
+    let observers = observers.with(args.job.timeline()?);
     follow(
         &args.driver,
         &args.security.client()?,
         args.job.request(&spec),
         args.job.summary_json.as_ref(),
-        observer,
-        timeline,
+        observers,
     )
 }
 
-/// Submits `request` to the driver at `url` and follows the job to its end, showing it with
-/// `observer` (and writing its `--timeline`).
+/// Submits `request` to the driver at `url` and follows the job to its end, handing its events
+/// to `observers`.
 pub fn follow(
     url: &str,
     security: &ClientSecurity,
     request: pb::SubmitRequest,
     summary_json: Option<&PathBuf>,
-    mut observer: Observer,
-    timeline: Option<Timeline>,
+    mut observers: Observers,
 ) -> anyhow::Result<ExitCode> {
     let rt = super::runtime()?;
     rt.block_on(async {
         let mut client = connect(url, security).await?;
         let job_id = submit(&mut client, request).await?;
         eprintln!("submitted job {job_id} to {url}");
-        let recorder = timeline.map(|t| t.follow(&client, &job_id));
-        let code: anyhow::Result<ExitCode> = async {
-            match watch(&mut client, &job_id, &mut observer).await? {
-                Watched::Summary(json) => finish(&json, summary_json),
-                Watched::Signal(sig) => {
-                    eprintln!("cancelling job {job_id}");
-                    let _ = client
-                        .cancel(pb::CancelRequest {
-                            job_id: job_id.clone(),
-                        })
-                        .await;
-                    Ok(ExitCode::from(sig.exit_code()))
-                }
+        match watch(&mut client, &job_id, &mut observers).await? {
+            Watched::Summary(json) => finish(&json, summary_json),
+            Watched::Stopped(sig) => {
+                eprintln!("cancelling job {job_id}");
+                let _ = client
+                    .cancel(pb::CancelRequest {
+                        job_id: job_id.clone(),
+                    })
+                    .await;
+                Ok(ExitCode::from(sig.exit_code()))
             }
         }
-        .await;
-        if let Some(r) = recorder {
-            r.finish().await;
-        }
-        code
     })
 }

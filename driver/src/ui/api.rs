@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use ringflow_proto::pb;
 use ringflow_proto::pb::job_event::Event;
+use ringflow_proto::phases::PhaseTimes;
 use serde::Serialize;
 
 use crate::planner::memory::MemoryEstimate;
@@ -71,39 +72,11 @@ pub struct ExecutorView {
     /// Its latest throughput in the running epoch.
     pub samples_per_s: Option<f64>,
     /// Fractions of its latest epoch's time per phase.
-    pub phases: Option<PhaseShares>,
+    pub phases: Option<PhaseTimes>,
     /// The memory its tasks may use, in bytes, if it said.
     pub memory_bytes: Option<u64>,
     /// Where that figure comes from (`--memory`, a cgroup limit, the machine).
     pub memory_source: Option<String>,
-}
-
-/// How a rank's time split over a step's phases (fractions summing to 1).
-#[derive(Clone, Copy, Serialize)]
-pub struct PhaseShares {
-    /// Waiting for data.
-    pub data: f64,
-    /// Forward pass.
-    pub forward: f64,
-    /// Backward pass.
-    pub backward: f64,
-    /// Waiting for the gradient all-reduce.
-    pub allreduce: f64,
-    /// Optimizer step.
-    pub optimizer: f64,
-}
-
-impl PhaseShares {
-    fn of(p: &pb::PhaseTimes) -> Option<PhaseShares> {
-        let total = p.data + p.forward + p.backward + p.allreduce + p.optimizer;
-        (total > 0.0).then(|| PhaseShares {
-            data: p.data / total,
-            forward: p.forward / total,
-            backward: p.backward / total,
-            allreduce: p.allreduce / total,
-            optimizer: p.optimizer / total,
-        })
-    }
 }
 
 /// A job's metric series, for the charts.
@@ -165,8 +138,8 @@ pub struct EpochPoint {
     pub samples_per_s: f64,
     /// Wall time of the epoch.
     pub seconds: f64,
-    /// Mean time per phase over the ranks.
-    pub phases: Option<PhaseShares>,
+    /// Fractions of the epoch's time per phase (of the mean over the ranks).
+    pub phases: Option<PhaseTimes>,
 }
 
 /// The state name used by the API.
@@ -252,7 +225,8 @@ pub fn executors(s: &Scheduler, now: Instant) -> Vec<ExecutorView> {
             let (samples_per_s, phases) = match (job, rank) {
                 (Some(j), Some(r)) => (
                     j.last_step(r as usize).map(|st| st.samples_per_s),
-                    j.last_phases(r as usize).and_then(|p| PhaseShares::of(&p)),
+                    j.last_phases(r as usize)
+                        .and_then(|p| PhaseTimes::from(p).shares()),
                 ),
                 _ => (None, None),
             };
@@ -294,7 +268,7 @@ pub fn series(j: &Job) -> Series {
                 loss: d.loss,
                 samples_per_s: d.samples_per_s,
                 seconds: d.seconds,
-                phases: d.phases.as_ref().and_then(PhaseShares::of),
+                phases: d.phases.and_then(|p| PhaseTimes::from(p).shares()),
             }),
             Some(Event::Test(x)) => out.tests.push(TestPoint {
                 t: e.at_s,

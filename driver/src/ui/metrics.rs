@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use ringflow_proto::pb;
 use ringflow_proto::pb::job_event::Event;
+use ringflow_proto::phases::PhaseTimes;
 
 use super::api::state_name;
 use crate::scheduler::{Job, JobKind, Scheduler};
@@ -101,14 +102,9 @@ fn totals(job: &Job) -> JobTotals {
             Some(Event::Spans(ranks)) => {
                 for s in &ranks.spans {
                     spans_seen = true;
-                    for (name, seconds) in [
-                        ("data", s.data),
-                        ("forward", s.forward),
-                        ("backward", s.backward),
-                        ("allreduce", s.allreduce),
-                        ("optimizer", s.optimizer),
-                    ] {
-                        observe(&mut t, name, seconds as f64, 1);
+                    let phases = PhaseTimes::from(s).seconds();
+                    for (name, seconds) in PhaseTimes::NAMES.into_iter().zip(phases) {
+                        observe(&mut t, name, seconds, 1);
                     }
                 }
             }
@@ -143,13 +139,10 @@ fn observe_phases(t: &mut JobTotals, p: &pb::PhaseTimes, steps: u64) {
     if steps == 0 {
         return;
     }
-    for (name, seconds) in [
-        ("data", p.data),
-        ("forward", p.forward),
-        ("backward", p.backward),
-        ("allreduce", p.allreduce),
-        ("optimizer", p.optimizer),
-    ] {
+    for (name, seconds) in PhaseTimes::NAMES
+        .into_iter()
+        .zip(PhaseTimes::from(*p).seconds())
+    {
         observe(t, name, seconds / steps as f64, steps);
     }
 }

@@ -2,21 +2,9 @@
 
 use ringflow_proto::pb;
 
-use crate::train::context::{EpochStats, EvalStats, PhaseTimes, TrainEvent};
+use crate::train::context::{EpochStats, EvalStats, TrainEvent};
 use crate::train::timeline::StepSpan;
 use crate::train::trainer::TrainOutcome;
-
-impl From<&PhaseTimes> for pb::PhaseTimes {
-    fn from(p: &PhaseTimes) -> Self {
-        pb::PhaseTimes {
-            data: p.data,
-            forward: p.forward,
-            backward: p.backward,
-            allreduce: p.allreduce,
-            optimizer: p.optimizer,
-        }
-    }
-}
 
 impl From<&StepSpan> for pb::StepSpan {
     fn from(s: &StepSpan) -> Self {

@@ -8,37 +8,9 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// Seconds spent in each phase of training steps.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct PhaseTimes {
-    /// Waiting for the next batch.
-    pub data: f64,
-    /// Forward pass and loss.
-    pub forward: f64,
-    /// Backward pass.
-    pub backward: f64,
-    /// Waiting for the gradient all-reduce.
-    pub allreduce: f64,
-    /// Optimizer update (and clipping).
-    pub optimizer: f64,
-}
-
-impl std::ops::AddAssign for PhaseTimes {
-    fn add_assign(&mut self, o: PhaseTimes) {
-        self.data += o.data;
-        self.forward += o.forward;
-        self.backward += o.backward;
-        self.allreduce += o.allreduce;
-        self.optimizer += o.optimizer;
-    }
-}
-
-impl PhaseTimes {
-    /// The sum of all phases.
-    pub fn total(&self) -> f64 {
-        self.data + self.forward + self.backward + self.allreduce + self.optimizer
-    }
-}
+/// Seconds spent in each phase of training steps: the one type that the driver and the CLI
+/// share, with its wire form.
+pub use ringflow_proto::phases::PhaseTimes;
 
 /// Spans a buffer holds between two reports; later steps are counted but not kept. At about
 /// 45 bytes each, a report stays well below gRPC's 4 MiB message limit.

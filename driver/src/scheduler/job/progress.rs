@@ -15,7 +15,7 @@ use tracing::{info, warn};
 use super::{Job, JobKind};
 use crate::error::JobError;
 use crate::events::{Event, micros};
-use crate::progress::{JobProgress, PhaseSeconds};
+use crate::progress::JobProgress;
 
 /// The ranks' reports of one ring (numbered anew when the ring is re-formed).
 #[derive(Debug)]
@@ -187,13 +187,7 @@ impl Job {
             dropped_samples: done.dropped_samples,
             seconds: micros(done.seconds),
             samples_per_s: (done.samples_per_s * 10.0).round() / 10.0,
-            phases: PhaseSeconds {
-                data: micros(done.phases.data),
-                forward: micros(done.phases.forward),
-                backward: micros(done.phases.backward),
-                allreduce: micros(done.phases.allreduce),
-                optimizer: micros(done.phases.optimizer),
-            },
+            phases: done.phases.map(micros),
         });
         self.progress.epochs_done = done.epoch + 1;
         info!(
@@ -213,13 +207,7 @@ impl Job {
             seconds: done.seconds,
             samples_per_s: done.samples_per_s,
             dropped_samples: done.dropped_samples,
-            phases: Some(pb::PhaseTimes {
-                data: done.phases.data,
-                forward: done.phases.forward,
-                backward: done.phases.backward,
-                allreduce: done.phases.allreduce,
-                optimizer: done.phases.optimizer,
-            }),
+            phases: Some(done.phases.into()),
         }));
     }
 

@@ -1,4 +1,8 @@
-//! TensorBoard event files (`--tensorboard DIR`), written by the CLI from the job's events.
+//! TensorBoard event files (`--tensorboard DIR`), written from the job's events.
+//!
+//! [`TensorBoard`] is an [`Observer`]: it writes the training loss and throughput of every
+//! progress report at its global step, each epoch's loss and throughput at the epoch's number,
+//! and the test figures after each evaluated epoch and at the end.
 //!
 //! An event file is a sequence of TFRecords, each
 //! `u64 LE length | u32 LE masked CRC32C of the length | data | u32 LE masked CRC32C of data`,
@@ -13,6 +17,123 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
+use ringflow_proto::pb;
+
+use super::observer::Observer;
+use crate::summary::JobSummary;
+
+/// A TensorBoard directory or event file that cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum TensorBoardError {
+    /// Event files are written to a local directory only.
+    #[error("--tensorboard takes a local directory, not a URL: {0}")]
+    NotLocal(String),
+    /// The directory cannot be created.
+    #[error("cannot create the TensorBoard directory {dir}: {cause}")]
+    CreateDir {
+        /// The directory.
+        dir: String,
+        /// Why (in the message, which is the whole sentence).
+        cause: std::io::Error,
+    },
+    /// The event file cannot be created.
+    #[error("cannot create the TensorBoard event file {path}: {cause}")]
+    CreateFile {
+        /// The file.
+        path: String,
+        /// Why (in the message, which is the whole sentence).
+        cause: std::io::Error,
+    },
+    /// The event file cannot be written.
+    #[error("cannot write the TensorBoard event file {path}: {cause}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why (in the message, which is the whole sentence).
+        cause: std::io::Error,
+    },
+}
+
+/// Writes a job's figures as TensorBoard scalars.
+pub struct TensorBoard {
+    writer: EventWriter,
+    /// The last epoch that ended, counted from 1 (the step of the test figures).
+    epochs_done: u64,
+}
+
+impl TensorBoard {
+    /// Creates `dir` if needed and a new event file in it now, so that a bad path fails
+    /// before the job starts.
+    pub fn create(dir: &Path) -> Result<TensorBoard, TensorBoardError> {
+        Ok(TensorBoard {
+            writer: EventWriter::create(dir)?,
+            epochs_done: 0,
+        })
+    }
+}
+
+impl Observer for TensorBoard {
+    fn step(&mut self, s: &pb::StepProgress) {
+        let global = (s.epoch * s.steps + s.step) as i64;
+        self.writer.scalars(
+            global,
+            &[
+                ("train/loss", s.loss),
+                ("train/samples_per_s", s.samples_per_s),
+            ],
+        );
+    }
+
+    fn epoch(&mut self, e: &pb::EpochDone) {
+        self.epochs_done = e.epoch + 1;
+        self.writer.scalars(
+            self.epochs_done as i64,
+            &[
+                ("epoch/loss", e.loss),
+                ("epoch/samples_per_s", e.samples_per_s),
+            ],
+        );
+    }
+
+    fn test(&mut self, t: &pb::EpochTest) {
+        self.writer.scalars(
+            t.epoch as i64 + 1,
+            &test_scalars(t.accuracy, Some(t.loss), t.mse),
+        );
+    }
+
+    fn summary(&mut self, summary: &JobSummary) {
+        let step = if self.epochs_done > 0 {
+            self.epochs_done
+        } else {
+            summary.epochs
+        } as i64;
+        self.writer.scalars(
+            step,
+            &test_scalars(summary.test_accuracy, summary.test_loss, summary.test_mse),
+        );
+    }
+
+    /// Every record is flushed as it is written; an event file without scalars is removed
+    /// when the observer is dropped.
+    fn finish(&mut self) {}
+}
+
+/// TensorBoard's test scalars: those of the figures that exist.
+fn test_scalars(
+    accuracy: Option<f64>,
+    loss: Option<f64>,
+    mse: Option<f64>,
+) -> Vec<(&'static str, f64)> {
+    [
+        ("test/accuracy", accuracy),
+        ("test/loss", loss),
+        ("test/mse", mse),
+    ]
+    .into_iter()
+    .filter_map(|(tag, v)| v.map(|v| (tag, v)))
+    .collect()
+}
 
 /// `tensorflow.Event`, the fields ringflow writes.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -45,7 +166,7 @@ struct Value {
 }
 
 /// Writes scalars into one new event file of a directory.
-pub struct EventWriter {
+struct EventWriter {
     path: PathBuf,
     file: Option<File>,
     /// Whether any scalar was written (a file with none is removed when the writer is dropped).
@@ -56,19 +177,20 @@ impl EventWriter {
     /// Creates `dir` if needed and a new event file in it,
     /// `events.out.tfevents.<unix seconds>.<hostname>.ringflow`, starting with the version
     /// record. Errors name the path at fault.
-    pub fn create(dir: &Path) -> anyhow::Result<EventWriter> {
-        let shown = dir.display();
-        anyhow::ensure!(
-            !shown.to_string().contains("://"),
-            "--tensorboard takes a local directory, not a URL: {shown}"
-        );
+    fn create(dir: &Path) -> Result<EventWriter, TensorBoardError> {
+        let shown = dir.display().to_string();
+        if shown.contains("://") {
+            return Err(TensorBoardError::NotLocal(shown));
+        }
         std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create the TensorBoard directory {shown}: {e}"))?;
+            .map_err(|cause| TensorBoardError::CreateDir { dir: shown, cause })?;
         let secs = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let name = format!("events.out.tfevents.{secs}.{}.ringflow", hostname());
+        // The host's name, made safe as part of a file name.
+        let host = ringflow_proto::host::hostname().replace(['/', '\\'], "_");
+        let name = format!("events.out.tfevents.{secs}.{host}.ringflow");
         let mut path = dir.join(&name);
         let open = |p: &Path| File::options().write(true).create_new(true).open(p);
         let file = match open(&path) {
@@ -79,11 +201,9 @@ impl EventWriter {
             }
             other => other,
         }
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot create the TensorBoard event file {}: {e}",
-                path.display()
-            )
+        .map_err(|cause| TensorBoardError::CreateFile {
+            path: path.display().to_string(),
+            cause,
         })?;
         let mut writer = EventWriter {
             path,
@@ -95,18 +215,18 @@ impl EventWriter {
             file_version: Some("brain.Event:2".into()),
             ..Default::default()
         };
-        writer.write(&version).map_err(|e| {
-            anyhow::anyhow!(
-                "cannot write the TensorBoard event file {}: {e}",
-                writer.path.display()
-            )
-        })?;
+        writer
+            .write(&version)
+            .map_err(|cause| TensorBoardError::Write {
+                path: writer.path.display().to_string(),
+                cause,
+            })?;
         Ok(writer)
     }
 
     /// Writes `values` (tag, value) as one event at `step`. A write error is reported once, as
     /// a warning, and ends the writing: the job goes on.
-    pub fn scalars(&mut self, step: i64, values: &[(&str, f64)]) {
+    fn scalars(&mut self, step: i64, values: &[(&str, f64)]) {
         if self.file.is_none() || values.is_empty() {
             return;
         }
@@ -164,20 +284,8 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// This machine's name, or "localhost".
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or fails.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(0);
-    match std::str::from_utf8(&buf[..len]) {
-        Ok(name) if rc == 0 && !name.is_empty() => name.replace(['/', '\\'], "_"),
-        _ => "localhost".into(),
-    }
-}
-
 /// One TFRecord framing `data`.
-pub fn record(data: &[u8]) -> Vec<u8> {
+fn record(data: &[u8]) -> Vec<u8> {
     let len = (data.len() as u64).to_le_bytes();
     let mut out = Vec::with_capacity(data.len() + 16);
     out.extend_from_slice(&len);

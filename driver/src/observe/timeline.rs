@@ -2,9 +2,9 @@
 //! Perfetto (ui.perfetto.dev) or chrome://tracing.
 //!
 //! Executors time each step's phases and send them with their progress reports; the driver
-//! forwards them as `spans` events of the job. A [`Recorder`] follows the job on a `Watch` stream
-//! of its own, so it needs nothing from the progress display, and writes the trace when the job
-//! ends, also when it fails or is cancelled (with the steps timed until then).
+//! forwards them as `spans` events of the job. [`Timeline`] is an [`Observer`] of those events
+//! that writes the trace when following the job ends, also when it failed or was cancelled
+//! (with the steps timed until then).
 //!
 //! The trace is `{"traceEvents": [...]}` with one process per rank (`pid` = rank, named
 //! `rank N (executor ID on HOST)`; an executor that took over a rank in a re-formed ring gets a
@@ -16,86 +16,57 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use anyhow::Context;
-use ringflow_proto::pb::{self, jobs_client::JobsClient};
-use ringflow_proto::security::AuthenticatedChannel;
+use ringflow_proto::pb;
+use ringflow_proto::phases::PhaseTimes;
 use serde_json::{Value, json};
 
-/// The phases of a step, in the order they run.
-pub const PHASES: [&str; 5] = ["data", "forward", "backward", "allreduce", "optimizer"];
+use super::observer::Observer;
 
-/// How long a recorder waits, once the job's watch ended, for its own stream to catch up.
-const CATCH_UP: Duration = Duration::from_secs(10);
+/// The `--timeline` file cannot be written.
+#[derive(Debug, thiserror::Error)]
+#[error("--timeline: cannot write {path}: {cause}")]
+pub struct TimelineError {
+    /// The file.
+    pub path: String,
+    /// Why (in the message, which is the whole sentence).
+    pub cause: std::io::Error,
+}
 
-/// Where `--timeline` writes.
+/// Collects a job's step spans and writes them to a file as a Chrome trace when following the
+/// job ends.
 pub struct Timeline {
     path: PathBuf,
+    job_id: String,
+    trace: Trace,
 }
 
 impl Timeline {
     /// Creates `path` now, as an empty trace, so that a path that cannot be written fails
     /// before the job starts.
-    pub fn create(path: &Path) -> anyhow::Result<Timeline> {
-        write_file(path, &Trace::default().to_json("")).map_err(|e| {
-            anyhow::anyhow!("--timeline: cannot write {}: {}", path.display(), root(&e))
-        })?;
+    pub fn create(path: &Path) -> Result<Timeline, TimelineError> {
+        write_file(path, &Trace::default().to_json(""))?;
         Ok(Timeline {
             path: path.to_path_buf(),
+            job_id: String::new(),
+            trace: Trace::default(),
         })
     }
+}
 
-    /// Starts collecting job `job_id`'s step spans on a watch stream of its own.
-    pub fn follow(self, client: &JobsClient<AuthenticatedChannel>, job_id: &str) -> Recorder {
-        let trace = Arc::new(Mutex::new(Trace::default()));
-        let task = {
-            let (mut client, job_id, trace) = (client.clone(), job_id.to_string(), trace.clone());
-            tokio::spawn(async move {
-                let Ok(stream) = client.watch(pb::WatchRequest { job_id }).await else {
-                    return;
-                };
-                let mut stream = stream.into_inner();
-                while let Ok(Some(event)) = stream.message().await {
-                    match event.event {
-                        Some(pb::job_event::Event::Spans(s)) => {
-                            trace.lock().unwrap_or_else(|p| p.into_inner()).add(&s);
-                        }
-                        Some(pb::job_event::Event::SummaryJson(_)) => return,
-                        _ => {}
-                    }
-                }
-            })
-        };
-        Recorder {
-            path: self.path,
-            job_id: job_id.to_string(),
-            trace,
-            task,
-        }
+impl Observer for Timeline {
+    fn begin(&mut self, job_id: &str) {
+        self.job_id = job_id.to_string();
     }
-}
 
-/// Collects a job's step spans and writes them as a trace when the job ends.
-pub struct Recorder {
-    path: PathBuf,
-    job_id: String,
-    trace: Arc<Mutex<Trace>>,
-    task: tokio::task::JoinHandle<()>,
-}
+    fn spans(&mut self, spans: &pb::RankSpans) {
+        self.trace.add(spans);
+    }
 
-impl Recorder {
-    /// Waits (briefly) for the job's last spans, then writes the trace; says where on stderr.
-    /// A write that fails is reported and does not change how the job ended.
-    pub async fn finish(mut self) {
-        if tokio::time::timeout(CATCH_UP, &mut self.task)
-            .await
-            .is_err()
-        {
-            self.task.abort();
-        }
-        let trace = std::mem::take(&mut *self.trace.lock().unwrap_or_else(|p| p.into_inner()));
+    /// Writes the trace and says where on stderr. A write that fails is reported and does not
+    /// change how the job ended.
+    fn finish(&mut self) {
+        let trace = std::mem::take(&mut self.trace);
         match write_file(&self.path, &trace.to_json(&self.job_id)) {
             Ok(()) => eprintln!(
                 "timeline: {} steps of {} ranks written to {}",
@@ -103,25 +74,23 @@ impl Recorder {
                 trace.tracks.len(),
                 self.path.display()
             ),
-            Err(e) => eprintln!(
-                "error: --timeline: cannot write {}: {}",
-                self.path.display(),
-                root(&e)
-            ),
+            Err(e) => eprintln!("error: {e}"),
         }
     }
 }
 
-fn root(e: &anyhow::Error) -> String {
-    e.root_cause().to_string()
-}
-
-fn write_file(path: &Path, trace: &Value) -> anyhow::Result<()> {
-    let file = std::fs::File::create(path).context("create")?;
-    let mut w = std::io::BufWriter::new(file);
-    serde_json::to_writer(&mut w, trace).context("write")?;
-    std::io::Write::flush(&mut w).context("write")?;
-    Ok(())
+/// Writes `trace` to `path` as JSON.
+fn write_file(path: &Path, trace: &Value) -> Result<(), TimelineError> {
+    let write = || -> std::io::Result<()> {
+        let file = std::fs::File::create(path)?;
+        let mut w = std::io::BufWriter::new(file);
+        serde_json::to_writer(&mut w, trace)?;
+        std::io::Write::flush(&mut w)
+    };
+    write().map_err(|cause| TimelineError {
+        path: path.display().to_string(),
+        cause,
+    })
 }
 
 /// One rank's steps, as one process of the trace.
@@ -134,13 +103,13 @@ struct Track {
 
 /// Step spans by (rank, executor).
 #[derive(Debug, Default)]
-pub struct Trace {
+struct Trace {
     tracks: BTreeMap<(u32, String), Track>,
 }
 
 impl Trace {
     /// Adds spans the driver forwarded.
-    pub fn add(&mut self, s: &pb::RankSpans) {
+    fn add(&mut self, s: &pb::RankSpans) {
         let key = (s.rank, s.executor_id.clone());
         if !self.tracks.contains_key(&key) {
             // The rank's own number, unless another executor held that rank before.
@@ -168,12 +137,12 @@ impl Trace {
     }
 
     /// Steps of all ranks together.
-    pub fn steps(&self) -> usize {
+    fn steps(&self) -> usize {
         self.tracks.values().map(|t| t.spans.len()).sum()
     }
 
     /// The Chrome trace-event JSON of the steps.
-    pub fn to_json(&self, job_id: &str) -> Value {
+    fn to_json(&self, job_id: &str) -> Value {
         let origin = self
             .tracks
             .values()
@@ -181,7 +150,8 @@ impl Trace {
             .fold(f64::INFINITY, f64::min);
         let origin = if origin.is_finite() { origin } else { 0.0 };
         let us = |seconds: f64| (seconds * 1e9).round() / 1e3;
-        let mut events = Vec::with_capacity(self.steps() * PHASES.len() + 3 * self.tracks.len());
+        let mut events =
+            Vec::with_capacity(self.steps() * PhaseTimes::NAMES.len() + 3 * self.tracks.len());
         let mut tracks: Vec<&Track> = self.tracks.values().collect();
         tracks.sort_by_key(|t| t.pid);
         for t in tracks {
@@ -200,10 +170,9 @@ impl Trace {
             let mut spans: Vec<&pb::StepSpan> = t.spans.iter().collect();
             spans.sort_by(|a, b| a.start_unix_s.total_cmp(&b.start_unix_s));
             for s in spans {
-                let phases = [s.data, s.forward, s.backward, s.allreduce, s.optimizer];
                 let mut at = s.start_unix_s - origin;
-                for (name, seconds) in PHASES.iter().zip(phases) {
-                    let seconds = f64::from(seconds).max(0.0);
+                for (name, seconds) in PhaseTimes::NAMES.iter().zip(PhaseTimes::from(s).seconds()) {
+                    let seconds = seconds.max(0.0);
                     events.push(json!({
                         "name": name, "cat": "step", "ph": "X",
                         "ts": us(at), "dur": us(seconds),
@@ -270,7 +239,7 @@ mod tests {
         assert_eq!(x.len(), 15);
         let rank0: Vec<&&Value> = x.iter().filter(|e| e["pid"] == 0).collect();
         let names: Vec<&str> = rank0.iter().map(|e| e["name"].as_str().unwrap()).collect();
-        assert_eq!(&names[..5], PHASES);
+        assert_eq!(&names[..5], PhaseTimes::NAMES);
         assert_eq!(rank0[0]["ts"], 0.0);
         assert_eq!(rank0[1]["ts"], 1000.0);
         assert_eq!(rank0[4]["dur"], 500.0);
@@ -335,5 +304,31 @@ mod tests {
         Timeline::create(&ok).unwrap();
         let v: Value = serde_json::from_slice(&std::fs::read(&ok).unwrap()).unwrap();
         assert_eq!(v["traceEvents"], json!([]));
+    }
+
+    #[test]
+    fn following_a_job_writes_its_spans_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.json");
+        let mut timeline = Timeline::create(&path).unwrap();
+        timeline.begin("job-7");
+        timeline.spans(&spans(0, "e1", 0, vec![span(0, 0, 1.0), span(0, 1, 1.1)]));
+        timeline.spans(&spans(1, "e2", 0, vec![span(0, 0, 1.0)]));
+        let read = || -> Value { serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap() };
+        assert_eq!(
+            read()["traceEvents"],
+            json!([]),
+            "nothing written before the end"
+        );
+        timeline.finish();
+        let v = read();
+        assert_eq!(v["otherData"]["job_id"], "job-7");
+        let steps = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .count();
+        assert_eq!(steps, 3 * PhaseTimes::NAMES.len());
     }
 }

@@ -1,149 +1,31 @@
-//! What `local` and `submit` show while a job runs, and what they record of it.
+//! What `local` and `submit` show on stderr while a job runs.
 //!
-//! An [`Observer`] receives the job's events from the driver's `Watch` stream. Its [`Display`]
-//! is a progress bar when stderr is a terminal ([`Bar`]) and plain lines otherwise ([`Lines`]),
-//! so that CI logs stay readable; both print the driver's messages and one line per epoch
-//! (`epoch 1/5: loss …`). With `--tensorboard DIR` it also writes the figures as TensorBoard
-//! event files ([`EventWriter`]).
+//! A progress bar when stderr is a terminal ([`Bar`]) and plain lines otherwise ([`Lines`]),
+//! so that CI logs stay readable; both print the driver's messages, the test figures after an
+//! epoch, and one line per epoch (`epoch 1/5: loss …`). [`for_stderr`] picks one.
 
 use std::io::IsTerminal;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ringflow_driver::JobSummary;
 use ringflow_proto::pb;
+use ringflow_proto::phases::PhaseTimes;
 
-use super::tensorboard::EventWriter;
+use super::observer::{Observer, Observers};
 
 /// The least time between two plain progress lines within an epoch.
 const LINE_INTERVAL: Duration = Duration::from_secs(5);
 
-/// How progress is shown.
-pub trait Display {
-    /// A line for people from the driver.
-    fn message(&mut self, line: &str);
-    /// Progress within an epoch; `eta` is the estimated time left of the whole job.
-    fn step(&mut self, step: &pb::StepProgress, eta: Option<Duration>);
-    /// An epoch ended.
-    fn epoch(&mut self, epoch: &pb::EpochDone);
-    /// The job ended (or the watch did): remove anything transient.
-    fn done(&mut self);
-}
-
-/// The display for this process's stderr: a bar on a terminal, lines otherwise.
-pub fn for_stderr() -> Box<dyn Display + Send> {
+/// The progress display for this process's stderr, a bar on a terminal and lines otherwise, as
+/// the first of a job's observers.
+pub fn for_stderr() -> Observers {
+    let mut observers = Observers::new();
     if std::io::stderr().is_terminal() {
-        Box::new(Bar::default())
+        observers.push(Bar::default());
     } else {
-        Box::new(Lines::default())
+        observers.push(Lines::default());
     }
-}
-
-/// Follows a job's events: shows them and, if asked, writes them for TensorBoard.
-pub struct Observer {
-    display: Box<dyn Display + Send>,
-    tensorboard: Option<EventWriter>,
-    eta: Eta,
-    /// The last epoch that ended, counted from 1 (the step of test figures in TensorBoard).
-    epochs_done: u64,
-}
-
-impl Observer {
-    /// Shows progress the way stderr calls for ([`for_stderr`]); with `tensorboard`, creates the
-    /// directory and its event file now, so that a bad path fails before the job starts.
-    pub fn new(tensorboard: Option<&Path>) -> anyhow::Result<Observer> {
-        Ok(Observer::with_display(
-            for_stderr(),
-            tensorboard.map(EventWriter::create).transpose()?,
-        ))
-    }
-
-    /// An observer that only shows progress.
-    pub fn show_only() -> Observer {
-        Observer::with_display(for_stderr(), None)
-    }
-
-    fn with_display(display: Box<dyn Display + Send>, tensorboard: Option<EventWriter>) -> Self {
-        Observer {
-            display,
-            tensorboard,
-            eta: Eta::default(),
-            epochs_done: 0,
-        }
-    }
-
-    /// A line for people from the driver.
-    pub fn message(&mut self, line: &str) {
-        self.display.message(line);
-    }
-
-    /// Progress within an epoch.
-    pub fn step(&mut self, s: &pb::StepProgress) {
-        let eta = self.eta.update(s);
-        self.display.step(s, eta);
-        if let Some(tb) = &mut self.tensorboard {
-            let global = (s.epoch * s.steps + s.step) as i64;
-            tb.scalars(
-                global,
-                &[
-                    ("train/loss", s.loss),
-                    ("train/samples_per_s", s.samples_per_s),
-                ],
-            );
-        }
-    }
-
-    /// An epoch ended.
-    pub fn epoch(&mut self, e: &pb::EpochDone) {
-        self.display.epoch(e);
-        self.epochs_done = e.epoch + 1;
-        if let Some(tb) = &mut self.tensorboard {
-            tb.scalars(
-                self.epochs_done as i64,
-                &[
-                    ("epoch/loss", e.loss),
-                    ("epoch/samples_per_s", e.samples_per_s),
-                ],
-            );
-        }
-    }
-
-    /// The test split was evaluated after an epoch while training goes on.
-    pub fn test(&mut self, t: &pb::EpochTest) {
-        self.display.message(&test_line(t));
-        if let Some(tb) = &mut self.tensorboard {
-            tb.scalars(
-                t.epoch as i64 + 1,
-                &test_scalars(t.accuracy, Some(t.loss), t.mse),
-            );
-        }
-    }
-
-    /// The job's summary arrived (as JSON): ends the display, records the test figures.
-    pub fn summary(&mut self, json: &str) {
-        self.display.done();
-        let (Some(tb), Ok(summary)) = (
-            &mut self.tensorboard,
-            serde_json::from_str::<JobSummary>(json),
-        ) else {
-            return;
-        };
-        let step = if self.epochs_done > 0 {
-            self.epochs_done
-        } else {
-            summary.epochs
-        } as i64;
-        tb.scalars(
-            step,
-            &test_scalars(summary.test_accuracy, summary.test_loss, summary.test_mse),
-        );
-    }
-
-    /// The watch ended, however: removes the bar.
-    pub fn done(&mut self) {
-        self.display.done();
-    }
+    observers
 }
 
 /// The time left of a job, from the steps done since the first progress seen.
@@ -186,22 +68,6 @@ fn figures(s: &pb::StepProgress, eta: Option<Duration>) -> String {
     )
 }
 
-/// TensorBoard's test scalars: those of the figures that exist.
-fn test_scalars(
-    accuracy: Option<f64>,
-    loss: Option<f64>,
-    mse: Option<f64>,
-) -> Vec<(&'static str, f64)> {
-    [
-        ("test/accuracy", accuracy),
-        ("test/loss", loss),
-        ("test/mse", mse),
-    ]
-    .into_iter()
-    .filter_map(|(tag, v)| v.map(|v| (tag, v)))
-    .collect()
-}
-
 /// The line printed when the test split was evaluated after an epoch.
 pub fn test_line(t: &pb::EpochTest) -> String {
     let figure = match (t.accuracy, t.mse) {
@@ -220,28 +86,25 @@ pub fn test_line(t: &pb::EpochTest) -> String {
 
 /// The line printed when an epoch ends.
 pub fn epoch_line(e: &pb::EpochDone) -> String {
-    let p = e.phases.unwrap_or_default();
-    let total = (p.data + p.forward + p.backward + p.allreduce + p.optimizer).max(1e-12);
-    let pct = |x: f64| 100.0 * x / total;
+    let [data, forward, backward, allreduce, optimizer] =
+        PhaseTimes::from(e.phases.unwrap_or_default())
+            .percent()
+            .seconds();
     let dropped = if e.dropped_samples > 0 {
         format!(", {} rows dropped by backup workers", e.dropped_samples)
     } else {
         String::new()
     };
     format!(
-        "epoch {}/{}: loss {:.4}, {} rows{dropped}, {:.0} samples/s, {:.1} s (data {:.0}%, \
-         forward {:.0}%, backward {:.0}%, all-reduce {:.0}%, optimizer {:.0}%)",
+        "epoch {}/{}: loss {:.4}, {} rows{dropped}, {:.0} samples/s, {:.1} s (data {data:.0}%, \
+         forward {forward:.0}%, backward {backward:.0}%, all-reduce {allreduce:.0}%, optimizer \
+         {optimizer:.0}%)",
         e.epoch + 1,
         e.epochs,
         e.loss,
         e.samples,
         e.samples_per_s,
         e.seconds,
-        pct(p.data),
-        pct(p.forward),
-        pct(p.backward),
-        pct(p.allreduce),
-        pct(p.optimizer),
     )
 }
 
@@ -250,6 +113,7 @@ pub fn epoch_line(e: &pb::EpochDone) -> String {
 pub struct Bar {
     /// The bar and the epoch it shows.
     bar: Option<(ProgressBar, u64)>,
+    eta: Eta,
 }
 
 impl Bar {
@@ -268,9 +132,16 @@ impl Bar {
         bar.set_draw_target(ProgressDrawTarget::stderr());
         bar
     }
+
+    /// Removes the bar, if one shows.
+    fn clear(&mut self) {
+        if let Some((bar, _)) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
 }
 
-impl Display for Bar {
+impl Observer for Bar {
     fn message(&mut self, line: &str) {
         match &self.bar {
             Some((bar, _)) => bar.println(line),
@@ -278,13 +149,14 @@ impl Display for Bar {
         }
     }
 
-    fn step(&mut self, s: &pb::StepProgress, eta: Option<Duration>) {
+    fn step(&mut self, s: &pb::StepProgress) {
+        let eta = self.eta.update(s);
         if self
             .bar
             .as_ref()
             .is_some_and(|(_, epoch)| *epoch != s.epoch)
         {
-            self.done();
+            self.clear();
         }
         match &self.bar {
             Some((bar, _)) => {
@@ -297,14 +169,16 @@ impl Display for Bar {
     }
 
     fn epoch(&mut self, e: &pb::EpochDone) {
-        self.done();
+        self.clear();
         eprintln!("{}", epoch_line(e));
     }
 
-    fn done(&mut self) {
-        if let Some((bar, _)) = self.bar.take() {
-            bar.finish_and_clear();
-        }
+    fn test(&mut self, t: &pb::EpochTest) {
+        self.message(&test_line(t));
+    }
+
+    fn finish(&mut self) {
+        self.clear();
     }
 }
 
@@ -312,22 +186,25 @@ impl Display for Bar {
 /// line per epoch.
 pub struct Lines {
     last: Instant,
+    eta: Eta,
 }
 
 impl Default for Lines {
     fn default() -> Lines {
         Lines {
             last: Instant::now(),
+            eta: Eta::default(),
         }
     }
 }
 
-impl Display for Lines {
+impl Observer for Lines {
     fn message(&mut self, line: &str) {
         eprintln!("{line}");
     }
 
-    fn step(&mut self, s: &pb::StepProgress, eta: Option<Duration>) {
+    fn step(&mut self, s: &pb::StepProgress) {
+        let eta = self.eta.update(s);
         if self.last.elapsed() < LINE_INTERVAL {
             return;
         }
@@ -348,7 +225,12 @@ impl Display for Lines {
         eprintln!("{}", epoch_line(e));
     }
 
-    fn done(&mut self) {}
+    fn test(&mut self, t: &pb::EpochTest) {
+        self.message(&test_line(t));
+    }
+
+    /// Lines leave nothing to remove.
+    fn finish(&mut self) {}
 }
 
 #[cfg(test)]
