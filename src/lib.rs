@@ -20,6 +20,7 @@
 //! executors know its model kinds.
 
 pub mod cli;
+pub mod local;
 
 pub use ringflow_driver as driver;
 pub use ringflow_executor as executor;

@@ -118,19 +118,36 @@ pub struct JobSummary {
     pub param_checksum: Option<u64>,
 }
 
+/// How a job ended, for its [`JobSummary`].
+#[derive(Clone, Debug)]
+pub struct JobEnd<'a> {
+    /// The job's name.
+    pub job: &'a str,
+    /// The job's id.
+    pub job_id: &'a str,
+    /// Executors it ran on (or needed).
+    pub executors: usize,
+    /// Seconds from submission to the end.
+    pub wall_s: f64,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+    /// Whether it was cancelled.
+    pub cancelled: bool,
+}
+
 impl JobSummary {
-    /// Builds the summary from a job's collected progress.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        job: &str,
-        job_id: &str,
-        executors: usize,
-        classification: bool,
-        progress: &JobProgress,
-        wall_s: f64,
-        error: Option<String>,
-        cancelled: bool,
-    ) -> JobSummary {
+    /// Builds the summary of a job that ended as `end` from its collected progress;
+    /// `classification` says whether its test figure is an accuracy (else a mean squared
+    /// error).
+    pub fn new(end: JobEnd<'_>, classification: bool, progress: &JobProgress) -> JobSummary {
+        let JobEnd {
+            job,
+            job_id,
+            executors,
+            wall_s,
+            error,
+            cancelled,
+        } = end;
         let outcomes = progress.outcomes().unwrap_or_default();
         // Without every rank's outcome (a job that failed after training, e.g. while saving),
         // the finished epochs still tell what was trained.
@@ -293,7 +310,15 @@ mod tests {
     use super::*;
 
     fn sample() -> JobSummary {
-        JobSummary::new("j", "j-1", 2, true, &JobProgress::new(2), 1.5, None, false)
+        let end = JobEnd {
+            job: "j",
+            job_id: "j-1",
+            executors: 2,
+            wall_s: 1.5,
+            error: None,
+            cancelled: false,
+        };
+        JobSummary::new(end, true, &JobProgress::new(2))
     }
 
     #[test]

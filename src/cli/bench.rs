@@ -4,23 +4,20 @@
 //! - `bench train`: training steps per second of an MLP on one device (CPU or GPU) with synthetic
 //!   in-memory data, for side-by-side comparisons with PyTorch (`benches/gpu_mlp.py`).
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use ringflow_driver::observe::progress;
 use ringflow_driver::scheduler::SchedulerConfig;
-use ringflow_driver::service::{self, DriverConfig, DriverLimits};
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, Tensor, loss, rng};
 use ringflow_proto::pb;
-use ringflow_proto::security::{ClientSecurity, Secret};
 
-use super::children::Children;
 use super::submit::{self, Watched};
+use crate::local::{LocalCluster, LocalConfig};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -82,25 +79,16 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
     let bytes = floats.checked_mul(4).ok_or_else(|| {
         anyhow::anyhow!("--floats {floats} (or --size-mb) is beyond any machine's memory")
     })?;
-    let secret = Secret::generate();
-    let security = ClientSecurity::with_secret(secret.clone());
     let rt = super::runtime()?;
     rt.block_on(async {
-        let driver = service::start(
-            DriverConfig {
-                bind: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-                scheduler: SchedulerConfig::default(),
-                ui: None,
-                ui_next_free_port: false,
-                secret: Some(secret.clone()),
-                tls: None,
-                limits: DriverLimits::default(),
-            },
-            ModelRegistry::default(),
-        )
-        .await?;
-        let mut children = Children::spawn(args.ranks, &driver.url(), &secret, 1, "warn")?;
-        let mut client = submit::connect(&driver.url(), &security).await?;
+        let config = LocalConfig {
+            threads: 1,
+            scheduler: SchedulerConfig::default(),
+            ..LocalConfig::new(args.ranks)
+        };
+        let mut cluster = LocalCluster::start(config, ModelRegistry::default()).await?;
+        cluster.start_executors(None)?;
+        let mut client = submit::connect(&cluster.url(), &cluster.security()).await?;
         let job_id = client
             .submit(pb::SubmitRequest {
                 protocol_version: ringflow_proto::PROTOCOL_VERSION,
@@ -119,11 +107,9 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
             .into_inner()
             .job_id;
         let watched = submit::watch(&mut client, &job_id, &mut progress::for_stderr()).await;
-        if !matches!(watched, Ok(Watched::Summary(_))) {
-            driver.cancel_all();
-        }
-        children.stop(Duration::from_secs(5));
-        driver.shutdown().await;
+        cluster
+            .shutdown(!matches!(watched, Ok(Watched::Summary(_))))
+            .await;
         let json = match watched? {
             Watched::Summary(json) => json,
             Watched::Stopped(sig) => return Ok(ExitCode::from(sig.exit_code())),
@@ -288,52 +274,13 @@ fn train_bench(args: &TrainArgs) -> anyhow::Result<TrainReport> {
     let spec = ModelSpec::mlp(&args.layers, &args.activation);
     let model = Model::build(&spec, &ModelRegistry::default(), args.seed, device)
         .with_context(|| format!("cannot build the MLP {:?} on {device}", args.layers))?;
-    let (opt_spec, lr) = match args.optimizer {
-        BenchOptimizer::Sgd => {
-            let lr = args.lr.unwrap_or(0.01);
-            let spec = OptimizerSpec::Sgd {
-                lr,
-                momentum: 0.9,
-                dampening: 0.0,
-                nesterov: false,
-                weight_decay: 0.0,
-            };
-            (spec, lr)
-        }
-        BenchOptimizer::Adam => {
-            let lr = args.lr.unwrap_or(1e-3);
-            let spec = OptimizerSpec::Adam {
-                lr,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.0,
-            };
-            (spec, lr)
-        }
-    };
+    let (opt_spec, lr) = bench_optimizer(args);
     let optimizer_name = opt_spec.kind();
     let mut optimizer = Optimizer::new(opt_spec, model.params())
         .with_context(|| format!("cannot create the {optimizer_name} optimizer on {device}"))?;
 
     // The data: a few fixed batches, uploaded once; the timed loop moves nothing to the device.
-    let mut data_rng = rng::seeded(args.seed, DATA_STREAM);
-    let mut batches = Vec::with_capacity(args.batches);
-    for _ in 0..args.batches {
-        let x = Tensor::uniform(&[args.batch, inputs], 0.0, 1.0, &mut data_rng, device)
-            .with_context(|| format!("cannot upload a synthetic batch to {device}"))?;
-        // Integer class indices in 0..classes, stored as f32 like every label.
-        let labels = Tensor::uniform(&[args.batch], 0.0, 1.0, &mut data_rng, Device::Cpu)?
-            .to_vec()
-            .into_iter()
-            .map(|u| ((u * classes as f32) as usize).min(classes - 1) as f32)
-            .collect();
-        // Checked on the host as they are uploaded, as the trainer's labels are, so the loss
-        // reads nothing back from the device.
-        let y = Tensor::from_indices(labels, &[args.batch], classes, device)
-            .with_context(|| format!("cannot upload synthetic labels to {device}"))?;
-        batches.push((x, y));
-    }
+    let batches = synthetic_batches(args, inputs, classes)?;
 
     let mut dropout = rng::seeded(args.seed, rng::streams::DROPOUT);
     let mut step = |i: usize| -> anyhow::Result<f32> {
@@ -390,6 +337,62 @@ fn train_bench(args: &TrainArgs) -> anyhow::Result<TrainReport> {
         final_loss,
         allocator_hit_rate: device.allocator_stats().map(|s| s.hit_rate()),
     })
+}
+
+/// The optimizer `--optimizer` names, at `--lr` or its default rate; and that rate.
+fn bench_optimizer(args: &TrainArgs) -> (OptimizerSpec, f32) {
+    match args.optimizer {
+        BenchOptimizer::Sgd => {
+            let lr = args.lr.unwrap_or(0.01);
+            let spec = OptimizerSpec::Sgd {
+                lr,
+                momentum: 0.9,
+                dampening: 0.0,
+                nesterov: false,
+                weight_decay: 0.0,
+            };
+            (spec, lr)
+        }
+        BenchOptimizer::Adam => {
+            let lr = args.lr.unwrap_or(1e-3);
+            let spec = OptimizerSpec::Adam {
+                lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            };
+            (spec, lr)
+        }
+    }
+}
+
+/// `args.batches` batches of `args.batch` uniform random rows of `inputs` features, with
+/// random class labels below `classes`, on the benchmark's device.
+fn synthetic_batches(
+    args: &TrainArgs,
+    inputs: usize,
+    classes: usize,
+) -> anyhow::Result<Vec<(Tensor, Tensor)>> {
+    let device = args.device;
+    let mut data_rng = rng::seeded(args.seed, DATA_STREAM);
+    let mut batches = Vec::with_capacity(args.batches);
+    for _ in 0..args.batches {
+        let x = Tensor::uniform(&[args.batch, inputs], 0.0, 1.0, &mut data_rng, device)
+            .with_context(|| format!("cannot upload a synthetic batch to {device}"))?;
+        // Integer class indices in 0..classes, stored as f32 like every label.
+        let labels = Tensor::uniform(&[args.batch], 0.0, 1.0, &mut data_rng, Device::Cpu)?
+            .to_vec()
+            .into_iter()
+            .map(|u| ((u * classes as f32) as usize).min(classes - 1) as f32)
+            .collect();
+        // Checked on the host as they are uploaded, as the trainer's labels are, so the loss
+        // reads nothing back from the device.
+        let y = Tensor::from_indices(labels, &[args.batch], classes, device)
+            .with_context(|| format!("cannot upload synthetic labels to {device}"))?;
+        batches.push((x, y));
+    }
+    Ok(batches)
 }
 
 /// The random stream of the synthetic data (apart from initialization and dropout).

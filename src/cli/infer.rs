@@ -11,6 +11,7 @@ use ringflow_proto::pb;
 
 use super::submit::absolute_if_here;
 use super::{cores, local, submit};
+use crate::local::LocalConfig;
 
 /// Where an evaluation or prediction runs.
 #[derive(Args)]
@@ -71,7 +72,7 @@ fn run(
     let executors = u32::try_from(cluster.executors)
         .map_err(|_| anyhow::anyhow!("--executors {} is too large", cluster.executors))?;
     if cluster.driver.is_none() {
-        local::check_local_executors(cluster.executors, "--executors")?;
+        crate::local::check_executors(cluster.executors, "--executors")?;
     }
     super::check_summary_json(cluster.summary_json.as_deref())?;
     let request = pb::SubmitRequest {
@@ -96,19 +97,13 @@ fn run(
             cluster.summary_json.as_ref(),
             progress::for_stderr(),
         ),
-        None => {
-            let threads = (cores() / cluster.executors).max(1);
-            local::run_local(
-                registry,
-                None,
-                cluster.executors,
-                threads,
-                request,
-                cluster.summary_json.as_ref(),
-                None,
-                progress::for_stderr(),
-            )
-        }
+        None => local::run_local(
+            LocalConfig::from(&cluster),
+            registry,
+            request,
+            cluster.summary_json.as_ref(),
+            progress::for_stderr(),
+        ),
     }
 }
 
@@ -130,4 +125,16 @@ pub fn predict(args: PredictArgs, registry: ModelRegistry) -> anyhow::Result<Exi
         args.id_column.unwrap_or_default(),
         registry,
     )
+}
+
+impl From<&ClusterArgs> for LocalConfig {
+    /// The local cluster `eval` and `predict` start without `--driver`: `--executors`
+    /// processes sharing this machine's cores, no web UI.
+    fn from(args: &ClusterArgs) -> LocalConfig {
+        LocalConfig {
+            threads: (cores() / args.executors.max(1)).max(1),
+            log_filter: super::log_filter().to_string(),
+            ..LocalConfig::new(args.executors)
+        }
+    }
 }

@@ -1,7 +1,6 @@
 //! The `ringflow` command line: a thin clap layer over the driver and executor libraries.
 
 mod bench;
-mod children;
 mod daemons;
 mod history;
 mod infer;

@@ -181,7 +181,15 @@ mod tests {
     }
 
     fn summary_json() -> String {
-        let s = JobSummary::new("j", "j-1", 1, true, &JobProgress::new(1), 1.0, None, false);
+        let end = crate::summary::JobEnd {
+            job: "j",
+            job_id: "j-1",
+            executors: 1,
+            wall_s: 1.0,
+            error: None,
+            cancelled: false,
+        };
+        let s = JobSummary::new(end, true, &JobProgress::new(1));
         serde_json::to_string(&s).unwrap()
     }
 

@@ -376,66 +376,7 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
     s.tick(now);
     assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
     s.register(info("e3", "h2", 1), now).unwrap();
-    for rank in 0..2u32 {
-        let span = pb::StepSpan {
-            epoch: 0,
-            step: 0,
-            start_unix_s: 1.0,
-            ..Default::default()
-        };
-        let epoch = pb::EpochReport {
-            epoch: 0,
-            steps: 1,
-            samples: 10,
-            loss: 0.5,
-            seconds: 1.0,
-            phases: Some(pb::PhaseTimes::default()),
-            spans: vec![span],
-            ..Default::default()
-        };
-        s.report(
-            pb::ReportRequest {
-                job_id: id.clone(),
-                rank,
-                report: Some(pb::report_request::Report::Epoch(epoch)),
-                generation: 0,
-            },
-            now,
-        )
-        .unwrap();
-    }
-    s.report(
-        pb::ReportRequest {
-            job_id: id.clone(),
-            rank: 0,
-            report: Some(pb::report_request::Report::Checkpoint(
-                pb::CheckpointReport {
-                    epochs_done: 1,
-                    step: 1,
-                    path: "ckpt".into(),
-                    seconds: 0.1,
-                },
-            )),
-            generation: 0,
-        },
-        now,
-    )
-    .unwrap();
-    for (rank, e) in [(0u32, "e1"), (1, "e2")] {
-        s.finish_task(
-            pb::FinishTaskRequest {
-                job_id: id.clone(),
-                rank,
-                executor_id: e.into(),
-                result: Some(pb::finish_task_request::Result::Outcome(
-                    pb::TaskOutcome::default(),
-                )),
-                communication: false,
-            },
-            now,
-        )
-        .unwrap();
-    }
+    report_one_epoch_and_finish(&mut s, &id, now);
     let job = s.job(&id).unwrap();
     assert_eq!(job.state, pb::JobState::Succeeded);
     let (events, _) = job.events_since(0);
@@ -471,6 +412,71 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
     };
     assert_eq!(state, "succeeded");
     assert_eq!(summary.as_ref().unwrap()["job_id"], id.as_str());
+}
+
+/// Both ranks of job `id` report epoch 0 (with one step span each), rank 0 its checkpoint, and
+/// both finish.
+fn report_one_epoch_and_finish(s: &mut Scheduler, id: &str, now: Instant) {
+    for rank in 0..2u32 {
+        let span = pb::StepSpan {
+            epoch: 0,
+            step: 0,
+            start_unix_s: 1.0,
+            ..Default::default()
+        };
+        let epoch = pb::EpochReport {
+            epoch: 0,
+            steps: 1,
+            samples: 10,
+            loss: 0.5,
+            seconds: 1.0,
+            phases: Some(pb::PhaseTimes::default()),
+            spans: vec![span],
+            ..Default::default()
+        };
+        s.report(
+            pb::ReportRequest {
+                job_id: id.to_string(),
+                rank,
+                report: Some(pb::report_request::Report::Epoch(epoch)),
+                generation: 0,
+            },
+            now,
+        )
+        .unwrap();
+    }
+    s.report(
+        pb::ReportRequest {
+            job_id: id.to_string(),
+            rank: 0,
+            report: Some(pb::report_request::Report::Checkpoint(
+                pb::CheckpointReport {
+                    epochs_done: 1,
+                    step: 1,
+                    path: "ckpt".into(),
+                    seconds: 0.1,
+                },
+            )),
+            generation: 0,
+        },
+        now,
+    )
+    .unwrap();
+    for (rank, e) in [(0u32, "e1"), (1, "e2")] {
+        s.finish_task(
+            pb::FinishTaskRequest {
+                job_id: id.to_string(),
+                rank,
+                executor_id: e.into(),
+                result: Some(pb::finish_task_request::Result::Outcome(
+                    pb::TaskOutcome::default(),
+                )),
+                communication: false,
+            },
+            now,
+        )
+        .unwrap();
+    }
 }
 
 /// A training job on `device` with 2 ranks that survives lost executors (`min_executors = 1`)

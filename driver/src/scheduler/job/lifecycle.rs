@@ -18,7 +18,7 @@ use super::{Job, JobKind};
 use crate::error::JobError;
 use crate::events::Event;
 use crate::outputs::DirLock;
-use crate::summary::JobSummary;
+use crate::summary::{JobEnd, JobSummary};
 
 /// How long ending a job waits for the lock on its output directory to be removed.
 const LOCK_RELEASE_WAIT: Duration = Duration::from_secs(5);
@@ -161,16 +161,16 @@ impl Job {
         let wall_s = now.duration_since(self.submitted).as_secs_f64();
         let json = match &self.kind {
             JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
-                let mut s = JobSummary::new(
-                    &self.kind.name(),
-                    &self.id,
-                    self.members.ranks().len().max(self.executors_needed()),
-                    plan.spec.train.loss.is_classification(),
-                    self.progress.reports(),
+                let end = JobEnd {
+                    job: &self.kind.name(),
+                    job_id: &self.id,
+                    executors: self.members.ranks().len().max(self.executors_needed()),
                     wall_s,
-                    self.error.clone(),
-                    state == JobState::Cancelled,
-                );
+                    error: self.error.clone(),
+                    cancelled: state == JobState::Cancelled,
+                };
+                let classification = plan.spec.train.loss.is_classification();
+                let mut s = JobSummary::new(end, classification, self.progress.reports());
                 s.data_source = Some(match self.prepare.source() {
                     Some(source) => source.to_string(),
                     None if plan.spec.data.source == DataSource::Driver => "driver".into(),
