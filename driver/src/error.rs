@@ -20,9 +20,6 @@ pub enum DriverError {
     /// and the location.
     #[error(transparent)]
     Output(#[from] crate::outputs::OutputError),
-    /// An executor failed or disappeared; the message names it.
-    #[error("{0}")]
-    Executor(String),
 }
 
 /// The driver's result type.

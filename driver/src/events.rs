@@ -470,7 +470,7 @@ impl Sink {
                     let l = location.clone();
                     let before = match block_on(async move { l.read().await }) {
                         Ok(b) => b,
-                        Err(e) if e.to_string().ends_with("does not exist") => Vec::new(),
+                        Err(e) if e.is_not_found() => Vec::new(),
                         // Rewriting without what it held would lose earlier runs' events.
                         Err(e) => return Err(e.to_string()),
                     };
@@ -547,20 +547,19 @@ pub fn read(dir: &str) -> Result<(String, Vec<Record>), String> {
             std::io::ErrorKind::NotFound => missing(&path, dir),
             _ => format!("{path} cannot be read: {e}"),
         })?,
-        None => {
-            let l = location.clone();
-            block_on(async move { l.read().await }).map_err(|e| {
-                if e.to_string().ends_with("does not exist") {
-                    missing(&path, dir)
-                } else {
-                    e.to_string()
-                }
-            })?
-        }
+        None => read_object(location, &path, dir)?,
     };
     let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8 text"))?;
     let records = parse(&text, &path)?;
     Ok((path, records))
+}
+
+/// The bytes of the event log in an object store at `location` (`path`, found from `dir`).
+fn read_object(location: Location, path: &str, dir: &str) -> Result<Vec<u8>, String> {
+    block_on(async move { location.read().await }).map_err(|e| match e.is_not_found() {
+        true => missing(path, dir),
+        false => e.to_string(),
+    })
 }
 
 fn missing(path: &str, dir: &str) -> String {
@@ -748,5 +747,29 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    /// An object store tells a missing log by the error's kind (the local store stands in for
+    /// a remote one): appending to a log not written yet starts it, and reading one reports
+    /// that there is none.
+    #[test]
+    fn a_missing_log_object_is_told_by_its_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ckpt/events.jsonl");
+        let text = path.to_str().unwrap().to_string();
+        let location = Location::parse(&text).unwrap();
+        let mut sink = Sink::Store {
+            location: location.clone(),
+            content: None,
+        };
+        sink.append(&[r#"{"a":1}"#.to_string()]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"a\":1}\n");
+
+        let absent = dir.path().join("other/events.jsonl");
+        let absent = absent.to_str().unwrap();
+        let e = read_object(Location::parse(absent).unwrap(), absent, absent).unwrap_err();
+        assert_eq!(e, format!("there is no event log {absent}"));
+        let bytes = read_object(location, &text, &text).unwrap();
+        assert_eq!(bytes, b"{\"a\":1}\n");
     }
 }

@@ -48,15 +48,14 @@ pub struct InferTask {
 /// Reads and verifies the checkpoint in `dir` (downloading it first when it is in an object
 /// store).
 pub fn load_checkpoint(dir: &str) -> Result<checkpoint::Loaded> {
-    let location = Location::parse(dir).map_err(|e| ExecutorError::Spec(e.to_string()))?;
+    let location = Location::parse(dir).map_err(ExecutorError::Storage)?;
     match location.local_path() {
         Some(local) => Ok(checkpoint::load(&local)?),
         None => {
             let staging = tempfile::tempdir().map_err(|e| {
-                ExecutorError::Spec(format!("cannot create a staging directory for {dir}: {e}"))
+                ExecutorError::output(format!("create a staging directory for {dir}"), e)
             })?;
-            download_dir(&location, staging.path())
-                .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+            download_dir(&location, staging.path()).map_err(ExecutorError::Storage)?;
             Ok(checkpoint::load(staging.path())?)
         }
     }
@@ -103,7 +102,7 @@ pub fn run_inference(
     let classes = preprocessing.classes.clone();
     let mut writer: Option<ArrowWriter<std::fs::File>> = None;
     let staging = tempfile::NamedTempFile::new()
-        .map_err(|e| ExecutorError::Spec(format!("cannot create a staging file: {e}")))?;
+        .map_err(|e| ExecutorError::output("create a staging file", e))?;
     let mut rows_written = 0u64;
     let device = task.device;
     let mut rng = ringflow_ml::rng::seeded(0, 0);
@@ -135,22 +134,21 @@ pub fn run_inference(
                 arrays.push(array);
             }
             let out_batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
-                .map_err(|e| ExecutorError::Spec(format!("cannot assemble predictions: {e}")))?;
+                .map_err(|e| ExecutorError::output("assemble predictions", e))?;
             if writer.is_none() {
-                let file = staging.reopen().map_err(|e| {
-                    ExecutorError::Spec(format!("cannot open the staging file: {e}"))
-                })?;
+                let file = staging
+                    .reopen()
+                    .map_err(|e| ExecutorError::output("open the staging file", e))?;
                 writer = Some(
-                    ArrowWriter::try_new(file, out_batch.schema(), None).map_err(|e| {
-                        ExecutorError::Spec(format!("cannot write predictions: {e}"))
-                    })?,
+                    ArrowWriter::try_new(file, out_batch.schema(), None)
+                        .map_err(|e| ExecutorError::output("write predictions", e))?,
                 );
             }
             writer
                 .as_mut()
                 .expect("just created")
                 .write(&out_batch)
-                .map_err(|e| ExecutorError::Spec(format!("cannot write predictions: {e}")))?;
+                .map_err(|e| ExecutorError::output("write predictions", e))?;
             rows_written += out_batch.num_rows() as u64;
         }
         Ok(!ctx.cancelled())
@@ -163,14 +161,13 @@ pub fn run_inference(
     };
     writer
         .close()
-        .map_err(|e| ExecutorError::Spec(format!("cannot finish the predictions file: {e}")))?;
+        .map_err(|e| ExecutorError::output("finish the predictions file", e))?;
     let part = Location::parse(output)
-        .map_err(|e| ExecutorError::Spec(e.to_string()))?
+        .map_err(ExecutorError::Storage)?
         .join(&format!("part-{:05}.parquet", task.rank));
     let bytes = std::fs::read(staging.path())
-        .map_err(|e| ExecutorError::Spec(format!("cannot read the staged predictions: {e}")))?;
-    block_on(async move { part.write(bytes).await })
-        .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+        .map_err(|e| ExecutorError::output("read the staged predictions", e))?;
+    block_on(async move { part.write(bytes).await }).map_err(ExecutorError::Storage)?;
     Ok(rows_written)
 }
 

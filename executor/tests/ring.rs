@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use ringflow_executor::collective::{
     Collective, JobSecret, ReduceOp, RingCollective, RingConfig, RingListener, StepResult,
 };
+use ringflow_executor::error::{CommOp, ExecutorError, Peer};
 
 fn listeners(n: usize) -> Vec<RingListener> {
     (0..n)
@@ -233,6 +234,37 @@ fn a_silent_or_departed_peer_is_an_error_within_the_deadline() {
     });
     let err = results[0].clone().unwrap();
     assert!(err.contains("rank 2") || err.contains("rank 1"), "{err}");
+}
+
+/// A failure says whom it concerns and what was being done; after it the ring is broken, and
+/// every later operation fails with the same failure.
+#[test]
+fn a_failure_names_the_peer_and_the_operation_and_breaks_the_ring() {
+    let results = with_ring(2, Duration::from_secs(5), |rank, mut ring| {
+        if rank == 1 {
+            drop(ring);
+            return None;
+        }
+        let first = ring.broadcast(&mut [0.0; 1000], 1).unwrap_err();
+        let later = ring.all_gather(&[1.0]).unwrap_err();
+        Some((first, later))
+    });
+    let Some((ExecutorError::Comm(first), ExecutorError::Comm(later))) =
+        results.into_iter().next().flatten()
+    else {
+        panic!("rank 0's failures are not communication failures");
+    };
+    let rank1 = matches!(
+        first.peer(),
+        Peer::Rank {
+            rank: 1,
+            address: Some(_)
+        }
+    );
+    assert!(rank1, "{first:?}");
+    assert_eq!(first.op(), CommOp::Broadcast, "{first:?}");
+    assert_eq!(later.to_string(), format!("the ring is broken: {first}"));
+    assert_eq!((later.peer(), later.op()), (first.peer(), first.op()));
 }
 
 #[test]

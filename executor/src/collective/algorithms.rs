@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use crate::collective::ReduceOp;
 use crate::collective::wire::{describe, read_f32s};
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, Peer};
+
+type Result<T> = std::result::Result<T, CommError>;
 
 /// Floats per pipelined chunk (256 KiB).
 pub const CHUNK: usize = 64 * 1024;
@@ -37,12 +39,14 @@ pub struct Link {
     pub rank: usize,
     pub world: usize,
     pub left: TcpStream,
-    pub left_name: String,
-    pub right_name: String,
+    pub left_peer: Peer,
+    pub right_peer: Peer,
     pub outgoing: Sender<Outgoing>,
-    pub writer_error: Arc<Mutex<Option<String>>>,
+    pub writer_error: Arc<Mutex<Option<CommError>>>,
     pub deadline: Duration,
     pub sequence: u64,
+    /// The operation under way (from its header).
+    op: CommOp,
     /// Buffers the writer has finished with, for reuse.
     pool: Receiver<Vec<f32>>,
 }
@@ -55,13 +59,18 @@ pub enum OpCode {
     AllGather = 3,
 }
 
-fn op_name(code: u64) -> &'static str {
+/// The operation a header's code names, if any.
+pub fn op_of(code: u64) -> Option<CommOp> {
     match code & 0xff {
-        1 => "all-reduce",
-        2 => "broadcast",
-        3 => "all-gather",
-        _ => "an unknown operation",
+        1 => Some(CommOp::AllReduce),
+        2 => Some(CommOp::Broadcast),
+        3 => Some(CommOp::AllGather),
+        _ => None,
     }
+}
+
+fn op_name(code: u64) -> String {
+    op_of(code).map_or_else(|| "an unknown operation".into(), |op| op.to_string())
 }
 
 impl Link {
@@ -79,10 +88,10 @@ impl Link {
         rank: usize,
         world: usize,
         left: TcpStream,
-        left_name: String,
-        right_name: String,
+        left_peer: Peer,
+        right_peer: Peer,
         outgoing: Sender<Outgoing>,
-        writer_error: Arc<Mutex<Option<String>>>,
+        writer_error: Arc<Mutex<Option<CommError>>>,
         deadline: Duration,
         pool: Receiver<Vec<f32>>,
     ) -> Link {
@@ -90,12 +99,13 @@ impl Link {
             rank,
             world,
             left,
-            left_name,
-            right_name,
+            left_peer,
+            right_peer,
             outgoing,
             writer_error,
             deadline,
             sequence: 0,
+            op: CommOp::AllReduce,
             pool,
         }
     }
@@ -117,10 +127,11 @@ impl Link {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
         {
-            return Err(ExecutorError::Comm(e));
+            return Err(e);
         }
         self.outgoing.send(item).map_err(|_| {
-            ExecutorError::Comm(format!("the connection to {} is closed", self.right_name))
+            let why = format!("the connection to {} is closed", self.right_peer);
+            CommError::new(self.right_peer.clone(), self.op, why)
         })
     }
 
@@ -133,7 +144,7 @@ impl Link {
         Ok(())
     }
 
-    fn recv_error(&self, e: std::io::Error, what: &str) -> ExecutorError {
+    fn recv_error(&self, e: std::io::Error, what: &str) -> CommError {
         // A failure to receive is often caused by the writer failing first; prefer its story.
         if let Some(w) = self
             .writer_error
@@ -141,15 +152,17 @@ impl Link {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
         {
-            return ExecutorError::Comm(w);
+            return w;
         }
-        ExecutorError::Comm(describe(&e, &self.left_name, what, self.deadline))
+        let why = describe(&e, &self.left_peer.to_string(), what, self.deadline);
+        CommError::new(self.left_peer.clone(), self.op, why).with_cause(e)
     }
 
     /// Sends this operation's header right and checks that the left neighbour's matches, so
     /// that ranks calling different collectives fail loudly instead of exchanging garbage.
     fn agree(&mut self, code: OpCode, len: usize, root: usize) -> Result<()> {
         self.sequence += 1;
+        self.op = op_of(code as u64).unwrap_or(self.op);
         let header = [
             code as u64 | ((root as u64) << 8),
             self.sequence,
@@ -160,10 +173,10 @@ impl Link {
         std::io::Read::read_exact(&mut self.left, bytemuck::cast_slice_mut(&mut theirs))
             .map_err(|e| self.recv_error(e, "starting a collective"))?;
         if theirs != header {
-            return Err(ExecutorError::Comm(format!(
+            let why = format!(
                 "collective mismatch: {} started {} #{} of {} values (root {}), rank {} \
                  started {} #{} of {len} values (root {root})",
-                self.left_name,
+                self.left_peer,
                 op_name(theirs[0]),
                 theirs[1],
                 theirs[2],
@@ -171,7 +184,8 @@ impl Link {
                 self.rank,
                 op_name(header[0]),
                 header[1],
-            )));
+            );
+            return Err(CommError::new(self.left_peer.clone(), self.op, why));
         }
         Ok(())
     }

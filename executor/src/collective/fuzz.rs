@@ -18,6 +18,7 @@ use super::algorithms::{self, CHUNK, Link};
 use super::backup::{Inbound, read_gradients, read_results};
 use super::handshake::{self, JobSecret, Lane};
 use super::wire::configure;
+use crate::error::Peer;
 use crate::fuzz::{config, largest_allocation};
 
 const JOB: &str = "fuzz-20250101T000000-a1b2-0001";
@@ -171,7 +172,7 @@ impl Op {
         }
     }
 
-    fn run(&self, link: &mut Link) -> crate::error::Result<()> {
+    fn run(&self, link: &mut Link) -> Result<(), crate::error::CommError> {
         let mut buf = vec![1.5f32; self.len];
         match self.kind {
             1 => algorithms::all_reduce(link, &mut buf, ReduceOp::Average),
@@ -219,8 +220,8 @@ fn fuzz_ring_collective_frames() {
             op.rank,
             op.world,
             left,
-            left_name.clone(),
-            "rank right".into(),
+            Peer::rank_at(left_rank, "127.0.0.1:1"),
+            Peer::rank((op.rank + 1) % op.world),
             out_tx,
             Arc::new(Mutex::new(None)),
             Duration::from_secs(5),

@@ -32,7 +32,7 @@ pub use ring::{RingCollective, RingConfig};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// How an all-reduce combines the ranks' buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,13 +78,16 @@ impl PendingReduce {
                 let start = Instant::now();
                 match reply.recv_timeout(deadline) {
                     Ok(r) => r,
-                    Err(RecvTimeoutError::Timeout) => Err(ExecutorError::Comm(format!(
-                        "an all-reduce did not finish within {:.0} s",
-                        start.elapsed().as_secs_f64()
-                    ))),
-                    Err(RecvTimeoutError::Disconnected) => Err(ExecutorError::Comm(
-                        "the communication thread stopped".into(),
-                    )),
+                    Err(RecvTimeoutError::Timeout) => Err(CommError::new(
+                        Peer::Ring,
+                        CommOp::AllReduce,
+                        format!(
+                            "an all-reduce did not finish within {:.0} s",
+                            start.elapsed().as_secs_f64()
+                        ),
+                    )
+                    .into()),
+                    Err(RecvTimeoutError::Disconnected) => Err(stopped(CommOp::AllReduce).into()),
                 }
             }
         }
@@ -171,13 +174,18 @@ pub struct Broken {
     /// That ring's size.
     pub world: usize,
     /// The connection's error.
-    pub why: String,
+    pub why: CommError,
 }
 
 impl Broken {
     fn fail<T>(&self) -> Result<T> {
         Err(ExecutorError::Comm(self.why.clone()))
     }
+}
+
+/// The communication thread ended while `op` waited for it.
+fn stopped(op: CommOp) -> CommError {
+    CommError::new(Peer::Local, op, "the communication thread stopped")
 }
 
 impl Collective for Broken {

@@ -25,10 +25,12 @@ use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{Device, Tensor};
 
 use crate::collective::Collective;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, Peer, Result};
 
 /// Bytes in NCCL's unique id.
 const ID_BYTES: usize = 128;
+const SETUP: CommOp = CommOp::NcclSetup;
+const REDUCE: CommOp = CommOp::NcclAllReduce;
 
 /// An NCCL communicator over the ranks of one ring, all on this host.
 pub struct NcclAllReduce {
@@ -47,16 +49,22 @@ struct RawComm(sys::ncclComm_t);
 // SAFETY: see `NcclAllReduce`.
 unsafe impl Send for RawComm {}
 
-fn failure(what: &str, r: sys::ncclResult_t) -> ExecutorError {
-    ExecutorError::Comm(format!("NCCL {what} failed ({r:?})"))
+/// NCCL's failure while doing `what` in `op`: NCCL reports it for the ring as a whole.
+fn failure(op: CommOp, what: &str, r: sys::ncclResult_t) -> CommError {
+    CommError::new(Peer::Ring, op, format!("NCCL {what} failed ({r:?})"))
 }
 
-fn check(what: &str, r: sys::ncclResult_t) -> Result<()> {
+fn check(op: CommOp, what: &str, r: sys::ncclResult_t) -> std::result::Result<(), CommError> {
     if r == sys::ncclResult_t::ncclSuccess {
         Ok(())
     } else {
-        Err(failure(what, r))
+        Err(failure(op, what, r))
     }
+}
+
+/// CUDA's failure (`cause`) in `op`, on this executor's device.
+fn cuda(op: CommOp, context: String, cause: cudarc::driver::DriverError) -> CommError {
+    CommError::because(Peer::Local, op, context, cause)
 }
 
 /// This host's name as four exact 16-bit floats.
@@ -97,7 +105,7 @@ impl NcclAllReduce {
         };
         if ring.rank() == 0 {
             // SAFETY: writes one id into `id`.
-            check("creating a unique id", unsafe {
+            check(SETUP, "creating a unique id", unsafe {
                 sys::ncclGetUniqueId(&mut id)
             })?;
         }
@@ -117,7 +125,7 @@ impl NcclAllReduce {
                 let result = setup_stream
                     .context()
                     .bind_to_thread()
-                    .map_err(|e| ExecutorError::Comm(format!("NCCL setup on cuda:{ordinal}: {e}")))
+                    .map_err(|e| cuda(SETUP, format!("NCCL setup on cuda:{ordinal}"), e))
                     .and_then(|()| {
                         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
                         // SAFETY: `comm` receives the new communicator; the id is the one every
@@ -125,18 +133,19 @@ impl NcclAllReduce {
                         let r = unsafe {
                             sys::ncclCommInitRank(&mut comm, world as i32, id, rank as i32)
                         };
-                        check("connecting the ranks", r).map(|()| RawComm(comm))
+                        check(SETUP, "connecting the ranks", r).map(|()| RawComm(comm))
                     });
                 let _ = tx.send(result);
             })
-            .map_err(|e| ExecutorError::Comm(format!("cannot start NCCL setup: {e}")))?;
+            .map_err(|e| CommError::because(Peer::Local, SETUP, "cannot start NCCL setup", e))?;
         let comm = match rx.recv_timeout(timeout) {
             Ok(result) => result?.0,
             Err(_) => {
-                return Err(ExecutorError::Comm(format!(
+                let why = format!(
                     "NCCL did not connect the {world} ranks within {:.0} s",
                     timeout.as_secs_f64()
-                )));
+                );
+                return Err(CommError::new(Peer::Ring, SETUP, why).into());
             }
         };
         tracing::info!("rank {rank} all-reduces gradients with NCCL on cuda:{ordinal}");
@@ -155,13 +164,13 @@ impl NcclAllReduce {
         self.stream
             .context()
             .bind_to_thread()
-            .map_err(|e| ExecutorError::Comm(format!("NCCL all-reduce: {e}")))?;
+            .map_err(|e| cuda(REDUCE, "NCCL all-reduce".into(), e))?;
         let stream = self.stream.cu_stream() as sys::cudaStream_t;
         // SAFETY: each (address, length) is a live gradient buffer on this device (the trainer
         // does not touch gradients until this returns); all reductions are queued on the
         // engine's stream, after the backward pass that produced them.
         unsafe {
-            check("starting a group", sys::ncclGroupStart())?;
+            check(REDUCE, "starting a group", sys::ncclGroupStart())?;
             for &(ptr, len) in &buffers {
                 let buf = ptr as *mut std::ffi::c_void;
                 let r = sys::ncclAllReduce(
@@ -175,32 +184,33 @@ impl NcclAllReduce {
                 );
                 if r != sys::ncclResult_t::ncclSuccess {
                     let _ = sys::ncclGroupEnd();
-                    return Err(failure("queuing an all-reduce", r));
+                    return Err(failure(REDUCE, "queuing an all-reduce", r).into());
                 }
             }
-            check("ending a group", sys::ncclGroupEnd())?;
+            check(REDUCE, "ending a group", sys::ncclGroupEnd())?;
         }
         let done = self
             .stream
             .record_event(None)
-            .map_err(|e| ExecutorError::Comm(format!("NCCL all-reduce: {e}")))?;
+            .map_err(|e| cuda(REDUCE, "NCCL all-reduce".into(), e))?;
         let started = Instant::now();
         loop {
             match done.try_is_complete() {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
-                Err(e) => return Err(ExecutorError::Comm(format!("NCCL all-reduce: {e}"))),
+                Err(e) => return Err(cuda(REDUCE, "NCCL all-reduce".into(), e).into()),
             }
             if started.elapsed() > self.timeout {
                 // SAFETY: aborting unblocks the queued operations; the communicator is not used
                 // again (a failed step ends this ring).
                 unsafe { sys::ncclCommAbort(self.comm) };
                 self.comm = std::ptr::null_mut();
-                return Err(ExecutorError::Comm(format!(
+                let why = format!(
                     "an NCCL all-reduce among {} ranks did not finish within {:.0} s",
                     self.world,
                     self.timeout.as_secs_f64()
-                )));
+                );
+                return Err(CommError::new(Peer::Ring, REDUCE, why).into());
             }
             std::thread::sleep(Duration::from_micros(50));
         }

@@ -27,8 +27,8 @@ use crate::collective::backup::BackupReduce;
 use crate::collective::handshake::{self, JobSecret, Lane};
 use crate::collective::listener::RingListener;
 use crate::collective::wire::{configure, describe, write_f32s};
-use crate::collective::{Collective, PendingReduce, ReduceOp};
-use crate::error::{ExecutorError, Result};
+use crate::collective::{Collective, PendingReduce, ReduceOp, stopped};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// Deadline for an outgoing connection to complete its handshake.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
@@ -69,8 +69,8 @@ pub struct RingCollective {
     _accepted: Vec<Connection>,
 }
 
-fn peer_name(cfg: &RingConfig, rank: usize) -> String {
-    format!("rank {rank} ({})", cfg.peers[rank])
+fn peer(cfg: &RingConfig, rank: usize) -> Peer {
+    Peer::rank_at(rank, &cfg.peers[rank])
 }
 
 impl RingCollective {
@@ -78,10 +78,8 @@ impl RingCollective {
     pub fn connect(listener: &RingListener, cfg: RingConfig) -> Result<RingCollective> {
         let world = cfg.peers.len();
         if cfg.rank >= world {
-            return Err(ExecutorError::Comm(format!(
-                "rank {} is outside a ring of {world}",
-                cfg.rank
-            )));
+            let why = format!("rank {} is outside a ring of {world}", cfg.rank);
+            return Err(CommError::new(Peer::Local, CommOp::FormRing, why).into());
         }
         if world == 1 {
             return Ok(RingCollective {
@@ -103,11 +101,13 @@ impl RingCollective {
             std::thread::Builder::new()
                 .name("ringflow-ring-connect".into())
                 .spawn(move || connect_to(&cfg, lane, peer, deadline))
-                .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))
+                .map_err(|e| CommError::thread(CommOp::FormRing, e))
         };
         let join = |h: JoinHandle<Result<TcpStream>>| {
-            h.join()
-                .unwrap_or_else(|_| Err(ExecutorError::Comm("the ring connector failed".into())))
+            h.join().unwrap_or_else(|_| {
+                let why = "the ring connector failed";
+                Err(CommError::new(Peer::Local, CommOp::FormRing, why).into())
+            })
         };
         let connector = connect(Lane::Ring, right_rank)?;
         let uplink = match (backups, cfg.rank) {
@@ -130,8 +130,14 @@ impl RingCollective {
             .chain([&left, &right])
             .chain(uplink.as_ref())
         {
-            configure(s, cfg.timeout)
-                .map_err(|e| ExecutorError::Comm(format!("cannot configure a ring socket: {e}")))?;
+            configure(s, cfg.timeout).map_err(|e| {
+                CommError::because(
+                    Peer::Local,
+                    CommOp::FormRing,
+                    "cannot configure a ring socket",
+                    e,
+                )
+            })?;
         }
         let quorum = world - backups;
         let backup = match uplink {
@@ -151,37 +157,7 @@ impl RingCollective {
             None => None,
         };
         debug!(rank = cfg.rank, world, backups, "ring formed");
-
-        let (out_tx, out_rx) = channel::<Outgoing>();
-        let (pool_tx, pool_rx) = channel::<Vec<f32>>();
-        let writer_error = Arc::new(Mutex::new(None));
-        {
-            let right_name = peer_name(&cfg, right_rank);
-            let writer_error = writer_error.clone();
-            let timeout = cfg.timeout;
-            std::thread::Builder::new()
-                .name("ringflow-ring-writer".into())
-                .spawn(move || {
-                    write_loop(right, out_rx, pool_tx, &right_name, timeout, &writer_error)
-                })
-                .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?;
-        }
-        let link = Link::new(
-            cfg.rank,
-            world,
-            left,
-            peer_name(&cfg, left_rank),
-            peer_name(&cfg, right_rank),
-            out_tx,
-            writer_error,
-            cfg.timeout,
-            pool_rx,
-        );
-        let (req_tx, req_rx) = channel();
-        let comm = std::thread::Builder::new()
-            .name("ringflow-comm".into())
-            .spawn(move || comm_loop(link, req_rx))
-            .map_err(|e| ExecutorError::Comm(format!("cannot start a thread: {e}")))?;
+        let (req_tx, comm) = start_threads(&cfg, left, right)?;
         Ok(RingCollective {
             rank: cfg.rank,
             world,
@@ -201,16 +177,15 @@ impl RingCollective {
 
     fn submit(
         &mut self,
+        op: CommOp,
         make: impl FnOnce(Sender<Result<Vec<f32>>>) -> Request,
     ) -> Result<PendingReduce> {
         let (tx, rx) = channel();
         let requests = self
             .requests
             .as_ref()
-            .ok_or_else(|| ExecutorError::Comm("the ring is closed".into()))?;
-        requests
-            .send(make(tx))
-            .map_err(|_| ExecutorError::Comm("the communication thread stopped".into()))?;
+            .ok_or_else(|| CommError::new(Peer::Local, op, "the ring is closed"))?;
+        requests.send(make(tx)).map_err(|_| stopped(op))?;
         Ok(PendingReduce::waiting(rx, self.wait_limit()))
     }
 }
@@ -228,7 +203,7 @@ impl Collective for RingCollective {
         if self.world == 1 {
             return Ok(PendingReduce::ready(Ok(buf)));
         }
-        self.submit(|tx| Request::AllReduce(buf, op, tx))
+        self.submit(CommOp::AllReduce, |tx| Request::AllReduce(buf, op, tx))
     }
 
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
@@ -237,7 +212,7 @@ impl Collective for RingCollective {
         }
         let data = buf.to_vec();
         let out = self
-            .submit(|tx| Request::Broadcast(data, root, tx))?
+            .submit(CommOp::Broadcast, |tx| Request::Broadcast(data, root, tx))?
             .wait()?;
         buf.copy_from_slice(&out);
         Ok(())
@@ -248,7 +223,8 @@ impl Collective for RingCollective {
             return Ok(mine.to_vec());
         }
         let data = mine.to_vec();
-        self.submit(|tx| Request::AllGather(data, tx))?.wait()
+        self.submit(CommOp::AllGather, |tx| Request::AllGather(data, tx))?
+            .wait()
     }
 
     fn backup(&mut self) -> Option<&mut BackupReduce> {
@@ -265,10 +241,11 @@ impl Collective for RingCollective {
         let mut token = [1.0f32];
         self.all_reduce(&mut token, ReduceOp::Sum)?;
         if token[0] as usize != self.world {
-            return Err(ExecutorError::Comm(format!(
+            let why = format!(
                 "barrier counted {} ranks, expected {}",
                 token[0], self.world
-            )));
+            );
+            return Err(CommError::new(Peer::Ring, CommOp::Barrier, why).into());
         }
         Ok(())
     }
@@ -284,35 +261,75 @@ impl Drop for RingCollective {
     }
 }
 
+/// Starts the writer thread, which sends to the right neighbour, and the communication thread,
+/// which runs the collectives it is asked for; returns where to ask, and the latter's handle.
+fn start_threads(
+    cfg: &RingConfig,
+    left: TcpStream,
+    right: TcpStream,
+) -> Result<(Sender<Request>, JoinHandle<()>)> {
+    let world = cfg.peers.len();
+    let (right_rank, left_rank) = ((cfg.rank + 1) % world, (cfg.rank + world - 1) % world);
+    let (out_tx, out_rx) = channel::<Outgoing>();
+    let (pool_tx, pool_rx) = channel::<Vec<f32>>();
+    let writer_error = Arc::new(Mutex::new(None));
+    let writer = Writer {
+        stream: right,
+        peer: peer(cfg, right_rank),
+        timeout: cfg.timeout,
+        error: writer_error.clone(),
+    };
+    std::thread::Builder::new()
+        .name("ringflow-ring-writer".into())
+        .spawn(move || writer.run(out_rx, pool_tx))
+        .map_err(|e| CommError::thread(CommOp::FormRing, e))?;
+    let link = Link::new(
+        cfg.rank,
+        world,
+        left,
+        peer(cfg, left_rank),
+        peer(cfg, right_rank),
+        out_tx,
+        writer_error,
+        cfg.timeout,
+        pool_rx,
+    );
+    let (req_tx, req_rx) = channel();
+    let comm = std::thread::Builder::new()
+        .name("ringflow-comm".into())
+        .spawn(move || comm_loop(link, req_rx))
+        .map_err(|e| CommError::thread(CommOp::FormRing, e))?;
+    Ok((req_tx, comm))
+}
+
 fn comm_loop(mut link: Link, requests: Receiver<Request>) {
-    let mut broken: Option<String> = None;
+    let mut broken: Option<CommError> = None;
     let mut aborted = false;
     for request in requests {
-        let fail = |b: &Option<String>| b.clone().map(ExecutorError::Comm);
         match request {
             Request::AllReduce(mut buf, op, reply) => {
-                let r = match fail(&broken) {
+                let r = match broken.clone() {
                     Some(e) => Err(e),
                     None => algorithms::all_reduce(&mut link, &mut buf, op).map(|_| buf),
                 };
                 note_failure(&r, &mut broken);
-                let _ = reply.send(r);
+                let _ = reply.send(r.map_err(ExecutorError::from));
             }
             Request::Broadcast(mut buf, root, reply) => {
-                let r = match fail(&broken) {
+                let r = match broken.clone() {
                     Some(e) => Err(e),
                     None => algorithms::broadcast(&mut link, &mut buf, root).map(|_| buf),
                 };
                 note_failure(&r, &mut broken);
-                let _ = reply.send(r);
+                let _ = reply.send(r.map_err(ExecutorError::from));
             }
             Request::AllGather(mine, reply) => {
-                let r = match fail(&broken) {
+                let r = match broken.clone() {
                     Some(e) => Err(e),
                     None => algorithms::all_gather(&mut link, &mine),
                 };
                 note_failure(&r, &mut broken);
-                let _ = reply.send(r);
+                let _ = reply.send(r.map_err(ExecutorError::from));
             }
         }
         if broken.is_some() && !aborted {
@@ -323,37 +340,47 @@ fn comm_loop(mut link: Link, requests: Receiver<Request>) {
 }
 
 /// After a failure the ring's byte streams are out of step; every later operation fails too.
-fn note_failure(r: &Result<Vec<f32>>, broken: &mut Option<String>) {
+fn note_failure<T>(r: &std::result::Result<T, CommError>, broken: &mut Option<CommError>) {
     if let (Err(e), None) = (r, &broken) {
-        *broken = Some(format!("the ring is broken: {e}"));
+        *broken = Some(e.clone().reworded(|m| format!("the ring is broken: {m}")));
     }
 }
 
-fn write_loop(
-    mut right: TcpStream,
-    items: Receiver<Outgoing>,
-    pool: Sender<Vec<f32>>,
-    right_name: &str,
+/// The writer thread's end of the connection to the right neighbour.
+struct Writer {
+    stream: TcpStream,
+    peer: Peer,
     timeout: Duration,
-    error: &Mutex<Option<String>>,
-) {
-    for item in items {
-        let r = match item {
-            Outgoing::Header(h) => std::io::Write::write_all(&mut right, bytemuck::cast_slice(&h)),
-            Outgoing::Floats(f) => {
-                let r = write_f32s(&mut right, &f);
-                let _ = pool.send(f);
-                r
+    /// Where a failure to send is left for the communication thread.
+    error: Arc<Mutex<Option<CommError>>>,
+}
+
+impl Writer {
+    fn run(mut self, items: Receiver<Outgoing>, pool: Sender<Vec<f32>>) {
+        // The operation being sent, from the last header (one comes before any payload).
+        let mut op = CommOp::AllReduce;
+        for item in items {
+            let r = match item {
+                Outgoing::Header(h) => {
+                    op = algorithms::op_of(h[0]).unwrap_or(op);
+                    std::io::Write::write_all(&mut self.stream, bytemuck::cast_slice(&h))
+                }
+                Outgoing::Floats(f) => {
+                    let r = write_f32s(&mut self.stream, &f);
+                    let _ = pool.send(f);
+                    r
+                }
+            };
+            if let Err(e) = r {
+                let why = describe(&e, &self.peer.to_string(), "sending", self.timeout);
+                let failure = CommError::new(self.peer, op, why).with_cause(e);
+                *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure);
+                let _ = self.stream.shutdown(std::net::Shutdown::Both);
+                return;
             }
-        };
-        if let Err(e) = r {
-            let msg = describe(&e, right_name, "sending", timeout);
-            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
-            let _ = right.shutdown(std::net::Shutdown::Both);
-            return;
         }
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
     }
-    let _ = right.shutdown(std::net::Shutdown::Write);
 }
 
 /// Connects to `peer_rank` on `lane` through the handshake, retrying until `deadline`.
@@ -364,7 +391,7 @@ fn connect_to(
     deadline: Instant,
 ) -> Result<TcpStream> {
     let addr = &cfg.peers[peer_rank];
-    let name = peer_name(cfg, peer_rank);
+    let name = peer(cfg, peer_rank);
     let mut last = String::from("no attempt");
     while Instant::now() < deadline {
         let targets: Vec<SocketAddr> = match addr.to_socket_addrs() {
@@ -401,11 +428,12 @@ fn connect_to(
         Lane::Ring => format!("its right neighbour {name}"),
         Lane::Gradients => format!("the gradient aggregator on {name}"),
     };
-    Err(ExecutorError::Comm(format!(
+    let why = format!(
         "rank {} could not connect to {whom} within {:.0} s: {last}",
         cfg.rank,
         cfg.timeout.as_secs_f64()
-    )))
+    );
+    Err(CommError::new(name, CommOp::FormRing, why).into())
 }
 
 /// Accepts one authenticated connection for each `(lane, rank)` in `expected`, before
@@ -430,14 +458,15 @@ fn accept_peers(
     if let Some(i) = accepted.iter().position(Option::is_none) {
         let (lane, rank) = expected[i];
         let whom = match lane {
-            Lane::Ring => format!("its left neighbour {}", peer_name(cfg, rank)),
-            Lane::Gradients => format!("{} to send gradients", peer_name(cfg, rank)),
+            Lane::Ring => format!("its left neighbour {}", peer(cfg, rank)),
+            Lane::Gradients => format!("{} to send gradients", peer(cfg, rank)),
         };
-        return Err(ExecutorError::Comm(format!(
+        let why = format!(
             "rank {} waited {:.0} s for {whom} to connect",
             cfg.rank,
             cfg.timeout.as_secs_f64(),
-        )));
+        );
+        return Err(CommError::new(peer(cfg, rank), CommOp::FormRing, why).into());
     }
     Ok(accepted.into_iter().flatten().collect())
 }

@@ -25,7 +25,7 @@ use ringflow_proto::pb::EpochPlan;
 
 use crate::data::features::{Converter, Rows};
 use crate::data::partitions::ReadContext;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, Peer, Result};
 
 /// How long the training thread waits for the next chunk before declaring the reader stuck.
 const READ_DEADLINE: Duration = Duration::from_secs(600);
@@ -144,10 +144,11 @@ impl EpochStream {
                     return Ok(false);
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    return Err(ExecutorError::Comm(format!(
+                    let why = format!(
                         "reading this executor's partitions produced nothing for {} s",
                         READ_DEADLINE.as_secs()
-                    )));
+                    );
+                    return Err(CommError::new(Peer::Local, CommOp::ReadData, why).into());
                 }
             }
         }

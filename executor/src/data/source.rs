@@ -15,7 +15,7 @@ use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::pb::Partition;
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity};
 
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// How long one partition request may take before it fails.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(300);
@@ -39,7 +39,7 @@ impl DriverSource {
     ) -> Result<DriverSource> {
         let endpoint = security
             .endpoint(url)
-            .map_err(|e| ExecutorError::Comm(e.to_string()))?
+            .map_err(|e| CommError::new(Peer::driver(url), CommOp::ReadData, e.to_string()))?
             .connect_timeout(Duration::from_secs(10))
             .timeout(REQUEST_DEADLINE)
             // Pings keep the connection inside the driver's idle timeout between partitions.

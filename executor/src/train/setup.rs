@@ -120,7 +120,7 @@ pub fn prepare_data(
         let json = serde_json::to_string(&partial).expect("statistics serialize");
         let merged = ctx.prepare(PreparePhase::Stats, json)?;
         let merged = Preprocessing::from_json(&merged)
-            .map_err(|m| ExecutorError::Spec(format!("the driver sent {m}")))?
+            .map_err(ExecutorError::Protocol)?
             .unwrap_or_default();
         if merged.classes.is_some() {
             preprocessing.classes = merged.classes;

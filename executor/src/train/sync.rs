@@ -12,7 +12,7 @@ use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{MlError, Tensor};
 
 use crate::collective::Collective;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, Peer, Result};
 use crate::train::fusion::GradientBuckets;
 
 /// How a step's gradients are combined across ranks.
@@ -164,17 +164,20 @@ impl GradientSync {
 }
 
 fn backup_of(comm: &mut dyn Collective) -> Result<&mut crate::collective::BackupReduce> {
-    comm.backup()
-        .ok_or_else(|| ExecutorError::Comm("the ring has no backup-worker connections".into()))
+    comm.backup().ok_or_else(|| {
+        let why = "the ring has no backup-worker connections";
+        CommError::new(Peer::Local, CommOp::BackupGradient, why).into()
+    })
 }
 
 fn load_gradient(params: &ParamStore, gradient: &[f32]) -> Result<()> {
     if gradient.len() != params.numel() {
-        return Err(ExecutorError::Comm(format!(
+        let why = format!(
             "the common gradient has {} values, the model {}",
             gradient.len(),
             params.numel()
-        )));
+        );
+        return Err(CommError::new(Peer::rank(0), CommOp::BackupGradient, why).into());
     }
     Ok(Tensor::scatter_grads(&params.tensors(), gradient)?)
 }

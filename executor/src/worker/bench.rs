@@ -5,7 +5,7 @@ use std::time::Instant;
 use ringflow_proto::pb;
 
 use crate::collective::{Collective, ReduceOp};
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// Runs `spec.warmup` untimed and `spec.iters` timed all-reduces of `spec.floats` floats;
 /// returns each timed one's seconds. A barrier before each keeps the ranks in step, so that a
@@ -41,10 +41,11 @@ pub fn rank_data(k: usize, len: usize) -> Vec<f32> {
         .collect()
 }
 
-fn mismatch(what: &str, i: usize, got: f32, want: f32) -> ExecutorError {
-    ExecutorError::Comm(format!(
-        "{what} is wrong at index {i}: got {got}, the serial computation gives {want}"
-    ))
+/// `op` (`what`) gave `got` at index `i` where the serial computation gives `want`.
+fn mismatch(op: CommOp, what: &str, i: usize, got: f32, want: f32) -> ExecutorError {
+    let why =
+        format!("{what} is wrong at index {i}: got {got}, the serial computation gives {want}");
+    CommError::new(Peer::Ring, op, why).into()
 }
 
 /// Checks all-reduce (sum and average), broadcast and all-gather against serial computations.
@@ -59,7 +60,13 @@ pub fn check(comm: &mut dyn Collective, len: usize) -> Result<()> {
     let mut buf = rank_data(rank, len);
     comm.all_reduce(&mut buf, ReduceOp::Sum)?;
     if let Some(i) = (0..len).find(|&i| buf[i].to_bits() != want[i].to_bits()) {
-        return Err(mismatch("the all-reduce sum", i, buf[i], want[i]));
+        return Err(mismatch(
+            CommOp::AllReduce,
+            "the all-reduce sum",
+            i,
+            buf[i],
+            want[i],
+        ));
     }
     let mut buf = rank_data(rank, len);
     comm.all_reduce(&mut buf, ReduceOp::Average)?;
@@ -68,6 +75,7 @@ pub fn check(comm: &mut dyn Collective, len: usize) -> Result<()> {
         (0..len).find(|&i| (buf[i] - want[i] * scale).abs() > 1e-4 * want[i].abs().max(1.0))
     {
         return Err(mismatch(
+            CommOp::AllReduce,
             "the all-reduce average",
             i,
             buf[i],
@@ -83,13 +91,25 @@ pub fn check(comm: &mut dyn Collective, len: usize) -> Result<()> {
     comm.broadcast(&mut buf, root)?;
     let expect = rank_data(root, len);
     if let Some(i) = (0..len).find(|&i| buf[i].to_bits() != expect[i].to_bits()) {
-        return Err(mismatch("the broadcast", i, buf[i], expect[i]));
+        return Err(mismatch(
+            CommOp::Broadcast,
+            "the broadcast",
+            i,
+            buf[i],
+            expect[i],
+        ));
     }
     let piece = len.min(1000);
     let gathered = comm.all_gather(&rank_data(rank, piece))?;
     let expect: Vec<f32> = (0..world).flat_map(|k| rank_data(k, piece)).collect();
     if let Some(i) = (0..expect.len()).find(|&i| gathered[i].to_bits() != expect[i].to_bits()) {
-        return Err(mismatch("the all-gather", i, gathered[i], expect[i]));
+        return Err(mismatch(
+            CommOp::AllGather,
+            "the all-gather",
+            i,
+            gathered[i],
+            expect[i],
+        ));
     }
     comm.barrier()
 }

@@ -12,7 +12,7 @@ use ringflow_proto::security::{
 use tonic::{Code, Request};
 use tracing::warn;
 
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// Deadline of an ordinary call.
 const CALL: Duration = Duration::from_secs(20);
@@ -28,7 +28,12 @@ pub struct DriverClient {
 }
 
 fn comm(url: &str, what: &str, e: impl std::fmt::Display) -> ExecutorError {
-    ExecutorError::Comm(format!("{what} at the driver {url} failed: {e}"))
+    refused(url, format!("{what} at the driver {url} failed: {e}"))
+}
+
+/// A call to the driver at `url` that failed, told by `why`.
+fn refused(url: &str, why: String) -> ExecutorError {
+    CommError::new(Peer::driver(url), CommOp::DriverCall, why).into()
 }
 
 fn with_deadline<T>(msg: T, deadline: Duration) -> Request<T> {
@@ -46,7 +51,7 @@ impl DriverClient {
     ) -> Result<DriverClient> {
         let endpoint = security
             .endpoint(url)
-            .map_err(|e| ExecutorError::Comm(e.to_string()))?
+            .map_err(|e| CommError::new(Peer::driver(url), CommOp::Start, e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             // Pings keep the connection inside the driver's idle timeout.
@@ -58,6 +63,11 @@ impl DriverClient {
             url: url.to_string(),
             give_up,
         })
+    }
+
+    /// The driver's URL.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// Registers, retrying while the driver is unreachable; returns the heartbeat interval.
@@ -81,19 +91,21 @@ impl DriverClient {
                         Code::FailedPrecondition | Code::InvalidArgument | Code::Unauthenticated
                     ) =>
                 {
-                    return Err(ExecutorError::Comm(format!(
+                    let why = format!(
                         "the driver at {} refused this executor: {}",
                         self.url,
                         s.message()
-                    )));
+                    );
+                    return Err(refused(&self.url, why));
                 }
                 Err(s) if is_certificate_error(&s) => {
-                    return Err(ExecutorError::Comm(format!(
+                    let why = format!(
                         "the TLS connection to the driver at {} failed: {} (check --tls-ca, \
                          --tls-cert and --tls-key)",
                         self.url,
                         status_line(&s)
-                    )));
+                    );
+                    return Err(refused(&self.url, why));
                 }
                 Err(s) => {
                     if stop.load(Ordering::Relaxed) {

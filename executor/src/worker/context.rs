@@ -9,7 +9,7 @@ use tokio::runtime::Handle;
 use super::client::DriverClient;
 use super::task::ring_config;
 use crate::collective::{RingCollective, RingListener};
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};
 
 /// How long one preparation call may wait at the driver for the other ranks.
@@ -60,6 +60,11 @@ impl<'a> RemoteContext<'a> {
     /// This executor's rank now (it changes when the ring is re-formed).
     pub fn rank(&self) -> u32 {
         self.rank
+    }
+
+    /// What the driver answered to a request to re-form the ring cannot be used (`why`).
+    fn reform_failed(&self, why: String) -> CommError {
+        CommError::new(Peer::driver(self.client.url()), CommOp::Reform, why)
     }
 }
 
@@ -146,11 +151,10 @@ impl TaskContext for RemoteContext<'_> {
             if let Some(task) = reply.task {
                 let (Some(header), Some(pb::task::Work::Train(work))) = (&task.header, &task.work)
                 else {
-                    return Err(ExecutorError::Comm(
-                        "the driver re-formed the ring with a task that is not training".into(),
-                    ));
+                    let why = "the driver re-formed the ring with a task that is not training";
+                    return Err(self.reform_failed(why.into()).into());
                 };
-                let config = ring_config(header)?;
+                let config = ring_config(header, self.client.url())?;
                 self.rank = header.rank;
                 self.ring.generation = header.generation;
                 let ring = RingCollective::connect(self.ring.listener, config)?;
@@ -160,9 +164,9 @@ impl TaskContext for RemoteContext<'_> {
                 });
             }
             if reply.cancel {
-                return Err(ExecutorError::Comm(format!(
-                    "{error}; the driver did not re-form the ring with this executor"
-                )));
+                let why =
+                    format!("{error}; the driver did not re-form the ring with this executor");
+                return Err(self.reform_failed(why).into());
             }
             if self.cancelled() {
                 return Err(ExecutorError::Cancelled);

@@ -18,7 +18,10 @@ use ringflow_proto::listener::{
     ConnectionGate, GatedListener, ListenerKind, ListenerLimits, render_prometheus, serve_http,
 };
 
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, Peer, Result};
+
+/// The start of the message when the probes' bound address cannot be read.
+const ADDRESS_UNKNOWN: &str = "cannot read the health probes' address";
 
 /// How long without a successful heartbeat before the executor reports not ready, as a
 /// multiple of the heartbeat interval (and at least [`MIN_SILENCE`]).
@@ -93,19 +96,16 @@ pub(crate) fn serve(
     health: Arc<Health>,
     ring: Arc<ConnectionGate>,
 ) -> Result<SocketAddr> {
-    limits
-        .check(ListenerKind::Health)
-        .map_err(ExecutorError::Comm)?;
+    let start = |why| CommError::new(Peer::Local, CommOp::Start, why);
+    let unbound = |e| CommError::because(Peer::Local, CommOp::Start, ADDRESS_UNKNOWN, e);
+    limits.check(ListenerKind::Health).map_err(start)?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(addr))
         .map_err(|e| {
-            ExecutorError::Comm(format!(
-                "cannot serve health probes on {addr} (--health): {e}"
-            ))
+            let context = format!("cannot serve health probes on {addr} (--health)");
+            CommError::because(Peer::Local, CommOp::Start, context, e)
         })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| ExecutorError::Comm(format!("cannot read the health probes' address: {e}")))?;
+    let bound = listener.local_addr().map_err(unbound)?;
     let gate = ConnectionGate::new(ListenerKind::Health, limits);
     let probes = Probes {
         health,
@@ -116,8 +116,7 @@ pub(crate) fn serve(
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(probes);
-    let listener = GatedListener::new(listener, gate)
-        .map_err(|e| ExecutorError::Comm(format!("cannot read the health probes' address: {e}")))?;
+    let listener = GatedListener::new(listener, gate).map_err(unbound)?;
     rt.spawn(async move {
         if let Err(e) = serve_http(listener, app, std::future::pending()).await {
             tracing::error!("the health probes on {bound} stopped: {e}");

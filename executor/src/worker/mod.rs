@@ -29,7 +29,7 @@ use ringflow_proto::security::ClientSecurity;
 use tracing::{error, info, warn};
 
 use crate::collective::RingListener;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, Peer, Result};
 use crate::memory::MemoryLimit;
 use client::DriverClient;
 use task::Worker;
@@ -95,12 +95,10 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         .thread_name("ringflow-rpc")
         .enable_all()
         .build()
-        .map_err(|e| ExecutorError::Comm(format!("cannot start the RPC runtime: {e}")))?;
+        .map_err(|e| starting("cannot start the RPC runtime", e))?;
     let listener = RingListener::bind_with(config.ring_bind, config.limits.ring).map_err(|e| {
-        ExecutorError::Comm(format!(
-            "cannot listen for ring connections on {}: {e}",
-            config.ring_bind
-        ))
+        let context = format!("cannot listen for ring connections on {}", config.ring_bind);
+        starting(context, e)
     })?;
     let host = advertise_host(&config)?;
     let ring_address = format!("{host}:{}", listener.local_addr().port());
@@ -303,6 +301,11 @@ fn executor_id() -> String {
     )
 }
 
+/// This executor could not start (`context`) because of `cause`.
+fn starting(context: impl std::fmt::Display, cause: std::io::Error) -> CommError {
+    CommError::because(Peer::Local, CommOp::Start, context, cause)
+}
+
 /// The machine's host name.
 pub fn hostname() -> String {
     ringflow_proto::host::hostname()
@@ -340,9 +343,8 @@ fn advertise_host(config: &ExecutorConfig) -> Result<String> {
         .and_then(|s| s.connect(target).and_then(|_| s.local_addr()))
         .map(|a| a.ip())
         .map_err(|e| {
-            ExecutorError::Comm(format!(
-                "cannot find a route to the driver at {target}: {e}"
-            ))
+            let context = format!("cannot find a route to the driver at {target}");
+            CommError::because(Peer::driver(&config.driver), CommOp::Start, context, e)
         })?;
     Ok(ip.to_string())
 }

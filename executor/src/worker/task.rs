@@ -15,7 +15,7 @@ use super::client::DriverClient;
 use super::context::{RemoteContext, RingPlace};
 use super::{Current, ExecutorConfig, bench, peak_rss_bytes};
 use crate::collective::{Broken, Collective, JobSecret, RingCollective, RingConfig, RingListener};
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::infer::{InferTask, run_inference};
 use crate::placement;
 use crate::train::setup::DataOptions;
@@ -45,11 +45,13 @@ pub struct Worker<'a> {
     pub info: &'a pb::ExecutorInfo,
 }
 
-/// The ring a task's `header` describes: the one place where the driver's word becomes a
-/// [`RingConfig`] (a task's first ring and every re-formed one).
-pub fn ring_config(header: &pb::TaskHeader) -> Result<RingConfig> {
-    let secret = JobSecret::from_bytes(&header.secret)
-        .ok_or_else(|| ExecutorError::Comm("the task's ring secret is not 32 bytes".into()))?;
+/// The ring a task's `header` from the driver at `driver` describes: the one place where the
+/// driver's word becomes a [`RingConfig`] (a task's first ring and every re-formed one).
+pub fn ring_config(header: &pb::TaskHeader, driver: &str) -> Result<RingConfig> {
+    let secret = JobSecret::from_bytes(&header.secret).ok_or_else(|| {
+        let why = "the task's ring secret is not 32 bytes";
+        CommError::new(Peer::driver(driver), CommOp::FormRing, why)
+    })?;
     Ok(RingConfig {
         job_id: header.job_id.clone(),
         rank: header.rank as usize,
@@ -65,9 +67,9 @@ impl Worker<'_> {
     /// error reaches the driver ahead of its neighbours' "connection closed").
     pub fn run_one(&self, task: &pb::Task) -> Result<()> {
         let (Some(header), Some(work)) = (&task.header, &task.work) else {
-            return Err(ExecutorError::Spec(
-                "the driver sent a task without its header or work; are the driver and this \
-                 executor of one version?"
+            return Err(ExecutorError::Protocol(
+                "a task without its header or work; are the driver and this executor of one \
+                 version?"
                     .into(),
             ));
         };
@@ -77,7 +79,12 @@ impl Worker<'_> {
         let mut ring: Option<Box<dyn Collective>> = None;
         let result: Result<Finish> = (|| {
             let comm = ring
-                .insert(connect_ring(self.listener, header, work)?)
+                .insert(connect_ring(
+                    self.listener,
+                    header,
+                    work,
+                    &self.config.driver,
+                )?)
                 .as_mut();
             match work {
                 pb::task::Work::Bench(spec) => bench::all_reduce(comm, spec)
@@ -203,8 +210,8 @@ impl Worker<'_> {
         data: Option<&pb::DataAccess>,
     ) -> Result<DataOptions> {
         let data = data.cloned().unwrap_or_default();
-        let preprocessing = Preprocessing::from_json(&data.preprocessing_json)
-            .map_err(|m| ExecutorError::Spec(format!("the driver sent {m}")))?;
+        let preprocessing =
+            Preprocessing::from_json(&data.preprocessing_json).map_err(ExecutorError::Protocol)?;
         Ok(DataOptions {
             input_columns: data.input_columns,
             preprocessing,
@@ -227,8 +234,9 @@ fn connect_ring(
     listener: &RingListener,
     header: &pb::TaskHeader,
     work: &pb::task::Work,
+    driver: &str,
 ) -> Result<Box<dyn Collective>> {
-    let cfg = ring_config(header)?;
+    let cfg = ring_config(header, driver)?;
     let (rank, world) = (cfg.rank, cfg.peers.len());
     let elastic_joiner = matches!(work, pb::task::Work::Train(t) if t.join && t.elastic);
     match RingCollective::connect(listener, cfg) {
@@ -305,12 +313,14 @@ mod tests {
         h.secret = vec![7; 32];
         h.ring_timeout_ms = 250;
         h.backup_workers = 1;
-        let cfg = ring_config(&h).unwrap();
+        let cfg = ring_config(&h, "http://driver:7077").unwrap();
         assert_eq!((cfg.rank, cfg.peers.len()), (2, 3));
         assert_eq!(cfg.timeout, MIN_RING_TIMEOUT, "the floor applies");
         assert_eq!(cfg.backup_workers, 1);
         h.secret.pop();
-        let err = ring_config(&h).unwrap_err().to_string();
+        let err = ring_config(&h, "http://driver:7077")
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "the task's ring secret is not 32 bytes");
     }
 }

@@ -10,6 +10,8 @@
 use std::fs::{File, Metadata, OpenOptions};
 use std::path::{Path, PathBuf};
 
+use super::error::{DataError, DataErrorKind};
+
 /// What a path on the local file system is, after following symbolic links.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
@@ -97,6 +99,40 @@ pub fn kind(path: &Path) -> std::io::Result<FileKind> {
     std::fs::metadata(path).map(|m| FileKind::of(&m))
 }
 
+/// Why a local path cannot be read as a data file, as the end of a sentence about it: "does
+/// not exist", "is a FIFO (named pipe), not a regular file".
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct NotReadable {
+    /// [`DataErrorKind::NotFound`] when nothing is at the path.
+    pub kind: DataErrorKind,
+    /// The end of the sentence.
+    pub message: String,
+}
+
+impl NotReadable {
+    fn other(message: String) -> NotReadable {
+        NotReadable {
+            kind: DataErrorKind::Other,
+            message,
+        }
+    }
+
+    /// The [`DataError`] about `what` (the path as the user wrote it), of the same kind.
+    pub fn about(self, what: impl Into<String>) -> DataError {
+        DataError {
+            kind: self.kind,
+            ..DataError::new(what, self.message)
+        }
+    }
+}
+
+impl From<NotReadable> for String {
+    fn from(e: NotReadable) -> String {
+        e.message
+    }
+}
+
 /// Why `kind` is not data, as the end of a sentence about the file:
 /// "is a FIFO (named pipe), not a regular file".
 fn not_regular(kind: FileKind) -> String {
@@ -106,19 +142,22 @@ fn not_regular(kind: FileKind) -> String {
 /// Checks that `path` is a regular file (or a link to one) without opening it. The error is
 /// the end of a sentence about the file: "does not exist", "is a FIFO (named pipe), not a
 /// regular file".
-pub fn check_regular(path: &Path) -> Result<(), String> {
+pub fn check_regular(path: &Path) -> Result<(), NotReadable> {
     match kind(path) {
         Ok(FileKind::Regular) => Ok(()),
-        Ok(other) => Err(not_regular(other)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("does not exist".into()),
-        Err(e) => Err(format!("cannot be opened: {e}")),
+        Ok(other) => Err(NotReadable::other(not_regular(other))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(NotReadable {
+            kind: DataErrorKind::NotFound,
+            message: "does not exist".into(),
+        }),
+        Err(e) => Err(NotReadable::other(format!("cannot be opened: {e}"))),
     }
 }
 
 /// Opens `path` for reading if it is a regular file. The kind is checked before opening (so a
 /// device is never opened) and again on the opened file (so a FIFO swapped in meanwhile is
 /// refused); the open itself never blocks. Errors are the end of a sentence about the file.
-pub fn open_regular(path: &Path) -> Result<File, String> {
+pub fn open_regular(path: &Path) -> Result<File, NotReadable> {
     check_regular(path)?;
     let mut options = OpenOptions::new();
     options.read(true);
@@ -129,15 +168,12 @@ pub fn open_regular(path: &Path) -> Result<File, String> {
         // regular file the flag changes nothing (POSIX), so the file is used as it is.
         options.custom_flags(libc::O_NONBLOCK);
     }
-    let file = options
-        .open(path)
-        .map_err(|e| format!("cannot be opened: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot be opened: {e}"))?;
+    let cannot = |e: std::io::Error| NotReadable::other(format!("cannot be opened: {e}"));
+    let file = options.open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
     match FileKind::of(&meta) {
         FileKind::Regular => Ok(file),
-        other => Err(not_regular(other)),
+        other => Err(NotReadable::other(not_regular(other))),
     }
 }
 
@@ -282,20 +318,23 @@ pub(crate) mod tests {
 
         // Neither call blocks: a FIFO without a writer would hang a plain open.
         let fifo_error = "is a FIFO (named pipe), not a regular file";
-        assert_eq!(open_regular(&fifo).unwrap_err(), fifo_error);
-        assert_eq!(open_regular(&link).unwrap_err(), fifo_error);
+        let message = |e: NotReadable| e.message;
+        assert_eq!(message(open_regular(&fifo).unwrap_err()), fifo_error);
+        assert_eq!(message(open_regular(&link).unwrap_err()), fifo_error);
         assert_eq!(
-            open_regular(dir.path()).unwrap_err(),
+            message(open_regular(dir.path()).unwrap_err()),
             "is a directory, not a regular file"
         );
         assert_eq!(
-            check_regular(Path::new("/dev/null")).unwrap_err(),
+            message(check_regular(Path::new("/dev/null")).unwrap_err()),
             "is a character device, not a regular file"
         );
-        assert_eq!(
-            check_regular(&dir.path().join("nope")).unwrap_err(),
-            "does not exist"
-        );
+        let missing = check_regular(&dir.path().join("nope")).unwrap_err();
+        assert_eq!(missing.message, "does not exist");
+        assert_eq!(missing.kind, DataErrorKind::NotFound);
+        assert_eq!(missing.about("nope").kind, DataErrorKind::NotFound);
+        let fifo_kind = open_regular(&fifo).unwrap_err().kind;
+        assert_eq!(fifo_kind, DataErrorKind::Other);
         let mut opened = open_regular(&file_link).unwrap();
         let mut text = String::new();
         std::io::Read::read_to_string(&mut opened, &mut text).unwrap();

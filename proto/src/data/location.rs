@@ -251,7 +251,9 @@ impl Location {
     fn error(&self, what: &str, e: object_store::Error) -> DataError {
         let text = e.to_string();
         let message = match &e {
-            object_store::Error::NotFound { .. } => "does not exist".to_string(),
+            object_store::Error::NotFound { .. } => {
+                return DataError::not_found(&self.text, "does not exist");
+            }
             _ if text.contains("NoSuchBucket") => format!(
                 "does not exist: there is no bucket `{}`",
                 self.url.host_str().unwrap_or_default()
@@ -289,7 +291,10 @@ pub fn download_dir(from: &Location, to: &Path) -> Result<()> {
     let source = from.clone();
     let objects = block_on(async move { source.list().await })?;
     if objects.is_empty() {
-        return Err(DataError::new(from.as_str(), "does not exist or is empty"));
+        return Err(DataError::not_found(
+            from.as_str(),
+            "does not exist or is empty",
+        ));
     }
     let base: Vec<String> = from
         .path()
@@ -567,6 +572,7 @@ mod tests {
         let missing = Location::parse(dir.path().join("nope").to_str().unwrap()).unwrap();
         let e = block_on(async move { missing.size().await }).unwrap_err();
         assert!(e.to_string().ends_with("does not exist"), "{e}");
+        assert!(e.is_not_found(), "{e:?}");
         let out = tempfile::tempdir().unwrap();
         let src = Location::parse(dir.path().to_str().unwrap()).unwrap();
         download_dir(&src, out.path()).unwrap();

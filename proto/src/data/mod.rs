@@ -26,7 +26,7 @@ pub mod runtime;
 pub mod sql;
 pub mod stats;
 
-pub use error::{DataError, Result};
+pub use error::{DataError, DataErrorKind, Result};
 
 use datafusion::arrow::datatypes::DataType;
 

@@ -386,9 +386,9 @@ pub fn unreadable(paths: &[String]) -> Option<String> {
             Err(e) => return Some(e.to_string()),
         };
         let checked = match location.local_path() {
-            Some(local) => {
-                deadline::blocking(READ_TIMEOUT, move || super::local::check_regular(&local))
-            }
+            Some(local) => deadline::blocking(READ_TIMEOUT, move || {
+                super::local::check_regular(&local).map_err(String::from)
+            }),
             None => block_on_timeout(READ_TIMEOUT, async move {
                 location.size().await.map(|_| ()).map_err(|e| e.message)
             }),

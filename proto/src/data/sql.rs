@@ -138,7 +138,7 @@ async fn table_url(path: &str, extension: &str) -> Result<(String, Vec<Skipped>)
     match local::kind(&p) {
         Ok(FileKind::Directory) => Ok((format!("{text}/"), skipped()?)),
         _ => {
-            check_regular(&p).map_err(|m| DataError::new(path, m))?;
+            check_regular(&p).map_err(|e| e.about(path))?;
             Ok((text, Vec::new()))
         }
     }
@@ -152,7 +152,7 @@ async fn remote_table_url(path: &str, loc: &Location, glob: bool) -> Result<Stri
         return Ok(loc.url().to_string());
     }
     if loc.list().await?.is_empty() {
-        return Err(DataError::new(path, "does not exist"));
+        return Err(DataError::not_found(path, "does not exist"));
     }
     Ok(format!("{}/", loc.url().as_str().trim_end_matches('/')))
 }

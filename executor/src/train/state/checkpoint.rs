@@ -86,14 +86,13 @@ fn save_model(
     optimizer: &Optimizer,
     state: &TrainingState,
 ) -> Result<()> {
-    let location = Location::parse(dir).map_err(|e| ExecutorError::Spec(e.to_string()))?;
+    let location = Location::parse(dir).map_err(ExecutorError::Storage)?;
     if let Some(local) = location.local_path() {
         checkpoint::save(&local, model, Some(optimizer), state)?;
         return Ok(());
     }
-    let staging = tempfile::tempdir().map_err(|e| {
-        ExecutorError::Spec(format!("cannot create a staging directory for {dir}: {e}"))
-    })?;
+    let staging = tempfile::tempdir()
+        .map_err(|e| ExecutorError::output(format!("create a staging directory for {dir}"), e))?;
     checkpoint::save(staging.path(), model, Some(optimizer), state)?;
-    upload_dir(staging.path(), &location).map_err(|e| ExecutorError::Spec(e.to_string()))
+    upload_dir(staging.path(), &location).map_err(ExecutorError::Storage)
 }

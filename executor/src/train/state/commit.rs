@@ -6,7 +6,7 @@ use ringflow_ml::nn::Model;
 use ringflow_ml::optim::Optimizer;
 
 use crate::collective::Collective;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::context::{Recovered, TaskContext};
 
 /// Re-formings tried in a row by one recovery: a re-formed ring breaks before it is in sync only
@@ -57,6 +57,7 @@ impl Commit {
             Ok((epoch, step)) => Ok((None, epoch, step)),
             Err(ExecutorError::Comm(why)) => {
                 comm.close();
+                let why = why.to_string();
                 let (recovered, epoch, step) = placeholder.rejoin(ctx, &why, model, optimizer)?;
                 Ok((Some(recovered), epoch, step))
             }
@@ -138,7 +139,8 @@ impl Commit {
         for (_, _, values) in tensors.iter_mut() {
             let n = values.len();
             let part = state.get(at..at + n).ok_or_else(|| {
-                ExecutorError::Comm("rank 0 sent a shorter optimizer state".into())
+                let why = "rank 0 sent a shorter optimizer state";
+                CommError::new(Peer::rank(0), CommOp::Broadcast, why)
             })?;
             values.copy_from_slice(part);
             at += n;

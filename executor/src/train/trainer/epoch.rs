@@ -10,7 +10,7 @@ use ringflow_proto::pb::EpochPlan;
 
 use super::Trainer;
 use crate::data::batches::EpochStream;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TrainEvent};
 use crate::train::eval::labels_tensor;
 use crate::train::sync::Contribution;
@@ -39,18 +39,18 @@ pub struct EpochDone {
 }
 
 /// Why the ring is re-formed; its text goes to the driver as the cause.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Reform {
     /// Idle executors join at this epoch boundary (planned by the driver).
     AddExecutors,
     /// An executor was lost while this rank's steps did not need it (backup workers).
     LostExecutor,
-    /// The ring broke: an operation on it failed with this message.
-    Broken(String),
+    /// The ring broke: an operation on it failed with this error.
+    Broken(CommError),
 }
 
-impl From<String> for Reform {
-    fn from(why: String) -> Reform {
+impl From<CommError> for Reform {
+    fn from(why: CommError) -> Reform {
         Reform::Broken(why)
     }
 }
@@ -62,7 +62,7 @@ impl fmt::Display for Reform {
             Reform::LostExecutor => {
                 f.write_str("the driver is re-forming the ring after losing an executor")
             }
-            Reform::Broken(why) => f.write_str(why),
+            Reform::Broken(why) => why.fmt(f),
         }
     }
 }
@@ -132,10 +132,11 @@ impl Trainer<'_> {
             return Ok(EpochEnd::Reform(Reform::AddExecutors));
         }
         if plan.steps != self.plan.steps_per_epoch {
-            return Err(ExecutorError::Spec(format!(
-                "the driver planned {} steps for epoch {epoch}, the task {}",
-                plan.steps, self.plan.steps_per_epoch
-            )));
+            return Err(ExecutorError::StepPlan {
+                epoch,
+                planned: plan.steps,
+                expected: self.plan.steps_per_epoch,
+            });
         }
         let mut stream = self.open_stream(&plan, epoch);
         let first_step = std::mem::take(&mut self.plan.skip_steps);
@@ -241,12 +242,14 @@ impl Trainer<'_> {
             self.position.global_step,
         );
         let t0 = Instant::now();
-        let batch = stream.next_batch(spec.train.batch_size)?.ok_or_else(|| {
-            ExecutorError::Spec(format!(
-                "rank {rank} ran out of rows at step {step} of {steps} in epoch {epoch}: the \
-                 partitions hold fewer rows than planned"
-            ))
-        })?;
+        let batch = stream
+            .next_batch(spec.train.batch_size)?
+            .ok_or(ExecutorError::OutOfRows {
+                rank,
+                step,
+                steps,
+                epoch,
+            })?;
         let rows = batch.rows;
         let lr = spec
             .train
@@ -284,10 +287,11 @@ impl Trainer<'_> {
         };
         self.spans.record(epoch, step, t0, phases);
         if !loss_value.is_finite() {
-            return Err(ExecutorError::Spec(format!(
-                "the training loss became {loss_value} at epoch {epoch} step {step}; lower \
-                 train.optimizer.lr or set train.clip_grad_norm"
-            )));
+            return Err(ExecutorError::NonFiniteLoss {
+                loss: loss_value,
+                epoch,
+                step,
+            });
         }
         self.position.global_step += 1;
         let every = spec.cluster.checkpoint_every_steps;

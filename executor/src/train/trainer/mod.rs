@@ -21,7 +21,7 @@ use ringflow_proto::spec::JobSpec;
 
 use crate::collective::Collective;
 use crate::data::features::LabelKind;
-use crate::error::{ExecutorError, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::context::{EvalStats, Recovered, Split, TaskContext};
 use crate::train::eval::evaluate;
 use crate::train::hooks::TestHooks;
@@ -295,7 +295,9 @@ impl<'a> Trainer<'a> {
                 (EpochEnd::Done(done), _) => self.end_epoch(done)?,
                 (EpochEnd::Reform(why), Some(commit)) => self.recover(&commit, &why)?,
                 // Only an elastic run is ever asked to re-form (`run_epoch(true)`).
-                (EpochEnd::Reform(why), None) => return Err(ExecutorError::Comm(why.to_string())),
+                (EpochEnd::Reform(why), None) => {
+                    return Err(CommError::new(Peer::Ring, CommOp::Reform, why.to_string()).into());
+                }
             }
         }
         self.finish()

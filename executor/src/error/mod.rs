@@ -1,0 +1,166 @@
+//! The executor's error types: [`ExecutorError`] for everything that can stop a task, and
+//! [`CommError`] (with its [`Peer`] and [`CommOp`]) for failures to talk to the driver or to
+//! the other executors.
+
+mod comm;
+
+pub use comm::{CommError, CommOp, Peer};
+
+use ringflow_ml::MlError;
+use ringflow_proto::data::DataError;
+
+/// Everything that can stop an executor's task.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecutorError {
+    /// Bad or unreadable data; the message names the file, column and row.
+    #[error("{file}: {message}")]
+    Data {
+        /// The file (or URL) at fault.
+        file: String,
+        /// What is wrong, naming the column and row where one applies.
+        message: String,
+    },
+    /// A tensor-engine failure (shapes, devices, checkpoints).
+    #[error(transparent)]
+    Ml(#[from] MlError),
+    /// The job spec cannot be run as given (on this executor).
+    #[error("{0}")]
+    Spec(String),
+    /// The driver sent something this executor cannot use; the text says what.
+    #[error("the driver sent {0}")]
+    Protocol(String),
+    /// The driver planned another number of steps for an epoch than the task was given.
+    #[error("the driver planned {planned} steps for epoch {epoch}, the task {expected}")]
+    StepPlan {
+        /// The epoch.
+        epoch: u64,
+        /// The steps the driver planned for it.
+        planned: u64,
+        /// The steps per epoch of the task.
+        expected: u64,
+    },
+    /// A rank's partitions held fewer rows than the driver planned steps for.
+    #[error(
+        "rank {rank} ran out of rows at step {step} of {steps} in epoch {epoch}: the \
+         partitions hold fewer rows than planned"
+    )]
+    OutOfRows {
+        /// The rank.
+        rank: usize,
+        /// The step that found no rows.
+        step: u64,
+        /// The steps planned for the epoch.
+        steps: u64,
+        /// The epoch.
+        epoch: u64,
+    },
+    /// Training diverged: the loss of a step is NaN or infinite.
+    #[error(
+        "the training loss became {loss} at epoch {epoch} step {step}; lower \
+         train.optimizer.lr or set train.clip_grad_norm"
+    )]
+    NonFiniteLoss {
+        /// The loss.
+        loss: f64,
+        /// The epoch.
+        epoch: u64,
+        /// The step within the epoch.
+        step: u64,
+    },
+    /// A checkpoint, model or output location cannot be used, read or written; the message
+    /// names the location.
+    #[error(transparent)]
+    Storage(DataError),
+    /// A file this task writes on its way to storage (a staging file, the predictions) cannot
+    /// be made: "cannot {action}: {cause}".
+    #[error("cannot {action}: {cause}")]
+    Output {
+        /// What was being done ("create a staging file").
+        action: String,
+        /// Why it failed.
+        cause: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The driver asked the task to stop.
+    #[error("the job was cancelled")]
+    Cancelled,
+    /// Talking to the driver or to other executors failed.
+    #[error(transparent)]
+    Comm(#[from] CommError),
+}
+
+impl ExecutorError {
+    /// Shorthand for an [`ExecutorError::Data`].
+    pub fn data(file: impl Into<String>, message: impl Into<String>) -> Self {
+        ExecutorError::Data {
+            file: file.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for an [`ExecutorError::Output`]: `action` failed with `cause`.
+    pub fn output(
+        action: impl Into<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ExecutorError::Output {
+            action: action.into(),
+            cause: Box::new(cause),
+        }
+    }
+}
+
+/// The executor's result type.
+pub type Result<T> = std::result::Result<T, ExecutorError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The run-time failures read as the sentences users (and the driver's logs) have always
+    /// seen.
+    #[test]
+    fn run_time_failures_read_as_sentences() {
+        let loss = ExecutorError::NonFiniteLoss {
+            loss: f64::NAN,
+            epoch: 2,
+            step: 7,
+        };
+        assert_eq!(
+            loss.to_string(),
+            "the training loss became NaN at epoch 2 step 7; lower train.optimizer.lr or set \
+             train.clip_grad_norm"
+        );
+        let rows = ExecutorError::OutOfRows {
+            rank: 1,
+            step: 3,
+            steps: 10,
+            epoch: 0,
+        };
+        assert_eq!(
+            rows.to_string(),
+            "rank 1 ran out of rows at step 3 of 10 in epoch 0: the partitions hold fewer rows \
+             than planned"
+        );
+        let plan = ExecutorError::StepPlan {
+            epoch: 4,
+            planned: 12,
+            expected: 11,
+        };
+        assert_eq!(
+            plan.to_string(),
+            "the driver planned 12 steps for epoch 4, the task 11"
+        );
+        let sent = ExecutorError::Protocol("unreadable preprocessing: EOF".into());
+        assert_eq!(
+            sent.to_string(),
+            "the driver sent unreadable preprocessing: EOF"
+        );
+        let io = std::io::Error::other("disk full");
+        let output = ExecutorError::output("create a staging file", io);
+        assert_eq!(
+            output.to_string(),
+            "cannot create a staging file: disk full"
+        );
+    }
+}
