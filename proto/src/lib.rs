@@ -28,8 +28,9 @@ pub mod security;
 pub mod size;
 pub mod spec;
 
-/// Messages and services generated from `ringflow.proto`.
-#[allow(missing_docs, clippy::all)]
+/// Messages and services generated from `ringflow.proto` (generated code: its long functions and
+/// undocumented items are prost's and tonic's).
+#[allow(missing_docs, clippy::all, clippy::too_many_lines)]
 pub mod pb {
     tonic::include_proto!("ringflow.v1");
 }

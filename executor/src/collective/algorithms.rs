@@ -18,13 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::collective::ReduceOp;
+pub use crate::collective::wire::CHUNK;
 use crate::collective::wire::{describe, read_f32s};
 use crate::error::{CommError, CommOp, Peer};
 
 type Result<T> = std::result::Result<T, CommError>;
-
-/// Floats per pipelined chunk (256 KiB).
-pub const CHUNK: usize = 64 * 1024;
 
 /// What the writer thread sends to the right neighbour.
 pub enum Outgoing {
@@ -49,6 +47,26 @@ pub struct Link {
     op: CommOp,
     /// Buffers the writer has finished with, for reuse.
     pool: Receiver<Vec<f32>>,
+}
+
+/// What a rank's [`Link`] is made of once its ring is connected.
+pub struct LinkEnds {
+    /// This rank.
+    pub rank: usize,
+    /// The ring's size.
+    pub world: usize,
+    /// The connection from the left neighbour (read by this rank).
+    pub left: TcpStream,
+    /// Who the left neighbour is, for errors.
+    pub left_peer: Peer,
+    /// Who the right neighbour is, for errors.
+    pub right_peer: Peer,
+    /// The writer thread that sends to the right neighbour.
+    pub outgoing: Sender<Outgoing>,
+    /// Where the writer thread leaves its failure.
+    pub writer_error: Arc<Mutex<Option<CommError>>>,
+    /// Buffers the writer has finished with, for reuse.
+    pub pool: Receiver<Vec<f32>>,
 }
 
 /// Operation codes in headers.
@@ -83,18 +101,18 @@ impl Link {
         self.outgoing = closed;
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        rank: usize,
-        world: usize,
-        left: TcpStream,
-        left_peer: Peer,
-        right_peer: Peer,
-        outgoing: Sender<Outgoing>,
-        writer_error: Arc<Mutex<Option<CommError>>>,
-        deadline: Duration,
-        pool: Receiver<Vec<f32>>,
-    ) -> Link {
+    /// The link of a rank connected to `ends`, whose reads and writes wait at most `deadline`.
+    pub fn new(ends: LinkEnds, deadline: Duration) -> Link {
+        let LinkEnds {
+            rank,
+            world,
+            left,
+            left_peer,
+            right_peer,
+            outgoing,
+            writer_error,
+            pool,
+        } = ends;
         Link {
             rank,
             world,

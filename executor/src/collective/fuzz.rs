@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
 use super::ReduceOp;
-use super::algorithms::{self, CHUNK, Link};
+use super::algorithms::{self, CHUNK, Link, LinkEnds};
 use super::backup::{Inbound, read_gradients, read_results};
 use super::handshake::{self, JobSecret, Lane};
 use super::wire::configure;
@@ -216,17 +216,17 @@ fn fuzz_ring_collective_frames() {
         let (_pool_tx, pool_rx) = channel();
         let left_rank = (op.rank + op.world - 1) % op.world;
         let left_name = format!("rank {left_rank} (127.0.0.1:1)");
-        let mut link = Link::new(
-            op.rank,
-            op.world,
+        let ends = LinkEnds {
+            rank: op.rank,
+            world: op.world,
             left,
-            Peer::rank_at(left_rank, "127.0.0.1:1"),
-            Peer::rank((op.rank + 1) % op.world),
-            out_tx,
-            Arc::new(Mutex::new(None)),
-            Duration::from_secs(5),
-            pool_rx,
-        );
+            left_peer: Peer::rank_at(left_rank, "127.0.0.1:1"),
+            right_peer: Peer::rank((op.rank + 1) % op.world),
+            outgoing: out_tx,
+            writer_error: Arc::new(Mutex::new(None)),
+            pool: pool_rx,
+        };
+        let mut link = Link::new(ends, Duration::from_secs(5));
         let (result, largest) = largest_allocation(|| op.run(&mut link));
         let header = op.header();
         let header: &[u8] = bytemuck::cast_slice(&header);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use ringflow_proto::listener::Connection;
 use tracing::debug;
 
-use crate::collective::algorithms::{self, Link, Outgoing};
+use crate::collective::algorithms::{self, Link, LinkEnds, Outgoing};
 use crate::collective::backup::BackupReduce;
 use crate::collective::handshake::{self, JobSecret, Lane};
 use crate::collective::listener::RingListener;
@@ -283,17 +283,17 @@ fn start_threads(
         .name("ringflow-ring-writer".into())
         .spawn(move || writer.run(out_rx, pool_tx))
         .map_err(|e| CommError::thread(CommOp::FormRing, e))?;
-    let link = Link::new(
-        cfg.rank,
+    let ends = LinkEnds {
+        rank: cfg.rank,
         world,
         left,
-        peer(cfg, left_rank),
-        peer(cfg, right_rank),
-        out_tx,
+        left_peer: peer(cfg, left_rank),
+        right_peer: peer(cfg, right_rank),
+        outgoing: out_tx,
         writer_error,
-        cfg.timeout,
-        pool_rx,
-    );
+        pool: pool_rx,
+    };
+    let link = Link::new(ends, cfg.timeout);
     let (req_tx, req_rx) = channel();
     let comm = std::thread::Builder::new()
         .name("ringflow-comm".into())

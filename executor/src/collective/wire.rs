@@ -4,7 +4,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::collective::algorithms::CHUNK;
+/// Floats per pipelined chunk (256 KiB): the unit of every ring read and write.
+pub const CHUNK: usize = 64 * 1024;
 
 /// Why a ring read or write failed, in words that name the peer.
 pub fn describe(e: &std::io::Error, peer: &str, what: &str, deadline: Duration) -> String {

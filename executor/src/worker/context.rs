@@ -7,7 +7,7 @@ use ringflow_proto::pb;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
-use super::task::ring_config;
+use super::ring::ring_config;
 use crate::collective::{RingCollective, RingListener};
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};

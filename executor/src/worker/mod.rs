@@ -14,6 +14,7 @@ mod bench;
 mod client;
 mod context;
 mod health;
+mod ring;
 mod task;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -87,6 +88,28 @@ struct Current {
     cancel: Arc<AtomicBool>,
 }
 
+/// What this executor tells the driver about itself when it registers.
+fn executor_info(
+    config: &ExecutorConfig,
+    ring_address: String,
+    memory: Option<MemoryLimit>,
+) -> pb::ExecutorInfo {
+    pb::ExecutorInfo {
+        executor_id: executor_id(),
+        host: hostname(),
+        ring_address,
+        cores: config.threads as u32,
+        devices: advertised_devices(),
+        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        version: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        memory_bytes: memory.map_or(0, |m| m.bytes),
+        memory_source: memory
+            .map(|m| m.source.as_str().to_string())
+            .unwrap_or_default(),
+    }
+}
+
 /// Runs an executor until `stop` is set (by a signal) or, with `exit_with_driver`, until the
 /// driver is gone.
 pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool>) -> Result<()> {
@@ -103,20 +126,7 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
     let host = advertise_host(&config)?;
     let ring_address = format!("{host}:{}", listener.local_addr().port());
     let memory = MemoryLimit::resolve(config.memory);
-    let info = pb::ExecutorInfo {
-        executor_id: executor_id(),
-        host: hostname(),
-        ring_address,
-        cores: config.threads as u32,
-        devices: advertised_devices(),
-        protocol_version: ringflow_proto::PROTOCOL_VERSION,
-        version: env!("CARGO_PKG_VERSION").into(),
-        pid: std::process::id(),
-        memory_bytes: memory.map_or(0, |m| m.bytes),
-        memory_source: memory
-            .map(|m| m.source.as_str().to_string())
-            .unwrap_or_default(),
-    };
+    let info = executor_info(&config, ring_address, memory);
     let health = Arc::new(health::Health::default());
     if let Some(addr) = config.health {
         let bound = health::serve(

@@ -1,8 +1,6 @@
 //! Running one task the driver assigned: its header becomes the ring this executor connects
-//! ([`ring_config`], the one place a [`RingConfig`] is built from the driver's word), its work
+//! ([`ring_config`], the one place a ring's configuration is built from the driver's word), its work
 //! (train, evaluate or predict, benchmark) runs, and its end is reported.
-
-use std::time::Duration;
 
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
@@ -13,18 +11,16 @@ use tracing::{info, warn};
 
 use super::client::DriverClient;
 use super::context::{RemoteContext, RingPlace};
+use super::ring::ring_config;
 use super::{Current, ExecutorConfig, bench, peak_rss_bytes};
-use crate::collective::{Broken, Collective, JobSecret, RingCollective, RingConfig, RingListener};
-use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
+use crate::collective::{Broken, Collective, RingCollective, RingListener};
+use crate::error::{ExecutorError, Result};
 use crate::infer::{InferTask, run_inference};
 use crate::placement;
 use crate::train::setup::DataOptions;
 use crate::train::{TrainTask, run_task, with_compute_threads};
 
 use pb::finish_task_request::Result as Finish;
-
-/// The least deadline for ring reads and writes, whatever the task says.
-const MIN_RING_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What an executor runs its tasks with: the driver's connection, its ring listener, its
 /// configuration and model kinds, and what it tells the heartbeat about the current task.
@@ -43,23 +39,6 @@ pub struct Worker<'a> {
     pub current: &'a Current,
     /// This executor, as registered.
     pub info: &'a pb::ExecutorInfo,
-}
-
-/// The ring a task's `header` from the driver at `driver` describes: the one place where the
-/// driver's word becomes a [`RingConfig`] (a task's first ring and every re-formed one).
-pub fn ring_config(header: &pb::TaskHeader, driver: &str) -> Result<RingConfig> {
-    let secret = JobSecret::from_bytes(&header.secret).ok_or_else(|| {
-        let why = "the task's ring secret is not 32 bytes";
-        CommError::new(Peer::driver(driver), CommOp::FormRing, why)
-    })?;
-    Ok(RingConfig {
-        job_id: header.job_id.clone(),
-        rank: header.rank as usize,
-        peers: header.ring.clone(),
-        secret,
-        timeout: Duration::from_millis(header.ring_timeout_ms).max(MIN_RING_TIMEOUT),
-        backup_workers: header.backup_workers as usize,
-    })
 }
 
 impl Worker<'_> {
@@ -305,22 +284,5 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.lines().count(), 1, "{err}");
-    }
-
-    #[test]
-    fn a_ring_is_configured_from_the_header_alone() {
-        let mut h = header(&["h:1", "h:2", "h:3"], 2);
-        h.secret = vec![7; 32];
-        h.ring_timeout_ms = 250;
-        h.backup_workers = 1;
-        let cfg = ring_config(&h, "http://driver:7077").unwrap();
-        assert_eq!((cfg.rank, cfg.peers.len()), (2, 3));
-        assert_eq!(cfg.timeout, MIN_RING_TIMEOUT, "the floor applies");
-        assert_eq!(cfg.backup_workers, 1);
-        h.secret.pop();
-        let err = ring_config(&h, "http://driver:7077")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(err, "the task's ring secret is not 32 bytes");
     }
 }

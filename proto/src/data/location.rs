@@ -415,43 +415,7 @@ fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
         r.map_err(|e| format!("cannot configure its store: {}", first_line(&e.to_string())))
     };
     match url.scheme() {
-        "s3" | "s3a" => {
-            if env_set("AWS_ACCESS_KEY_ID") && !env_set("AWS_SECRET_ACCESS_KEY") {
-                return Err("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into());
-            }
-            let has_credentials = [
-                "AWS_ACCESS_KEY_ID",
-                "AWS_WEB_IDENTITY_TOKEN_FILE",
-                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-                "AWS_METADATA_ENDPOINT",
-            ]
-            .iter()
-            .any(|v| env_set(v))
-                || env_true("AWS_SKIP_SIGNATURE");
-            if !has_credentials {
-                return Err(
-                    "no AWS credentials are configured: set AWS_ACCESS_KEY_ID and \
-                     AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for an S3-compatible server), \
-                     AWS_SKIP_SIGNATURE=true for a public bucket, or AWS_METADATA_ENDPOINT to \
-                     use an instance profile"
-                        .into(),
-                );
-            }
-            let endpoint_http = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
-                .iter()
-                .filter_map(|v| std::env::var(v).ok())
-                .any(|e| e.starts_with("http://"));
-            let mut builder = object_store::aws::AmazonS3Builder::from_env()
-                .with_url(url.as_str())
-                .with_client_options(client_options().with_allow_http(endpoint_http))
-                .with_retry(retry());
-            if env_set("AWS_ENDPOINT_URL") || env_set("AWS_ENDPOINT") {
-                // S3-compatible servers (MinIO, moto, Ceph) address buckets by path.
-                builder = builder.with_virtual_hosted_style_request(false);
-            }
-            built(builder.build().map(|s| Arc::new(s) as Arc<dyn ObjectStore>))
-        }
+        "s3" | "s3a" => s3_store(url),
         "gs" => {
             let has_credentials = [
                 "GOOGLE_SERVICE_ACCOUNT",
@@ -522,6 +486,49 @@ fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
              az://, http:// or https://)"
         )),
     }
+}
+
+/// An S3 (or S3-compatible) store for `url`, with the credentials and endpoint of the
+/// environment; an error says which setting is missing.
+fn s3_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    if env_set("AWS_ACCESS_KEY_ID") && !env_set("AWS_SECRET_ACCESS_KEY") {
+        return Err("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into());
+    }
+    let has_credentials = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_METADATA_ENDPOINT",
+    ]
+    .iter()
+    .any(|v| env_set(v))
+        || env_true("AWS_SKIP_SIGNATURE");
+    if !has_credentials {
+        return Err(
+            "no AWS credentials are configured: set AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for an S3-compatible server), \
+             AWS_SKIP_SIGNATURE=true for a public bucket, or AWS_METADATA_ENDPOINT to \
+             use an instance profile"
+                .into(),
+        );
+    }
+    let endpoint_http = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .any(|e| e.starts_with("http://"));
+    let mut builder = object_store::aws::AmazonS3Builder::from_env()
+        .with_url(url.as_str())
+        .with_client_options(client_options().with_allow_http(endpoint_http))
+        .with_retry(retry());
+    if env_set("AWS_ENDPOINT_URL") || env_set("AWS_ENDPOINT") {
+        // S3-compatible servers (MinIO, moto, Ceph) address buckets by path.
+        builder = builder.with_virtual_hosted_style_request(false);
+    }
+    builder
+        .build()
+        .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
+        .map_err(|e| format!("cannot configure its store: {}", first_line(&e.to_string())))
 }
 
 #[cfg(test)]

@@ -116,33 +116,10 @@ impl Aggregator {
         let mut next_step: Option<u64> = None;
         let mut gathering: Option<Gathering> = None;
         let outcome = loop {
-            let msg = match &gathering {
-                Some(g) => {
-                    let left = (g.since + self.timeout).saturating_duration_since(Instant::now());
-                    match self.inbox.recv_timeout(left) {
-                        Ok(m) => m,
-                        Err(RecvTimeoutError::Timeout) => {
-                            let missing: Vec<String> = (0..self.world)
-                                .filter(|&r| !g.included[r])
-                                .map(|r| r.to_string())
-                                .collect();
-                            break Err(format!(
-                                "step {}: {} of the {} ranks needed sent gradients within {:.0} s \
-                                 (none from rank {})",
-                                g.step,
-                                g.count,
-                                self.quorum,
-                                self.timeout.as_secs_f64(),
-                                missing.join(", ")
-                            ));
-                        }
-                        Err(RecvTimeoutError::Disconnected) => break Ok(()),
-                    }
-                }
-                None => match self.inbox.recv() {
-                    Ok(m) => m,
-                    Err(_) => break Ok(()),
-                },
+            let msg = match self.next_message(gathering.as_ref()) {
+                Ok(Some(m)) => m,
+                Ok(None) => break Ok(()),
+                Err(why) => break Err(why),
             };
             match msg {
                 Inbound::Finish => break Ok(()),
@@ -197,30 +174,67 @@ impl Aggregator {
                     }
                 }
             }
-            if let Some(g) = &gathering {
-                let can_still = (0..self.world)
-                    .filter(|&r| open[r] && !g.included[r])
-                    .count();
-                if g.count + can_still < self.quorum {
-                    let closed: Vec<String> = (0..self.world)
-                        .filter(|&r| !open[r])
-                        .map(|r| r.to_string())
-                        .collect();
-                    break Err(format!(
-                        "step {}: rank {} finished or stopped reading, and the {} ranks left \
-                         cannot make the quorum of {}",
-                        g.step,
-                        closed.join(", "),
-                        open.iter().filter(|&&o| o).count(),
-                        self.quorum
-                    ));
-                }
+            if let Some(why) = gathering.as_ref().and_then(|g| self.quorum_lost(g, &open)) {
+                break Err(why);
             }
         };
         if let Err(why) = &outcome {
             warn!("backup workers: {why}");
         }
         self.close(outcome.err());
+    }
+
+    /// The next message; while a step is gathered, waits no longer than its deadline (an
+    /// error then names the ranks it lacks). `None` when every sender is gone.
+    fn next_message(
+        &self,
+        gathering: Option<&Gathering>,
+    ) -> std::result::Result<Option<Inbound>, String> {
+        let Some(g) = gathering else {
+            return Ok(self.inbox.recv().ok());
+        };
+        let left = (g.since + self.timeout).saturating_duration_since(Instant::now());
+        match self.inbox.recv_timeout(left) {
+            Ok(m) => Ok(Some(m)),
+            Err(RecvTimeoutError::Disconnected) => Ok(None),
+            Err(RecvTimeoutError::Timeout) => {
+                let missing: Vec<String> = (0..self.world)
+                    .filter(|&r| !g.included[r])
+                    .map(|r| r.to_string())
+                    .collect();
+                Err(format!(
+                    "step {}: {} of the {} ranks needed sent gradients within {:.0} s \
+                     (none from rank {})",
+                    g.step,
+                    g.count,
+                    self.quorum,
+                    self.timeout.as_secs_f64(),
+                    missing.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// Why step `g` can no longer reach the quorum with the ranks still `open`, if it cannot.
+    fn quorum_lost(&self, g: &Gathering, open: &[bool]) -> Option<String> {
+        let can_still = (0..self.world)
+            .filter(|&r| open[r] && !g.included[r])
+            .count();
+        if g.count + can_still >= self.quorum {
+            return None;
+        }
+        let closed: Vec<String> = (0..self.world)
+            .filter(|&r| !open[r])
+            .map(|r| r.to_string())
+            .collect();
+        Some(format!(
+            "step {}: rank {} finished or stopped reading, and the {} ranks left \
+             cannot make the quorum of {}",
+            g.step,
+            closed.join(", "),
+            open.iter().filter(|&&o| o).count(),
+            self.quorum
+        ))
     }
 
     /// Sends step `g`'s average to every rank.

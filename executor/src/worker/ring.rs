@@ -1,0 +1,60 @@
+//! [`ring_config`]: the one place where a task's header, the driver's word, becomes the
+//! configuration of a ring this executor connects (a task's first ring and every re-formed one).
+
+use std::time::Duration;
+
+use ringflow_proto::pb;
+
+use crate::collective::{JobSecret, RingConfig};
+use crate::error::{CommError, CommOp, Peer, Result};
+
+/// The least deadline for ring reads and writes, whatever the task says.
+const MIN_RING_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The ring a task's `header` from the driver at `driver` describes: the one place where the
+/// driver's word becomes a [`RingConfig`] (a task's first ring and every re-formed one).
+pub fn ring_config(header: &pb::TaskHeader, driver: &str) -> Result<RingConfig> {
+    let secret = JobSecret::from_bytes(&header.secret).ok_or_else(|| {
+        let why = "the task's ring secret is not 32 bytes";
+        CommError::new(Peer::driver(driver), CommOp::FormRing, why)
+    })?;
+    Ok(RingConfig {
+        job_id: header.job_id.clone(),
+        rank: header.rank as usize,
+        peers: header.ring.clone(),
+        secret,
+        timeout: Duration::from_millis(header.ring_timeout_ms).max(MIN_RING_TIMEOUT),
+        backup_workers: header.backup_workers as usize,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(ring: &[&str], rank: u32) -> pb::TaskHeader {
+        pb::TaskHeader {
+            job_id: "j".into(),
+            rank,
+            ring: ring.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_ring_is_configured_from_the_header_alone() {
+        let mut h = header(&["h:1", "h:2", "h:3"], 2);
+        h.secret = vec![7; 32];
+        h.ring_timeout_ms = 250;
+        h.backup_workers = 1;
+        let cfg = ring_config(&h, "http://driver:7077").unwrap();
+        assert_eq!((cfg.rank, cfg.peers.len()), (2, 3));
+        assert_eq!(cfg.timeout, MIN_RING_TIMEOUT, "the floor applies");
+        assert_eq!(cfg.backup_workers, 1);
+        h.secret.pop();
+        let err = ring_config(&h, "http://driver:7077")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "the task's ring secret is not 32 bytes");
+    }
+}
