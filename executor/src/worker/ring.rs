@@ -28,22 +28,24 @@ pub fn ring_config(header: &pb::TaskHeader, driver: &str) -> Result<RingConfig> 
     })
 }
 
+/// A task header of job `j` for `rank` of a ring at `ring`, for tests.
+#[cfg(test)]
+pub(super) fn test_header(ring: &[&str], rank: u32) -> pb::TaskHeader {
+    pb::TaskHeader {
+        job_id: "j".into(),
+        rank,
+        ring: ring.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn header(ring: &[&str], rank: u32) -> pb::TaskHeader {
-        pb::TaskHeader {
-            job_id: "j".into(),
-            rank,
-            ring: ring.iter().map(|a| a.to_string()).collect(),
-            ..Default::default()
-        }
-    }
-
     #[test]
     fn a_ring_is_configured_from_the_header_alone() {
-        let mut h = header(&["h:1", "h:2", "h:3"], 2);
+        let mut h = test_header(&["h:1", "h:2", "h:3"], 2);
         h.secret = vec![7; 32];
         h.ring_timeout_ms = 250;
         h.backup_workers = 1;

@@ -253,15 +253,7 @@ fn place_task(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn header(ring: &[&str], rank: u32) -> pb::TaskHeader {
-        pb::TaskHeader {
-            job_id: "j".into(),
-            rank,
-            ring: ring.iter().map(|a| a.to_string()).collect(),
-            ..Default::default()
-        }
-    }
+    use crate::worker::ring::test_header as header;
 
     #[test]
     fn cpu_tasks_are_placed_on_the_cpu() {
