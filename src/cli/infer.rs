@@ -10,7 +10,7 @@ use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 
 use super::submit::absolute_if_here;
-use super::{cores, local, submit};
+use super::{local, submit};
 use crate::local::LocalConfig;
 
 /// Where an evaluation or prediction runs.
@@ -132,7 +132,6 @@ impl From<&ClusterArgs> for LocalConfig {
     /// processes sharing this machine's cores, no web UI.
     fn from(args: &ClusterArgs) -> LocalConfig {
         LocalConfig {
-            threads: (cores() / args.executors.max(1)).max(1),
             log_filter: super::log_filter().to_string(),
             ..LocalConfig::new(args.executors)
         }

@@ -11,8 +11,8 @@ use ringflow_proto::pb;
 use ringflow_proto::security::Secret;
 use ringflow_proto::spec::{JobSpec, Override};
 
+use super::JobArgs;
 use super::submit::{self, Watched};
-use super::{JobArgs, cores};
 use crate::local::{self, LocalCluster, LocalConfig};
 
 #[derive(Args)]
@@ -53,13 +53,13 @@ impl TryFrom<(&LocalArgs, &JobSpec)> for LocalConfig {
     /// this machine's cores unless `cluster.threads` says otherwise, the web UI of `--ui`, and
     /// the secret of `--secret-file`.
     fn try_from((args, spec): (&LocalArgs, &JobSpec)) -> anyhow::Result<LocalConfig> {
-        let n = spec.cluster.executors;
+        let shared = LocalConfig::new(spec.cluster.executors);
         Ok(LocalConfig {
-            threads: spec.cluster.threads.unwrap_or_else(|| (cores() / n).max(1)),
+            threads: spec.cluster.threads.unwrap_or(shared.threads),
             ui: parse_ui(&args.ui)?,
             secret: Secret::resolve(args.secret_file.as_deref())?,
             log_filter: super::log_filter().to_string(),
-            ..LocalConfig::new(n)
+            ..shared
         })
     }
 }

@@ -344,11 +344,6 @@ impl<'a> Trainer<'a> {
         })
     }
 
-    /// Where the position stands.
-    pub fn position(&self) -> Position {
-        self.position
-    }
-
     /// This rank's share of the test split, evaluated with the model as it is.
     fn evaluate_test(&mut self) -> Result<EvalStats> {
         let plan = self.ctx.epoch_plan(Split::Test, 0)?;
