@@ -9,10 +9,12 @@
 mod error;
 #[cfg(test)]
 mod fuzz;
+mod images;
 mod load;
 mod overrides;
 
 pub use error::SpecError;
+pub use images::{AugmentSpec, ImageSpec};
 pub use overrides::Override;
 
 use std::collections::BTreeMap;
@@ -98,6 +100,18 @@ pub struct DataSpec {
     /// 0 disables the cache). Row groups beyond it are read from storage every epoch.
     #[serde(default = "defaults::cache_mb")]
     pub cache_mb: usize,
+    /// The shape of one example, e.g. `[1, 28, 28]` (channels, height, width): each row's
+    /// feature vector, whose length must be the product, is read as an array of this shape and
+    /// batches reach the model as `[n, 1, 28, 28]` (default: a flat vector).
+    #[serde(default)]
+    pub shape: Option<Vec<usize>>,
+    /// A column of encoded images decoded into `[channels, height, width]` features
+    /// ([`ImageSpec`]); it replaces `features`, which must then be empty (default: none).
+    #[serde(default)]
+    pub image: Option<ImageSpec>,
+    /// Random crops and flips of the training images ([`AugmentSpec`]; default: none).
+    #[serde(default)]
+    pub augment: Option<AugmentSpec>,
 }
 
 /// `data.normalize`: feature standardization.
