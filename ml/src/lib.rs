@@ -48,4 +48,5 @@ pub use backend::allocator::AllocatorStats;
 pub use backend::devices::PinnedHost;
 pub use device::Device;
 pub use error::{MlError, Result};
+pub use ops::{BatchNormMode, BatchStats, Conv2dOptions, Pool2dOptions};
 pub use tensor::{Tensor, TensorKey};

@@ -5,6 +5,7 @@
 use ndarray::ArrayD;
 
 use super::{CudaStorage, unavailable};
+use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::backend::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
 use crate::backend::index::IndexOps;
 use crate::backend::loss::LossOps;
@@ -82,6 +83,36 @@ impl ReduceOps for CudaStorage {
 impl MatmulOps for CudaStorage {
     fn matmul_into(d: &mut Self, _: &Self, _: bool, _: &Self, _: bool, _: bool) -> Result<()> {
         match *d {}
+    }
+}
+
+impl ConvOps for CudaStorage {
+    fn conv2d(x: &Self, _: &Self, _: &Conv2dGeometry) -> Result<Self> {
+        match *x {}
+    }
+    fn conv2d_backward_input(g: &Self, _: &Self, _: &Conv2dGeometry) -> Result<Self> {
+        match *g {}
+    }
+    fn conv2d_backward_weight(
+        d: &mut Self,
+        _: &Self,
+        _: &Self,
+        _: &Conv2dGeometry,
+        _: bool,
+    ) -> Result<()> {
+        match *d {}
+    }
+    fn max_pool2d(x: &Self, _: &Pool2dGeometry) -> Result<(Self, Self)> {
+        match *x {}
+    }
+    fn max_pool2d_backward(g: &Self, _: &Self, _: &Pool2dGeometry) -> Result<Self> {
+        match *g {}
+    }
+    fn avg_pool2d(x: &Self, _: &Pool2dGeometry) -> Result<Self> {
+        match *x {}
+    }
+    fn avg_pool2d_backward(g: &Self, _: &Pool2dGeometry) -> Result<Self> {
+        match *g {}
     }
 }
 
