@@ -80,6 +80,12 @@ const KernelEntry TABLE[] = {
     KERNEL(sgd_momentum, false),
     KERNEL(adagrad, false),
     KERNEL(adam, false),
+    KERNEL(im2col, false),
+    KERNEL(col2im, false),
+    KERNEL(max_pool_fwd, false),
+    KERNEL(max_pool_bwd, false),
+    KERNEL(avg_pool_fwd, false),
+    KERNEL(avg_pool_bwd, false),
 };
 
 }  // namespace

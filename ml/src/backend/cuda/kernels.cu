@@ -445,3 +445,186 @@ extern "C" __global__ void adam(long long n, float* p, const float* g, float* m,
         p[i] = pv - step_size * mi / denom;
     }
 }
+
+// ----- convolution and pooling (backend/cuda/conv.rs, pool.rs) ------------------------------
+
+// A sliding window over planes of in_h × in_w: a convolution's (over `channels` input channels)
+// or a pooling's (dilation 1). Padding is zero padding for a convolution; for pooling, padded
+// cells are skipped (they never win a max and are not counted in an average).
+struct Window {
+    int channels;
+    int in_h, in_w;
+    int out_h, out_w;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int dil_h, dil_w;
+};
+
+// The column matrix of `imgs` images of x ([imgs, channels, in_h, in_w]): row
+// (c·kernel_h + ki)·kernel_w + kj, column img·out_h·out_w + oy·out_w + ox holds the input cell
+// that kernel tap (ki, kj) of channel c meets at output (oy, ox) of image img, 0 in the padding.
+// The images lie side by side, so one image's block is a submatrix with leading dimension
+// imgs·out_h·out_w.
+extern "C" __global__ void im2col(long long imgs, Window g, const float* x, float* col) {
+    long long plane = (long long)g.out_h * g.out_w;
+    long long cols = imgs * plane;
+    long long n = (long long)g.channels * g.kernel_h * g.kernel_w * cols;
+    GRID_STRIDE(i, n) {
+        long long j = i % cols, row = i / cols;
+        int kj = (int)(row % g.kernel_w);
+        int ki = (int)(row / g.kernel_w % g.kernel_h);
+        long long c = row / ((long long)g.kernel_w * g.kernel_h);
+        long long img = j / plane, p = j % plane;
+        int oy = (int)(p / g.out_w), ox = (int)(p % g.out_w);
+        int iy = oy * g.stride_h - g.pad_h + ki * g.dil_h;
+        int ix = ox * g.stride_w - g.pad_w + kj * g.dil_w;
+        bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+        col[i] = inside ? x[((img * g.channels + c) * g.in_h + iy) * g.in_w + ix] : 0.0f;
+    }
+}
+
+// The inverse of im2col's gather: each input cell of dx ([imgs, channels, in_h, in_w]) is the sum
+// of the column entries that im2col copied from it, one thread per cell (no atomics: the sum's
+// order is fixed, kernel taps in row-major order, as the CPU's col2im adds them).
+extern "C" __global__ void col2im(long long imgs, Window g, const float* col, float* dx) {
+    long long plane = (long long)g.out_h * g.out_w;
+    long long cols = imgs * plane;
+    long long n = imgs * g.channels * g.in_h * g.in_w;
+    GRID_STRIDE(i, n) {
+        int ix = (int)(i % g.in_w);
+        int iy = (int)(i / g.in_w % g.in_h);
+        long long c = i / ((long long)g.in_w * g.in_h) % g.channels;
+        long long img = i / ((long long)g.in_w * g.in_h * g.channels);
+        float acc = 0.0f;
+        for (int ki = 0; ki < g.kernel_h; ++ki) {
+            int ty = iy + g.pad_h - ki * g.dil_h;
+            if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.out_h) continue;
+            int oy = ty / g.stride_h;
+            for (int kj = 0; kj < g.kernel_w; ++kj) {
+                int tx = ix + g.pad_w - kj * g.dil_w;
+                if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.out_w) continue;
+                int ox = tx / g.stride_w;
+                long long row = (c * g.kernel_h + ki) * g.kernel_w + kj;
+                acc += col[row * cols + img * plane + (long long)oy * g.out_w + ox];
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+// The first and one-past-last output index along one axis whose window covers input index `i`
+// (windows of `k` cells every `stride`, starting at o·stride − pad).
+__device__ __forceinline__ void covering(int i, int k, int stride, int pad, int out, int* first,
+                                         int* last) {
+    int hi = i + pad;  // o·stride <= hi
+    int lo = hi - k + 1;  // o·stride >= lo
+    *first = lo <= 0 ? 0 : (lo + stride - 1) / stride;
+    int l = hi / stride + 1;
+    *last = l < out ? l : out;
+}
+
+// Max pooling over `planes` planes, one thread per output cell: the largest input in the window
+// (the first one in row-major order on ties; NaN wins, as in PyTorch) and its index iy·in_w + ix
+// within the plane.
+extern "C" __global__ void max_pool_fwd(long long planes, Window g, const float* x, float* y,
+                                        float* argmax) {
+    long long n = planes * g.out_h * g.out_w;
+    GRID_STRIDE(i, n) {
+        int ox = (int)(i % g.out_w);
+        int oy = (int)(i / g.out_w % g.out_h);
+        const float* p = x + i / ((long long)g.out_w * g.out_h) * g.in_h * g.in_w;
+        float best = 0.0f;
+        int at = -1;
+        for (int ky = 0; ky < g.kernel_h; ++ky) {
+            int iy = oy * g.stride_h - g.pad_h + ky;
+            if (iy < 0 || iy >= g.in_h) continue;
+            for (int kx = 0; kx < g.kernel_w; ++kx) {
+                int ix = ox * g.stride_w - g.pad_w + kx;
+                if (ix < 0 || ix >= g.in_w) continue;
+                float v = p[iy * g.in_w + ix];
+                if (at < 0 || v > best || (v != v && best == best)) {
+                    best = v;
+                    at = iy * g.in_w + ix;
+                }
+            }
+        }
+        y[i] = best;
+        argmax[i] = (float)at;
+    }
+}
+
+// The gradient of max pooling, one thread per input cell: the sum of the output gradients of the
+// windows this cell won, in output order (no atomics, the same order as the CPU's scatter).
+extern "C" __global__ void max_pool_bwd(long long planes, Window g, const float* grad,
+                                        const float* argmax, float* dx) {
+    long long n = planes * g.in_h * g.in_w;
+    long long out_plane = (long long)g.out_h * g.out_w;
+    GRID_STRIDE(i, n) {
+        int ix = (int)(i % g.in_w);
+        int iy = (int)(i / g.in_w % g.in_h);
+        long long base = i / ((long long)g.in_w * g.in_h) * out_plane;
+        float me = (float)(iy * g.in_w + ix);
+        int y0, y1, x0, x1;
+        covering(iy, g.kernel_h, g.stride_h, g.pad_h, g.out_h, &y0, &y1);
+        covering(ix, g.kernel_w, g.stride_w, g.pad_w, g.out_w, &x0, &x1);
+        float acc = 0.0f;
+        for (int oy = y0; oy < y1; ++oy) {
+            for (int ox = x0; ox < x1; ++ox) {
+                long long k = base + (long long)oy * g.out_w + ox;
+                if (argmax[k] == me) acc += grad[k];
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+__device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+__device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
+
+// The number of input cells (padding excluded) in the window of output (oy, ox).
+__device__ __forceinline__ int window_cells(const Window& g, int oy, int ox) {
+    int y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
+    int y1 = imin(y0 + g.kernel_h, g.in_h), x1 = imin(x0 + g.kernel_w, g.in_w);
+    return (y1 - imax(y0, 0)) * (x1 - imax(x0, 0));
+}
+
+// Average pooling, one thread per output cell; padded cells are not counted.
+extern "C" __global__ void avg_pool_fwd(long long planes, Window g, const float* x, float* y) {
+    long long n = planes * g.out_h * g.out_w;
+    GRID_STRIDE(i, n) {
+        int ox = (int)(i % g.out_w);
+        int oy = (int)(i / g.out_w % g.out_h);
+        const float* p = x + i / ((long long)g.out_w * g.out_h) * g.in_h * g.in_w;
+        int y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
+        int y1 = imin(y0 + g.kernel_h, g.in_h), x1 = imin(x0 + g.kernel_w, g.in_w);
+        float acc = 0.0f;
+        for (int iy = imax(y0, 0); iy < y1; ++iy) {
+            for (int ix = imax(x0, 0); ix < x1; ++ix) acc += p[iy * g.in_w + ix];
+        }
+        y[i] = acc / (float)window_cells(g, oy, ox);
+    }
+}
+
+// The gradient of average pooling, one thread per input cell: each covering window's output
+// gradient divided by the window's counted cells, summed in output order.
+extern "C" __global__ void avg_pool_bwd(long long planes, Window g, const float* grad,
+                                        float* dx) {
+    long long n = planes * g.in_h * g.in_w;
+    long long out_plane = (long long)g.out_h * g.out_w;
+    GRID_STRIDE(i, n) {
+        int ix = (int)(i % g.in_w);
+        int iy = (int)(i / g.in_w % g.in_h);
+        long long base = i / ((long long)g.in_w * g.in_h) * out_plane;
+        int y0, y1, x0, x1;
+        covering(iy, g.kernel_h, g.stride_h, g.pad_h, g.out_h, &y0, &y1);
+        covering(ix, g.kernel_w, g.stride_w, g.pad_w, g.out_w, &x0, &x1);
+        float acc = 0.0f;
+        for (int oy = y0; oy < y1; ++oy) {
+            for (int ox = x0; ox < x1; ++ox) {
+                acc += grad[base + (long long)oy * g.out_w + ox] / (float)window_cells(g, oy, ox);
+            }
+        }
+        dx[i] = acc;
+    }
+}

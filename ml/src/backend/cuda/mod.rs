@@ -14,6 +14,7 @@
 //! device's handle, then the kernel's launch.
 
 mod alloc;
+mod conv;
 mod device;
 mod elementwise;
 mod index;
@@ -24,6 +25,7 @@ mod loss;
 mod matmul;
 mod memory;
 mod optim;
+mod pool;
 mod random;
 mod reduce;
 mod softmax;
@@ -32,7 +34,7 @@ mod staging;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 use device::Gpu;
 pub use device::{check_available, device_count};
@@ -117,6 +119,17 @@ impl CudaStorage {
 
     fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
         self.block.as_mut().expect("a block is held until drop")
+    }
+
+    /// The tensor's elements (the block may hold more).
+    fn view(&self) -> CudaView<'_, f32> {
+        self.buf().slice(0..self.len)
+    }
+
+    /// The tensor's elements, to write (the block may hold more).
+    fn view_mut(&mut self) -> CudaViewMut<'_, f32> {
+        let n = self.len;
+        self.buf_mut().slice_mut(0..n)
     }
 
     /// Elements as an i64 kernel argument.
