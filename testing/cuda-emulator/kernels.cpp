@@ -86,6 +86,10 @@ const KernelEntry TABLE[] = {
     KERNEL(max_pool_bwd, false),
     KERNEL(avg_pool_fwd, false),
     KERNEL(avg_pool_bwd, false),
+    KERNEL(bn_stats, true),
+    KERNEL(bn_forward, false),
+    KERNEL(bn_backward_sums, true),
+    KERNEL(bn_backward_dx, false),
 };
 
 }  // namespace

@@ -3,10 +3,10 @@
 //!
 //! Every method has a default built from elementwise ops and axis sums
 //! ([`batch_norm_stats_from_primitives`], ...), so a backend needs no kernel of its own; the CPU
-//! overrides them with fused per-channel passes. A channel's elements are every element with
-//! that index on axis 1: `M = batch · (product of the axes after 1)` of them.
+//! (`cpu/norm.rs`) and CUDA (`cuda/norm.rs`) override them with fused per-channel passes. A
+//! channel's elements are every element with that index on axis 1:
+//! `M = batch · (product of the axes after 1)` of them.
 
-use super::cuda::CudaStorage;
 use super::elementwise::{BinaryOp, UnaryOp};
 use super::reduce::ReduceOps;
 use super::storage::{Storage, dispatch};
@@ -50,10 +50,6 @@ pub trait NormOps: ReduceOps {
         batch_norm_backward_from_primitives(x, grad, mean, var, gamma, eps, batch_stats)
     }
 }
-
-/// The CUDA backend runs the defaults (no fused kernel yet); a fused kernel moves this line to
-/// `cuda/` as an `impl` with overrides.
-impl NormOps for CudaStorage {}
 
 /// `[batch, channels, rest]`: `x`'s shape with the axes after 1 merged (1 if there are none).
 fn channel_view(shape: &[usize]) -> [usize; 3] {

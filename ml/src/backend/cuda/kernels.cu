@@ -628,3 +628,91 @@ extern "C" __global__ void avg_pool_bwd(long long planes, Window g, const float*
         dx[i] = acc;
     }
 }
+
+// ----- batch normalization (backend/cuda/norm.rs) ---------------------------------------------
+//
+// x is [batch, channels, rest]; channel c's values are batch runs of `rest`. The arithmetic is
+// backend/cpu/norm.rs's: sums in double, statistics shifted by the channel's first value.
+
+// Per-channel mean and biased variance, one block per channel.
+extern "C" __global__ void bn_stats(long long batch, long long channels, long long rest,
+                                    const float* x, float* mean, float* var) {
+    long long count = batch * rest;
+    for (long long c = blockIdx.x; c < channels; c += gridDim.x) {
+        double shift = count > 0 ? (double)x[c * rest] : 0.0;
+        double s1 = 0.0, s2 = 0.0;
+        for (long long j = threadIdx.x; j < count; j += blockDim.x) {
+            double d = (double)x[(j / rest * channels + c) * rest + j % rest] - shift;
+            s1 += d;
+            s2 += d * d;
+        }
+        s1 = block_sum(s1);
+        s2 = block_sum(s2);
+        if (threadIdx.x == 0) {
+            double m = count > 0 ? s1 / (double)count : 0.0;
+            double v = count > 0 ? s2 / (double)count - m * m : 0.0;
+            mean[c] = count > 0 ? (float)(shift + m) : 0.0f;
+            var[c] = (float)(v > 0.0 ? v : 0.0);
+        }
+    }
+}
+
+// out = x · scale + shift per channel, scale = gamma / sqrt(var + eps), shift = beta − mean·scale.
+extern "C" __global__ void bn_forward(long long n, long long channels, long long rest,
+                                      const float* x, const float* mean, const float* var,
+                                      const float* gamma, const float* beta, float eps,
+                                      float* out) {
+    GRID_STRIDE(i, n) {
+        long long c = i / rest % channels;
+        float scale = gamma[c] / sqrtf(var[c] + eps);
+        float shift = beta[c] - mean[c] * scale;
+        out[i] = x[i] * scale + shift;
+    }
+}
+
+// Per channel, one block each: dgamma = Σ dy·(x − mean) / σ, dbeta = Σ dy, and the coefficients
+// (a, b, k) of dx = a·dy + b·x + k (b = k = 0 without batch statistics) into coeffs[3c..3c+3].
+extern "C" __global__ void bn_backward_sums(long long batch, long long channels, long long rest,
+                                            const float* x, const float* dy, const float* mean,
+                                            const float* var, const float* gamma, float eps,
+                                            int batch_stats, float* dgamma, float* dbeta,
+                                            float* coeffs) {
+    long long count = batch * rest;
+    for (long long c = blockIdx.x; c < channels; c += gridDim.x) {
+        double sdy = 0.0, sdyx = 0.0;
+        for (long long j = threadIdx.x; j < count; j += blockDim.x) {
+            long long at = (j / rest * channels + c) * rest + j % rest;
+            double d = (double)dy[at];
+            sdy += d;
+            sdyx += d * (double)(x[at] - mean[c]);
+        }
+        sdy = block_sum(sdy);
+        sdyx = block_sum(sdyx);
+        if (threadIdx.x == 0) {
+            double n = count > 1 ? (double)count : 1.0;
+            double inv_std = 1.0 / sqrt((double)var[c] + (double)eps);
+            double dg = sdyx * inv_std;
+            double a = (double)gamma[c] * inv_std;
+            double b = 0.0, k = 0.0;
+            if (batch_stats) {
+                b = -a * inv_std * dg / n;
+                k = -a * sdy / n - b * (double)mean[c];
+            }
+            dgamma[c] = (float)dg;
+            dbeta[c] = (float)sdy;
+            coeffs[3 * c] = (float)a;
+            coeffs[3 * c + 1] = (float)b;
+            coeffs[3 * c + 2] = (float)k;
+        }
+    }
+}
+
+// dx = a·dy + b·x + k with channel c's coefficients from bn_backward_sums.
+extern "C" __global__ void bn_backward_dx(long long n, long long channels, long long rest,
+                                          const float* coeffs, const float* x, const float* dy,
+                                          float* dx) {
+    GRID_STRIDE(i, n) {
+        long long c = i / rest % channels;
+        dx[i] = coeffs[3 * c] * dy[i] + coeffs[3 * c + 1] * x[i] + coeffs[3 * c + 2];
+    }
+}

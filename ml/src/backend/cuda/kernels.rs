@@ -46,6 +46,10 @@ const NAMES: &[&str] = &[
     "max_pool_bwd",
     "avg_pool_fwd",
     "avg_pool_bwd",
+    "bn_stats",
+    "bn_forward",
+    "bn_backward_sums",
+    "bn_backward_dx",
 ];
 
 /// The most dimensions a kernel's index arithmetic handles.

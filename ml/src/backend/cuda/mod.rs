@@ -8,10 +8,10 @@
 //! of squares).
 //!
 //! [`CudaStorage`] implements the backend traits one kind per file, as the CPU backend does
-//! (`elementwise.rs`, `reduce.rs`, `matmul.rs`, `conv.rs` with `pool.rs`, `softmax.rs`,
-//! `loss.rs`, `index.rs`, `random.rs`, `optim.rs`, and `memory.rs` for allocation and copies). Every op opens the same
-//! way, through `launch.rs`: operands on this GPU, nothing queued for an empty tensor, the
-//! device's handle, then the kernel's launch.
+//! (`elementwise.rs`, `reduce.rs`, `matmul.rs`, `conv.rs` with `pool.rs`, `norm.rs`,
+//! `softmax.rs`, `loss.rs`, `index.rs`, `random.rs`, `optim.rs`, and `memory.rs` for allocation
+//! and copies). Every op opens the same way, through `launch.rs`: operands on this GPU, nothing
+//! queued for an empty tensor, the device's handle, then the kernel's launch.
 
 mod alloc;
 mod conv;
@@ -24,6 +24,7 @@ mod layout;
 mod loss;
 mod matmul;
 mod memory;
+mod norm;
 mod optim;
 mod pool;
 mod random;

@@ -11,6 +11,7 @@ use crate::backend::index::IndexOps;
 use crate::backend::loss::LossOps;
 use crate::backend::matmul::MatmulOps;
 use crate::backend::memory::MemoryOps;
+use crate::backend::norm::NormOps;
 use crate::backend::optim::OptimOps;
 use crate::backend::random::RandomOps;
 use crate::backend::reduce::ReduceOps;
@@ -115,6 +116,8 @@ impl ConvOps for CudaStorage {
         match *g {}
     }
 }
+
+impl NormOps for CudaStorage {}
 
 impl SoftmaxOps for CudaStorage {
     fn softmax(&self, _: usize, _: bool) -> Result<Self> {
