@@ -14,7 +14,8 @@
 //!   what its files hold (a fuzz target, see docs/testing.md).
 //! - `cross_device`: CUDA against the CPU on random inputs (ops, gradients, optimizers, an MLP).
 //! - `defaults`: each backend's fused kernels against the default methods built from primitives
-//!   that they override (optimizer updates, softmax backward, binary cross-entropy, reductions).
+//!   that they override (optimizer updates, softmax backward, binary cross-entropy, reductions,
+//!   batch normalization).
 
 mod helpers;
 
@@ -27,5 +28,7 @@ mod defaults;
 mod errors;
 mod grads;
 mod nn;
+mod norm;
 mod ops;
 mod optim;
+mod pool;
