@@ -370,6 +370,37 @@ pub fn conv2d(device: Device) -> Outputs {
     Ok(out)
 }
 
+/// Weights shared by two convolutions in one graph (tied layers), depthwise and dense: the
+/// second gradient pass adds to the weight's gradient buffer instead of overwriting it.
+pub fn conv2d_shared_weights(device: Device) -> Outputs {
+    let depthwise = Conv2dOptions {
+        padding: [1, 1],
+        groups: 4,
+        ..Default::default()
+    };
+    let dense = Conv2dOptions {
+        stride: [2, 1],
+        ..Default::default()
+    };
+    let cases: [(&[usize], &[usize], Conv2dOptions); 2] = [
+        (&[2, 4, 6, 5], &[8, 1, 3, 3], depthwise),
+        (&[3, 3, 7, 6], &[4, 3, 2, 3], dense),
+    ];
+    let mut out = Vec::new();
+    for (k, (x, w, opts)) in cases.into_iter().enumerate() {
+        out.extend(forward_and_grads(
+            device,
+            &[x, x, w],
+            550 + 10 * k as u64,
+            &|t: &[Tensor]| {
+                t[0].conv2d(&t[2], None, opts)?
+                    .add(&t[1].conv2d(&t[2], None, opts)?)
+            },
+        )?);
+    }
+    Ok(out)
+}
+
 /// Max and average pooling, and their gradients, over non-overlapping windows, overlapping
 /// padded ones, rectangular ones and strides that differ per direction; global average pooling.
 pub fn pooling(device: Device) -> Outputs {
@@ -564,6 +595,7 @@ mod cuda_matches_cpu {
         optimizers,
         mlp_training,
         conv2d,
+        conv2d_shared_weights,
         pooling,
         max_pool_ties,
         batch_norm,

@@ -16,11 +16,14 @@
 //! product; every chunk after the first accumulates.
 //!
 //! A chunk's column matrix holds at most [`WORKSPACE_FLOATS`] floats (one image at least), and
-//! it, like every temporary, comes from the device's caching allocator.
+//! it, like every temporary, comes from the device's caching allocator. Convolutions with one
+//! input channel per group (depthwise ones) skip all this for direct kernels
+//! (`conv_direct.rs`).
 
 use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 
 use super::CudaStorage;
+use super::conv_direct::Direct;
 use super::device::Gpu;
 use super::kernels::Window;
 use super::launch::launch;
@@ -155,6 +158,8 @@ struct ConvPlan {
     out_image: usize,
     /// Images per chunk.
     chunk: usize,
+    /// The direct kernels, for one input channel per group (`conv_direct.rs`).
+    direct: Option<Direct>,
 }
 
 impl ConvPlan {
@@ -192,6 +197,11 @@ impl ConvPlan {
             in_image: g.in_channels * g.in_size[0] * g.in_size[1],
             out_image: g.out_channels * plane,
             chunk: (workspace / image_col.max(1)).clamp(1, g.batch.max(1)),
+            direct: (g.in_channels == g.groups).then_some(Direct {
+                win,
+                batch: g.batch as i64,
+                mult: int(op, g.out_channels / g.groups)?,
+            }),
         })
     }
 
@@ -384,6 +394,9 @@ impl ConvPlan {
         expect_shape(OP, &x.shape, &self.geometry.input_shape())?;
         expect_shape(OP, &w.shape, &self.geometry.weight_shape())?;
         x.launch_new(OP, &[w.device()], &self.geometry.output_shape(), |_, y| {
+            if let Some(direct) = &self.direct {
+                return direct.forward(x, w, y);
+            }
             let mut col = self.workspace(x)?;
             for chunk in self.chunks() {
                 self.im2col(x, chunk, &mut col)?;
@@ -399,6 +412,9 @@ impl ConvPlan {
         expect_shape(OP, &grad.shape, &self.geometry.output_shape())?;
         expect_shape(OP, &w.shape, &self.geometry.weight_shape())?;
         grad.launch_new(OP, &[w.device()], &self.geometry.input_shape(), |_, dx| {
+            if let Some(direct) = &self.direct {
+                return direct.backward_input(grad, w, dx);
+            }
             let mut col = self.workspace(grad)?;
             for chunk in self.chunks() {
                 self.backward_input_chunk(w, grad, chunk, &mut col)?;
@@ -423,6 +439,9 @@ impl ConvPlan {
         expect_shape(OP, &grad.shape, &self.geometry.output_shape())?;
         if self.batch == 0 {
             return if accumulate { Ok(()) } else { dw.fill(0.0) };
+        }
+        if let Some(direct) = &self.direct {
+            return direct.backward_weight(x, grad, dw, accumulate);
         }
         let mut col = self.workspace(x)?;
         // The output's gradient, permuted per chunk (not needed for chunks of one image).

@@ -513,6 +513,97 @@ extern "C" __global__ void col2im(long long imgs, Window g, const float* col, fl
     }
 }
 
+// Direct convolution for one input channel per group (depthwise, `mult` outputs per input
+// channel, and any convolution of a single input channel), where an unrolled input would be
+// `kernel_h · kernel_w` times the input for products too thin to pay. Weights are
+// [channels · mult, 1, kernel_h, kernel_w]; output channel o reads input channel o / mult.
+
+// One thread per output cell: the taps in row-major order.
+extern "C" __global__ void conv_direct_fwd(long long batch, Window g, int mult, const float* x,
+                                           const float* w, float* y) {
+    long long plane = (long long)g.out_h * g.out_w;
+    long long outs = (long long)g.channels * mult;
+    long long n = batch * outs * plane;
+    GRID_STRIDE(i, n) {
+        int ox = (int)(i % g.out_w);
+        int oy = (int)(i / g.out_w % g.out_h);
+        long long o = i / plane % outs, img = i / (plane * outs);
+        const float* xp = x + (img * g.channels + o / mult) * g.in_h * g.in_w;
+        const float* wp = w + o * g.kernel_h * g.kernel_w;
+        float acc = 0.0f;
+        for (int ki = 0; ki < g.kernel_h; ++ki) {
+            int iy = oy * g.stride_h - g.pad_h + ki * g.dil_h;
+            if (iy < 0 || iy >= g.in_h) continue;
+            for (int kj = 0; kj < g.kernel_w; ++kj) {
+                int ix = ox * g.stride_w - g.pad_w + kj * g.dil_w;
+                if (ix < 0 || ix >= g.in_w) continue;
+                acc += xp[(long long)iy * g.in_w + ix] * wp[ki * g.kernel_w + kj];
+            }
+        }
+        y[i] = acc;
+    }
+}
+
+// The input's gradient, one thread per input cell gathering over its channel's outputs and the
+// taps that reached it (no atomics).
+extern "C" __global__ void conv_direct_bwd_input(long long batch, Window g, int mult,
+                                                 const float* grad, const float* w, float* dx) {
+    long long plane = (long long)g.out_h * g.out_w;
+    long long outs = (long long)g.channels * mult;
+    long long n = batch * g.channels * g.in_h * g.in_w;
+    GRID_STRIDE(i, n) {
+        int ix = (int)(i % g.in_w);
+        int iy = (int)(i / g.in_w % g.in_h);
+        long long c = i / ((long long)g.in_w * g.in_h) % g.channels;
+        long long img = i / ((long long)g.in_w * g.in_h * g.channels);
+        float acc = 0.0f;
+        for (int m = 0; m < mult; ++m) {
+            long long o = c * mult + m;
+            const float* gp = grad + (img * outs + o) * plane;
+            const float* wp = w + o * g.kernel_h * g.kernel_w;
+            for (int ki = 0; ki < g.kernel_h; ++ki) {
+                int ty = iy + g.pad_h - ki * g.dil_h;
+                if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.out_h) continue;
+                int oy = ty / g.stride_h;
+                for (int kj = 0; kj < g.kernel_w; ++kj) {
+                    int tx = ix + g.pad_w - kj * g.dil_w;
+                    if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.out_w) continue;
+                    int ox = tx / g.stride_w;
+                    acc += gp[(long long)oy * g.out_w + ox] * wp[ki * g.kernel_w + kj];
+                }
+            }
+        }
+        dx[i] = acc;
+    }
+}
+
+// dw (=|+=) the weight's gradient, one block per weight: its products over every image and
+// output cell, summed in double in a fixed order.
+extern "C" __global__ void conv_direct_bwd_weight(long long batch, Window g, int mult,
+                                                  const float* x, const float* grad, float* dw,
+                                                  int accumulate) {
+    long long plane = (long long)g.out_h * g.out_w;
+    long long outs = (long long)g.channels * mult;
+    long long taps = (long long)g.kernel_h * g.kernel_w;
+    long long count = batch * plane;
+    for (long long t = blockIdx.x; t < outs * taps; t += gridDim.x) {
+        long long o = t / taps;
+        int ki = (int)(t % taps / g.kernel_w), kj = (int)(t % g.kernel_w);
+        double acc = 0.0;
+        for (long long j = threadIdx.x; j < count; j += blockDim.x) {
+            long long img = j / plane, p = j % plane;
+            int oy = (int)(p / g.out_w), ox = (int)(p % g.out_w);
+            int iy = oy * g.stride_h - g.pad_h + ki * g.dil_h;
+            int ix = ox * g.stride_w - g.pad_w + kj * g.dil_w;
+            if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) continue;
+            long long at = ((img * g.channels + o / mult) * g.in_h + iy) * g.in_w + ix;
+            acc += (double)grad[(img * outs + o) * plane + p] * (double)x[at];
+        }
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) dw[t] = accumulate ? dw[t] + (float)acc : (float)acc;
+    }
+}
+
 // The first and one-past-last output index along one axis whose window covers input index `i`
 // (windows of `k` cells every `stride`, starting at o·stride − pad).
 __device__ __forceinline__ void covering(int i, int k, int stride, int pad, int out, int* first,

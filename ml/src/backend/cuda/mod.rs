@@ -15,6 +15,7 @@
 
 mod alloc;
 mod conv;
+mod conv_direct;
 mod device;
 mod elementwise;
 mod index;
