@@ -35,7 +35,7 @@ pub fn case(
 }
 
 /// The geometries every device must get right: stride, padding, dilation, groups, depthwise
-/// (with a channel multiplier), non-square kernels and inputs, batch 1, 1×1 (read directly or,
+/// (with a channel multiplier, dilated, and large enough to run in parallel), non-square kernels and inputs, batch 1, 1×1 (read directly or,
 /// strided, unrolled), more images than weight-gradient runs, LeNet's layers.
 pub fn cases() -> Vec<Case> {
     vec![
@@ -45,6 +45,8 @@ pub fn cases() -> Vec<Case> {
         case([2, 4, 6, 6], [6, 2, 3, 3], [1, 1], [1, 1], [1, 1], 2),
         case([2, 4, 7, 7], [4, 1, 3, 3], [1, 1], [1, 1], [1, 1], 4),
         case([3, 4, 8, 8], [8, 1, 3, 3], [2, 2], [1, 1], [1, 1], 4),
+        case([2, 3, 9, 8], [6, 1, 3, 2], [1, 2], [2, 1], [2, 1], 3),
+        case([4, 8, 32, 32], [8, 1, 3, 3], [1, 1], [1, 1], [1, 1], 8),
         case([2, 3, 5, 9], [4, 3, 2, 4], [1, 2], [1, 0], [1, 1], 1),
         case([2, 2, 6, 10], [3, 2, 3, 2], [2, 1], [0, 2], [1, 2], 1),
         case([1, 3, 6, 6], [2, 3, 3, 3], [1, 1], [1, 1], [1, 1], 1),

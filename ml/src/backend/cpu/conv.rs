@@ -5,7 +5,8 @@
 //! (`p = oh · ow`), so that the convolution is one GEMM with the group's `[out_channels / groups,
 //! k]` weights, and its backward passes are GEMMs with the transposes (the input's gradient is
 //! then folded back onto the image, col2im). A 1×1 convolution with stride 1 and no padding reads
-//! the image itself as that matrix.
+//! the image itself as that matrix. Depthwise convolutions (one input channel per group) take
+//! the direct kernels of `depthwise.rs` instead.
 //!
 //! Images run in parallel on the current rayon pool with single-threaded GEMMs, each thread
 //! unrolling into its own scratch buffer, which grows to the largest size needed and is kept, so
@@ -22,7 +23,7 @@ use std::thread::LocalKey;
 use rayon::prelude::*;
 
 use super::gemm::{MatRef, matmul_into, matmul_into_serial};
-use super::{CpuArray, pool, slice, slice_mut, zeros};
+use super::{CpuArray, depthwise, pool, slice, slice_mut, zeros};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::error::Result;
 
@@ -154,7 +155,7 @@ fn valid_outputs(out: usize, len: usize, stride: usize, offset: usize, pad: usiz
 /// for each output row whose input row `in_row` exists, with the valid output columns `cols`
 /// and the input column `first` of the first of them (the others follow at the stride).
 /// Output rows not listed read only padding.
-fn for_each_tap_row(
+pub(super) fn for_each_tap_row(
     g: &Conv2dGeometry,
     (i, j): (usize, usize),
     mut f: impl FnMut(usize, usize, Range<usize>, usize),
@@ -193,7 +194,10 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
     for (tap, row) in cols.chunks_exact_mut(oh * ow).enumerate() {
         let (c, i, j) = (tap / (kh * kw), tap / kw % kh, tap % kw);
         let plane = &x[c * h * w..(c + 1) * h * w];
-        row.fill(0.0);
+        if g.padding != [0, 0] {
+            // Without padding every tap of every output reads inside the input.
+            row.fill(0.0);
+        }
         for_each_tap_row(g, (i, j), |r, in_row, valid, first| {
             let src = &plane[in_row * w..(in_row + 1) * w];
             let dst = &mut row[r * ow + valid.start..r * ow + valid.end];
@@ -358,11 +362,19 @@ pub fn conv2d_backward_weight(
 
 impl ConvOps for CpuArray {
     fn conv2d(x: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
-        Ok(conv2d(x, w, g))
+        Ok(if depthwise::applies(g) {
+            depthwise::conv2d(x, w, g)
+        } else {
+            conv2d(x, w, g)
+        })
     }
 
     fn conv2d_backward_input(grad: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
-        Ok(conv2d_backward_input(grad, w, g))
+        Ok(if depthwise::applies(g) {
+            depthwise::conv2d_backward_input(grad, w, g)
+        } else {
+            conv2d_backward_input(grad, w, g)
+        })
     }
 
     fn conv2d_backward_weight(
@@ -372,7 +384,11 @@ impl ConvOps for CpuArray {
         g: &Conv2dGeometry,
         accumulate: bool,
     ) -> Result<()> {
-        conv2d_backward_weight(dst, x, grad, g, accumulate);
+        if depthwise::applies(g) {
+            depthwise::conv2d_backward_weight(dst, x, grad, g, accumulate);
+        } else {
+            conv2d_backward_weight(dst, x, grad, g, accumulate);
+        }
         Ok(())
     }
 

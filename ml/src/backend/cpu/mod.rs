@@ -10,6 +10,7 @@
 //! fused kernels where it has them.
 
 pub mod conv;
+mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod index;
