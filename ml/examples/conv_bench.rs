@@ -5,12 +5,14 @@
 //! bookkeeping).
 //!
 //! ```text
-//! cargo run --release -p ringflow-ml --example conv_bench [-- --seconds S]
+//! cargo run --release -p ringflow-ml --example conv_bench [-- --seconds S] [--device D]
 //! ```
 //!
 //! Runs on all cores of the machine (set `RAYON_NUM_THREADS` to use fewer). Each figure is the
 //! best of several timed repetitions after a warm-up, so that the scratch buffers have grown
-//! and the caches are warm; a busy machine lowers them.
+//! and the caches are warm; a busy machine lowers them. `--device cuda` (a build with
+//! `--features cuda`) times the same layers and GEMM on a GPU instead, waiting for the device
+//! at the end of every timed call (`benches/gpu_verify.sh` runs it so).
 
 use std::time::{Duration, Instant};
 
@@ -78,8 +80,10 @@ fn layers() -> Vec<Layer> {
 /// warm-up call.
 fn best_time(
     budget: Duration,
+    device: Device,
     mut f: impl FnMut() -> ringflow_ml::Result<()>,
 ) -> ringflow_ml::Result<f64> {
+    let mut f = || f().and_then(|()| device.synchronize());
     f()?;
     let start = Instant::now();
     let mut best = f64::INFINITY;
@@ -93,11 +97,11 @@ fn best_time(
     Ok(best)
 }
 
-fn gemm_gflops(budget: Duration) -> ringflow_ml::Result<f64> {
+fn gemm_gflops(budget: Duration, device: Device) -> ringflow_ml::Result<f64> {
     let mut r = rng::seeded(1, 0);
-    let a = Tensor::uniform(&[1024, 1024], -1.0, 1.0, &mut r, Device::Cpu)?;
-    let b = Tensor::uniform(&[1024, 1024], -1.0, 1.0, &mut r, Device::Cpu)?;
-    let secs = best_time(budget, || a.matmul(&b).map(drop))?;
+    let a = Tensor::uniform(&[1024, 1024], -1.0, 1.0, &mut r, device)?;
+    let b = Tensor::uniform(&[1024, 1024], -1.0, 1.0, &mut r, device)?;
+    let secs = best_time(budget, device, || a.matmul(&b).map(drop))?;
     Ok(2.0 * 1024f64.powi(3) / secs / 1e9)
 }
 
@@ -111,10 +115,10 @@ struct Measured {
     weight_grad_ms: f64,
 }
 
-fn measure(layer: &Layer, budget: Duration) -> ringflow_ml::Result<Measured> {
+fn measure(layer: &Layer, budget: Duration, device: Device) -> ringflow_ml::Result<Measured> {
     let mut r = rng::seeded(2, 0);
-    let x = Tensor::uniform(&layer.input, -1.0, 1.0, &mut r, Device::Cpu)?.into_parameter()?;
-    let w = Tensor::uniform(&layer.weight, -0.1, 0.1, &mut r, Device::Cpu)?.into_parameter()?;
+    let x = Tensor::uniform(&layer.input, -1.0, 1.0, &mut r, device)?.into_parameter()?;
+    let w = Tensor::uniform(&layer.weight, -0.1, 0.1, &mut r, device)?.into_parameter()?;
     let out = ringflow_ml::no_grad(|| x.conv2d(&w, None, layer.opts))?;
     let flops = layer.forward_flops(out.shape());
     let geometry = Conv2dGeometry {
@@ -128,17 +132,19 @@ fn measure(layer: &Layer, budget: Duration) -> ringflow_ml::Result<Measured> {
         dilation: layer.opts.dilation,
         groups: layer.opts.groups,
     };
-    let storage = |t: &Tensor| Storage::from_host(t.to_array()?, Device::Cpu);
+    let storage = |t: &Tensor| Storage::from_host(t.to_array()?, device);
     let (xs, ws, dy) = (storage(&x)?, storage(&w)?, storage(&out)?);
-    let mut dw = Storage::zeros(&layer.weight, Device::Cpu)?;
-    let forward = best_time(budget, || Storage::conv2d(&xs, &ws, &geometry).map(drop))?;
-    let input_grad = best_time(budget, || {
+    let mut dw = Storage::zeros(&layer.weight, device)?;
+    let forward = best_time(budget, device, || {
+        Storage::conv2d(&xs, &ws, &geometry).map(drop)
+    })?;
+    let input_grad = best_time(budget, device, || {
         Storage::conv2d_backward_input(&dy, &ws, &geometry).map(drop)
     })?;
-    let weight_grad = best_time(budget, || {
+    let weight_grad = best_time(budget, device, || {
         Storage::conv2d_backward_weight(&mut dw, &xs, &dy, &geometry, false)
     })?;
-    let both = best_time(budget, || {
+    let both = best_time(budget, device, || {
         x.zero_grad();
         w.zero_grad();
         x.conv2d(&w, None, layer.opts)?.sum_all()?.backward()
@@ -161,9 +167,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .parse::<f64>()?,
         None => 1.0,
     };
+    let device: Device = match args.iter().position(|a| a == "--device") {
+        Some(i) => args.get(i + 1).ok_or("--device needs a value")?.parse()?,
+        None => Device::Cpu,
+    };
+    device.check_available()?;
     let budget = Duration::from_secs_f64(seconds);
-    println!("threads: {}", rayon::current_num_threads());
-    println!("GEMM 1024×1024×1024: {:.1} GFLOP/s", gemm_gflops(budget)?);
+    println!(
+        "device: {device}, threads: {}",
+        rayon::current_num_threads()
+    );
+    println!(
+        "GEMM 1024×1024×1024: {:.1} GFLOP/s",
+        gemm_gflops(budget, device)?
+    );
     println!(
         "{:<42} {:>8} {:>10} {:>8} {:>8} {:>8}",
         "layer", "fwd", "fwd+bwd", "fwd", "dx", "dw"
@@ -173,7 +190,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "", "GFLOP/s", "GFLOP/s", "ms", "ms", "ms"
     );
     for layer in layers() {
-        let m = measure(&layer, budget)?;
+        let m = measure(&layer, budget, device)?;
         println!(
             "{:<42} {:>8.1} {:>10.1} {:>8.2} {:>8.2} {:>8.2}",
             layer.name,
