@@ -6,7 +6,7 @@
 //! and strided-batched SGEMMs multiply each group's weights by it straight into the output's
 //! NCHW layout, with no permutation: one SGEMM per group batched over the chunk's images, or one
 //! per image batched over the groups, whichever is fewer (one in all for an ungrouped
-//! convolution, a handful for a depthwise one).
+//! convolution).
 //!
 //! The input's gradient is the transposed product into a column matrix, folded back onto the
 //! input by `col2im`, a gather (one thread per input cell, no atomics), so that it sums in the
@@ -47,7 +47,7 @@ pub(super) fn int(op: &'static str, v: usize) -> Result<i32> {
     })
 }
 
-/// Fails unless `what` has the shape the geometry gives it.
+/// Fails unless an operand's shape, `got`, is the one the geometry gives it, `want`.
 pub(super) fn expect_shape(op: &'static str, got: &[usize], want: &[usize]) -> Result<()> {
     if got == want {
         return Ok(());
@@ -73,6 +73,7 @@ fn tail_mut<'a>(view: &'a mut CudaViewMut<'_, f32>, at: usize) -> Result<CudaVie
         .ok_or_else(|| out_of_bounds(at, len))
 }
 
+/// The error of an offset past the end of a buffer (a bug, never the user's input).
 fn out_of_bounds(at: usize, len: usize) -> MlError {
     MlError::invalid(
         "conv2d",
@@ -117,6 +118,7 @@ impl Layout {
         Operand::dense(self.ld, self.transposed).every(stride)
     }
 
+    /// Where image `i`'s, group `g`'s matrix starts.
     fn offset(&self, i: usize, g: usize) -> usize {
         self.at + i * self.image + g * self.group
     }
