@@ -9,6 +9,12 @@
 //! - [`autodiff`]: reverse-mode differentiation over a graph recorded as ops run. Each op in
 //!   [`ops`](crate::Tensor) knows its derivative; [`Tensor::backward`] accumulates gradients into
 //!   the parameters; [`no_grad`] turns recording off for evaluation.
+//! - Image ops on NCHW batches `[n, C, H, W]`, with gradients, on every backend:
+//!   [`Tensor::conv2d`] (stride, padding, dilation, groups; [`Conv2dOptions`]; im2col and GEMM
+//!   on the CPU, direct kernels for depthwise), [`Tensor::max_pool2d`] and
+//!   [`Tensor::avg_pool2d`] ([`Pool2dOptions`]), [`Tensor::global_avg_pool2d`],
+//!   [`Tensor::flatten`], and [`Tensor::batch_norm`] (training with the batch's statistics,
+//!   returned as [`BatchStats`], or evaluation with running ones; [`BatchNormMode`]).
 //! - [`nn`]: layers ([`nn::Linear`], [`nn::Embedding`], [`nn::LayerNorm`], ...), models built
 //!   from a [`nn::ModelSpec`] and a [`nn::ModelRegistry`] for custom kinds.
 //! - [`loss`]: cross-entropy, MSE and binary cross-entropy, fused and numerically stable.
@@ -48,4 +54,5 @@ pub use backend::allocator::AllocatorStats;
 pub use backend::devices::PinnedHost;
 pub use device::Device;
 pub use error::{MlError, Result};
+pub use ops::{BatchNormMode, BatchStats, Conv2dOptions, Pool2dOptions};
 pub use tensor::{Tensor, TensorKey};

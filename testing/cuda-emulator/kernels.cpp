@@ -80,6 +80,19 @@ const KernelEntry TABLE[] = {
     KERNEL(sgd_momentum, false),
     KERNEL(adagrad, false),
     KERNEL(adam, false),
+    KERNEL(im2col, false),
+    KERNEL(col2im, false),
+    KERNEL(conv_direct_fwd, false),
+    KERNEL(conv_direct_bwd_input, false),
+    KERNEL(conv_direct_bwd_weight, true),
+    KERNEL(max_pool_fwd, false),
+    KERNEL(max_pool_bwd, false),
+    KERNEL(avg_pool_fwd, false),
+    KERNEL(avg_pool_bwd, false),
+    KERNEL(bn_stats, true),
+    KERNEL(bn_forward, false),
+    KERNEL(bn_backward_sums, true),
+    KERNEL(bn_backward_dx, false),
 };
 
 }  // namespace

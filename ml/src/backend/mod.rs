@@ -17,6 +17,8 @@
 //! | [`ElementwiseOps`] | `elementwise.rs` | `scale` |
 //! | [`ReduceOps`] | `reduce.rs` | `sum_to_shape_into`, `expand_axis` |
 //! | [`MatmulOps`] | `matmul.rs` | |
+//! | [`ConvOps`] | `conv.rs` | |
+//! | [`NormOps`] | `norm.rs` | `batch_norm_stats`, `batch_norm`, `batch_norm_backward` |
 //! | [`SoftmaxOps`] | `softmax.rs` | `softmax_backward` |
 //! | [`LossOps`] | `loss.rs` | `bce_with_logits`, `bce_with_logits_backward` |
 //! | [`IndexOps`] | `index.rs` | |
@@ -68,6 +70,7 @@
 //! shorter, compiler-checked steps, and a composite op 2.
 
 pub mod allocator;
+pub mod conv;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -80,18 +83,21 @@ pub mod index;
 pub mod loss;
 pub mod matmul;
 pub mod memory;
+pub mod norm;
 pub mod optim;
 pub mod random;
 pub mod reduce;
 pub mod softmax;
 mod storage;
 
+pub use conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 pub use cuda::CudaStorage;
 pub use elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
 pub use index::IndexOps;
 pub use loss::LossOps;
 pub use matmul::MatmulOps;
 pub use memory::MemoryOps;
+pub use norm::NormOps;
 pub use optim::{AdagradStep, AdamStep, OptimOps, SgdStep};
 pub use random::RandomOps;
 pub use reduce::ReduceOps;
@@ -105,6 +111,8 @@ pub trait BackendStorage:
     + ElementwiseOps
     + ReduceOps
     + MatmulOps
+    + ConvOps
+    + NormOps
     + SoftmaxOps
     + LossOps
     + IndexOps
@@ -118,6 +126,8 @@ impl<T> BackendStorage for T where
         + ElementwiseOps
         + ReduceOps
         + MatmulOps
+        + ConvOps
+        + NormOps
         + SoftmaxOps
         + LossOps
         + IndexOps

@@ -77,6 +77,14 @@ impl<A: Lift, B: Lift> Lift for (A, B) {
     }
 }
 
+impl<A: Lift, B: Lift, C: Lift> Lift for (A, B, C) {
+    type Lifted = (A::Lifted, B::Lifted, C::Lifted);
+
+    fn lift(self) -> Self::Lifted {
+        (self.0.lift(), self.1.lift(), self.2.lift())
+    }
+}
+
 /// `dispatch!("op", (a = expr, b = expr, ...) => body)` matches every operand (a `&Storage` or
 /// `&mut Storage`) against one backend's variant, binds its backend storage to the given name,
 /// evaluates `body` (a call of a backend trait's method, written once for every backend) and

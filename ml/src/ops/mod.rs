@@ -8,13 +8,20 @@
 //! [`Backward`]: crate::autodiff
 
 mod arith;
+mod conv;
 mod dropout;
 mod index;
 mod matmul;
+mod norm;
+mod pool;
 mod reduce;
 mod shape_ops;
 mod softmax;
 mod unary;
+
+pub use conv::Conv2dOptions;
+pub use norm::{BatchNormMode, BatchStats};
+pub use pool::Pool2dOptions;
 
 use crate::device::mixed_devices;
 use crate::error::{MlError, Result};

@@ -6,7 +6,7 @@ use ringflow_ml::backend::UnaryOp;
 use ringflow_ml::loss;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{Device, Tensor, rng};
+use ringflow_ml::{BatchNormMode, Conv2dOptions, Device, Pool2dOptions, Tensor, rng};
 
 use crate::helpers::*;
 
@@ -67,11 +67,17 @@ fn forward_and_grads(device: Device, shapes: &[&[usize]], seed: u64, f: &OpFn<'_
         .enumerate()
         .map(|(i, s)| param(s, -1.0, 1.0, seed + i as u64, device))
         .collect();
-    let y = f(&inputs)?;
+    forward_and_grads_of(&inputs, seed, f)
+}
+
+/// [`forward_and_grads`] on the given parameters.
+fn forward_and_grads_of(inputs: &[Tensor], seed: u64, f: &OpFn<'_>) -> Outputs {
+    let device = inputs[0].device();
+    let y = f(inputs)?;
     let r = uniform(y.shape(), 0.5, 1.5, seed ^ 0xabc, device);
     y.mul(&r)?.sum_all()?.backward()?;
     let mut out = vec![y.try_to_vec()?];
-    for x in &inputs {
+    for x in inputs {
         out.push(match x.grad() {
             Some(g) => g.try_to_vec()?,
             None => vec![0.0; x.numel()],
@@ -347,6 +353,233 @@ pub fn mlp_training(device: Device) -> Outputs {
     Ok(out)
 }
 
+/// Every convolution geometry of the CPU's conformance cases (`conv.rs`: stride, padding,
+/// dilation, groups, depthwise with a channel multiplier, rectangular kernels, 1×1, batch 1,
+/// LeNet's layers), with a bias: the output and the gradients of input, weight and bias.
+pub fn conv2d(device: Device) -> Outputs {
+    let mut out = Vec::new();
+    for (k, case) in crate::conv::cases().into_iter().enumerate() {
+        let shapes: [&[usize]; 3] = [&case.x, &case.w, &[case.w[0]]];
+        out.extend(forward_and_grads(
+            device,
+            &shapes,
+            500 + 10 * k as u64,
+            &|t: &[Tensor]| t[0].conv2d(&t[1], Some(&t[2]), case.opts),
+        )?);
+    }
+    Ok(out)
+}
+
+/// Weights shared by two convolutions in one graph (tied layers), depthwise and dense: the
+/// second gradient pass adds to the weight's gradient buffer instead of overwriting it.
+pub fn conv2d_shared_weights(device: Device) -> Outputs {
+    let depthwise = Conv2dOptions {
+        padding: [1, 1],
+        groups: 4,
+        ..Default::default()
+    };
+    let dense = Conv2dOptions {
+        stride: [2, 1],
+        ..Default::default()
+    };
+    let cases: [(&[usize], &[usize], Conv2dOptions); 2] = [
+        (&[2, 4, 6, 5], &[8, 1, 3, 3], depthwise),
+        (&[3, 3, 7, 6], &[4, 3, 2, 3], dense),
+    ];
+    let mut out = Vec::new();
+    for (k, (x, w, opts)) in cases.into_iter().enumerate() {
+        out.extend(forward_and_grads(
+            device,
+            &[x, x, w],
+            550 + 10 * k as u64,
+            &|t: &[Tensor]| {
+                t[0].conv2d(&t[2], None, opts)?
+                    .add(&t[1].conv2d(&t[2], None, opts)?)
+            },
+        )?);
+    }
+    Ok(out)
+}
+
+/// Max and average pooling, and their gradients, over non-overlapping windows, overlapping
+/// padded ones, rectangular ones and strides that differ per direction; global average pooling.
+pub fn pooling(device: Device) -> Outputs {
+    let windows = [
+        Pool2dOptions::square(2),
+        Pool2dOptions {
+            kernel: [3, 3],
+            stride: Some([2, 2]),
+            padding: [1, 1],
+        },
+        Pool2dOptions {
+            kernel: [3, 2],
+            stride: Some([1, 1]),
+            padding: [1, 1],
+        },
+        Pool2dOptions {
+            kernel: [2, 3],
+            stride: Some([1, 2]),
+            padding: [1, 0],
+        },
+    ];
+    let mut out = Vec::new();
+    for (k, opts) in windows.into_iter().enumerate() {
+        let seed = 600 + 10 * k as u64;
+        let shape: &[&[usize]] = &[&[2, 3, 7, 6]];
+        out.extend(forward_and_grads(
+            device,
+            shape,
+            seed,
+            &|t: &[Tensor]| t[0].max_pool2d(opts),
+        )?);
+        out.extend(forward_and_grads(
+            device,
+            shape,
+            seed + 1,
+            &|t: &[Tensor]| t[0].avg_pool2d(opts),
+        )?);
+    }
+    out.extend(forward_and_grads(
+        device,
+        &[&[3, 4, 5, 6]],
+        650,
+        &|t: &[Tensor]| t[0].global_avg_pool2d(),
+    )?);
+    Ok(out)
+}
+
+/// Max pooling over tied values (four values, a quarter of the cells each, as on quantized
+/// images): every device must send each window's gradient to the same cell, its first maximum
+/// in row-major order.
+pub fn max_pool_ties(device: Device) -> Outputs {
+    let shape = [2, 2, 6, 7];
+    let values: Vec<f32> = (0..shape.iter().product::<usize>())
+        .map(|i| ((i * 7 + i / 5) % 4) as f32)
+        .collect();
+    let overlapping = Pool2dOptions {
+        kernel: [3, 3],
+        stride: Some([1, 1]),
+        padding: [1, 1],
+    };
+    let mut out = Vec::new();
+    for (k, opts) in [overlapping, Pool2dOptions::square(2)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = tensor(&values, &shape, device).into_parameter()?;
+        out.extend(forward_and_grads_of(
+            &[x],
+            700 + k as u64,
+            &|t: &[Tensor]| t[0].max_pool2d(opts),
+        )?);
+    }
+    Ok(out)
+}
+
+/// Batch normalization of images and of vectors: with the batch's statistics (training: the
+/// output, the statistics, and the gradients of input, gamma and beta through them) and with
+/// given running statistics (evaluation).
+pub fn batch_norm(device: Device) -> Outputs {
+    let mut out = Vec::new();
+    for (k, shape) in [&[4usize, 3, 5, 5][..], &[6, 4]].into_iter().enumerate() {
+        let c = shape[1];
+        let seed = 800 + 10 * k as u64;
+        out.extend(forward_and_grads(
+            device,
+            &[shape, &[c], &[c]],
+            seed,
+            &|t: &[Tensor]| {
+                let x = t[0].affine(3.0, 1.0)?;
+                Ok(x.batch_norm(&t[1], &t[2], BatchNormMode::Train, 1e-5)?.0)
+            },
+        )?);
+        let x = uniform(shape, -2.0, 2.0, seed + 5, device);
+        let gamma = uniform(&[c], 0.5, 1.5, seed + 6, device);
+        let beta = uniform(&[c], -0.5, 0.5, seed + 7, device);
+        let (_, stats) = x.batch_norm(&gamma, &beta, BatchNormMode::Train, 1e-5)?;
+        let stats = stats.ok_or("training mode returns the batch's statistics")?;
+        out.push(stats.mean.try_to_vec()?);
+        out.push(stats.var.try_to_vec()?);
+        let mean = uniform(&[c], -0.5, 0.5, seed + 8, device);
+        let var = uniform(&[c], 0.5, 2.0, seed + 9, device);
+        let eval = BatchNormMode::Eval {
+            mean: &mean,
+            var: &var,
+        };
+        out.extend(forward_and_grads(
+            device,
+            &[shape, &[c], &[c]],
+            seed + 3,
+            &|t: &[Tensor]| Ok(t[0].batch_norm(&t[1], &t[2], eval, 1e-5)?.0),
+        )?);
+    }
+    Ok(out)
+}
+
+/// The parameters of [`cnn_training`]'s network, in a store for the optimizer.
+fn cnn_params(device: Device) -> Result<ParamStore, Box<dyn std::error::Error>> {
+    let shapes: [(&str, &[usize], f32, f32); 7] = [
+        ("conv1.weight", &[4, 1, 3, 3], -0.5, 0.5),
+        ("conv1.bias", &[4], -0.1, 0.1),
+        ("bn.weight", &[4], 0.9, 1.1),
+        ("bn.bias", &[4], -0.1, 0.1),
+        ("conv2.weight", &[8, 1, 3, 3], -0.5, 0.5),
+        ("fc.weight", &[8, 3], -0.5, 0.5),
+        ("fc.bias", &[3], -0.1, 0.1),
+    ];
+    let mut params = ParamStore::new();
+    for (k, (name, shape, low, high)) in shapes.into_iter().enumerate() {
+        params.insert(
+            name.into(),
+            uniform(shape, low, high, 900 + k as u64, device),
+        )?;
+    }
+    Ok(params)
+}
+
+/// Eight SGD steps (with momentum) of a small CNN on fixed batches — a convolution with bias,
+/// batch normalization, ReLU, max pooling, a depthwise convolution with a channel multiplier,
+/// global average pooling, a linear layer, cross-entropy: the losses and the final weights.
+pub fn cnn_training(device: Device) -> Outputs {
+    let params = cnn_params(device)?;
+    let p: Vec<Tensor> = params.iter().map(|p| p.tensor.clone()).collect();
+    let mut opt = Optimizer::new(
+        serde_json::from_str(r#"{"kind": "sgd", "lr": 0.1, "momentum": 0.9}"#)?,
+        &params,
+    )?;
+    let padded = Conv2dOptions {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let depthwise = Conv2dOptions {
+        groups: 4,
+        ..padded
+    };
+    let mut losses = Vec::new();
+    for step in 0..8 {
+        let x = uniform(&[6, 1, 8, 8], -1.0, 1.0, 950 + step, device);
+        let labels: Vec<f32> = (0..6).map(|i| ((i + step as usize) % 3) as f32).collect();
+        let y = tensor(&labels, &[6], device);
+        params.zero_grad();
+        let h = x.conv2d(&p[0], Some(&p[1]), padded)?;
+        let h = h.batch_norm(&p[2], &p[3], BatchNormMode::Train, 1e-5)?.0;
+        let h = h.relu()?.max_pool2d(Pool2dOptions::square(2))?;
+        let h = h
+            .conv2d(&p[4], None, depthwise)?
+            .relu()?
+            .global_avg_pool2d()?;
+        let loss = loss::cross_entropy(&h.linear(&p[5], &p[6])?, &y)?;
+        loss.backward()?;
+        opt.step(0.1)?;
+        losses.push(loss.item()?);
+    }
+    let mut out = vec![losses];
+    for t in &p {
+        out.push(t.try_to_vec()?);
+    }
+    Ok(out)
+}
+
 mod cuda_matches_cpu {
     cross_device!(
         matmul,
@@ -361,5 +594,11 @@ mod cuda_matches_cpu {
         dropout,
         optimizers,
         mlp_training,
+        conv2d,
+        conv2d_shared_weights,
+        pooling,
+        max_pool_ties,
+        batch_norm,
+        cnn_training,
     );
 }

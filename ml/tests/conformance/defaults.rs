@@ -12,13 +12,17 @@ use ringflow_ml::backend::elementwise::scale_from_primitives;
 use ringflow_ml::backend::loss::{
     bce_with_logits_backward_from_primitives, bce_with_logits_from_primitives,
 };
+use ringflow_ml::backend::norm::{
+    batch_norm_backward_from_primitives, batch_norm_from_primitives,
+    batch_norm_stats_from_primitives,
+};
 use ringflow_ml::backend::optim::{
     adagrad_from_primitives, adam_from_primitives, sgd_from_primitives,
 };
 use ringflow_ml::backend::reduce::{expand_axis_from_primitives, sum_to_shape_from_primitives};
 use ringflow_ml::backend::softmax::softmax_backward_from_primitives;
 use ringflow_ml::backend::{
-    AdagradStep, AdamStep, BackendStorage, CudaStorage, ElementwiseOps, LossOps, OptimOps,
+    AdagradStep, AdamStep, BackendStorage, CudaStorage, ElementwiseOps, LossOps, NormOps, OptimOps,
     ReduceOps, SgdStep, SoftmaxOps,
 };
 
@@ -256,7 +260,52 @@ fn reductions_on<S: BackendStorage>(at: S::Location) -> TestResult {
     agree(&fused, &composite, "scale")
 }
 
+fn batch_norm_matches_its_defaults(device: Device) -> TestResult {
+    on_backend!(device, batch_norm_on)
+}
+
+/// Statistics, normalization and both backward passes, on a `[n, C]` batch and on images large
+/// enough for the parallel kernels.
+fn batch_norm_on<S: BackendStorage>(at: S::Location) -> TestResult {
+    for (k, shape) in [&[7usize, 5][..], &[8, 16, 16, 17]].into_iter().enumerate() {
+        let seed = 40 + 10 * k as u64;
+        let x = random::<S>(shape, -3.0, 5.0, seed, at)?;
+        let c = [shape[1]];
+        let (gamma, beta) = (
+            random::<S>(&c, 0.5, 1.5, seed + 1, at)?,
+            random(&c, -1.0, 1.0, seed + 2, at)?,
+        );
+        let (mean, var) = NormOps::batch_norm_stats(&x)?;
+        let (mean_c, var_c) = batch_norm_stats_from_primitives(&x)?;
+        agree(&mean, &mean_c, &format!("mean {shape:?}"))?;
+        agree(&var, &var_c, &format!("variance {shape:?}"))?;
+        let fused = NormOps::batch_norm(&x, &mean, &var, &gamma, &beta, 1e-5)?;
+        let composite = batch_norm_from_primitives(&x, &mean, &var, &gamma, &beta, 1e-5)?;
+        agree(&fused, &composite, &format!("normalize {shape:?}"))?;
+        let g = random::<S>(shape, -1.0, 1.0, seed + 3, at)?;
+        for batch_stats in [true, false] {
+            let (dx, dgamma, dbeta) =
+                NormOps::batch_norm_backward(&x, &g, &mean, &var, &gamma, 1e-5, batch_stats)?;
+            let (dx_c, dgamma_c, dbeta_c) = batch_norm_backward_from_primitives(
+                &x,
+                &g,
+                &mean,
+                &var,
+                &gamma,
+                1e-5,
+                batch_stats,
+            )?;
+            let what = |name: &str| format!("{name} {shape:?}, batch statistics {batch_stats}");
+            agree(&dx, &dx_c, &what("dx"))?;
+            agree(&dgamma, &dgamma_c, &what("dgamma"))?;
+            agree(&dbeta, &dbeta_c, &what("dbeta"))?;
+        }
+    }
+    Ok(())
+}
+
 device_test!(
+    batch_norm_matches_its_defaults,
     optimizer_updates_match_their_defaults,
     softmax_backward_matches_its_default,
     bce_matches_its_default,

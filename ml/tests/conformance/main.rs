@@ -5,6 +5,8 @@
 //! - `errors`: invalid arguments give errors that name the problem, never panics.
 //! - `autodiff`: what the graph records, where gradients go, accumulation and `zero_grad`.
 //! - `grads`: every differentiable op against central finite differences.
+//! - `conv`, `pool`, `norm`: convolution, pooling and batch normalization against direct
+//!   nested-loop references (values and gradients) and finite differences, and their errors.
 //! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
 //! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
 //! - `checkpoint`: bit-exact resume and refusal of damaged files.
@@ -12,17 +14,21 @@
 //!   what its files hold (a fuzz target, see docs/testing.md).
 //! - `cross_device`: CUDA against the CPU on random inputs (ops, gradients, optimizers, an MLP).
 //! - `defaults`: each backend's fused kernels against the default methods built from primitives
-//!   that they override (optimizer updates, softmax backward, binary cross-entropy, reductions).
+//!   that they override (optimizer updates, softmax backward, binary cross-entropy, reductions,
+//!   batch normalization).
 
 mod helpers;
 
 mod autodiff;
 mod checkpoint;
 mod checkpoint_fuzz;
+mod conv;
 mod cross_device;
 mod defaults;
 mod errors;
 mod grads;
 mod nn;
+mod norm;
 mod ops;
 mod optim;
+mod pool;

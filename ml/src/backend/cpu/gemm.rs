@@ -19,7 +19,25 @@ pub struct MatRef<'a> {
     pub transposed: bool,
 }
 
-impl MatRef<'_> {
+impl<'a> MatRef<'a> {
+    /// A `rows × cols` row-major matrix, read as stored.
+    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        MatRef {
+            data,
+            rows,
+            cols,
+            transposed: false,
+        }
+    }
+
+    /// The same matrix, read transposed.
+    pub fn t(self) -> Self {
+        MatRef {
+            transposed: !self.transposed,
+            ..self
+        }
+    }
+
     /// Rows and columns as the product sees them.
     pub fn logical_dims(&self) -> (usize, usize) {
         if self.transposed {
@@ -45,6 +63,23 @@ impl MatRef<'_> {
 /// pool (the executor sizes it to its `--cores`); `gemm` itself stays single-threaded below its
 /// threading threshold.
 pub fn matmul_into(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    gemm_into(dst, a, b, accumulate, Parallelism::Rayon(0));
+}
+
+/// [`matmul_into`] on the calling thread only: for the many small products of a loop that is
+/// itself parallel (a convolution's images).
+pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    gemm_into(dst, a, b, accumulate, Parallelism::None);
+}
+
+/// [`matmul_into`] with the given threading.
+fn gemm_into(
+    dst: &mut [f32],
+    a: MatRef<'_>,
+    b: MatRef<'_>,
+    accumulate: bool,
+    parallelism: Parallelism,
+) {
     let (m, k) = a.logical_dims();
     let (k2, n) = b.logical_dims();
     assert_eq!(k, k2, "caller checked the inner dimensions");
@@ -83,7 +118,7 @@ pub fn matmul_into(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bo
             false,
             false,
             false,
-            Parallelism::Rayon(0),
+            parallelism,
         );
     }
 }

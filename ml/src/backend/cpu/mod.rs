@@ -9,12 +9,16 @@
 //! [`ElementwiseOps`](crate::backend::ElementwiseOps), ...), overriding the default methods with
 //! fused kernels where it has them.
 
+pub mod conv;
+mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod index;
 pub mod loss;
 mod memory;
+pub mod norm;
 pub mod optim;
+pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod softmax;

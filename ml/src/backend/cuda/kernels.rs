@@ -40,6 +40,19 @@ const NAMES: &[&str] = &[
     "sgd_momentum",
     "adagrad",
     "adam",
+    "im2col",
+    "col2im",
+    "conv_direct_fwd",
+    "conv_direct_bwd_input",
+    "conv_direct_bwd_weight",
+    "max_pool_fwd",
+    "max_pool_bwd",
+    "avg_pool_fwd",
+    "avg_pool_bwd",
+    "bn_stats",
+    "bn_forward",
+    "bn_backward_sums",
+    "bn_backward_dx",
 ];
 
 /// The most dimensions a kernel's index arithmetic handles.
@@ -62,6 +75,42 @@ pub struct Strided {
 // SAFETY: `Strided` is `repr(C)`, plain old data, and laid out as the CUDA struct (an int, eight
 // ints, then two arrays of eight 8-byte-aligned long longs).
 unsafe impl DeviceRepr for Strided {}
+
+/// `struct Window` of `kernels.cu`: a convolution's or a pooling's sliding window over planes of
+/// `in_h × in_w` (see `conv.rs` and `pool.rs`, which fill it from the backend's geometries).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// Input channels (a convolution's column matrix has `channels · kernel_h · kernel_w` rows).
+    pub channels: i32,
+    /// Input plane height.
+    pub in_h: i32,
+    /// Input plane width.
+    pub in_w: i32,
+    /// Output plane height.
+    pub out_h: i32,
+    /// Output plane width.
+    pub out_w: i32,
+    /// Window height.
+    pub kernel_h: i32,
+    /// Window width.
+    pub kernel_w: i32,
+    /// Vertical step between windows.
+    pub stride_h: i32,
+    /// Horizontal step between windows.
+    pub stride_w: i32,
+    /// Rows of padding above and below.
+    pub pad_h: i32,
+    /// Columns of padding left and right.
+    pub pad_w: i32,
+    /// Vertical spacing of the window's taps (1 for pooling).
+    pub dil_h: i32,
+    /// Horizontal spacing of the window's taps (1 for pooling).
+    pub dil_w: i32,
+}
+
+// SAFETY: `Window` is `repr(C)`, plain old data, and laid out as the CUDA struct (thirteen ints).
+unsafe impl DeviceRepr for Window {}
 
 /// The kernels compiled to PTX for a virtual architecture such as `compute_90` (NVRTC only: no
 /// GPU is involved).
@@ -139,6 +188,7 @@ mod tests {
             std::mem::size_of::<Strided>(),
             4 + 4 * MAX_DIMS + 4 + 16 * MAX_DIMS
         );
+        assert_eq!(std::mem::size_of::<Window>(), 13 * 4);
     }
 
     /// NVRTC needs no GPU, so wherever `libnvrtc` can be loaded the CUDA C is compiled for the

@@ -8,12 +8,14 @@
 //! of squares).
 //!
 //! [`CudaStorage`] implements the backend traits one kind per file, as the CPU backend does
-//! (`elementwise.rs`, `reduce.rs`, `matmul.rs`, `softmax.rs`, `loss.rs`, `index.rs`,
-//! `random.rs`, `optim.rs`, and `memory.rs` for allocation and copies). Every op opens the same
-//! way, through `launch.rs`: operands on this GPU, nothing queued for an empty tensor, the
-//! device's handle, then the kernel's launch.
+//! (`elementwise.rs`, `reduce.rs`, `matmul.rs`, `conv.rs` with `pool.rs`, `norm.rs`,
+//! `softmax.rs`, `loss.rs`, `index.rs`, `random.rs`, `optim.rs`, and `memory.rs` for allocation
+//! and copies). Every op opens the same way, through `launch.rs`: operands on this GPU, nothing
+//! queued for an empty tensor, the device's handle, then the kernel's launch.
 
 mod alloc;
+mod conv;
+mod conv_direct;
 mod device;
 mod elementwise;
 mod index;
@@ -23,7 +25,9 @@ mod layout;
 mod loss;
 mod matmul;
 mod memory;
+mod norm;
 mod optim;
+mod pool;
 mod random;
 mod reduce;
 mod softmax;
@@ -32,7 +36,7 @@ mod staging;
 use std::fmt;
 use std::sync::Arc;
 
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 
 use device::Gpu;
 pub use device::{check_available, device_count};
@@ -117,6 +121,17 @@ impl CudaStorage {
 
     fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
         self.block.as_mut().expect("a block is held until drop")
+    }
+
+    /// The tensor's elements (the block may hold more).
+    fn view(&self) -> CudaView<'_, f32> {
+        self.buf().slice(0..self.len)
+    }
+
+    /// The tensor's elements, to write (the block may hold more).
+    fn view_mut(&mut self) -> CudaViewMut<'_, f32> {
+        let n = self.len;
+        self.buf_mut().slice_mut(0..n)
     }
 
     /// Elements as an i64 kernel argument.

@@ -5,11 +5,13 @@
 use ndarray::ArrayD;
 
 use super::{CudaStorage, unavailable};
+use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::backend::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
 use crate::backend::index::IndexOps;
 use crate::backend::loss::LossOps;
 use crate::backend::matmul::MatmulOps;
 use crate::backend::memory::MemoryOps;
+use crate::backend::norm::NormOps;
 use crate::backend::optim::OptimOps;
 use crate::backend::random::RandomOps;
 use crate::backend::reduce::ReduceOps;
@@ -84,6 +86,38 @@ impl MatmulOps for CudaStorage {
         match *d {}
     }
 }
+
+impl ConvOps for CudaStorage {
+    fn conv2d(x: &Self, _: &Self, _: &Conv2dGeometry) -> Result<Self> {
+        match *x {}
+    }
+    fn conv2d_backward_input(g: &Self, _: &Self, _: &Conv2dGeometry) -> Result<Self> {
+        match *g {}
+    }
+    fn conv2d_backward_weight(
+        d: &mut Self,
+        _: &Self,
+        _: &Self,
+        _: &Conv2dGeometry,
+        _: bool,
+    ) -> Result<()> {
+        match *d {}
+    }
+    fn max_pool2d(x: &Self, _: &Pool2dGeometry) -> Result<(Self, Self)> {
+        match *x {}
+    }
+    fn max_pool2d_backward(g: &Self, _: &Self, _: &Pool2dGeometry) -> Result<Self> {
+        match *g {}
+    }
+    fn avg_pool2d(x: &Self, _: &Pool2dGeometry) -> Result<Self> {
+        match *x {}
+    }
+    fn avg_pool2d_backward(g: &Self, _: &Pool2dGeometry) -> Result<Self> {
+        match *g {}
+    }
+}
+
+impl NormOps for CudaStorage {}
 
 impl SoftmaxOps for CudaStorage {
     fn softmax(&self, _: usize, _: bool) -> Result<Self> {

@@ -1,0 +1,174 @@
+//! Max and average pooling over NCHW planes: direct loops over each window, planes in parallel.
+
+use rayon::prelude::*;
+
+use super::{CpuArray, PAR_MIN, slice, slice_mut, zeros};
+use crate::backend::conv::Pool2dGeometry;
+use crate::error::{MlError, Result};
+
+/// Runs `f(plane, input chunk, output chunk)` for each `(image, channel)` plane, zipping `a`
+/// (split in `in_plane` chunks) with `b` (split in `out_plane` chunks); in parallel when the
+/// planes are large enough together.
+fn for_each_plane<A: Sync, B: Send>(
+    a: &[A],
+    in_plane: usize,
+    b: &mut [B],
+    out_plane: usize,
+    f: impl Fn(&[A], &mut [B]) + Sync + Send,
+) {
+    if in_plane == 0 || out_plane == 0 {
+        return;
+    }
+    if a.len() + b.len() < PAR_MIN {
+        for (a, b) in a.chunks(in_plane).zip(b.chunks_mut(out_plane)) {
+            f(a, b);
+        }
+    } else {
+        a.par_chunks(in_plane)
+            .zip(b.par_chunks_mut(out_plane))
+            .for_each(|(a, b)| f(a, b));
+    }
+}
+
+/// Calls `f(out_index, rows, cols)` for every output cell of a plane with the input rows and
+/// columns its window covers (padding left out).
+fn for_each_window(
+    p: &Pool2dGeometry,
+    mut f: impl FnMut(usize, std::ops::Range<usize>, std::ops::Range<usize>),
+) {
+    let [oh, ow] = p.out_size();
+    for r in 0..oh {
+        let rows = p.window(0, r);
+        for c in 0..ow {
+            f(r * ow + c, rows.clone(), p.window(1, c));
+        }
+    }
+}
+
+/// Max pooling: the maxima and the flat index in its plane of each window's first maximum (a
+/// NaN wins and stays, as in PyTorch).
+pub fn max_pool2d(x: &CpuArray, p: &Pool2dGeometry) -> (CpuArray, CpuArray) {
+    let [h, w] = p.in_size;
+    let [oh, ow] = p.out_size();
+    let (in_plane, out_plane) = (h * w, oh * ow);
+    let mut out = zeros(&p.output_shape());
+    let mut argmax = zeros(&p.output_shape());
+    let work = |((plane, dst), arg): ((&[f32], &mut [f32]), &mut [f32])| {
+        for_each_window(p, |o, rows, cols| {
+            let mut best = (f32::NEG_INFINITY, rows.start * w + cols.start);
+            for y in rows {
+                let row = &plane[y * w + cols.start..y * w + cols.end];
+                for (xx, &v) in row.iter().enumerate() {
+                    if v > best.0 || (v.is_nan() && !best.0.is_nan()) {
+                        best = (v, y * w + cols.start + xx);
+                    }
+                }
+            }
+            dst[o] = best.0;
+            arg[o] = best.1 as f32;
+        });
+    };
+    let (xs, os, args) = (slice(x), slice_mut(&mut out), slice_mut(&mut argmax));
+    if xs.len() < PAR_MIN {
+        xs.chunks(in_plane)
+            .zip(os.chunks_mut(out_plane))
+            .zip(args.chunks_mut(out_plane))
+            .for_each(work);
+    } else {
+        xs.par_chunks(in_plane)
+            .zip(os.par_chunks_mut(out_plane))
+            .zip(args.par_chunks_mut(out_plane))
+            .for_each(work);
+    }
+    (out, argmax)
+}
+
+/// Routes each output gradient to the input cell its window's maximum came from; an index
+/// that is not a cell of the plane is an error.
+pub fn max_pool2d_backward(
+    dy: &CpuArray,
+    argmax: &CpuArray,
+    p: &Pool2dGeometry,
+) -> Result<CpuArray> {
+    let [h, w] = p.in_size;
+    let [oh, ow] = p.out_size();
+    let (in_plane, out_plane) = (h * w, oh * ow);
+    let mut dx = zeros(&p.input_shape());
+    let valid = |((g, at), plane): ((&[f32], &[f32]), &mut [f32])| {
+        g.iter().zip(at).all(|(&g, &at)| {
+            let cell = (at >= 0.0 && at.fract() == 0.0)
+                .then(|| plane.get_mut(at as usize))
+                .flatten();
+            cell.map(|d| *d += g).is_some()
+        })
+    };
+    let (dys, args, dxs) = (slice(dy), slice(argmax), slice_mut(&mut dx));
+    let all_valid = if dxs.len() < PAR_MIN {
+        dys.chunks(out_plane)
+            .zip(args.chunks(out_plane))
+            .zip(dxs.chunks_mut(in_plane))
+            .all(valid)
+    } else {
+        dys.par_chunks(out_plane)
+            .zip(args.par_chunks(out_plane))
+            .zip(dxs.par_chunks_mut(in_plane))
+            .all(valid)
+    };
+    if !all_valid {
+        return Err(MlError::invalid(
+            "max_pool2d backward",
+            format!("an index of the maxima is not a cell of a {h}×{w} plane"),
+        ));
+    }
+    Ok(dx)
+}
+
+/// Average pooling, each window divided by its cells inside the input.
+pub fn avg_pool2d(x: &CpuArray, p: &Pool2dGeometry) -> CpuArray {
+    let [h, w] = p.in_size;
+    let [oh, ow] = p.out_size();
+    let mut out = zeros(&p.output_shape());
+    for_each_plane(
+        slice(x),
+        h * w,
+        slice_mut(&mut out),
+        oh * ow,
+        |plane, dst| {
+            for_each_window(p, |o, rows, cols| {
+                let count = rows.len() * cols.len();
+                let mut sum = 0.0f32;
+                for y in rows {
+                    sum += plane[y * w + cols.start..y * w + cols.end]
+                        .iter()
+                        .sum::<f32>();
+                }
+                dst[o] = sum / count as f32;
+            });
+        },
+    );
+    out
+}
+
+/// Spreads each output gradient evenly over its window's cells inside the input.
+pub fn avg_pool2d_backward(dy: &CpuArray, p: &Pool2dGeometry) -> CpuArray {
+    let [h, w] = p.in_size;
+    let [oh, ow] = p.out_size();
+    let mut dx = zeros(&p.input_shape());
+    for_each_plane(
+        slice(dy),
+        oh * ow,
+        slice_mut(&mut dx),
+        h * w,
+        |src, plane| {
+            for_each_window(p, |o, rows, cols| {
+                let share = src[o] / (rows.len() * cols.len()) as f32;
+                for y in rows {
+                    for d in &mut plane[y * w + cols.start..y * w + cols.end] {
+                        *d += share;
+                    }
+                }
+            });
+        },
+    );
+    dx
+}
