@@ -158,3 +158,75 @@ impl Module for BatchNorm {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::ParamStore;
+    use crate::{Device, rng};
+
+    fn close(got: &[f32], want: &[f32]) {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn training_uses_the_batch_and_evaluation_the_running_statistics() {
+        let mut store = ParamStore::new();
+        let mut init = rng::seeded(1, rng::streams::INIT);
+        let mut b = ParamBuilder::new(&mut store, &mut init, Device::Cpu);
+        let bn = BatchNorm::new(&mut b.sub("bn"), 2, 1e-5, 0.1).unwrap();
+        // Channel 0: 1, 2, 3, 4 (mean 2.5, variance 1.25, unbiased 5/3); channel 1: 0, 0, 2,
+        // 2 (mean 1, variance 1, unbiased 4/3).
+        let x = Tensor::from_vec(
+            vec![1., 0., 2., 0., 3., 2., 4., 2.],
+            &[4, 2],
+            Device::Cpu,
+        )
+        .unwrap();
+        let mut r = rng::seeded(0, 0);
+        let mut ctx = Forward {
+            train: true,
+            rng: &mut r,
+        };
+        let y = bn.forward(&x, &mut ctx).unwrap().to_vec();
+        let s0 = (1.25f32 + 1e-5).sqrt();
+        let s1 = (1f32 + 1e-5).sqrt();
+        close(
+            &y,
+            &[-1.5 / s0, -1. / s1, -0.5 / s0, -1. / s1, 0.5 / s0, 1. / s1, 1.5 / s0, 1. / s1],
+        );
+        // running ← 0.9·running + 0.1·batch, with the unbiased variance.
+        let (mean, var) = (0.25f32, 0.1f32);
+        let (var0, var1) = (0.9 + 0.1 * 5. / 3., 0.9 + 0.1 * 4. / 3.);
+        close(&bn.running_mean.to_vec(), &[mean, var]);
+        close(&bn.running_var.to_vec(), &[var0, var1]);
+        // The store's buffers are the layer's: one tensor, updated in place.
+        close(&store.get_buffer("bn.running_mean").unwrap().to_vec(), &[0.25, 0.1]);
+        assert!(!bn.running_mean.requires_grad());
+
+        ctx.train = false;
+        let e = bn.forward(&x, &mut ctx).unwrap().to_vec();
+        let (d0, d1) = ((var0 + 1e-5).sqrt(), (var1 + 1e-5).sqrt());
+        let want: Vec<f32> = x
+            .to_vec()
+            .chunks(2)
+            .flat_map(|v| [(v[0] - 0.25) / d0, (v[1] - 0.1) / d1])
+            .collect();
+        close(&e, &want);
+        // Evaluation leaves the running statistics alone.
+        close(&bn.running_mean.to_vec(), &[0.25, 0.1]);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let mut store = ParamStore::new();
+        let mut init = rng::seeded(1, rng::streams::INIT);
+        let mut b = ParamBuilder::new(&mut store, &mut init, Device::Cpu);
+        assert!(BatchNorm::new(&mut b, 0, 1e-5, 0.1).is_err());
+        assert!(BatchNorm::new(&mut b, 2, 0.0, 0.1).is_err());
+        assert!(BatchNorm::new(&mut b, 2, 1e-5, 1.5).is_err());
+    }
+}

@@ -312,3 +312,6 @@ impl ModelBuilder for SequentialBuilder {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests;
