@@ -2,6 +2,7 @@
 
 mod backup;
 mod chaos;
+mod cnn;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod data;
