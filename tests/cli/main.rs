@@ -15,6 +15,7 @@ mod listeners;
 mod load;
 mod lost;
 mod memory;
+mod models;
 mod observe;
 mod outputs;
 mod process;
