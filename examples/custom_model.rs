@@ -57,13 +57,25 @@ impl ModelBuilder for ResidualMlpBuilder {
         let relu = ActivationKind::Relu;
         let mut net = Sequential::new();
         let mut input = params.sub("input");
-        net.push(Linear::new(&mut input, s.inputs, s.hidden, Init::He, Some(relu))?);
+        net.push(Linear::new(
+            &mut input,
+            s.inputs,
+            s.hidden,
+            Init::He,
+            Some(relu),
+        )?);
         net.push(Activation(relu));
         for i in 0..s.blocks {
             let mut scope = params.sub(format!("blocks.{i}"));
             let mut body = Sequential::new();
             let hidden = s.hidden;
-            body.push(Linear::new(&mut scope.sub("linear"), hidden, hidden, Init::He, Some(relu))?);
+            body.push(Linear::new(
+                &mut scope.sub("linear"),
+                hidden,
+                hidden,
+                Init::He,
+                Some(relu),
+            )?);
             body.push(LayerNorm::new(&mut scope.sub("norm"), hidden, 1e-5)?);
             body.push(Activation(relu));
             // Adds the block's input to its body's output.
@@ -73,7 +85,13 @@ impl ModelBuilder for ResidualMlpBuilder {
             });
         }
         let mut output = params.sub("output");
-        net.push(Linear::new(&mut output, s.hidden, s.outputs, Init::Glorot, None)?);
+        net.push(Linear::new(
+            &mut output,
+            s.hidden,
+            s.outputs,
+            Init::Glorot,
+            None,
+        )?);
         Ok(Box::new(net))
     }
 }

@@ -271,9 +271,10 @@ impl Loaded {
             .chain(store.buffers().map(|p| ("buffer", p)));
         let mut sources = Vec::with_capacity(store.len());
         for (what, p) in wanted {
-            let (shape, values) = self.params.get(&p.name).ok_or_else(|| {
-                MlError::checkpoint(&file, format!("has no {what} {:?}", p.name))
-            })?;
+            let (shape, values) = self
+                .params
+                .get(&p.name)
+                .ok_or_else(|| MlError::checkpoint(&file, format!("has no {what} {:?}", p.name)))?;
             if shape != p.tensor.shape() {
                 return Err(MlError::checkpoint(
                     &file,

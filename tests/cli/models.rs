@@ -97,12 +97,21 @@ fn a_sequential_cnn_trains_from_a_spec_alone_and_prints_its_summary() {
             .to_string()
     };
     let conv = line("layers.0 (conv2d)");
-    assert!(conv.contains("[n, 4, 8, 8]") && conv.ends_with(" 40"), "{conv}");
+    assert!(
+        conv.contains("[n, 4, 8, 8]") && conv.ends_with(" 40"),
+        "{conv}"
+    );
     assert!(line("layers.1 (batch_norm)").ends_with(" 16"));
     let linear = line("layers.5 (linear)");
-    assert!(linear.contains("[n, 2]") && linear.ends_with(" 130"), "{linear}");
+    assert!(
+        linear.contains("[n, 2]") && linear.ends_with(" 130"),
+        "{linear}"
+    );
     assert_eq!(line("Total params:"), format!("Total params: {total}"));
-    assert_eq!(line("Trainable params:"), format!("Trainable params: {trainable}"));
+    assert_eq!(
+        line("Trainable params:"),
+        format!("Trainable params: {trainable}")
+    );
 
     let sm = summary(&out);
     assert_eq!(sm["status"], "succeeded");
@@ -122,7 +131,15 @@ fn a_sequential_cnn_trains_from_a_spec_alone_and_prints_its_summary() {
     let eval_out = dir.path().join("eval.json");
     let test = s(&dir.path().join("test.parquet"));
     ringflow(
-        &["eval", "--model", model, "--data", &test, "--summary-json", &s(&eval_out)],
+        &[
+            "eval",
+            "--model",
+            model,
+            "--data",
+            &test,
+            "--summary-json",
+            &s(&eval_out),
+        ],
         DEADLINE,
     )
     .assert_success();
@@ -154,7 +171,12 @@ fn a_layer_that_cannot_take_its_input_is_one_error_naming_it() {
     // A model whose classes neither the spec nor the data tell: the error names the key.
     let spec = cnn_job(dir.path(), "sql", CNN);
     let run = ringflow(
-        &["local", &spec, "--set", "data.sql=SELECT image, label FROM input"],
+        &[
+            "local",
+            &spec,
+            "--set",
+            "data.sql=SELECT image, label FROM input",
+        ],
         DEADLINE,
     );
     let err = run.assert_clean_failure();

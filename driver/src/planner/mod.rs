@@ -379,7 +379,14 @@ impl JobPlan {
         let summary = builder.summary(&spec.model)?;
         let prep = SqlPlanner::new(&spec)?;
         let listed = list_split("--data", path)?;
-        let data = check_split("--data", listed, &spec, &model, label_required, prep.as_ref())?;
+        let data = check_split(
+            "--data",
+            listed,
+            &spec,
+            &model,
+            label_required,
+            prep.as_ref(),
+        )?;
         let mut warnings = data.warnings;
         warnings.extend(prep.iter().flat_map(|p| p.warnings.iter().cloned()));
         Ok(JobPlan {

@@ -90,7 +90,7 @@ pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -120,11 +120,32 @@ impl fmt::Display for ModelSummary {
             .iter()
             .map(|r| (layer(r), shape_text(&r.output), thousands(r.params)))
             .collect();
-        let w0 = cells.iter().map(|c| c.0.len()).chain([12]).max().unwrap_or(12) + 2;
-        let w1 = cells.iter().map(|c| c.1.len()).chain([12]).max().unwrap_or(12) + 2;
-        let w2 = cells.iter().map(|c| c.2.len()).chain([7]).max().unwrap_or(7);
+        let w0 = cells
+            .iter()
+            .map(|c| c.0.len())
+            .chain([12])
+            .max()
+            .unwrap_or(12)
+            + 2;
+        let w1 = cells
+            .iter()
+            .map(|c| c.1.len())
+            .chain([12])
+            .max()
+            .unwrap_or(12)
+            + 2;
+        let w2 = cells
+            .iter()
+            .map(|c| c.2.len())
+            .chain([7])
+            .max()
+            .unwrap_or(7);
         let rule = "=".repeat(w0 + w1 + w2);
-        writeln!(f, "{:<w0$}{:<w1$}{:>w2$}", "Layer (type)", "Output shape", "Param #")?;
+        writeln!(
+            f,
+            "{:<w0$}{:<w1$}{:>w2$}",
+            "Layer (type)", "Output shape", "Param #"
+        )?;
         writeln!(f, "{rule}")?;
         for (a, b, c) in &cells {
             writeln!(f, "{a:<w0$}{b:<w1$}{c:>w2$}")?;

@@ -316,7 +316,12 @@ fn batch_norm_model(seed: u64, device: Device) -> Result<Model, Box<dyn std::err
         json!({ "input": [3], "layers": [ { "type": "linear", "out": 4 },
                 { "type": "batch_norm" }, { "type": "linear", "out": 2 } ] }),
     )?;
-    Ok(Model::build(&spec, &ModelRegistry::default(), seed, device)?)
+    Ok(Model::build(
+        &spec,
+        &ModelRegistry::default(),
+        seed,
+        device,
+    )?)
 }
 
 fn buffer_bits(model: &Model) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
@@ -358,20 +363,31 @@ fn buffers_are_saved_and_restored_exactly(device: Device) -> TestResult {
     }
     let trained = buffer_bits(&model)?;
     ensure(
-        model.params().flatten_buffers()?[..4].iter().all(|&m| m != 0.0),
+        model.params().flatten_buffers()?[..4]
+            .iter()
+            .all(|&m| m != 0.0),
         "training moved the running means",
     )?;
     let dir = tempfile::tempdir()?;
     checkpoint::save(dir.path(), &model, None, &TrainingState::default())?;
     let copy = batch_norm_model(2, device)?;
-    ensure(buffer_bits(&copy)? != trained, "a fresh model has other buffers")?;
+    ensure(
+        buffer_bits(&copy)? != trained,
+        "a fresh model has other buffers",
+    )?;
     ensure(
         copy.params().checksum()? != model.params().checksum()?,
         "the checksum differs before the restore",
     )?;
     checkpoint::load(dir.path())?.restore_model(&copy)?;
-    ensure(buffer_bits(&copy)? == trained, "buffers restored bit for bit")?;
-    ensure(bits(&copy)? == bits(&model)?, "parameters restored bit for bit")?;
+    ensure(
+        buffer_bits(&copy)? == trained,
+        "buffers restored bit for bit",
+    )?;
+    ensure(
+        bits(&copy)? == bits(&model)?,
+        "parameters restored bit for bit",
+    )?;
     ensure(
         copy.params().checksum()? == model.params().checksum()?,
         "equal after the restore",
@@ -409,7 +425,12 @@ fn buffers_are_saved_and_restored_exactly(device: Device) -> TestResult {
         format!("the error does not name the buffer: {e}"),
     )?;
     let full_dir = tempfile::tempdir()?;
-    checkpoint::save(full_dir.path(), &with_buffers, None, &TrainingState::default())?;
+    checkpoint::save(
+        full_dir.path(),
+        &with_buffers,
+        None,
+        &TrainingState::default(),
+    )?;
     let e = checkpoint::load(full_dir.path())?
         .restore_model(&bare)
         .err()

@@ -76,7 +76,7 @@ impl BatchNorm {
         if channels == 0 {
             return Err(MlError::spec("a batch norm needs at least one channel"));
         }
-        if !(eps > 0.0 && eps.is_finite()) || !(0.0..=1.0).contains(&momentum) {
+        if !(eps > 0.0 && eps.is_finite() && (0.0..=1.0).contains(&momentum)) {
             return Err(MlError::spec(format!(
                 "a batch norm needs eps > 0 and momentum in [0, 1], not eps {eps}, momentum \
                  {momentum}"
@@ -180,12 +180,8 @@ mod tests {
         let bn = BatchNorm::new(&mut b.sub("bn"), 2, 1e-5, 0.1).unwrap();
         // Channel 0: 1, 2, 3, 4 (mean 2.5, variance 1.25, unbiased 5/3); channel 1: 0, 0, 2,
         // 2 (mean 1, variance 1, unbiased 4/3).
-        let x = Tensor::from_vec(
-            vec![1., 0., 2., 0., 3., 2., 4., 2.],
-            &[4, 2],
-            Device::Cpu,
-        )
-        .unwrap();
+        let x =
+            Tensor::from_vec(vec![1., 0., 2., 0., 3., 2., 4., 2.], &[4, 2], Device::Cpu).unwrap();
         let mut r = rng::seeded(0, 0);
         let mut ctx = Forward {
             train: true,
@@ -196,7 +192,16 @@ mod tests {
         let s1 = (1f32 + 1e-5).sqrt();
         close(
             &y,
-            &[-1.5 / s0, -1. / s1, -0.5 / s0, -1. / s1, 0.5 / s0, 1. / s1, 1.5 / s0, 1. / s1],
+            &[
+                -1.5 / s0,
+                -1. / s1,
+                -0.5 / s0,
+                -1. / s1,
+                0.5 / s0,
+                1. / s1,
+                1.5 / s0,
+                1. / s1,
+            ],
         );
         // running ← 0.9·running + 0.1·batch, with the unbiased variance.
         let (mean, var) = (0.25f32, 0.1f32);
@@ -204,7 +209,10 @@ mod tests {
         close(&bn.running_mean.to_vec(), &[mean, var]);
         close(&bn.running_var.to_vec(), &[var0, var1]);
         // The store's buffers are the layer's: one tensor, updated in place.
-        close(&store.get_buffer("bn.running_mean").unwrap().to_vec(), &[0.25, 0.1]);
+        close(
+            &store.get_buffer("bn.running_mean").unwrap().to_vec(),
+            &[0.25, 0.1],
+        );
         assert!(!bn.running_mean.requires_grad());
 
         ctx.train = false;

@@ -100,9 +100,7 @@ pub fn summary(input: &[usize], layers: &[PlannedLayer]) -> ModelSummary {
 }
 
 fn numel(shape: &[usize]) -> u64 {
-    shape
-        .iter()
-        .fold(1u64, |a, &d| a.saturating_mul(d as u64))
+    shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
 
 /// What one example's forward pass keeps for backward, per layer, and the most any one layer

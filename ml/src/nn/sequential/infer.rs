@@ -164,9 +164,7 @@ impl At<'_> {
 
 /// Refuses a layer output too large to hold for one example.
 fn check_elements(at: &At<'_>, output: &[usize]) -> Result<()> {
-    let n = output
-        .iter()
-        .fold(1u64, |a, &d| a.saturating_mul(d as u64));
+    let n = output.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
     if n > MAX_ELEMENTS {
         return Err(at.error(format!(
             "would give {} values per example ({}), more than the 2^31 ringflow allows",
@@ -205,7 +203,10 @@ pub fn infer_list(
 
 /// The activation a layer feeds, looking past shape-preserving layers (normalization,
 /// pooling, dropout, flatten); `after` when the list ends first.
-fn following_activation(rest: &[LayerSpec], after: Option<ActivationKind>) -> Option<ActivationKind> {
+fn following_activation(
+    rest: &[LayerSpec],
+    after: Option<ActivationKind>,
+) -> Option<ActivationKind> {
     for spec in rest {
         match spec {
             LayerSpec::Relu => return Some(ActivationKind::Relu),
@@ -236,7 +237,7 @@ fn infer_layer(at: &At<'_>, spec: &LayerSpec) -> Result<PlannedLayer> {
                     batch_shape(input)
                 )));
             }
-            if !(b.eps > 0.0 && b.eps.is_finite()) || !(0.0..=1.0).contains(&b.momentum) {
+            if !(b.eps > 0.0 && b.eps.is_finite() && (0.0..=1.0).contains(&b.momentum)) {
                 return Err(at.error(format!(
                     "needs eps > 0 and momentum in [0, 1], not eps = {}, momentum = {}",
                     b.eps, b.momentum
@@ -380,7 +381,7 @@ fn conv2d(at: &At<'_>, c: &Conv2dSpec) -> Result<PlannedLayer> {
         }
         Padding::Same => [span[0] / 2, span[1] / 2],
     };
-    if channels % c.groups != 0 || c.out_channels % c.groups != 0 {
+    if !channels.is_multiple_of(c.groups) || !c.out_channels.is_multiple_of(c.groups) {
         return Err(at.error(format!(
             "has groups = {}, which must divide both its input channels ({channels}, of {}) \
              and out_channels ({})",
@@ -436,7 +437,12 @@ fn pool(at: &At<'_>, p: &PoolSpec) -> Result<(Pool2dOptions, Vec<usize>)> {
     let pad = p.padding.0;
     check_sizes(
         at,
-        &[("kernel", k[0]), ("kernel", k[1]), ("stride", s[0]), ("stride", s[1])],
+        &[
+            ("kernel", k[0]),
+            ("kernel", k[1]),
+            ("stride", s[0]),
+            ("stride", s[1]),
+        ],
         1,
     )?;
     if pad[0] > k[0] / 2 || pad[1] > k[1] / 2 {

@@ -37,8 +37,8 @@ use crate::nn::{
 
 pub use infer::{MAX_DIM, MAX_ELEMENTS, PlannedLayer, Resolved, batch_shape};
 pub use spec::{
-    BatchNormSpec, Conv2dSpec, DropoutSpec, EmbeddingSpec, LAYER_TYPES, LayerNormSpec,
-    LayerSpec, LinearSpec, Padding, Pair, PoolSpec, ResidualSpec,
+    BatchNormSpec, Conv2dSpec, DropoutSpec, EmbeddingSpec, LAYER_TYPES, LayerNormSpec, LayerSpec,
+    LinearSpec, Padding, Pair, PoolSpec, ResidualSpec,
 };
 
 /// The most axes one example's input may have.
@@ -286,7 +286,8 @@ impl ModelBuilder for SequentialBuilder {
                 out.params.insert("input".into(), serde_json::json!(shape));
             }
             (None, None, Ok(width)) => {
-                out.params.insert("input".into(), serde_json::json!([width]));
+                out.params
+                    .insert("input".into(), serde_json::json!([width]));
             }
             (None, None, Err(why)) => {
                 return Err(MlError::spec(format!(

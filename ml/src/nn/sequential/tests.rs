@@ -76,10 +76,13 @@ fn the_issue_cnn_infers_every_shape() {
             &[10],
         ]
     );
-    assert_eq!(p.shape(), ModelShape {
-        input: vec![1, 28, 28],
-        outputs: 10
-    });
+    assert_eq!(
+        p.shape(),
+        ModelShape {
+            input: vec![1, 28, 28],
+            outputs: 10
+        }
+    );
 }
 
 #[test]
@@ -112,8 +115,15 @@ fn the_summary_counts_what_keras_counts() {
     assert!(lines[2].starts_with("input") && lines[2].contains("[n, 1, 28, 28]"));
     let conv = lines[3];
     assert!(conv.starts_with("layers.0 (conv2d)"), "{conv}");
-    assert!(conv.contains("[n, 32, 28, 28]") && conv.ends_with(" 320"), "{conv}");
-    assert!(lines.iter().any(|l| l.starts_with("layers.8 (linear)") && l.ends_with("401,536")));
+    assert!(
+        conv.contains("[n, 32, 28, 28]") && conv.ends_with(" 320"),
+        "{conv}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("layers.8 (linear)") && l.ends_with("401,536"))
+    );
     assert_eq!(
         &lines[lines.len() - 3..],
         [
@@ -175,7 +185,10 @@ fn a_mismatch_names_the_layer_and_both_shapes() {
     );
     let e = error(json!({ "input": [3, 8, 8], "classes": 2, "layers": [
         { "type": "conv2d", "out_channels": 4, "kernel": 3, "groups": 2 } ] }));
-    assert!(e.starts_with("model.layers[0] (conv2d) has groups = 2, which must divide"), "{e}");
+    assert!(
+        e.starts_with("model.layers[0] (conv2d) has groups = 2, which must divide"),
+        "{e}"
+    );
     let e = error(json!({ "input": [3, 8, 8], "layers": [
         { "type": "conv2d", "out_channels": 4, "kernel": 3 } ] }));
     assert!(
@@ -195,7 +208,11 @@ fn unknown_keys_and_types_name_the_layer() {
         e.starts_with("model.layers[4] (conv2d): unknown field `kernal`, expected one of"),
         "{e}"
     );
-    let e = error(with_layer(issue_cnn(), 2, json!({ "type": "relu", "inplace": true })));
+    let e = error(with_layer(
+        issue_cnn(),
+        2,
+        json!({ "type": "relu", "inplace": true }),
+    ));
     assert_eq!(
         e,
         "model.layers[2] (relu): unknown field `inplace`; this layer takes no keys besides `type`"
@@ -207,9 +224,14 @@ fn unknown_keys_and_types_name_the_layer() {
     );
     let e = error(with_layer(issue_cnn(), 2, json!({ "out": 3 })));
     assert!(e.starts_with("model.layers[2] has no `type`"), "{e}");
-    let e = error(with_layer(issue_cnn(), 0, json!({ "type": "conv2d", "out_channels": 8, "kernel": "big" })));
+    let e = error(with_layer(
+        issue_cnn(),
+        0,
+        json!({ "type": "conv2d", "out_channels": 8, "kernel": "big" }),
+    ));
     assert!(
-        e.contains("model.layers[0] (conv2d)") && e.contains("expected an integer or [height, width]"),
+        e.contains("model.layers[0] (conv2d)")
+            && e.contains("expected an integer or [height, width]"),
         "{e}"
     );
     let mut fields = issue_cnn();
@@ -228,7 +250,10 @@ fn the_last_linear_takes_its_outputs_from_classes() {
     );
     // Only the last layer may leave `out` out.
     let e = error(with_layer(issue_cnn(), 8, json!({ "type": "linear" })));
-    assert!(e.starts_with("model.layers[8] (linear) has no `out`; only the model's last"), "{e}");
+    assert!(
+        e.starts_with("model.layers[8] (linear) has no `out`; only the model's last"),
+        "{e}"
+    );
     // `classes` must agree with an explicit last width.
     let mut fields = with_layer(issue_cnn(), 11, json!({ "type": "linear", "out": 5 }));
     let e = error(fields.clone());
@@ -300,13 +325,26 @@ fn a_small_resnet_infers_its_blocks_and_names_their_parameters() {
             .get_buffer("layers.5.shortcut.1.running_var")
             .is_some()
     );
-    assert!(model.params().get("layers.0.bias").is_none(), "bias = false");
+    assert!(
+        model.params().get("layers.0.bias").is_none(),
+        "bias = false"
+    );
     let s = model.summary();
     assert_eq!(s.trainable, model.params().numel() as u64);
     assert_eq!(s.non_trainable, model.params().buffer_numel() as u64);
-    let nested = s.rows.iter().find(|r| r.name == "layers.5.shortcut.0").unwrap();
+    let nested = s
+        .rows
+        .iter()
+        .find(|r| r.name == "layers.5.shortcut.0")
+        .unwrap();
     assert_eq!((nested.depth, nested.params), (1, 128));
-    let x = Tensor::uniform(&[2, 3, 16, 16], -1.0, 1.0, &mut rng::seeded(2, 0), Device::Cpu);
+    let x = Tensor::uniform(
+        &[2, 3, 16, 16],
+        -1.0,
+        1.0,
+        &mut rng::seeded(2, 0),
+        Device::Cpu,
+    );
     let mut r = rng::seeded(1, rng::streams::DROPOUT);
     let y = model.forward(&x.unwrap(), true, &mut r).unwrap();
     assert_eq!(y.shape(), [2, 4]);
@@ -315,7 +353,10 @@ fn a_small_resnet_infers_its_blocks_and_names_their_parameters() {
 #[test]
 fn a_block_that_changes_shape_needs_a_shortcut() {
     let mut fields = small_resnet();
-    fields["layers"][5].as_object_mut().unwrap().remove("shortcut");
+    fields["layers"][5]
+        .as_object_mut()
+        .unwrap()
+        .remove("shortcut");
     let e = error(fields);
     assert!(
         e.starts_with(
@@ -327,7 +368,10 @@ fn a_block_that_changes_shape_needs_a_shortcut() {
     let mut fields = small_resnet();
     fields["layers"][5]["layers"][3]["groups"] = json!(3);
     let e = error(fields);
-    assert!(e.starts_with("model.layers[5].layers[3] (conv2d) has groups = 3"), "{e}");
+    assert!(
+        e.starts_with("model.layers[5].layers[3] (conv2d) has groups = 3"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -350,11 +394,20 @@ fn sizes_are_bounded_before_anything_is_allocated() {
         { "type": "linear", "out": 1 << 24 }, { "type": "linear", "out": 1 << 20 } ] }));
     assert!(e.contains("more than the 2^31 ringflow builds"), "{e}");
     let e = error(json!({ "input": [4], "layers": [ { "type": "linear", "out": (1u64 << 40) } ] }));
-    assert!(e.starts_with("model.layers[0] (linear) has out = 1099511627776; it must be between"), "{e}");
+    assert!(
+        e.starts_with("model.layers[0] (linear) has out = 1099511627776; it must be between"),
+        "{e}"
+    );
     let e = error(json!({ "input": [0, 3], "layers": [ { "type": "flatten" } ] }));
-    assert!(e.starts_with("model.input must be the shape of one example"), "{e}");
+    assert!(
+        e.starts_with("model.input must be the shape of one example"),
+        "{e}"
+    );
     let e = error(json!({ "input": [8192, 8192, 64], "layers": [ { "type": "flatten" } ] }));
-    assert!(e.starts_with("model.input must be the shape of one example"), "{e}");
+    assert!(
+        e.starts_with("model.input must be the shape of one example"),
+        "{e}"
+    );
 }
 
 type Fact = std::result::Result<usize, String>;
@@ -381,17 +434,33 @@ fn resolution_fills_in_input_and_classes_from_the_data() {
     assert_eq!(full, spec(issue_cnn()));
     // Without data.shape, the feature width is the input; a declared shape must agree.
     let flat = SequentialBuilder
-        .resolve(&spec(json!({ "layers": [ { "type": "linear" } ] })), &facts(None, Ok(12), Ok(3)))
+        .resolve(
+            &spec(json!({ "layers": [ { "type": "linear" } ] })),
+            &facts(None, Ok(12), Ok(3)),
+        )
         .unwrap();
     assert_eq!(flat.params["input"], json!([12]));
     assert_eq!(flat.params["classes"], json!(3));
     let e = SequentialBuilder
-        .resolve(&spec(issue_cnn()), &facts(Some(vec![28, 28, 1]), Ok(784), Ok(10)))
+        .resolve(
+            &spec(issue_cnn()),
+            &facts(Some(vec![28, 28, 1]), Ok(784), Ok(10)),
+        )
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("model.input = [1, 28, 28] but the data's examples have shape [28, 28, 1]"), "{e}");
+    assert!(
+        e.starts_with("model.input = [1, 28, 28] but the data's examples have shape [28, 28, 1]"),
+        "{e}"
+    );
     let e = SequentialBuilder
-        .resolve(&bare, &facts(Some(vec![1, 28, 28]), Ok(784), Err("the label is a mystery".into())))
+        .resolve(
+            &bare,
+            &facts(
+                Some(vec![1, 28, 28]),
+                Ok(784),
+                Err("the label is a mystery".into()),
+            ),
+        )
         .unwrap_err()
         .to_string();
     assert_eq!(
@@ -400,16 +469,25 @@ fn resolution_fills_in_input_and_classes_from_the_data() {
          of classes (or give the last linear layer its `out`)"
     );
     let e = SequentialBuilder
-        .resolve(&bare, &facts(None, Err("the width is unknown".into()), Ok(10)))
+        .resolve(
+            &bare,
+            &facts(None, Err("the width is unknown".into()), Ok(10)),
+        )
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("model.input is not set and the width is unknown: set data.shape"), "{e}");
+    assert!(
+        e.starts_with("model.input is not set and the width is unknown: set data.shape"),
+        "{e}"
+    );
     // Resolution checks the completed model: a bad layer is reported here.
     let e = SequentialBuilder
         .resolve(&bare, &facts(Some(vec![784]), Ok(784), Ok(10)))
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("model.layers[0] (conv2d) needs an image input"), "{e}");
+    assert!(
+        e.starts_with("model.layers[0] (conv2d) needs an image input"),
+        "{e}"
+    );
 }
 
 /// Eight 8×8 one-channel images per class: class 0 bright in the top half, class 1 in the
@@ -469,7 +547,9 @@ fn a_sequential_cnn_learns_a_tiny_image_task() {
         "the loss did not fall: {losses:?}"
     );
     // Evaluation with the running statistics classifies the training images too.
-    let logits = crate::no_grad(|| model.forward(&x, false, &mut r)).unwrap().to_vec();
+    let logits = crate::no_grad(|| model.forward(&x, false, &mut r))
+        .unwrap()
+        .to_vec();
     let correct = logits
         .chunks(2)
         .enumerate()
@@ -506,6 +586,9 @@ fn a_spec_made_in_rust_reads_back_as_itself() {
         { "type": "avg_pool2d", "kernel": 2, "stride": [1, 2] },
         { "type": "flatten" }, { "type": "linear", "out": 2 } ] });
     let seq = SequentialSpec::from_spec(&spec(same)).unwrap();
-    assert_eq!(SequentialSpec::from_spec(&seq.to_model_spec()).unwrap(), seq);
+    assert_eq!(
+        SequentialSpec::from_spec(&seq.to_model_spec()).unwrap(),
+        seq
+    );
     assert_eq!(seq.plan().unwrap().layers[1].output, [2, 4, 2]);
 }
