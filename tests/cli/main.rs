@@ -16,6 +16,7 @@ mod listeners;
 mod load;
 mod lost;
 mod memory;
+mod models;
 mod observe;
 mod outputs;
 mod process;

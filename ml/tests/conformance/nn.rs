@@ -205,7 +205,7 @@ fn custom_model_kinds(device: Device) -> TestResult {
     let mut registry = ModelRegistry::default();
     registry.register("logistic", Logistic);
     ensure(
-        registry.kinds().collect::<Vec<_>>() == ["logistic", "mlp"],
+        registry.kinds().collect::<Vec<_>>() == ["logistic", "mlp", "sequential"],
         "registered kinds",
     )?;
     let model = Model::build(

@@ -60,7 +60,8 @@ impl Conv2dConfig {
                 o.stride, o.dilation
             )));
         }
-        if self.in_channels % o.groups != 0 || self.out_channels % o.groups != 0 {
+        if !self.in_channels.is_multiple_of(o.groups) || !self.out_channels.is_multiple_of(o.groups)
+        {
             return Err(MlError::spec(format!(
                 "conv2d groups = {} must divide both the input channels ({}) and the output \
                  channels ({})",

@@ -76,7 +76,7 @@ impl BatchNorm {
         if channels == 0 {
             return Err(MlError::spec("a batch norm needs at least one channel"));
         }
-        if !(eps > 0.0 && eps.is_finite()) || !(0.0..=1.0).contains(&momentum) {
+        if !(eps > 0.0 && eps.is_finite() && (0.0..=1.0).contains(&momentum)) {
             return Err(MlError::spec(format!(
                 "a batch norm needs eps > 0 and momentum in [0, 1], not eps {eps}, momentum \
                  {momentum}"

@@ -237,7 +237,7 @@ fn infer_layer(at: &At<'_>, spec: &LayerSpec) -> Result<PlannedLayer> {
                     batch_shape(input)
                 )));
             }
-            if !(b.eps > 0.0 && b.eps.is_finite()) || !(0.0..=1.0).contains(&b.momentum) {
+            if !(b.eps > 0.0 && b.eps.is_finite() && (0.0..=1.0).contains(&b.momentum)) {
                 return Err(at.error(format!(
                     "needs eps > 0 and momentum in [0, 1], not eps = {}, momentum = {}",
                     b.eps, b.momentum
@@ -381,7 +381,7 @@ fn conv2d(at: &At<'_>, c: &Conv2dSpec) -> Result<PlannedLayer> {
         }
         Padding::Same => [span[0] / 2, span[1] / 2],
     };
-    if channels % c.groups != 0 || c.out_channels % c.groups != 0 {
+    if !channels.is_multiple_of(c.groups) || !c.out_channels.is_multiple_of(c.groups) {
         return Err(at.error(format!(
             "has groups = {}, which must divide both its input channels ({channels}, of {}) \
              and out_channels ({})",

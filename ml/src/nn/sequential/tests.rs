@@ -557,3 +557,38 @@ fn a_sequential_cnn_learns_a_tiny_image_task() {
         .count();
     assert!(correct >= 28, "{correct} of 32 right in evaluation");
 }
+
+#[test]
+fn the_footprint_counts_kept_outputs_and_the_unfolded_input() {
+    let p = plan(json!({ "input": [1, 4, 4], "classes": 3, "layers": [
+        { "type": "conv2d", "out_channels": 2, "kernel": 3, "padding": 1 },
+        { "type": "max_pool2d", "kernel": 2 }, { "type": "flatten" }, { "type": "linear" } ] }))
+    .unwrap();
+    let f = p.footprint();
+    assert_eq!(f.parameters, 2 * 9 + 2 + 8 * 3 + 3);
+    // Kept: conv 32, max pool 8 and its argmax 8, flatten 8, linear 3; plus the input 16, the
+    // loss's 3, gradients of two of the widest outputs (2 × 32) and the conv's unfolded input
+    // (1·3·3 per output position, 16 positions).
+    assert_eq!(f.activations_per_row, 16 + (32 + 16 + 8 + 3) + 3 + 64 + 144);
+    // The input, the widest consecutive pair (16 + 32) and the unfolded input.
+    assert_eq!(f.inference_per_row, 16 + 48 + 144);
+}
+
+#[test]
+fn a_spec_made_in_rust_reads_back_as_itself() {
+    for fields in [issue_cnn(), small_resnet()] {
+        let seq = SequentialSpec::from_spec(&spec(fields)).unwrap();
+        let again = SequentialSpec::from_spec(&seq.to_model_spec()).unwrap();
+        assert_eq!(again, seq);
+    }
+    let same = json!({ "input": [1, 5, 5], "layers": [
+        { "type": "conv2d", "out_channels": 2, "kernel": [3, 1], "padding": "same" },
+        { "type": "avg_pool2d", "kernel": 2, "stride": [1, 2] },
+        { "type": "flatten" }, { "type": "linear", "out": 2 } ] });
+    let seq = SequentialSpec::from_spec(&spec(same)).unwrap();
+    assert_eq!(
+        SequentialSpec::from_spec(&seq.to_model_spec()).unwrap(),
+        seq
+    );
+    assert_eq!(seq.plan().unwrap().layers[1].output, [2, 4, 2]);
+}
