@@ -11,10 +11,10 @@
 use std::process::ExitCode;
 
 use ringflow::ml::nn::{
-    Forward, Init, LayerNorm, Linear, ModelBuilder, ModelRegistry, ModelShape, ModelSpec, Module,
-    ParamBuilder,
+    Activation, ActivationKind, Init, LayerNorm, Linear, ModelBuilder, ModelRegistry, ModelShape,
+    ModelSpec, Module, ParamBuilder, Residual, Sequential,
 };
-use ringflow::ml::{MlError, Result, Tensor};
+use ringflow::ml::{MlError, Result};
 use serde::Deserialize;
 
 /// The fields of `[model]` for this kind; unknown keys are refused.
@@ -41,24 +41,6 @@ impl ResidualMlpSpec {
     }
 }
 
-/// `h = relu(x·W_in)`, then `blocks` times `h = h + relu(norm(h·W_i))`, then `h·W_out`.
-struct ResidualMlp {
-    input: Linear,
-    blocks: Vec<(Linear, LayerNorm)>,
-    output: Linear,
-}
-
-impl Module for ResidualMlp {
-    fn forward(&self, x: &Tensor, ctx: &mut Forward<'_>) -> Result<Tensor> {
-        let mut h = self.input.forward(x, ctx)?.relu()?;
-        for (linear, norm) in &self.blocks {
-            let branch = norm.forward(&linear.forward(&h, ctx)?, ctx)?.relu()?;
-            h = h.add(&branch)?;
-        }
-        self.output.forward(&h, ctx)
-    }
-}
-
 struct ResidualMlpBuilder;
 
 impl ModelBuilder for ResidualMlpBuilder {
@@ -67,29 +49,50 @@ impl ModelBuilder for ResidualMlpBuilder {
         Ok(ModelShape::flat(s.inputs, s.outputs))
     }
 
+    /// `h = relu(x·W_in)`, then `blocks` times `h = h + relu(norm(h·W_i))`, then `h·W_out`,
+    /// from the stock layers (`Linear`, `LayerNorm`, `Activation`, `Residual`, `Sequential`);
+    /// a `Module` of your own works the same way.
     fn build(&self, spec: &ModelSpec, params: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>> {
         let s = ResidualMlpSpec::from(spec)?;
-        let relu = Some(ringflow::ml::nn::ActivationKind::Relu);
-        let input = Linear::new(&mut params.sub("input"), s.inputs, s.hidden, Init::He, relu)?;
-        let mut blocks = Vec::with_capacity(s.blocks);
+        let relu = ActivationKind::Relu;
+        let mut net = Sequential::new();
+        let mut input = params.sub("input");
+        net.push(Linear::new(
+            &mut input,
+            s.inputs,
+            s.hidden,
+            Init::He,
+            Some(relu),
+        )?);
+        net.push(Activation(relu));
         for i in 0..s.blocks {
             let mut scope = params.sub(format!("blocks.{i}"));
-            let linear = Linear::new(&mut scope.sub("linear"), s.hidden, s.hidden, Init::He, relu)?;
-            let norm = LayerNorm::new(&mut scope.sub("norm"), s.hidden, 1e-5)?;
-            blocks.push((linear, norm));
+            let mut body = Sequential::new();
+            let hidden = s.hidden;
+            body.push(Linear::new(
+                &mut scope.sub("linear"),
+                hidden,
+                hidden,
+                Init::He,
+                Some(relu),
+            )?);
+            body.push(LayerNorm::new(&mut scope.sub("norm"), hidden, 1e-5)?);
+            body.push(Activation(relu));
+            // Adds the block's input to its body's output.
+            net.push(Residual {
+                body: Box::new(body),
+                shortcut: None,
+            });
         }
-        let output = Linear::new(
-            &mut params.sub("output"),
+        let mut output = params.sub("output");
+        net.push(Linear::new(
+            &mut output,
             s.hidden,
             s.outputs,
             Init::Glorot,
             None,
-        )?;
-        Ok(Box::new(ResidualMlp {
-            input,
-            blocks,
-            output,
-        }))
+        )?);
+        Ok(Box::new(net))
     }
 }
 

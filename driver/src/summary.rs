@@ -116,6 +116,13 @@ pub struct JobSummary {
     /// FNV-1a checksum of rank 0's final parameters (equal between runs that trained the same
     /// replicas bit for bit).
     pub param_checksum: Option<u64>,
+    /// The model's values, trainable and not (buffers such as batch norm's running
+    /// statistics), when its kind says.
+    #[serde(default)]
+    pub parameters: Option<u64>,
+    /// The model's trainable values, when its kind says.
+    #[serde(default)]
+    pub trainable_parameters: Option<u64>,
 }
 
 /// How a job ended, for its [`JobSummary`].
@@ -220,6 +227,8 @@ impl JobSummary {
             param_checksum: checksums.first().copied(),
             recoveries: 0,
             executors_lost: 0,
+            parameters: None,
+            trainable_parameters: None,
         }
     }
 }

@@ -1,10 +1,11 @@
-//! Checkpoints: a model's parameters, its optimizer's state, and where training stood.
+//! Checkpoints: a model's parameters and buffers, its optimizer's state, and where training
+//! stood.
 //!
 //! A checkpoint is a directory:
 //!
 //! | file | contents |
 //! | --- | --- |
-//! | `model-<generation>.safetensors` | parameters, keyed by their stable names |
+//! | `model-<generation>.safetensors` | parameters and buffers (e.g. a batch norm's `running_mean`), keyed by their stable names, exact f32 values |
 //! | `optimizer-<generation>.safetensors` | optimizer state, keyed `<param>.<slot>` (absent for a bare model) |
 //! | `checkpoint.json` | [`CheckpointMeta`]: model and optimizer spec, epoch, step, RNG state, caller data, and the name and SHA-256 of each tensor file |
 //!
@@ -111,9 +112,10 @@ pub fn save(
         .unwrap_or(1);
     let mut files = BTreeMap::new();
 
-    let params: Vec<(String, Vec<usize>, Vec<f32>)> = model
-        .params()
+    let store = model.params();
+    let params: Vec<(String, Vec<usize>, Vec<f32>)> = store
         .iter()
+        .chain(store.buffers())
         .map(|p| {
             let values = p.tensor.try_to_vec()?;
             Ok((p.name.clone(), p.tensor.shape().to_vec(), values))
@@ -257,20 +259,27 @@ fn kind(t: &fs::FileType) -> &'static str {
 }
 
 impl Loaded {
-    /// Copies the saved parameters into `model`, which must have the same names and shapes.
+    /// Copies the saved parameters and buffers into `model`, which must have the same names
+    /// and shapes; on any mismatch nothing is changed.
     pub fn restore_model(&self, model: &Model) -> Result<()> {
         let file = self.dir.join(self.meta.model_file().unwrap_or(MODEL_ROLE));
         // Check everything before changing anything, so a mismatch leaves the model untouched.
-        let mut sources = Vec::with_capacity(model.params().len());
-        for p in model.params().iter() {
-            let (shape, values) = self.params.get(&p.name).ok_or_else(|| {
-                MlError::checkpoint(&file, format!("has no parameter {:?}", p.name))
-            })?;
+        let store = model.params();
+        let wanted = store
+            .iter()
+            .map(|p| ("parameter", p))
+            .chain(store.buffers().map(|p| ("buffer", p)));
+        let mut sources = Vec::with_capacity(store.len());
+        for (what, p) in wanted {
+            let (shape, values) = self
+                .params
+                .get(&p.name)
+                .ok_or_else(|| MlError::checkpoint(&file, format!("has no {what} {:?}", p.name)))?;
             if shape != p.tensor.shape() {
                 return Err(MlError::checkpoint(
                     &file,
                     format!(
-                        "parameter {:?} has shape {shape:?}, the model needs {:?}",
+                        "{what} {:?} has shape {shape:?}, the model needs {:?}",
                         p.name,
                         p.tensor.shape()
                     ),
@@ -278,15 +287,15 @@ impl Loaded {
             }
             sources.push((&p.tensor, values));
         }
-        if self.params.len() != model.params().len() {
+        if self.params.len() != sources.len() {
             let extra: Vec<&String> = self
                 .params
                 .keys()
-                .filter(|k| model.params().get(k).is_none())
+                .filter(|k| store.get(k).is_none() && store.get_buffer(k).is_none())
                 .collect();
             return Err(MlError::checkpoint(
                 file,
-                format!("has parameters the model does not: {extra:?}"),
+                format!("has tensors the model does not: {extra:?}"),
             ));
         }
         for (tensor, values) in sources {

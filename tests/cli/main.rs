@@ -2,6 +2,7 @@
 
 mod backup;
 mod chaos;
+mod cnn;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod data;
@@ -15,6 +16,7 @@ mod listeners;
 mod load;
 mod lost;
 mod memory;
+mod models;
 mod observe;
 mod outputs;
 mod process;

@@ -90,7 +90,7 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
     let (clean, expected) = uninterrupted_run(&spec, dir.path());
     // The same job, killed after its first checkpoint of the second epoch's middle.
     let run_dir = dir.path().join("killed");
-    let killed_at = kill_after_a_mid_epoch_checkpoint(&spec, &run_dir);
+    let killed_at = kill_after_a_mid_epoch_checkpoint(&spec, &run_dir, (1, 469));
     let resumed = dir.path().join("resumed.json");
     resume_ends_like((&clean, expected), &spec, &run_dir, &resumed, killed_at);
     damaged_tensor_is_refused(&spec, &run_dir);
@@ -99,7 +99,7 @@ fn a_killed_job_resumes_to_the_same_parameters_and_damage_is_refused() {
 
 /// Runs `spec` to its end with checkpoints under `dir/clean`; returns its summary, whose
 /// replicas agree, and its parameters' checksum.
-fn uninterrupted_run(spec: &str, dir: &Path) -> (serde_json::Value, u64) {
+pub(crate) fn uninterrupted_run(spec: &str, dir: &Path) -> (serde_json::Value, u64) {
     let clean_dir = dir.join("clean");
     let clean = dir.join("clean.json");
     ringflow(
@@ -121,8 +121,13 @@ fn uninterrupted_run(spec: &str, dir: &Path) -> (serde_json::Value, u64) {
 }
 
 /// Runs `spec` with checkpoints in `run_dir` and kills it (SIGKILL) once a checkpoint of the
-/// second epoch's middle exists; returns that checkpoint's step.
-fn kill_after_a_mid_epoch_checkpoint(spec: &str, run_dir: &Path) -> u64 {
+/// middle of epoch `after.0` (0-based) exists, beyond its first step `after.1`; returns that
+/// checkpoint's step.
+pub(crate) fn kill_after_a_mid_epoch_checkpoint(
+    spec: &str,
+    run_dir: &Path,
+    after: (u64, u64),
+) -> u64 {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringflow"))
         .args([
             "local",
@@ -138,8 +143,8 @@ fn kill_after_a_mid_epoch_checkpoint(spec: &str, run_dir: &Path) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(600);
     let killed_at = loop {
         if let Some((epoch, step)) = checkpoint_step(run_dir)
-            && epoch == 1
-            && step > 469
+            && epoch == after.0
+            && step > after.1
         {
             assert!(
                 child.try_wait().unwrap().is_none(),
@@ -165,7 +170,7 @@ fn kill_after_a_mid_epoch_checkpoint(spec: &str, run_dir: &Path) -> u64 {
 
 /// `--resume` of the run killed at step `killed_at` (checkpoints in `run_dir`) ends with the
 /// parameters (checksum `expected`) and test accuracy of the uninterrupted run's summary `clean`.
-fn resume_ends_like(
+pub(crate) fn resume_ends_like(
     (clean, expected): (&serde_json::Value, u64),
     spec: &str,
     run_dir: &Path,

@@ -1,8 +1,12 @@
 //! Parquet footers: row groups, row counts and schemas, without reading any rows; and the
 //! checks of a schema against the spec's features, label and model.
 
+use std::sync::Arc;
+
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::parquet::file::statistics::Statistics;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::ModelShape;
 use ringflow_proto::data::deadline::{self, READ_TIMEOUT, block_on_timeout, read_failed};
@@ -28,13 +32,15 @@ pub struct RowGroup {
     pub bytes: u64,
 }
 
-/// The row groups of a split and each file's Arrow schema.
+/// The row groups of a split and each file's Arrow schema and footer.
 #[derive(Clone, Debug, Default)]
 pub struct Split {
     /// Row groups in file order.
     pub groups: Vec<RowGroup>,
     /// Each file with its schema.
     pub schemas: Vec<(String, SchemaRef)>,
+    /// Each file's footer (row-group and column statistics), in the order of `schemas`.
+    pub footers: Vec<Arc<ParquetMetaData>>,
 }
 
 /// Reads the footer of every file of the split `key`.
@@ -76,8 +82,46 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
             start += rows;
         }
         split.schemas.push((name.clone(), meta.schema().clone()));
+        split.footers.push(meta.metadata().clone());
     }
     Ok(split)
+}
+
+/// The largest value of the number column `column` over every row group of `split`, from the
+/// footers' statistics: `Ok(None)` for a split without rows, an error sentence (naming the
+/// file) when a row group has no statistics for it or a value is not a whole number ≥ 0.
+pub fn column_max(split: &Split, column: &str) -> std::result::Result<Option<u64>, String> {
+    let mut max: Option<u64> = None;
+    for ((file, _), footer) in split.schemas.iter().zip(&split.footers) {
+        for rg in footer.row_groups().iter().filter(|rg| rg.num_rows() > 0) {
+            let chunk = rg
+                .columns()
+                .iter()
+                .find(|c| c.column_path().parts() == [column]);
+            let value = chunk
+                .and_then(|c| c.statistics())
+                .and_then(statistics_max)
+                .ok_or_else(|| format!("{file} has no statistics of the column `{column}`"))?;
+            let whole = (value >= 0.0 && value.fract() == 0.0 && value < 2f64.powi(53))
+                .then_some(value as u64)
+                .ok_or_else(|| {
+                    format!("the column `{column}` of {file} holds {value}, not a class index")
+                })?;
+            max = Some(max.map_or(whole, |m| m.max(whole)));
+        }
+    }
+    Ok(max)
+}
+
+/// The largest value a column chunk's statistics record, as a number.
+fn statistics_max(s: &Statistics) -> Option<f64> {
+    match s {
+        Statistics::Int32(v) => v.max_opt().map(|&x| f64::from(x)),
+        Statistics::Int64(v) => v.max_opt().map(|&x| x as f64),
+        Statistics::Float(v) => v.max_opt().map(|&x| f64::from(x)),
+        Statistics::Double(v) => v.max_opt().copied(),
+        _ => None,
+    }
 }
 
 fn is_number(t: &DataType) -> bool {
@@ -86,7 +130,7 @@ fn is_number(t: &DataType) -> bool {
 
 /// Values per row that a feature column of type `t` gives: `Some(n)` when fixed, `None` for
 /// variable-length lists (checked by executors as they read), an error when not numeric.
-fn feature_width(t: &DataType) -> std::result::Result<Option<usize>, String> {
+pub fn feature_width(t: &DataType) -> std::result::Result<Option<usize>, String> {
     match t {
         t if is_number(t) => Ok(Some(1)),
         DataType::FixedSizeList(f, n) if is_number(f.data_type()) => Ok(Some(*n as usize)),

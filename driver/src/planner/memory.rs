@@ -390,6 +390,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             string_label: false,
             files: vec!["x.parquet".into()],
             resume: None,
+            summary: None,
             warnings: Vec::new(),
         }
     }

@@ -1,15 +1,18 @@
 //! Turning a job spec into work: which files, which partitions, which rank reads what.
 //!
 //! The planner never reads data rows. It lists the files of each split ([`discover`]), reads
-//! only their Parquet footers ([`footer`]) to learn row groups, row counts and schemas, plans
-//! the job's `data.sql` (if any) against those schemas with DataFusion, checks the feature and
-//! label columns of the result against the model, and each epoch splits the row groups into
-//! per-rank partitions ([`assign`]). [`memory`] estimates what one executor needs for the job.
+//! only their Parquet footers ([`footer`]) to learn row groups, row counts, schemas and column
+//! statistics, completes the model spec with what they tell ([`model`]: a sequential model's
+//! input shape and classes), plans the job's `data.sql` (if any) against those schemas with
+//! DataFusion, checks the feature and label columns of the result against the model, and each
+//! epoch splits the row groups into per-rank partitions ([`assign`]). [`memory`] estimates
+//! what one executor needs for the job.
 
 pub mod assign;
 pub mod discover;
 pub mod footer;
 pub mod memory;
+mod model;
 
 use std::collections::BTreeMap;
 
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
-use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape};
+use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::data::{Location, sql};
@@ -25,7 +28,33 @@ use ringflow_proto::pb::EpochPlan;
 use ringflow_proto::spec::JobSpec;
 
 use crate::error::{DriverError, Result};
-use footer::{LabelType, RowGroup, check_schema, read_footers};
+use footer::{LabelType, RowGroup, Split, check_schema, read_footers};
+
+/// One split's files and footers, listed and read but not yet checked.
+#[derive(Clone, Debug)]
+struct ListedSplit {
+    files: Vec<String>,
+    split: Split,
+    /// Entries of its directory or glob skipped because they are not regular files.
+    warnings: Vec<String>,
+}
+
+/// Lists the split at `path` (spec key `key`) and reads its footers.
+fn list_split(key: &str, path: &str) -> Result<ListedSplit> {
+    let listing = discover::files(key, path)?;
+    let warnings = listing
+        .skipped
+        .iter()
+        .map(|s| format!("{key}: {s}"))
+        .collect();
+    let files = listing.files;
+    let split = read_footers(key, &files)?;
+    Ok(ListedSplit {
+        files,
+        split,
+        warnings,
+    })
+}
 
 /// One split after planning.
 #[derive(Clone, Debug)]
@@ -38,23 +67,20 @@ struct SplitPlan {
     warnings: Vec<String>,
 }
 
-/// Lists, inspects and checks the split at `path` (spec key `key`).
-fn plan_split(
+/// Checks the listed split `key` against the spec and the model.
+fn check_split(
     key: &str,
-    path: &str,
+    listed: ListedSplit,
     spec: &JobSpec,
     model: &ModelShape,
     label_required: bool,
     prep: Option<&SqlPlanner>,
 ) -> Result<SplitPlan> {
-    let listing = discover::files(key, path)?;
-    let warnings = listing
-        .skipped
-        .iter()
-        .map(|s| format!("{key}: {s}"))
-        .collect();
-    let files = listing.files;
-    let split = read_footers(key, &files)?;
+    let ListedSplit {
+        files,
+        split,
+        warnings,
+    } = listed;
     let data = &spec.data;
     let loss = spec.train.loss;
     let mut label = LabelType::Absent;
@@ -194,6 +220,8 @@ pub struct JobPlan {
     pub resume: Option<ResumePoint>,
     /// What the model needs in memory (`None` for a custom kind that does not say).
     pub footprint: Option<ModelFootprint>,
+    /// The model's layers and parameter counts (`None` for a custom kind that does not say).
+    pub summary: Option<ModelSummary>,
     /// What planning left out and people should know: entries of a data directory or glob
     /// that are not regular files.
     pub warnings: Vec<String>,
@@ -245,34 +273,36 @@ pub fn resume_point(spec: &JobSpec) -> Result<ResumePoint> {
 impl JobPlan {
     /// Plans `spec`: checks the model against `registry`, lists and inspects the data, and
     /// plans `data.sql`.
-    pub fn new(spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
+    pub fn new(mut spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
         // `cluster.device` is not checked here: the driver needs no GPU. Executors advertise
         // theirs, the scheduler places the job only on executors that have its device, and
         // each executor checks the device it is given.
-        let model = registry.builder(&spec.model)?.shape(&spec.model)?;
-        let footprint = memory::footprint(registry, &spec)?;
+        let builder = registry.builder(&spec.model)?;
         // Where the model goes must be usable (an object store needs credentials) before any
         // executor trains for it.
         Location::parse(&spec.model_dir())
             .map_err(|e| DriverError::Data(format!("cluster.checkpoint_dir: {e}")))?;
         let prep = SqlPlanner::new(&spec)?;
-        let train = plan_split(
-            "data.train",
-            &spec.data.train,
-            &spec,
-            &model,
-            true,
-            prep.as_ref(),
-        )?;
+        let train = list_split("data.train", &spec.data.train)?;
         let test = match &spec.data.test {
-            Some(path) => Some(plan_split(
-                "data.test",
-                path,
-                &spec,
-                &model,
-                true,
-                prep.as_ref(),
-            )?),
+            Some(path) => Some(list_split("data.test", path)?),
+            None => None,
+        };
+        // The spec every executor, checkpoint, `eval` and `predict` sees is the completed one.
+        let facts = model::data_facts(
+            &spec,
+            &train.split,
+            test.as_ref().map(|t| &t.split),
+            prep.as_ref(),
+        );
+        spec.model = builder.resolve(&spec.model, &facts)?;
+        let model = builder.shape(&spec.model)?;
+        let footprint = memory::footprint(registry, &spec)?;
+        let summary = builder.summary(&spec.model)?;
+        let check = |key, listed| check_split(key, listed, &spec, &model, true, prep.as_ref());
+        let train = check("data.train", train)?;
+        let test = match test {
+            Some(listed) => Some(check("data.test", listed)?),
             None => None,
         };
         if let Some(t) = &test
@@ -330,6 +360,7 @@ impl JobPlan {
             files,
             resume: None,
             footprint,
+            summary,
             warnings,
         })
     }
@@ -342,10 +373,20 @@ impl JobPlan {
         registry: &ModelRegistry,
         label_required: bool,
     ) -> Result<JobPlan> {
-        let model = registry.builder(&spec.model)?.shape(&spec.model)?;
+        let builder = registry.builder(&spec.model)?;
+        let model = builder.shape(&spec.model)?;
         let footprint = memory::footprint(registry, &spec)?;
+        let summary = builder.summary(&spec.model)?;
         let prep = SqlPlanner::new(&spec)?;
-        let data = plan_split("--data", path, &spec, &model, label_required, prep.as_ref())?;
+        let listed = list_split("--data", path)?;
+        let data = check_split(
+            "--data",
+            listed,
+            &spec,
+            &model,
+            label_required,
+            prep.as_ref(),
+        )?;
         let mut warnings = data.warnings;
         warnings.extend(prep.iter().flat_map(|p| p.warnings.iter().cloned()));
         Ok(JobPlan {
@@ -358,6 +399,7 @@ impl JobPlan {
             files: data.files,
             resume: None,
             footprint,
+            summary,
             warnings,
         })
     }

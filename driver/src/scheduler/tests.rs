@@ -221,6 +221,7 @@ device = "{device}"
             &[1, 2],
             false,
         )),
+        summary: None,
         warnings: Vec::new(),
     }))
 }

@@ -3,31 +3,43 @@
 //! A model is a tree of [`Module`]s whose parameters live in one [`ParamStore`] under stable,
 //! dotted names (`layers.0.weight`). Names key checkpoints; the store's order (creation order)
 //! fixes the order in which gradients are fused and all-reduced, identically on every executor.
+//! Non-trainable state (a batch norm's running statistics) lives in the same store as
+//! *buffers*, saved with the parameters but never trained.
 //!
-//! Stock layers: [`Linear`], [`Activation`], [`Dropout`], [`Embedding`], [`LayerNorm`],
-//! [`Sequential`]; [`ModelSpec`] describes a whole model (`kind = "mlp"` is built in), and a
-//! [`ModelRegistry`] maps further `kind`s to user code.
+//! Stock layers ([`layers`]): [`Linear`], [`Conv2d`], [`BatchNorm`], [`LayerNorm`],
+//! [`MaxPool2d`], [`AvgPool2d`], [`GlobalAvgPool2d`], [`Flatten`], [`Activation`], [`Dropout`],
+//! [`Embedding`], [`Residual`] and [`Sequential`]. [`ModelSpec`] describes a whole model: `kind
+//! = "mlp"` and `kind = "sequential"` (a list of layers, [`sequential`]) are built in, and a
+//! [`ModelRegistry`] maps further `kind`s to user code. [`ModelSummary`] is the Keras-style
+//! table of a model's layers.
 
 mod footprint;
-mod layers;
+pub mod layers;
+mod mlp;
 mod model;
 mod params;
 mod registry;
+pub mod sequential;
+mod summary;
 
 pub use footprint::ModelFootprint;
 pub use layers::{
-    Activation, ActivationKind, Dropout, Embedding, Init, LayerNorm, Linear, Sequential,
+    Activation, ActivationKind, AvgPool2d, BatchNorm, Conv2d, Conv2dConfig, Dropout, Embedding,
+    Flatten, GlobalAvgPool2d, Init, LayerNorm, Linear, MaxPool2d, Residual, Sequential,
 };
+pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};
 pub use params::{Param, ParamBuilder, ParamStore};
-pub use registry::{MlpSpec, ModelBuilder, ModelRegistry, ModelShape};
+pub use registry::{DataFacts, ModelBuilder, ModelRegistry, ModelShape};
+pub use sequential::{LayerSpec, SequentialSpec};
+pub use summary::{ModelSummary, SummaryRow, thousands};
 
 use crate::error::Result;
 use crate::rng::Rng;
 use crate::tensor::Tensor;
 
-/// Per-call state of a forward pass: whether the model is training (dropout active) and the
-/// random source for dropout masks.
+/// Per-call state of a forward pass: whether the model is training (dropout active, batch
+/// norm using and updating batch statistics) and the random source for dropout masks.
 pub struct Forward<'a> {
     /// True while training; false for evaluation and prediction.
     pub train: bool,

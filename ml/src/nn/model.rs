@@ -4,7 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::Device;
 use crate::error::{MlError, Result};
-use crate::nn::{Forward, ModelRegistry, ModelShape, Module, ParamBuilder, ParamStore};
+use crate::nn::{
+    Forward, ModelRegistry, ModelShape, ModelSummary, Module, ParamBuilder, ParamStore,
+};
 use crate::rng::{self, Rng};
 use crate::tensor::Tensor;
 
@@ -55,6 +57,7 @@ pub struct Model {
     shape: ModelShape,
     module: Box<dyn Module>,
     params: ParamStore,
+    summary: ModelSummary,
 }
 
 impl Model {
@@ -75,11 +78,16 @@ impl Model {
             let mut b = ParamBuilder::new(&mut params, &mut init_rng, device);
             builder.build(spec, &mut b)?
         };
+        let summary = match builder.summary(spec)? {
+            Some(summary) => summary,
+            None => ModelSummary::from_params(&params),
+        };
         Ok(Model {
             spec: spec.clone(),
             shape,
             module,
             params,
+            summary,
         })
     }
 
@@ -93,12 +101,19 @@ impl Model {
         &self.shape
     }
 
-    /// The parameters in their stable order.
+    /// The parameters in their stable order, and the buffers.
     pub fn params(&self) -> &ParamStore {
         &self.params
     }
 
-    /// The output for a batch `[n, inputs]`; dropout is active only when `train`.
+    /// The Keras-style table of the model's layers, output shapes and parameter counts (for a
+    /// kind whose builder gives no summary, one row per module of the built parameters).
+    pub fn summary(&self) -> &ModelSummary {
+        &self.summary
+    }
+
+    /// The output for a batch `[n, input...]`; dropout is active, and batch norm uses and
+    /// updates the batch's statistics, only when `train`.
     pub fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {
         let mut ctx = Forward { train, rng };
         self.module.forward(input, &mut ctx)

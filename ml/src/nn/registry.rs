@@ -1,13 +1,14 @@
-//! Model kinds: the built-in MLP and user-registered builders.
+//! Model kinds: the [`ModelBuilder`] trait, the [`ModelRegistry`] of kinds by name (the built-in
+//! `mlp` and `sequential`, and user-registered builders), and the [`DataFacts`] a driver
+//! resolves a spec with.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{MlError, Result};
-use crate::nn::layers::{Activation, ActivationKind, Dropout, Init, Linear, Sequential};
-use crate::nn::{ModelFootprint, ModelSpec, Module, ParamBuilder};
+use crate::nn::mlp::MlpBuilder;
+use crate::nn::sequential::SequentialBuilder;
+use crate::nn::{ModelFootprint, ModelSpec, ModelSummary, Module, ParamBuilder};
 
 /// What one example looks like to a model: the shape of its input and the number of outputs.
 ///
@@ -64,6 +65,40 @@ pub trait ModelBuilder: Send + Sync {
         let _ = spec;
         Ok(None)
     }
+
+    /// The model's layers, output shapes and parameter counts, computed from the spec without
+    /// building it (printed when a job starts). The default, `None`, lets
+    /// [`Model::summary`](crate::nn::Model::summary) list the built model's parameters instead.
+    fn summary(&self, spec: &ModelSpec) -> Result<Option<ModelSummary>> {
+        let _ = spec;
+        Ok(None)
+    }
+
+    /// Completes `spec` with what the job's data tells (the driver calls it before planning,
+    /// and every executor, checkpoint, `eval` and `predict` then sees the completed spec):
+    /// e.g. `sequential` fills in its input shape and number of classes. The default returns
+    /// the spec unchanged.
+    fn resolve(&self, spec: &ModelSpec, facts: &DataFacts) -> Result<ModelSpec> {
+        let _ = facts;
+        Ok(spec.clone())
+    }
+}
+
+/// What a job's data tells about the model it needs, known to the driver before training
+/// (from the spec and the Parquet footers alone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataFacts {
+    /// The shape of one example that the data declares (`data.shape`, or `[channels, height,
+    /// width]` of `data.image`), if it declares one.
+    pub example_shape: Option<Vec<usize>>,
+    /// Which key declared `example_shape` (`"data.shape"`, `"data.image"`), for messages.
+    pub example_shape_from: String,
+    /// Values per row of the features, or why it is not known before reading (e.g. "data.features
+    /// include the variable-length list column `x`").
+    pub feature_width: std::result::Result<usize, String>,
+    /// Outputs the labels call for (the classes of a classification, 1 for regression), or
+    /// why they are not known before training.
+    pub outputs: std::result::Result<usize, String>,
 }
 
 /// The model kinds a process knows, by name.
@@ -85,12 +120,13 @@ impl std::fmt::Debug for ModelRegistry {
 }
 
 impl ModelRegistry {
-    /// A registry with the stock kinds (`mlp`).
+    /// A registry with the stock kinds (`mlp`, `sequential`).
     pub fn with_builtins() -> Self {
         let mut r = ModelRegistry {
             kinds: BTreeMap::new(),
         };
         r.register("mlp", MlpBuilder);
+        r.register("sequential", SequentialBuilder);
         r
     }
 
@@ -117,92 +153,5 @@ impl ModelRegistry {
     /// The names of the registered kinds.
     pub fn kinds(&self) -> impl Iterator<Item = &str> {
         self.kinds.keys().map(String::as_str)
-    }
-}
-
-/// `kind = "mlp"`: linear layers with an activation between them (none after the last).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MlpSpec {
-    /// Widths from input to output, e.g. `[784, 100, 10]`: at least two.
-    pub layers: Vec<usize>,
-    /// Nonlinearity between layers.
-    #[serde(default)]
-    pub activation: ActivationKind,
-    /// Dropout probability after each hidden activation (0 = none).
-    #[serde(default)]
-    pub dropout: f32,
-    /// Weight initialization.
-    #[serde(default)]
-    pub init: Init,
-}
-
-impl MlpSpec {
-    /// Reads and checks the MLP fields of a model spec.
-    pub fn from_spec(spec: &ModelSpec) -> Result<MlpSpec> {
-        let mlp: MlpSpec = serde_json::from_value(serde_json::Value::Object(spec.params.clone()))
-            .map_err(|e| MlError::spec(format!("model: {e}")))?;
-        if mlp.layers.len() < 2 {
-            return Err(MlError::spec(format!(
-                "model.layers needs at least an input and an output width, got {:?}",
-                mlp.layers
-            )));
-        }
-        if let Some(i) = mlp.layers.iter().position(|&w| w == 0) {
-            return Err(MlError::spec(format!(
-                "model.layers[{i}] is 0; every width must be at least 1"
-            )));
-        }
-        if !(0.0..1.0).contains(&mlp.dropout) {
-            return Err(MlError::spec(format!(
-                "model.dropout {} is outside [0, 1)",
-                mlp.dropout
-            )));
-        }
-        Ok(mlp)
-    }
-}
-
-struct MlpBuilder;
-
-impl ModelBuilder for MlpBuilder {
-    fn shape(&self, spec: &ModelSpec) -> Result<ModelShape> {
-        let mlp = MlpSpec::from_spec(spec)?;
-        Ok(ModelShape::flat(
-            mlp.layers[0],
-            *mlp.layers.last().expect("checked length"),
-        ))
-    }
-
-    fn footprint(&self, spec: &ModelSpec) -> Result<Option<ModelFootprint>> {
-        let mlp = MlpSpec::from_spec(spec)?;
-        Ok(Some(ModelFootprint::linear_stack(
-            &mlp.layers,
-            mlp.dropout > 0.0,
-        )))
-    }
-
-    fn build(&self, spec: &ModelSpec, params: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>> {
-        let mlp = MlpSpec::from_spec(spec)?;
-        let mut net = Sequential::new();
-        let last = mlp.layers.len() - 2;
-        for (i, pair) in mlp.layers.windows(2).enumerate() {
-            let hidden = i < last;
-            let mut scope = params.sub(format!("layers.{i}"));
-            net.push(Linear::new(
-                &mut scope,
-                pair[0],
-                pair[1],
-                mlp.init,
-                hidden.then_some(mlp.activation),
-            )?);
-            if hidden {
-                net.push(Activation(mlp.activation));
-                if mlp.dropout > 0.0 {
-                    net.push(Dropout { p: mlp.dropout });
-                }
-            }
-        }
-        Ok(Box::new(net))
     }
 }

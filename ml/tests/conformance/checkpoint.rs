@@ -309,8 +309,142 @@ fn mismatched_restores_are_errors(device: Device) -> TestResult {
     )
 }
 
+/// A sequential model with a batch norm: parameters and two buffers.
+fn batch_norm_model(seed: u64, device: Device) -> Result<Model, Box<dyn std::error::Error>> {
+    let spec = ModelSpec::new(
+        "sequential",
+        json!({ "input": [3], "layers": [ { "type": "linear", "out": 4 },
+                { "type": "batch_norm" }, { "type": "linear", "out": 2 } ] }),
+    )?;
+    Ok(Model::build(
+        &spec,
+        &ModelRegistry::default(),
+        seed,
+        device,
+    )?)
+}
+
+fn buffer_bits(model: &Model) -> Result<Vec<u32>, Box<dyn std::error::Error>> {
+    Ok(model
+        .params()
+        .flatten_buffers()?
+        .iter()
+        .map(|v| v.to_bits())
+        .collect())
+}
+
+/// Builds parameters named like a batch norm's (`layers.0.weight`, `layers.0.bias`) but no
+/// buffers.
+struct WithoutBuffers;
+
+impl ringflow_ml::nn::ModelBuilder for WithoutBuffers {
+    fn shape(&self, _: &ModelSpec) -> ringflow_ml::Result<ringflow_ml::nn::ModelShape> {
+        Ok(ringflow_ml::nn::ModelShape::flat(2, 2))
+    }
+
+    fn build(
+        &self,
+        _: &ModelSpec,
+        b: &mut ringflow_ml::nn::ParamBuilder<'_>,
+    ) -> ringflow_ml::Result<Box<dyn ringflow_ml::nn::Module>> {
+        let mut scope = b.sub("layers.0");
+        scope.constant("weight", &[2], 1.0)?;
+        scope.constant("bias", &[2], 0.0)?;
+        Ok(Box::new(ringflow_ml::nn::Flatten))
+    }
+}
+
+fn buffers_are_saved_and_restored_exactly(device: Device) -> TestResult {
+    let model = batch_norm_model(1, device)?;
+    let x = uniform(&[5, 3], -2.0, 2.0, 11, device);
+    let mut dropout = rng::seeded(1, rng::streams::DROPOUT);
+    for _ in 0..3 {
+        model.forward(&x, true, &mut dropout)?;
+    }
+    let trained = buffer_bits(&model)?;
+    ensure(
+        model.params().flatten_buffers()?[..4]
+            .iter()
+            .all(|&m| m != 0.0),
+        "training moved the running means",
+    )?;
+    let dir = tempfile::tempdir()?;
+    checkpoint::save(dir.path(), &model, None, &TrainingState::default())?;
+    let copy = batch_norm_model(2, device)?;
+    ensure(
+        buffer_bits(&copy)? != trained,
+        "a fresh model has other buffers",
+    )?;
+    ensure(
+        copy.params().checksum()? != model.params().checksum()?,
+        "the checksum differs before the restore",
+    )?;
+    checkpoint::load(dir.path())?.restore_model(&copy)?;
+    ensure(
+        buffer_bits(&copy)? == trained,
+        "buffers restored bit for bit",
+    )?;
+    ensure(
+        bits(&copy)? == bits(&model)?,
+        "parameters restored bit for bit",
+    )?;
+    ensure(
+        copy.params().checksum()? == model.params().checksum()?,
+        "equal after the restore",
+    )?;
+    // The checksum covers buffers: replicas differing only there do not compare equal.
+    copy.params()
+        .get_buffer("layers.1.running_var")
+        .ok_or("no running_var")?
+        .copy_from_slice(&[1.0; 4])?;
+    ensure(
+        copy.params().checksum()? != model.params().checksum()?,
+        "the checksum missed a buffer",
+    )?;
+
+    // A checkpoint without the buffers is refused, naming the missing one, and the other way
+    // round the extra tensors are named.
+    let mut registry = ModelRegistry::default();
+    registry.register("without_buffers", WithoutBuffers);
+    let spec = ModelSpec::new("without_buffers", json!({}))?;
+    let bare = Model::build(&spec, &registry, 1, device)?;
+    let bare_dir = tempfile::tempdir()?;
+    checkpoint::save(bare_dir.path(), &bare, None, &TrainingState::default())?;
+    let norm_only = ModelSpec::new(
+        "sequential",
+        json!({ "input": [2], "layers": [ { "type": "batch_norm" } ] }),
+    )?;
+    let with_buffers = Model::build(&norm_only, &registry, 1, device)?;
+    let e = checkpoint::load(bare_dir.path())?
+        .restore_model(&with_buffers)
+        .err()
+        .ok_or("restored a checkpoint without buffers")?
+        .to_string();
+    ensure(
+        e.contains("has no buffer \"layers.0.running_mean\""),
+        format!("the error does not name the buffer: {e}"),
+    )?;
+    let full_dir = tempfile::tempdir()?;
+    checkpoint::save(
+        full_dir.path(),
+        &with_buffers,
+        None,
+        &TrainingState::default(),
+    )?;
+    let e = checkpoint::load(full_dir.path())?
+        .restore_model(&bare)
+        .err()
+        .ok_or("restored extra buffers")?
+        .to_string();
+    ensure(
+        e.contains("has tensors the model does not") && e.contains("layers.0.running_var"),
+        format!("the error does not name the extra buffers: {e}"),
+    )
+}
+
 device_test!(
     resume_is_bit_exact,
     damaged_files_are_refused,
-    mismatched_restores_are_errors
+    mismatched_restores_are_errors,
+    buffers_are_saved_and_restored_exactly
 );

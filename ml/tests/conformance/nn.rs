@@ -205,7 +205,7 @@ fn custom_model_kinds(device: Device) -> TestResult {
     let mut registry = ModelRegistry::default();
     registry.register("logistic", Logistic);
     ensure(
-        registry.kinds().collect::<Vec<_>>() == ["logistic", "mlp"],
+        registry.kinds().collect::<Vec<_>>() == ["logistic", "mlp", "sequential"],
         "registered kinds",
     )?;
     let model = Model::build(
@@ -253,7 +253,8 @@ fn layers_by_hand(device: Device) -> TestResult {
         "a duplicate name was accepted",
     )?;
     lin.weight.copy_from_slice(&[1., 2., 3., 4., 5., 6.])?;
-    lin.bias.copy_from_slice(&[0.5, 0., -0.5])?;
+    let bias = lin.bias.as_ref().ok_or("Linear::new made no bias")?;
+    bias.copy_from_slice(&[0.5, 0., -0.5])?;
     let mut r = rng::seeded(0, 2);
     let mut ctx = Forward {
         train: true,

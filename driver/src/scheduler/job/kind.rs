@@ -2,7 +2,7 @@
 //! or time ring all-reduces. This file owns what follows from the kind alone, before any
 //! executor is chosen:
 //!
-//! - the job's name, and the line that introduces it in its messages;
+//! - the job's name, the line that introduces it in its messages, and its model's summary;
 //! - how many executors it needs, on which device, and what one of them needs in memory;
 //! - how long it waits for them and how long its ring waits for a rank;
 //! - the directory it writes into (and locks while it runs).
@@ -185,5 +185,20 @@ impl JobKind {
                 spec.iters, spec.floats
             ),
         }
+    }
+
+    /// The lines that show a training job's model when it starts: its kind, then the
+    /// Keras-style table of its layers, output shapes and parameters (empty for other jobs and
+    /// for a custom kind that gives no summary).
+    pub fn model_summary(&self) -> Vec<String> {
+        let JobKind::Train(plan) = self else {
+            return Vec::new();
+        };
+        let Some(summary) = &plan.summary else {
+            return Vec::new();
+        };
+        std::iter::once(format!("model ({}):", plan.spec.model.kind))
+            .chain(summary.lines().into_iter().map(|l| format!("  {l}")))
+            .collect()
     }
 }

@@ -177,6 +177,10 @@ impl Job {
                     None => "direct".into(),
                 });
                 (s.recoveries, s.executors_lost) = self.members.recoveries();
+                if let Some(model) = &plan.summary {
+                    s.parameters = Some(model.total());
+                    s.trainable_parameters = Some(model.trainable);
+                }
                 if let JobKind::Infer { predict, .. } = &self.kind {
                     s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
                     s.output = predict.as_ref().map(|(o, _)| o.clone());

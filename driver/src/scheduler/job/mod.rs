@@ -92,6 +92,9 @@ impl Job {
         };
         job.message(job.kind.introduction(&job.id));
         job.message(format!("memory: {}", job.memory.summary()));
+        for line in job.kind.model_summary() {
+            job.message(line);
+        }
         let warnings = job.plan().map(|p| p.warnings.clone()).unwrap_or_default();
         for w in warnings {
             // People see it as a job message; the driver's log keeps it too.

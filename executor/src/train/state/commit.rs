@@ -13,10 +13,12 @@ use crate::train::context::{Recovered, TaskContext};
 /// when another executor is lost meanwhile, and each such loss leaves one fewer.
 const MAX_REFORMS: usize = 8;
 
-/// Parameters, optimizer state, epoch and step at an epoch's start.
+/// Parameters, buffers (e.g. batch norm's running statistics), optimizer state, epoch and step
+/// at an epoch's start.
 #[derive(Clone)]
 pub struct Commit {
     params: Vec<f32>,
+    buffers: Vec<f32>,
     optimizer: Vec<(String, Vec<usize>, Vec<f32>)>,
     optimizer_steps: u64,
     epoch: u64,
@@ -30,6 +32,7 @@ impl Commit {
     pub fn take(model: &Model, optimizer: &Optimizer, epoch: u64, step: u64) -> Result<Commit> {
         Ok(Commit {
             params: model.params().flatten_values()?,
+            buffers: model.params().flatten_buffers()?,
             optimizer: optimizer.state_tensors()?,
             optimizer_steps: optimizer.steps(),
             epoch,
@@ -98,6 +101,7 @@ impl Commit {
     /// Puts the committed state back.
     pub fn restore(&self, model: &Model, optimizer: &mut Optimizer) -> Result<()> {
         model.params().load_flat_values(&self.params)?;
+        model.params().load_flat_buffers(&self.buffers)?;
         let state = &self.optimizer;
         optimizer.load_state(self.optimizer_steps, |key| {
             state
@@ -128,6 +132,10 @@ impl Commit {
             (int(&header[0..2]), int(&header[2..4]), int(&header[4..6]));
         let mut params = mine.params;
         comm.broadcast(&mut params, 0)?;
+        let mut buffers = mine.buffers;
+        if !buffers.is_empty() {
+            comm.broadcast(&mut buffers, 0)?;
+        }
         let mut state: Vec<f32> = mine
             .optimizer
             .iter()
@@ -147,6 +155,7 @@ impl Commit {
         }
         Commit {
             params,
+            buffers,
             optimizer: tensors,
             optimizer_steps,
             epoch,

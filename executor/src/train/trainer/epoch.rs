@@ -9,6 +9,7 @@ use ringflow_ml::rng::{self, streams};
 use ringflow_proto::pb::EpochPlan;
 
 use super::Trainer;
+use crate::collective::ReduceOp;
 use crate::data::batches::EpochStream;
 use crate::error::{CommError, ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TrainEvent};
@@ -207,6 +208,7 @@ impl Trainer<'_> {
             seconds,
         };
         self.ctx.report(TrainEvent::EpochEnd(stats))?;
+        self.sync_buffers()?;
         // No rank goes on to the next epoch (and commits it) before every rank has reported
         // this one: a ring re-formed from any rank's commit finds the driver's record of the
         // epochs before it complete. With backup workers, where no step waited for every rank,
@@ -296,6 +298,12 @@ impl Trainer<'_> {
         self.position.global_step += 1;
         let every = spec.cluster.checkpoint_every_steps;
         if every > 0 && self.position.global_step.is_multiple_of(every) && step + 1 < steps {
+            // Every rank is at this step (no backup workers skip it), so the buffers can be
+            // averaged first: a run resumed from this checkpoint continues from the state an
+            // uninterrupted run has here.
+            if spec.cluster.backup_workers == 0 {
+                self.sync_buffers()?;
+            }
             self.checkpoint(epoch)?;
         }
         Ok(Step::Trained {
@@ -340,6 +348,21 @@ impl Trainer<'_> {
         }
         self.position.epoch += 1;
         Ok(())
+    }
+
+    /// Averages the model's buffers (batch norm's running statistics) over the ring, so that
+    /// every replica holds the same ones. Each rank updates its own from its own batches during
+    /// the epoch (they are statistics of the data, not gradients); this runs on every rank at
+    /// the end of each epoch and before each mid-epoch checkpoint, so evaluation, checkpoints
+    /// and the saved model see the ring's average. A model without buffers sends nothing.
+    fn sync_buffers(&mut self) -> Result<()> {
+        let params = self.model.params();
+        if params.buffer_numel() == 0 || self.position.world == 1 {
+            return Ok(());
+        }
+        let mut flat = params.flatten_buffers()?;
+        self.ring.get().all_reduce(&mut flat, ReduceOp::Average)?;
+        Ok(params.load_flat_buffers(&flat)?)
     }
 
     /// Rank 0 writes the job's checkpoint as of `epochs_done` and reports it.

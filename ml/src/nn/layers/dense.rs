@@ -1,4 +1,5 @@
-//! The stock layers.
+//! Dense layers: [`Linear`], [`Activation`], [`Dropout`], [`Embedding`], and the weight
+//! initializations ([`Init`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -19,17 +20,32 @@ pub enum Init {
     Glorot,
 }
 
+impl Init {
+    /// The bound `b` of the uniform distribution `U(±b)` for weights with `fan_in` inputs and
+    /// `fan_out` outputs per unit; `Auto` is He when `relu_like` (the layer feeds a ReLU or
+    /// GELU), Glorot otherwise.
+    pub fn bound(self, fan_in: usize, fan_out: usize, relu_like: bool) -> f32 {
+        match (self, relu_like) {
+            (Init::He, _) | (Init::Auto, true) => (6.0 / fan_in.max(1) as f32).sqrt(),
+            (Init::Glorot, _) | (Init::Auto, false) => {
+                (6.0 / (fan_in + fan_out).max(1) as f32).sqrt()
+            }
+        }
+    }
+}
+
 /// A fully connected layer `y = x·W + b` with `W` stored as `[in, out]` (so neither the forward
 /// nor the backward pass copies a transpose).
 pub struct Linear {
     /// `[in, out]`
     pub weight: Tensor,
-    /// `[out]`
-    pub bias: Tensor,
+    /// `[out]`, or `None` for a layer without bias.
+    pub bias: Option<Tensor>,
 }
 
 impl Linear {
-    /// A layer with weights drawn by `init` (resolved for `activation`) and zero bias.
+    /// A layer with weights drawn by `init` (resolved for `activation`, the nonlinearity that
+    /// follows it) and a zero bias.
     pub fn new(
         b: &mut ParamBuilder<'_>,
         inputs: usize,
@@ -37,28 +53,42 @@ impl Linear {
         init: Init,
         activation: Option<ActivationKind>,
     ) -> Result<Linear> {
+        Linear::with_bias(b, inputs, outputs, init, activation, true)
+    }
+
+    /// Like [`Linear::new`], with a bias only when `bias` (a layer followed by a batch norm
+    /// needs none).
+    pub fn with_bias(
+        b: &mut ParamBuilder<'_>,
+        inputs: usize,
+        outputs: usize,
+        init: Init,
+        activation: Option<ActivationKind>,
+        bias: bool,
+    ) -> Result<Linear> {
         if inputs == 0 || outputs == 0 {
             return Err(MlError::spec(format!(
                 "a linear layer needs at least one input and one output, not {inputs} → {outputs}"
             )));
         }
-        let relu_like = matches!(
-            activation,
-            Some(ActivationKind::Relu) | Some(ActivationKind::Gelu)
-        );
-        let bound = match (init, relu_like) {
-            (Init::He, _) | (Init::Auto, true) => (6.0 / inputs as f32).sqrt(),
-            (Init::Glorot, _) | (Init::Auto, false) => (6.0 / (inputs + outputs) as f32).sqrt(),
-        };
+        let relu_like = activation.is_some_and(ActivationKind::is_relu_like);
+        let bound = init.bound(inputs, outputs, relu_like);
         let weight = b.uniform("weight", &[inputs, outputs], bound)?;
-        let bias = b.constant("bias", &[outputs], 0.0)?;
+        let bias = if bias {
+            Some(b.constant("bias", &[outputs], 0.0)?)
+        } else {
+            None
+        };
         Ok(Linear { weight, bias })
     }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        x.linear(&self.weight, &self.bias)
+        match &self.bias {
+            Some(bias) => x.linear(&self.weight, bias),
+            None => x.matmul(&self.weight),
+        }
     }
 }
 
@@ -75,6 +105,23 @@ pub enum ActivationKind {
     Sigmoid,
     /// GELU (tanh approximation)
     Gelu,
+}
+
+impl ActivationKind {
+    /// True for ReLU and GELU, whose layers start best from He initialization.
+    pub fn is_relu_like(self) -> bool {
+        matches!(self, ActivationKind::Relu | ActivationKind::Gelu)
+    }
+
+    /// The name a spec uses: `"relu"`, `"tanh"`, `"sigmoid"`, `"gelu"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActivationKind::Relu => "relu",
+            ActivationKind::Tanh => "tanh",
+            ActivationKind::Sigmoid => "sigmoid",
+            ActivationKind::Gelu => "gelu",
+        }
+    }
 }
 
 /// An activation as a layer.
@@ -127,74 +174,5 @@ impl Embedding {
 impl Module for Embedding {
     fn forward(&self, ids: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
         self.table.index_select(ids)
-    }
-}
-
-/// Normalization over the last axis with a learned scale and shift.
-pub struct LayerNorm {
-    /// `[dim]`, starts at 1
-    pub gamma: Tensor,
-    /// `[dim]`, starts at 0
-    pub beta: Tensor,
-    /// Added to the variance.
-    pub eps: f32,
-}
-
-impl LayerNorm {
-    /// A layer norm over vectors of size `dim`.
-    pub fn new(b: &mut ParamBuilder<'_>, dim: usize, eps: f32) -> Result<LayerNorm> {
-        Ok(LayerNorm {
-            gamma: b.constant("weight", &[dim], 1.0)?,
-            beta: b.constant("bias", &[dim], 0.0)?,
-            eps,
-        })
-    }
-}
-
-impl Module for LayerNorm {
-    fn forward(&self, x: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        let mean = x.mean(-1, true)?;
-        let centered = x.sub(&mean)?;
-        let var = centered.square()?.mean(-1, true)?;
-        let std = var.add_scalar(self.eps)?.sqrt()?;
-        centered.div(&std)?.mul(&self.gamma)?.add(&self.beta)
-    }
-}
-
-/// Layers applied one after another.
-#[derive(Default)]
-pub struct Sequential {
-    layers: Vec<Box<dyn Module>>,
-}
-
-impl Sequential {
-    /// An empty stack.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Appends a layer.
-    pub fn push(&mut self, layer: impl Module + 'static) {
-        self.layers.push(Box::new(layer));
-    }
-
-    /// The number of layers.
-    pub fn len(&self) -> usize {
-        self.layers.len()
-    }
-
-    /// True if there are no layers.
-    pub fn is_empty(&self) -> bool {
-        self.layers.is_empty()
-    }
-}
-
-impl Module for Sequential {
-    fn forward(&self, x: &Tensor, ctx: &mut Forward<'_>) -> Result<Tensor> {
-        let mut h = x.clone();
-        for layer in &self.layers {
-            h = layer.forward(&h, ctx)?;
-        }
-        Ok(h)
     }
 }

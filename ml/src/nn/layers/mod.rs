@@ -1,0 +1,16 @@
+//! The stock layers, by concept: [`dense`] (linear, activations, dropout, embeddings),
+//! [`conv`] (2-D convolution), [`pool`] (pooling and flattening), [`norm`] (layer and batch
+//! normalization) and [`residual`] (sequential stacks and skip connections). Each is a
+//! [`Module`](crate::nn::Module) that custom Rust models can use as they are.
+
+pub mod conv;
+pub mod dense;
+pub mod norm;
+pub mod pool;
+pub mod residual;
+
+pub use conv::{Conv2d, Conv2dConfig};
+pub use dense::{Activation, ActivationKind, Dropout, Embedding, Init, Linear};
+pub use norm::{BatchNorm, LayerNorm};
+pub use pool::{AvgPool2d, Flatten, GlobalAvgPool2d, MaxPool2d};
+pub use residual::{Residual, Sequential};

@@ -1,0 +1,171 @@
+//! From planned layers to modules, a summary and a memory footprint.
+
+use crate::error::Result;
+use crate::nn::layers::{
+    Activation, AvgPool2d, BatchNorm, Conv2d, Dropout, Embedding, Flatten, GlobalAvgPool2d,
+    LayerNorm, Linear, MaxPool2d, Residual, Sequential,
+};
+use crate::nn::sequential::infer::{PlannedLayer, Resolved};
+use crate::nn::{ModelFootprint, ModelSummary, Module, ParamBuilder, SummaryRow};
+
+/// The modules of `layers`, their parameters created through `b` (a builder at the scope of
+/// the list's owner) under each layer's local name.
+pub fn build_list(layers: &[PlannedLayer], b: &mut ParamBuilder<'_>) -> Result<Sequential> {
+    let mut net = Sequential::new();
+    for layer in layers {
+        net.push_boxed(build_layer(layer, b)?);
+    }
+    Ok(net)
+}
+
+fn build_layer(layer: &PlannedLayer, b: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>> {
+    let mut b = b.sub(&layer.local);
+    Ok(match &layer.layer {
+        Resolved::Conv2d(config) => Box::new(Conv2d::new(&mut b, config)?),
+        Resolved::BatchNorm {
+            channels,
+            eps,
+            momentum,
+        } => Box::new(BatchNorm::new(&mut b, *channels, *eps, *momentum)?),
+        Resolved::Activation(kind) => Box::new(Activation(*kind)),
+        Resolved::MaxPool2d(opts) => Box::new(MaxPool2d(*opts)),
+        Resolved::AvgPool2d(opts) => Box::new(AvgPool2d(*opts)),
+        Resolved::GlobalAvgPool2d => Box::new(GlobalAvgPool2d),
+        Resolved::Flatten => Box::new(Flatten),
+        Resolved::Linear {
+            inputs,
+            outputs,
+            bias,
+            init,
+            activation,
+        } => Box::new(Linear::with_bias(
+            &mut b,
+            *inputs,
+            *outputs,
+            *init,
+            *activation,
+            *bias,
+        )?),
+        Resolved::Dropout(p) => Box::new(Dropout { p: *p }),
+        Resolved::LayerNorm { dim, eps } => Box::new(LayerNorm::new(&mut b, *dim, *eps)?),
+        Resolved::Embedding { vocab, dim } => Box::new(Embedding::new(&mut b, *vocab, *dim)?),
+        Resolved::Residual { body, shortcut } => {
+            let body = Box::new(build_list(body, &mut b)?);
+            let shortcut = match shortcut {
+                Some(s) => Some(Box::new(build_list(s, &mut b)?) as Box<dyn Module>),
+                None => None,
+            };
+            Box::new(Residual { body, shortcut })
+        }
+    })
+}
+
+/// The summary rows of `layers` at nesting `depth`, depth first.
+fn rows(layers: &[PlannedLayer], depth: usize, out: &mut Vec<SummaryRow>) {
+    for layer in layers {
+        out.push(SummaryRow {
+            name: layer.name.clone(),
+            kind: layer.kind.to_string(),
+            output: Some(layer.output.clone()),
+            params: layer.params.saturating_add(layer.buffers),
+            depth,
+        });
+        if let Resolved::Residual { body, shortcut } = &layer.layer {
+            rows(body, depth + 1, out);
+            if let Some(s) = shortcut {
+                rows(s, depth + 1, out);
+            }
+        }
+    }
+}
+
+/// The summary of a model with this input and these layers.
+pub fn summary(input: &[usize], layers: &[PlannedLayer]) -> ModelSummary {
+    let mut out = vec![SummaryRow {
+        name: "input".into(),
+        kind: String::new(),
+        output: Some(input.to_vec()),
+        params: 0,
+        depth: 0,
+    }];
+    rows(layers, 0, &mut out);
+    let (trainable, non_trainable) = layers.iter().fold((0u64, 0u64), |(p, b), l| {
+        (p.saturating_add(l.params), b.saturating_add(l.buffers))
+    });
+    ModelSummary {
+        rows: out,
+        trainable,
+        non_trainable,
+    }
+}
+
+fn numel(shape: &[usize]) -> u64 {
+    shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
+}
+
+/// What one example's forward pass keeps for backward, per layer, and the most any one layer
+/// briefly needs on top (a convolution's unfolded input, `C/g·kh·kw·oh·ow`), with the widest
+/// output and the widest pair of consecutive outputs.
+#[derive(Default)]
+struct Tally {
+    kept: u64,
+    scratch: u64,
+    widest: u64,
+    widest_pair: u64,
+}
+
+fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
+    let mut before = input;
+    let mut previous = numel(input);
+    for layer in layers {
+        let out = numel(&layer.output);
+        // Values kept per output value: the output, plus a max pool's argmax, a dropout's
+        // mask, a batch norm's normalized input, a layer norm's intermediates.
+        let copies = match &layer.layer {
+            Resolved::MaxPool2d(_) | Resolved::Dropout(_) | Resolved::BatchNorm { .. } => 2,
+            Resolved::LayerNorm { .. } => 4,
+            _ => 1,
+        };
+        t.kept = t.kept.saturating_add(out.saturating_mul(copies));
+        if let Resolved::Conv2d(c) = &layer.layer {
+            let per_out = (c.in_channels / c.options.groups.max(1)) as u64
+                * (c.kernel[0] * c.kernel[1]) as u64;
+            let positions = numel(&layer.output[1..]);
+            t.scratch = t.scratch.max(per_out.saturating_mul(positions));
+        }
+        if let Resolved::Residual { body, shortcut } = &layer.layer {
+            // The block's layers start from its input, the shape before it.
+            tally(body, before, t);
+            if let Some(s) = shortcut {
+                tally(s, before, t);
+            }
+        }
+        t.widest = t.widest.max(out);
+        t.widest_pair = t.widest_pair.max(previous.saturating_add(out));
+        previous = out;
+        before = &layer.output;
+    }
+}
+
+/// The memory footprint of a model with this input and these layers (see
+/// [`ModelFootprint`]).
+pub fn footprint(input: &[usize], layers: &[PlannedLayer]) -> ModelFootprint {
+    let mut t = Tally::default();
+    tally(layers, input, &mut t);
+    let parameters = layers.iter().fold(0u64, |a, l| a.saturating_add(l.params));
+    let first = numel(input);
+    let last = layers.last().map_or(first, |l| numel(&l.output));
+    ModelFootprint {
+        parameters,
+        // The input, every kept output, the loss's probabilities, the gradients of about two
+        // layer outputs in flight, and the largest unfolded input.
+        activations_per_row: first
+            .saturating_add(t.kept)
+            .saturating_add(last)
+            .saturating_add(t.widest.saturating_mul(2))
+            .saturating_add(t.scratch),
+        inference_per_row: first
+            .saturating_add(t.widest_pair)
+            .saturating_add(t.scratch),
+    }
+}

@@ -1,0 +1,552 @@
+//! Shape inference: each layer of a sequential spec resolved against the shape it receives,
+//! from `model.input` to the output, before anything is allocated. A layer that cannot take
+//! its input is one error naming it by path and type with both shapes.
+
+use crate::error::{MlError, Result};
+use crate::nn::layers::Conv2dConfig;
+use crate::nn::sequential::spec::{
+    Conv2dSpec, LayerSpec, LinearSpec, Padding, PoolSpec, ResidualSpec,
+};
+use crate::nn::{ActivationKind, Init};
+use crate::ops::{Conv2dOptions, Pool2dOptions};
+
+/// The largest size a spec may give anything: channels, widths, kernels, strides, dimensions.
+pub const MAX_DIM: usize = 1 << 24;
+/// The most values a model may have in its parameters, or one example in one layer's output.
+pub const MAX_ELEMENTS: u64 = 1 << 31;
+/// The most cells a max-pooled plane may have (its argmax is stored exactly as f32).
+const MAX_POOL_PLANE: usize = 1 << 24;
+
+/// A layer resolved against its input: what to build.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolved {
+    /// A convolution.
+    Conv2d(Conv2dConfig),
+    /// A batch norm over `channels`.
+    BatchNorm {
+        /// Channels (axis 1 of the batch).
+        channels: usize,
+        /// Added to the variance.
+        eps: f32,
+        /// Weight of each batch in the running statistics.
+        momentum: f32,
+    },
+    /// An elementwise nonlinearity.
+    Activation(ActivationKind),
+    /// Max pooling.
+    MaxPool2d(Pool2dOptions),
+    /// Average pooling.
+    AvgPool2d(Pool2dOptions),
+    /// Mean over each channel's plane.
+    GlobalAvgPool2d,
+    /// One flat vector per example.
+    Flatten,
+    /// A fully connected layer.
+    Linear {
+        /// Inputs.
+        inputs: usize,
+        /// Outputs.
+        outputs: usize,
+        /// Whether it has a bias.
+        bias: bool,
+        /// Weight initialization.
+        init: Init,
+        /// The nonlinearity that follows it.
+        activation: Option<ActivationKind>,
+    },
+    /// Dropout with this probability.
+    Dropout(f32),
+    /// Layer norm over the last axis of size `dim`.
+    LayerNorm {
+        /// Size of the last axis.
+        dim: usize,
+        /// Added to the variance.
+        eps: f32,
+    },
+    /// An embedding table.
+    Embedding {
+        /// Ids.
+        vocab: usize,
+        /// Vector size.
+        dim: usize,
+    },
+    /// A skip connection.
+    Residual {
+        /// The block's layers.
+        body: Vec<PlannedLayer>,
+        /// The shortcut's layers, if any.
+        shortcut: Option<Vec<PlannedLayer>>,
+    },
+}
+
+/// A layer of a sequential model with everything shape inference learned about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedLayer {
+    /// Where the spec holds it, for messages: `model.layers[4].layers[1]`.
+    pub path: String,
+    /// The prefix of its parameters' names: `layers.4.layers.1`.
+    pub name: String,
+    /// That prefix within its list's owner: `layers.1` (inside the block `layers.4`).
+    pub local: String,
+    /// Its `type`.
+    pub kind: &'static str,
+    /// The shape of one example's output (without the batch axis).
+    pub output: Vec<usize>,
+    /// Trainable values (its children's, for a residual block).
+    pub params: u64,
+    /// Non-trainable values (batch norm's running statistics).
+    pub buffers: u64,
+    /// What to build.
+    pub layer: Resolved,
+}
+
+/// `[n, 64, 7, 7]`: a per-example shape as the batch the layer sees.
+pub fn batch_shape(shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
+    if dims.is_empty() {
+        "[n]".into()
+    } else {
+        format!("[n, {}]", dims.join(", "))
+    }
+}
+
+/// Where a list of layers sits in the spec and what follows it.
+#[derive(Clone, Copy)]
+pub struct ListAt<'a> {
+    /// Its path in the spec: `model.layers`.
+    pub path: &'a str,
+    /// Its parameters' name prefix: `layers`, `layers.4.layers`.
+    pub name: &'a str,
+    /// That prefix within the list's owner: `layers`.
+    pub local: &'a str,
+    /// The activation that follows the list's output (for `init = "auto"`).
+    pub after: Option<ActivationKind>,
+    /// For the model's own list: `model.classes`, the outputs of a last linear without `out`.
+    pub classes: Option<Option<usize>>,
+}
+
+/// One layer's place: path, name, what follows, and whether it is the model's last.
+struct At<'a> {
+    path: String,
+    name: String,
+    local: String,
+    kind: &'static str,
+    follows: Option<ActivationKind>,
+    /// `Some(classes)` for the model's last layer.
+    classes: Option<Option<usize>>,
+    input: &'a [usize],
+}
+
+impl At<'_> {
+    /// `model.layers[3] (conv2d)`.
+    fn label(&self) -> String {
+        format!("{} ({})", self.path, self.kind)
+    }
+
+    fn error(&self, message: impl std::fmt::Display) -> MlError {
+        MlError::spec(format!("{} {message}", self.label()))
+    }
+
+    fn planned(&self, output: Vec<usize>, params: u64, layer: Resolved) -> Result<PlannedLayer> {
+        check_elements(self, &output)?;
+        Ok(PlannedLayer {
+            path: self.path.clone(),
+            name: self.name.clone(),
+            local: self.local.clone(),
+            kind: self.kind,
+            output,
+            params,
+            buffers: 0,
+            layer,
+        })
+    }
+}
+
+/// Refuses a layer output too large to hold for one example.
+fn check_elements(at: &At<'_>, output: &[usize]) -> Result<()> {
+    let n = output.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+    if n > MAX_ELEMENTS {
+        return Err(at.error(format!(
+            "would give {} values per example ({}), more than the 2^31 ringflow allows",
+            n,
+            batch_shape(output)
+        )));
+    }
+    Ok(())
+}
+
+/// Resolves a list of layers against `input`; returns them and the list's output shape.
+pub fn infer_list(
+    list: ListAt<'_>,
+    specs: &[LayerSpec],
+    input: &[usize],
+) -> Result<(Vec<PlannedLayer>, Vec<usize>)> {
+    let mut shape = input.to_vec();
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let last = i + 1 == specs.len();
+        let at = At {
+            path: format!("{}[{i}]", list.path),
+            name: format!("{}.{i}", list.name),
+            local: format!("{}.{i}", list.local),
+            kind: spec.type_name(),
+            follows: following_activation(&specs[i + 1..], list.after),
+            classes: list.classes.filter(|_| last),
+            input: &shape,
+        };
+        let layer = infer_layer(&at, spec)?;
+        shape = layer.output.clone();
+        out.push(layer);
+    }
+    Ok((out, shape))
+}
+
+/// The activation a layer feeds, looking past shape-preserving layers (normalization,
+/// pooling, dropout, flatten); `after` when the list ends first.
+fn following_activation(
+    rest: &[LayerSpec],
+    after: Option<ActivationKind>,
+) -> Option<ActivationKind> {
+    for spec in rest {
+        match spec {
+            LayerSpec::Relu => return Some(ActivationKind::Relu),
+            LayerSpec::Gelu => return Some(ActivationKind::Gelu),
+            LayerSpec::Tanh => return Some(ActivationKind::Tanh),
+            LayerSpec::Sigmoid => return Some(ActivationKind::Sigmoid),
+            LayerSpec::BatchNorm(_)
+            | LayerSpec::MaxPool2d(_)
+            | LayerSpec::AvgPool2d(_)
+            | LayerSpec::GlobalAvgPool2d
+            | LayerSpec::Flatten
+            | LayerSpec::Dropout(_)
+            | LayerSpec::LayerNorm(_) => {}
+            _ => return None,
+        }
+    }
+    after
+}
+
+fn infer_layer(at: &At<'_>, spec: &LayerSpec) -> Result<PlannedLayer> {
+    let input = at.input;
+    match spec {
+        LayerSpec::Conv2d(c) => conv2d(at, c),
+        LayerSpec::BatchNorm(b) => {
+            if !(input.len() == 1 || input.len() == 3) {
+                return Err(at.error(format!(
+                    "needs an input of [n, channels] or [n, channels, height, width] but gets {}",
+                    batch_shape(input)
+                )));
+            }
+            if !(b.eps > 0.0 && b.eps.is_finite() && (0.0..=1.0).contains(&b.momentum)) {
+                return Err(at.error(format!(
+                    "needs eps > 0 and momentum in [0, 1], not eps = {}, momentum = {}",
+                    b.eps, b.momentum
+                )));
+            }
+            let channels = input[0];
+            let layer = Resolved::BatchNorm {
+                channels,
+                eps: b.eps,
+                momentum: b.momentum,
+            };
+            let mut planned = at.planned(input.to_vec(), 2 * channels as u64, layer)?;
+            planned.buffers = 2 * channels as u64;
+            Ok(planned)
+        }
+        LayerSpec::Relu => activation(at, ActivationKind::Relu),
+        LayerSpec::Gelu => activation(at, ActivationKind::Gelu),
+        LayerSpec::Tanh => activation(at, ActivationKind::Tanh),
+        LayerSpec::Sigmoid => activation(at, ActivationKind::Sigmoid),
+        LayerSpec::MaxPool2d(p) => {
+            let (opts, output) = pool(at, p)?;
+            if input[1].saturating_mul(input[2]) > MAX_POOL_PLANE {
+                return Err(at.error(format!(
+                    "gets planes of {}×{} cells, more than the 2^24 max pooling handles",
+                    input[1], input[2]
+                )));
+            }
+            at.planned(output, 0, Resolved::MaxPool2d(opts))
+        }
+        LayerSpec::AvgPool2d(p) => {
+            let (opts, output) = pool(at, p)?;
+            at.planned(output, 0, Resolved::AvgPool2d(opts))
+        }
+        LayerSpec::GlobalAvgPool2d => {
+            let [c, _, _] = image(at)?;
+            at.planned(vec![c], 0, Resolved::GlobalAvgPool2d)
+        }
+        LayerSpec::Flatten => {
+            let n = input.iter().fold(1usize, |a, &d| a.saturating_mul(d));
+            at.planned(vec![n], 0, Resolved::Flatten)
+        }
+        LayerSpec::Linear(l) => linear(at, l),
+        LayerSpec::Dropout(d) => {
+            if !(0.0..1.0).contains(&d.p) {
+                return Err(at.error(format!("has p = {}, outside [0, 1)", d.p)));
+            }
+            at.planned(input.to_vec(), 0, Resolved::Dropout(d.p))
+        }
+        LayerSpec::LayerNorm(l) => {
+            let dim = *input.last().unwrap_or(&0);
+            if !(l.eps > 0.0 && l.eps.is_finite()) {
+                return Err(at.error(format!("needs eps > 0, not {}", l.eps)));
+            }
+            let layer = Resolved::LayerNorm { dim, eps: l.eps };
+            at.planned(input.to_vec(), 2 * dim as u64, layer)
+        }
+        LayerSpec::Embedding(e) => {
+            check_sizes(at, &[("vocab", e.vocab), ("dim", e.dim)], 1)?;
+            let mut output = input.to_vec();
+            output.push(e.dim);
+            let params = (e.vocab as u64).saturating_mul(e.dim as u64);
+            let layer = Resolved::Embedding {
+                vocab: e.vocab,
+                dim: e.dim,
+            };
+            at.planned(output, params, layer)
+        }
+        LayerSpec::Residual(r) => residual(at, r),
+    }
+}
+
+/// Checks that every named size lies in `min..=MAX_DIM`.
+fn check_sizes(at: &At<'_>, sizes: &[(&str, usize)], min: usize) -> Result<()> {
+    for &(key, v) in sizes {
+        if v < min || v > MAX_DIM {
+            return Err(at.error(format!(
+                "has {key} = {v}; it must be between {min} and {MAX_DIM}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn activation(at: &At<'_>, kind: ActivationKind) -> Result<PlannedLayer> {
+    at.planned(at.input.to_vec(), 0, Resolved::Activation(kind))
+}
+
+/// The input as `[channels, height, width]`, or the error saying the layer needs an image.
+fn image(at: &At<'_>) -> Result<[usize; 3]> {
+    match at.input {
+        &[c, h, w] => Ok([c, h, w]),
+        other => Err(at.error(format!(
+            "needs an image input [n, channels, height, width] but gets {}; give the examples \
+             their shape with data.shape (e.g. [1, 28, 28]) or model.input",
+            batch_shape(other)
+        ))),
+    }
+}
+
+/// One output side of a window sliding over `input` cells padded by `pad` on each side:
+/// `None` when the window does not fit once.
+fn slide(input: usize, pad: usize, window: usize, stride: usize) -> Option<usize> {
+    let padded = input + 2 * pad;
+    (padded >= window).then(|| (padded - window) / stride + 1)
+}
+
+fn conv2d(at: &At<'_>, c: &Conv2dSpec) -> Result<PlannedLayer> {
+    let [channels, h, w] = image(at)?;
+    let (k, s, d) = (c.kernel.0, c.stride.0, c.dilation.0);
+    check_sizes(
+        at,
+        &[
+            ("out_channels", c.out_channels),
+            ("kernel", k[0]),
+            ("kernel", k[1]),
+            ("stride", s[0]),
+            ("stride", s[1]),
+            ("dilation", d[0]),
+            ("dilation", d[1]),
+            ("groups", c.groups),
+        ],
+        1,
+    )?;
+    let span = [d[0] * (k[0] - 1), d[1] * (k[1] - 1)];
+    let padding = match c.padding {
+        Padding::Explicit(p) => {
+            check_sizes(at, &[("padding", p.0[0]), ("padding", p.0[1])], 0)?;
+            p.0
+        }
+        Padding::Same if s != [1, 1] => {
+            return Err(at.error(format!(
+                "has padding = \"same\" with stride {s:?}; \"same\" needs stride 1 (as in \
+                 PyTorch): give the padding as a number"
+            )));
+        }
+        Padding::Same if span[0] % 2 == 1 || span[1] % 2 == 1 => {
+            return Err(at.error(format!(
+                "has padding = \"same\" with the even kernel {k:?}; \"same\" needs an odd \
+                 kernel (equal padding on both sides): give the padding as a number"
+            )));
+        }
+        Padding::Same => [span[0] / 2, span[1] / 2],
+    };
+    if !channels.is_multiple_of(c.groups) || !c.out_channels.is_multiple_of(c.groups) {
+        return Err(at.error(format!(
+            "has groups = {}, which must divide both its input channels ({channels}, of {}) \
+             and out_channels ({})",
+            c.groups,
+            batch_shape(at.input),
+            c.out_channels
+        )));
+    }
+    let out = [
+        slide(h, padding[0], span[0] + 1, s[0]),
+        slide(w, padding[1], span[1] + 1, s[1]),
+    ];
+    let [Some(oh), Some(ow)] = out else {
+        return Err(at.error(format!(
+            "gets {}, smaller than its kernel {}×{} (dilation {:?}) with padding {padding:?}: \
+             the output would be empty",
+            batch_shape(at.input),
+            k[0],
+            k[1],
+            d
+        )));
+    };
+    let config = Conv2dConfig {
+        in_channels: channels,
+        out_channels: c.out_channels,
+        kernel: k,
+        options: Conv2dOptions {
+            stride: s,
+            padding,
+            dilation: d,
+            groups: c.groups,
+        },
+        bias: c.bias,
+        init: c.init,
+        activation: at.follows,
+    };
+    let weights = config
+        .weight_shape()
+        .iter()
+        .fold(1u64, |a, &x| a.saturating_mul(x as u64));
+    let params = weights.saturating_add(if c.bias { c.out_channels as u64 } else { 0 });
+    at.planned(
+        vec![c.out_channels, oh, ow],
+        params,
+        Resolved::Conv2d(config),
+    )
+}
+
+fn pool(at: &At<'_>, p: &PoolSpec) -> Result<(Pool2dOptions, Vec<usize>)> {
+    let [c, h, w] = image(at)?;
+    let k = p.kernel.0;
+    let s = p.stride.map_or(k, |s| s.0);
+    let pad = p.padding.0;
+    check_sizes(
+        at,
+        &[
+            ("kernel", k[0]),
+            ("kernel", k[1]),
+            ("stride", s[0]),
+            ("stride", s[1]),
+        ],
+        1,
+    )?;
+    if pad[0] > k[0] / 2 || pad[1] > k[1] / 2 {
+        return Err(at.error(format!(
+            "has padding {pad:?}; it must be at most half the kernel {k:?} (as in PyTorch)"
+        )));
+    }
+    let (Some(oh), Some(ow)) = (slide(h, pad[0], k[0], s[0]), slide(w, pad[1], k[1], s[1])) else {
+        return Err(at.error(format!(
+            "gets {}, smaller than its window {}×{}: the output would be empty",
+            batch_shape(at.input),
+            k[0],
+            k[1]
+        )));
+    };
+    let opts = Pool2dOptions {
+        kernel: k,
+        stride: Some(s),
+        padding: pad,
+    };
+    Ok((opts, vec![c, oh, ow]))
+}
+
+fn linear(at: &At<'_>, l: &LinearSpec) -> Result<PlannedLayer> {
+    let inputs = match at.input {
+        &[f] => f,
+        other => {
+            return Err(at.error(format!(
+                "needs a flat [n, features] input but gets {}; add {{ type = \"flatten\" }} \
+                 before it",
+                batch_shape(other)
+            )));
+        }
+    };
+    let outputs = match (l.out, at.classes) {
+        (Some(out), _) => out,
+        (None, Some(Some(classes))) => classes,
+        (None, Some(None)) => {
+            return Err(at.error(
+                "has no `out` and model.classes is not set: set model.classes to the number of \
+                 classes (the driver sets it from data.label_classes or the label column when \
+                 it can), or give the layer its `out`",
+            ));
+        }
+        (None, None) => {
+            return Err(at.error(
+                "has no `out`; only the model's last layer may leave it out (it then has \
+                 model.classes outputs)",
+            ));
+        }
+    };
+    check_sizes(at, &[("out", outputs)], 1)?;
+    let params = (inputs as u64)
+        .saturating_mul(outputs as u64)
+        .saturating_add(if l.bias { outputs as u64 } else { 0 });
+    let layer = Resolved::Linear {
+        inputs,
+        outputs,
+        bias: l.bias,
+        init: l.init,
+        activation: at.follows,
+    };
+    at.planned(vec![outputs], params, layer)
+}
+
+fn residual(at: &At<'_>, r: &ResidualSpec) -> Result<PlannedLayer> {
+    let list = |path: &str, name: &str, specs: &[LayerSpec]| {
+        let list = ListAt {
+            path: &format!("{}.{path}", at.path),
+            name: &format!("{}.{name}", at.name),
+            local: name,
+            after: at.follows,
+            classes: None,
+        };
+        infer_list(list, specs, at.input)
+    };
+    let (body, out) = list("layers", "layers", &r.layers)?;
+    let (shortcut, added) = match &r.shortcut {
+        Some(s) => {
+            let (layers, shape) = list("shortcut", "shortcut", s)?;
+            (Some(layers), shape)
+        }
+        None => (None, at.input.to_vec()),
+    };
+    if out != added {
+        let what = if shortcut.is_some() {
+            "its shortcut gives"
+        } else {
+            "its input is"
+        };
+        return Err(at.error(format!(
+            "adds its layers' output and its input, but its layers give {} and {what} {}; \
+             they must have one shape: add (or fix) a shortcut = [...] that maps the input to \
+             {} (e.g. a 1×1 conv2d with the same stride)",
+            batch_shape(&out),
+            batch_shape(&added),
+            batch_shape(&out)
+        )));
+    }
+    let children = body.iter().chain(shortcut.iter().flatten());
+    let (params, buffers) = children.fold((0u64, 0u64), |(p, b), l| {
+        (p.saturating_add(l.params), b.saturating_add(l.buffers))
+    });
+    let mut planned = at.planned(out, params, Resolved::Residual { body, shortcut })?;
+    planned.buffers = buffers;
+    Ok(planned)
+}

@@ -1,0 +1,444 @@
+//! The layers of a `kind = "sequential"` spec as written: [`LayerSpec`] and each type's keys,
+//! read from the spec's JSON form with errors that name the layer by its path
+//! (`model.layers[2].layers[1] (conv2d): unknown field …`).
+
+use std::fmt;
+
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::error::{MlError, Result};
+use crate::nn::Init;
+
+/// A `[height, width]` pair written as one integer (both the same) or `[h, w]`: a kernel,
+/// stride or dilation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pair(pub [usize; 2]);
+
+impl Pair {
+    /// Both sides `n`.
+    pub fn square(n: usize) -> Pair {
+        Pair([n, n])
+    }
+
+    fn one() -> Pair {
+        Pair::square(1)
+    }
+}
+
+impl Serialize for Pair {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let [h, w] = self.0;
+        if h == w {
+            s.serialize_u64(h as u64)
+        } else {
+            self.0.serialize(s)
+        }
+    }
+}
+
+/// Reads an integer, `[h, w]`, or (when `words`) `"same"`/`"valid"`.
+struct PairVisitor {
+    words: bool,
+}
+
+impl<'de> Visitor<'de> for PairVisitor {
+    type Value = Padding;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.words {
+            f.write_str("an integer, [height, width], \"same\" or \"valid\"")
+        } else {
+            f.write_str("an integer or [height, width]")
+        }
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> std::result::Result<Padding, E> {
+        let v = usize::try_from(v).map_err(|_| E::custom(format!("{v} is too large")))?;
+        Ok(Padding::Explicit(Pair::square(v)))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> std::result::Result<Padding, E> {
+        match u64::try_from(v) {
+            Ok(v) => self.visit_u64(v),
+            Err(_) => Err(E::invalid_value(de::Unexpected::Signed(v), &self)),
+        }
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Padding, E> {
+        match v {
+            "same" if self.words => Ok(Padding::Same),
+            "valid" if self.words => Ok(Padding::Explicit(Pair::square(0))),
+            _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+        }
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Padding, A::Error> {
+        let h: usize = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::invalid_length(0, &self))?;
+        let w: usize = seq
+            .next_element()?
+            .ok_or_else(|| de::Error::invalid_length(1, &self))?;
+        if seq.next_element::<de::IgnoredAny>()?.is_some() {
+            return Err(de::Error::invalid_length(3, &self));
+        }
+        Ok(Padding::Explicit(Pair([h, w])))
+    }
+}
+
+impl<'de> Deserialize<'de> for Pair {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Pair, D::Error> {
+        match d.deserialize_any(PairVisitor { words: false })? {
+            Padding::Explicit(p) => Ok(p),
+            Padding::Same => Err(de::Error::custom("expected an integer or [height, width]")),
+        }
+    }
+}
+
+/// A convolution's zero padding: `[top/bottom, left/right]` cells on each side, or `"same"`
+/// (as much as keeps the output the input's size at stride 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Padding {
+    /// The output has the input's height and width (stride 1 only).
+    Same,
+    /// This many zero cells on each side.
+    Explicit(Pair),
+}
+
+impl Default for Padding {
+    fn default() -> Padding {
+        Padding::Explicit(Pair::square(0))
+    }
+}
+
+impl Serialize for Padding {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Padding::Same => s.serialize_str("same"),
+            Padding::Explicit(p) => p.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Padding {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Padding, D::Error> {
+        d.deserialize_any(PairVisitor { words: true })
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> usize {
+    1
+}
+
+fn default_eps() -> f32 {
+    1e-5
+}
+
+fn default_momentum() -> f32 {
+    0.1
+}
+
+fn default_dropout() -> f32 {
+    0.5
+}
+
+/// `{ type = "conv2d", out_channels, kernel, stride = 1, padding = 0, dilation = 1, groups = 1,
+/// bias = true, init = "auto" }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conv2dSpec {
+    /// Output channels (filters).
+    pub out_channels: usize,
+    /// Kernel size.
+    pub kernel: Pair,
+    /// Stride.
+    #[serde(default = "Pair::one")]
+    pub stride: Pair,
+    /// Zero padding on each side, or `"same"`.
+    #[serde(default)]
+    pub padding: Padding,
+    /// Spacing of the kernel's taps.
+    #[serde(default = "Pair::one")]
+    pub dilation: Pair,
+    /// Channel groups (`groups = in_channels = out_channels`: depthwise).
+    #[serde(default = "one")]
+    pub groups: usize,
+    /// Whether to add a bias per output channel.
+    #[serde(default = "yes")]
+    pub bias: bool,
+    /// Weight initialization.
+    #[serde(default)]
+    pub init: Init,
+}
+
+/// `{ type = "batch_norm", eps = 1e-5, momentum = 0.1 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchNormSpec {
+    /// Added to the variance.
+    #[serde(default = "default_eps")]
+    pub eps: f32,
+    /// Weight of each batch in the running statistics.
+    #[serde(default = "default_momentum")]
+    pub momentum: f32,
+}
+
+/// `{ type = "max_pool2d" | "avg_pool2d", kernel, stride = kernel, padding = 0 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSpec {
+    /// Window size.
+    pub kernel: Pair,
+    /// Step between windows (default: the kernel, so windows do not overlap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stride: Option<Pair>,
+    /// Implicit padding on each side, at most half the kernel.
+    #[serde(default = "Pair::zero")]
+    pub padding: Pair,
+}
+
+impl Pair {
+    fn zero() -> Pair {
+        Pair::square(0)
+    }
+}
+
+/// `{ type = "linear", out, bias = true, init = "auto" }`; `out` may be left out on the last
+/// layer, which then has `model.classes` outputs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinearSpec {
+    /// Outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<usize>,
+    /// Whether to add a bias.
+    #[serde(default = "yes")]
+    pub bias: bool,
+    /// Weight initialization.
+    #[serde(default)]
+    pub init: Init,
+}
+
+/// `{ type = "dropout", p = 0.5 }`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DropoutSpec {
+    /// Probability of zeroing an element while training.
+    #[serde(default = "default_dropout")]
+    pub p: f32,
+}
+
+/// `{ type = "layer_norm", eps = 1e-5 }`: normalization over each example's last axis.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerNormSpec {
+    /// Added to the variance.
+    #[serde(default = "default_eps")]
+    pub eps: f32,
+}
+
+/// `{ type = "embedding", vocab, dim }`: integer ids in, one `dim`-vector per id out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingSpec {
+    /// Number of distinct ids (ids run from 0 to `vocab − 1`).
+    pub vocab: usize,
+    /// Size of each vector.
+    pub dim: usize,
+}
+
+/// `{ type = "residual", layers = [...], shortcut = [...] }`: the layers' output plus the
+/// input (or the shortcut's output).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResidualSpec {
+    /// The block's layers.
+    pub layers: Vec<LayerSpec>,
+    /// What the input goes through before it is added (when the layers change its shape).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shortcut: Option<Vec<LayerSpec>>,
+}
+
+/// One entry of `model.layers`, tagged by `type`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LayerSpec {
+    /// A 2-D convolution.
+    Conv2d(Conv2dSpec),
+    /// Batch normalization.
+    BatchNorm(BatchNormSpec),
+    /// `max(x, 0)`.
+    Relu,
+    /// GELU (tanh approximation).
+    Gelu,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// Max pooling.
+    MaxPool2d(PoolSpec),
+    /// Average pooling.
+    AvgPool2d(PoolSpec),
+    /// The mean of each channel: `[C, H, W]` → `[C]`.
+    GlobalAvgPool2d,
+    /// One flat vector per example.
+    Flatten,
+    /// A fully connected layer.
+    Linear(LinearSpec),
+    /// Dropout while training.
+    Dropout(DropoutSpec),
+    /// Normalization over the last axis.
+    LayerNorm(LayerNormSpec),
+    /// A lookup table of vectors.
+    Embedding(EmbeddingSpec),
+    /// A skip connection around a list of layers.
+    Residual(ResidualSpec),
+}
+
+/// The `type` names, in the order the docs list them.
+pub const LAYER_TYPES: &[&str] = &[
+    "conv2d",
+    "batch_norm",
+    "relu",
+    "gelu",
+    "tanh",
+    "sigmoid",
+    "max_pool2d",
+    "avg_pool2d",
+    "global_avg_pool2d",
+    "flatten",
+    "linear",
+    "dropout",
+    "layer_norm",
+    "embedding",
+    "residual",
+];
+
+impl LayerSpec {
+    /// The layer's `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            LayerSpec::Conv2d(_) => "conv2d",
+            LayerSpec::BatchNorm(_) => "batch_norm",
+            LayerSpec::Relu => "relu",
+            LayerSpec::Gelu => "gelu",
+            LayerSpec::Tanh => "tanh",
+            LayerSpec::Sigmoid => "sigmoid",
+            LayerSpec::MaxPool2d(_) => "max_pool2d",
+            LayerSpec::AvgPool2d(_) => "avg_pool2d",
+            LayerSpec::GlobalAvgPool2d => "global_avg_pool2d",
+            LayerSpec::Flatten => "flatten",
+            LayerSpec::Linear(_) => "linear",
+            LayerSpec::Dropout(_) => "dropout",
+            LayerSpec::LayerNorm(_) => "layer_norm",
+            LayerSpec::Embedding(_) => "embedding",
+            LayerSpec::Residual(_) => "residual",
+        }
+    }
+
+    /// Reads a list of layers at `path` (e.g. `model.layers`) from its JSON form.
+    pub fn parse_list(path: &str, value: &Value) -> Result<Vec<LayerSpec>> {
+        let Value::Array(items) = value else {
+            return Err(MlError::spec(format!(
+                "{path} must be a list of layers ({{ type = \"...\", ... }}), not {value}"
+            )));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| LayerSpec::parse(&format!("{path}[{i}]"), item))
+            .collect()
+    }
+
+    /// Reads the layer at `path` from its JSON form (a table with a `type`).
+    pub fn parse(path: &str, value: &Value) -> Result<LayerSpec> {
+        let Value::Object(table) = value else {
+            return Err(MlError::spec(format!(
+                "{path} must be a table like {{ type = \"relu\" }}, not {value}"
+            )));
+        };
+        let mut keys = table.clone();
+        let kind = match keys.remove("type") {
+            Some(Value::String(s)) => s,
+            Some(other) => {
+                return Err(MlError::spec(format!(
+                    "{path}.type must be a string such as \"conv2d\", not {other}"
+                )));
+            }
+            None => {
+                return Err(MlError::spec(format!(
+                    "{path} has no `type`; the types are {}",
+                    LAYER_TYPES.join(", ")
+                )));
+            }
+        };
+        let at = format!("{path} ({kind})");
+        let fields = || no_keys(&at, &keys);
+        Ok(match kind.as_str() {
+            "conv2d" => LayerSpec::Conv2d(read(&at, &keys)?),
+            "batch_norm" => LayerSpec::BatchNorm(read(&at, &keys)?),
+            "relu" => fields().map(|_| LayerSpec::Relu)?,
+            "gelu" => fields().map(|_| LayerSpec::Gelu)?,
+            "tanh" => fields().map(|_| LayerSpec::Tanh)?,
+            "sigmoid" => fields().map(|_| LayerSpec::Sigmoid)?,
+            "max_pool2d" => LayerSpec::MaxPool2d(read(&at, &keys)?),
+            "avg_pool2d" => LayerSpec::AvgPool2d(read(&at, &keys)?),
+            "global_avg_pool2d" => fields().map(|_| LayerSpec::GlobalAvgPool2d)?,
+            "flatten" => fields().map(|_| LayerSpec::Flatten)?,
+            "linear" => LayerSpec::Linear(read(&at, &keys)?),
+            "dropout" => LayerSpec::Dropout(read(&at, &keys)?),
+            "layer_norm" => LayerSpec::LayerNorm(read(&at, &keys)?),
+            "embedding" => LayerSpec::Embedding(read(&at, &keys)?),
+            "residual" => LayerSpec::Residual(parse_residual(path, &at, &keys)?),
+            other => {
+                return Err(MlError::spec(format!(
+                    "{path} has type {other:?}, which is not a layer type; the types are {}",
+                    LAYER_TYPES.join(", ")
+                )));
+            }
+        })
+    }
+}
+
+/// A layer type's keys (without `type`) read into its spec struct.
+fn read<T: serde::de::DeserializeOwned>(at: &str, keys: &Map<String, Value>) -> Result<T> {
+    serde_json::from_value(Value::Object(keys.clone()))
+        .map_err(|e| MlError::spec(format!("{at}: {e}")))
+}
+
+/// An error unless a layer type that takes no keys has none.
+fn no_keys(at: &str, keys: &Map<String, Value>) -> Result<()> {
+    match keys.keys().next() {
+        None => Ok(()),
+        Some(k) => Err(MlError::spec(format!(
+            "{at}: unknown field `{k}`; this layer takes no keys besides `type`"
+        ))),
+    }
+}
+
+fn parse_residual(path: &str, at: &str, keys: &Map<String, Value>) -> Result<ResidualSpec> {
+    if let Some(k) = keys.keys().find(|k| *k != "layers" && *k != "shortcut") {
+        return Err(MlError::spec(format!(
+            "{at}: unknown field `{k}`, expected `layers` or `shortcut`"
+        )));
+    }
+    let layers = keys
+        .get("layers")
+        .ok_or_else(|| MlError::spec(format!("{at}: missing field `layers`")))?;
+    let layers = LayerSpec::parse_list(&format!("{path}.layers"), layers)?;
+    if layers.is_empty() {
+        return Err(MlError::spec(format!(
+            "{at}: `layers` is empty; a residual block needs at least one layer"
+        )));
+    }
+    let shortcut = keys
+        .get("shortcut")
+        .map(|s| LayerSpec::parse_list(&format!("{path}.shortcut"), s))
+        .transpose()?;
+    Ok(ResidualSpec { layers, shortcut })
+}
