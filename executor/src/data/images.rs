@@ -100,15 +100,15 @@ impl ImageColumn {
         let pixels = match col.data_type() {
             DataType::Binary => {
                 let a = col.as_binary::<i32>();
-                self.decode_rows(rows, |r| a.is_valid(r).then(|| a.value(r)))
+                self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
             }
             DataType::LargeBinary => {
                 let a = col.as_binary::<i64>();
-                self.decode_rows(rows, |r| a.is_valid(r).then(|| a.value(r)))
+                self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
             }
             DataType::BinaryView => {
                 let a = col.as_binary_view();
-                self.decode_rows(rows, |r| a.is_valid(r).then(|| a.value(r)))
+                self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
             }
             t => {
                 return Err(fail(format!(
@@ -116,7 +116,7 @@ impl ImageColumn {
                 )));
             }
         }
-        .map_err(|(row, why)| fail(format!("row {} (0-based): {why}", first_row + row as u64)))?;
+        .map_err(fail)?;
         let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
         let mut columns = batch.columns().to_vec();
         fields[index] = Arc::new(Field::new(&self.column, pixels.data_type().clone(), false));
@@ -126,14 +126,22 @@ impl ImageColumn {
     }
 
     /// Decodes `rows` images (`bytes(row)` gives a row's encoded image, `None` for a null)
-    /// into one buffer, in parallel; the error is the first failing row's.
+    /// into one buffer, in parallel; the error names the first failing row, counted from
+    /// `first_row`.
     fn decode_rows<'a>(
         &self,
         rows: usize,
+        first_row: u64,
         bytes: impl Fn(usize) -> Option<&'a [u8]> + Sync,
-    ) -> std::result::Result<ArrayRef, (usize, String)> {
+    ) -> std::result::Result<ArrayRef, String> {
         let per_image = self.values_per_image();
-        let mut out = vec![0u8; rows * per_image];
+        let too_many = || {
+            format!("cannot be decoded: {rows} images of {per_image} values do not fit in memory")
+        };
+        let len = rows.checked_mul(per_image).ok_or_else(too_many)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).map_err(|_| too_many())?;
+        out.resize(len, 0u8);
         let decode_all = |out: &mut [u8]| {
             out.par_chunks_mut(per_image.max(1))
                 .enumerate()
@@ -150,13 +158,13 @@ impl ImageColumn {
             Some(pool) => pool.install(|| decode_all(&mut out)),
             None => decode_all(&mut out),
         };
-        if let Some(failure) = failed {
-            return Err(failure);
+        if let Some((row, why)) = failed {
+            return Err(format!("row {} (0-based): {why}", first_row + row as u64));
         }
         let values = Arc::new(UInt8Array::from(out));
         let item = Arc::new(Field::new_list_field(DataType::UInt8, false));
         let list = FixedSizeListArray::try_new(item, per_image as i32, values, None)
-            .map_err(|e| (0, format!("cannot hold the decoded images: {e}")))?;
+            .map_err(|e| format!("cannot hold the decoded images: {e}"))?;
         Ok(Arc::new(list))
     }
 
