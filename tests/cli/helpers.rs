@@ -314,23 +314,16 @@ pub fn write_regression_data(dir: &Path, rows: &[usize], row_group_rows: usize) 
     rows.iter().sum()
 }
 
-/// What [`write_image_mnist`] does to one row's image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ImageDamage {
-    /// The PNG is cut in half.
-    Truncated,
-}
-
 /// Writes the first `rows` rows of the committed MNIST `split` ("train" or "test") to `path`
 /// in row groups of `row_group_rows`, with `id`, `label`, the raw `image` (784 bytes) and
-/// `png`: the same pixels as a 28 × 28 grey PNG (lossless, so both give the same features);
-/// `damage` spoils the PNG of one row.
+/// `png`: the same pixels as a 28 × 28 grey PNG (lossless, so both give the same features).
+/// The PNG of row `truncated` (if any) is cut in half.
 pub fn write_image_mnist(
     path: &Path,
     split: &str,
     rows: usize,
     row_group_rows: usize,
-    damage: Option<(usize, ImageDamage)>,
+    truncated: Option<usize>,
 ) {
     use datafusion::arrow::array::{Array, AsArray, BinaryArray};
     use datafusion::arrow::compute::concat_batches;
@@ -360,9 +353,8 @@ pub fn write_image_mnist(
                     image::ExtendedColorType::L8,
                 )
                 .unwrap();
-            match damage {
-                Some((r, ImageDamage::Truncated)) if r == row => bytes.truncate(bytes.len() / 2),
-                _ => {}
+            if truncated == Some(row) {
+                bytes.truncate(bytes.len() / 2);
             }
             bytes
         })

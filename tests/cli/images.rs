@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::helpers::{ImageDamage, job, ringflow, s, summary, write_image_mnist};
+use crate::helpers::{job, ringflow, s, summary, write_image_mnist};
 
 const LONG: Duration = Duration::from_secs(600);
 
@@ -125,13 +125,7 @@ fn a_corrupt_image_fails_the_job_naming_file_and_row() {
         dir.path().join("train.parquet"),
         dir.path().join("test.parquet"),
     );
-    write_image_mnist(
-        &train_file,
-        "train",
-        600,
-        200,
-        Some((437, ImageDamage::Truncated)),
-    );
+    write_image_mnist(&train_file, "train", 600, 200, Some(437));
     write_image_mnist(&test_file, "test", 100, 100, None);
     let png = "image = { column = \"png\", size = [28, 28], channels = 1 }";
     let spec = spec(dir.path(), "bad", &train_file, &test_file, png);

@@ -216,7 +216,13 @@ pub fn check_schema(
     let width = match &data.image {
         Some(image) => {
             check_image_column(schema, &image.column, have).map_err(fail)?;
-            Some(image.channels * image.size[0] * image.size[1])
+            // Saturating: a saved model's spec (eval, predict) was not checked on loading.
+            Some(
+                image
+                    .channels
+                    .saturating_mul(image.size[0])
+                    .saturating_mul(image.size[1]),
+            )
         }
         None => features_width(schema, &data.features, have).map_err(fail)?,
     };

@@ -286,7 +286,9 @@ impl Share {
     fn cached_bytes(&self, spec: &JobSpec) -> u64 {
         match &spec.data.image {
             Some(image) if spec.data.sql.is_none() => {
-                let pixels = (image.channels * image.size[0] * image.size[1]) as u64;
+                let pixels = (image.channels as u64)
+                    .saturating_mul(image.size[0] as u64)
+                    .saturating_mul(image.size[1] as u64);
                 self.bytes.max(self.rows.saturating_mul(pixels))
             }
             _ => self.bytes,

@@ -78,7 +78,9 @@ impl ImageColumn {
 
     /// Values per decoded image: channels × height × width.
     pub fn values_per_image(&self) -> usize {
-        self.channels * self.size[0] * self.size[1]
+        self.channels
+            .saturating_mul(self.size[0])
+            .saturating_mul(self.size[1])
     }
 
     /// `batch` with its image column replaced by the decoded pixels; `batch` comes from `file`
