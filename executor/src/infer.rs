@@ -91,6 +91,7 @@ pub fn run_inference(
         read,
         converter,
         preprocessing,
+        ..
     } = prepare_data(spec, &task.data, shape, label, ctx)?;
     let plan = ctx.epoch_plan(Split::Test, 0)?;
     let Some((output, id_column)) = &task.predict else {

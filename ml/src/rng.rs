@@ -25,4 +25,6 @@ pub mod streams {
     pub const DROPOUT: u64 = 2;
     /// Partition order and the shuffle buffer.
     pub const SHUFFLE: u64 = 3;
+    /// Random crops and flips of training images (`data.augment`).
+    pub const AUGMENT: u64 = 4;
 }

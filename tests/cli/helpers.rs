@@ -313,3 +313,62 @@ pub fn write_regression_data(dir: &Path, rows: &[usize], row_group_rows: usize) 
     }
     rows.iter().sum()
 }
+
+/// Writes the first `rows` rows of the committed MNIST `split` ("train" or "test") to `path`
+/// in row groups of `row_group_rows`, with `id`, `label`, the raw `image` (784 bytes) and
+/// `png`: the same pixels as a 28 × 28 grey PNG (lossless, so both give the same features).
+/// The PNG of row `truncated` (if any) is cut in half.
+pub fn write_image_mnist(
+    path: &Path,
+    split: &str,
+    rows: usize,
+    row_group_rows: usize,
+    truncated: Option<usize>,
+) {
+    use datafusion::arrow::array::{Array, AsArray, BinaryArray};
+    use datafusion::arrow::compute::concat_batches;
+    use datafusion::arrow::datatypes::UInt8Type;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use image::ImageEncoder;
+    use image::codecs::png::PngEncoder;
+
+    let source = repo().join(format!("examples/data/mnist/{split}.parquet"));
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(source).unwrap())
+        .unwrap()
+        .with_limit(rows)
+        .build()
+        .unwrap();
+    let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+    let all = concat_batches(&batches[0].schema(), &batches).unwrap();
+    let images = all.column_by_name("image").unwrap().as_fixed_size_list();
+    let png: Vec<Vec<u8>> = (0..images.len())
+        .map(|row| {
+            let pixels = images.value(row);
+            let mut bytes = Vec::new();
+            PngEncoder::new(&mut bytes)
+                .write_image(
+                    pixels.as_primitive::<UInt8Type>().values(),
+                    28,
+                    28,
+                    image::ExtendedColorType::L8,
+                )
+                .unwrap();
+            if truncated == Some(row) {
+                bytes.truncate(bytes.len() / 2);
+            }
+            bytes
+        })
+        .collect();
+    let png = BinaryArray::from_iter_values(png.iter());
+    let column = |name: &str| all.column_by_name(name).unwrap().clone();
+    write_parquet(
+        path,
+        vec![
+            ("id", column("id")),
+            ("label", column("label")),
+            ("image", column("image")),
+            ("png", Arc::new(png)),
+        ],
+        row_group_rows,
+    );
+}

@@ -12,6 +12,7 @@ mod distributed;
 mod errors;
 mod helpers;
 mod history;
+mod images;
 mod listeners;
 mod load;
 mod lost;

@@ -141,6 +141,95 @@ pub fn feature_width(t: &DataType) -> std::result::Result<Option<usize>, String>
     }
 }
 
+/// Values per row the feature columns of `schema` give: `Some(n)` when every column's width is
+/// fixed, `None` when a list column's is known only when rows are read.
+fn features_width(
+    schema: &Schema,
+    features: &[String],
+    have: impl Fn() -> String,
+) -> std::result::Result<Option<usize>, String> {
+    let mut width = Some(0);
+    for name in features {
+        let field = schema.field_with_name(name).map_err(|_| {
+            format!(
+                "has no column `{name}` (data.features); its columns: {}",
+                have()
+            )
+        })?;
+        let w = feature_width(field.data_type()).map_err(|m| format!("column `{name}` {m}"))?;
+        width = width.zip(w).map(|(a, b)| a + b);
+    }
+    Ok(width)
+}
+
+/// Checks that `schema` has the image column `column` (`data.image.column`) and that it holds
+/// bytes.
+fn check_image_column(
+    schema: &Schema,
+    column: &str,
+    have: impl Fn() -> String,
+) -> std::result::Result<(), String> {
+    let field = schema.field_with_name(column).map_err(|_| {
+        format!(
+            "has no column `{column}` (data.image.column); its columns: {}",
+            have()
+        )
+    })?;
+    match field.data_type() {
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Ok(()),
+        t => Err(format!(
+            "column `{column}` (data.image.column) has type {t}; an image column must be \
+             binary (the bytes of PNG or JPEG files)"
+        )),
+    }
+}
+
+/// Checks the values per row (`width`, `None` when known only as rows are read) against
+/// `data.shape` and the model: the shape's product must be the width, and the model must take
+/// examples of that many values, in that shape when it takes more than a flat vector.
+fn check_example_shape(
+    width: Option<usize>,
+    data: &DataSpec,
+    model: &ModelShape,
+) -> std::result::Result<(), String> {
+    let inputs = model.input_width();
+    let Some(example) = data.example_shape() else {
+        return match width {
+            Some(w) if w != inputs => Err(format!(
+                "data.features give {w} values per row, but the model takes {inputs} inputs"
+            )),
+            _ => Ok(()),
+        };
+    };
+    let values: usize = example.iter().product();
+    let key = if data.image.is_some() {
+        "data.image"
+    } else {
+        "data.shape"
+    };
+    if let Some(w) = width
+        && w != values
+    {
+        return Err(format!(
+            "data.shape {example:?} needs {values} values per row, but data.features give {w}"
+        ));
+    }
+    if values != inputs {
+        return Err(format!(
+            "{key} gives examples of shape {example:?} ({values} values), but the model takes \
+             {inputs} inputs"
+        ));
+    }
+    if model.input.len() > 1 && model.input != example {
+        return Err(format!(
+            "{key} gives examples of shape {example:?}, but the model takes examples of shape \
+             {:?}",
+            model.input
+        ));
+    }
+    Ok(())
+}
+
 /// What a schema's label column holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LabelType {
@@ -168,26 +257,20 @@ pub fn check_schema(
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         names.join(", ")
     };
-    let mut width = Some(0);
-    for name in &data.features {
-        let field = schema.field_with_name(name).map_err(|_| {
-            fail(format!(
-                "has no column `{name}` (data.features); its columns: {}",
-                have()
-            ))
-        })?;
-        let w =
-            feature_width(field.data_type()).map_err(|m| fail(format!("column `{name}` {m}")))?;
-        width = width.zip(w).map(|(a, b)| a + b);
-    }
-    if let Some(w) = width
-        && w != model.input_width()
-    {
-        return Err(fail(format!(
-            "data.features give {w} values per row, but the model takes {} inputs",
-            model.input_width()
-        )));
-    }
+    let width = match &data.image {
+        Some(image) => {
+            check_image_column(schema, &image.column, have).map_err(fail)?;
+            // Saturating: a saved model's spec (eval, predict) was not checked on loading.
+            Some(
+                image
+                    .channels
+                    .saturating_mul(image.size[0])
+                    .saturating_mul(image.size[1]),
+            )
+        }
+        None => features_width(schema, &data.features, have).map_err(fail)?,
+    };
+    check_example_shape(width, data, model).map_err(fail)?;
     let label = match schema.field_with_name(&data.label) {
         Ok(f) => f,
         Err(_) if !label_required => return Ok(LabelType::Absent),
@@ -217,4 +300,129 @@ pub fn check_schema(
         "column `{}` (data.label) has type {t}; a label must be a number or a string class",
         data.label
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::Field;
+    use ringflow_proto::spec::JobSpec;
+
+    use super::*;
+
+    /// A file with a PNG column, a fixed list of 784 bytes, a variable list and a label.
+    fn schema() -> Schema {
+        let item = |t: DataType| Arc::new(Field::new_list_field(t, false));
+        Schema::new(vec![
+            Field::new("png", DataType::Binary, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new(
+                "pixels",
+                DataType::FixedSizeList(item(DataType::UInt8), 784),
+                false,
+            ),
+            Field::new("v", DataType::List(item(DataType::Float32)), false),
+            Field::new("label", DataType::Int64, false),
+        ])
+    }
+
+    /// Checks `schema()` against a spec with `data` lines, for `model`.
+    fn check(data: &str, model: ModelShape) -> std::result::Result<LabelType, String> {
+        let text =
+            format!("[data]\ntrain = \"t\"\nlabel = \"label\"\n{data}\n[model]\nkind = \"mlp\"\n");
+        let spec = JobSpec::parse(&text, "j.toml".as_ref(), &[]).unwrap();
+        check_schema(
+            "data.train: f.parquet",
+            &schema(),
+            &spec.data,
+            &model,
+            LossKind::CrossEntropy,
+            true,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn image(input: Vec<usize>) -> ModelShape {
+        ModelShape { input, outputs: 10 }
+    }
+
+    #[test]
+    fn image_columns_must_hold_bytes_and_fit_the_model() {
+        let png = "image = { column = \"png\", size = [28, 28], channels = 1 }";
+        assert_eq!(check(png, ModelShape::flat(784, 10)), Ok(LabelType::Number));
+        assert_eq!(check(png, image(vec![1, 28, 28])), Ok(LabelType::Number));
+        let msg = check(
+            &png.replace("\"png\"", "\"name\""),
+            ModelShape::flat(784, 10),
+        );
+        assert_eq!(
+            msg.unwrap_err(),
+            "data.train: f.parquet: column `name` (data.image.column) has type Utf8; an image \
+             column must be binary (the bytes of PNG or JPEG files)"
+        );
+        let msg = check(
+            &png.replace("\"png\"", "\"jpg\""),
+            ModelShape::flat(784, 10),
+        );
+        assert!(msg.unwrap_err().contains(
+            "has no column `jpg` (data.image.column); its columns: png, name, pixels, v, \
+                 label"
+        ));
+        let msg = check(png, ModelShape::flat(100, 10)).unwrap_err();
+        assert!(
+            msg.contains(
+                "data.image gives examples of shape [1, 28, 28] (784 values), but the model \
+                 takes 100 inputs"
+            ),
+            "{msg}"
+        );
+        let msg = check(png, image(vec![28, 28, 1])).unwrap_err();
+        assert!(
+            msg.contains(
+                "data.image gives examples of shape [1, 28, 28], but the model takes examples \
+                 of shape [28, 28, 1]"
+            ),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_shape_must_match_the_fixed_width_and_the_model() {
+        let fixed = "features = [\"pixels\"]\nshape = [1, 28, 28]";
+        assert_eq!(
+            check(fixed, ModelShape::flat(784, 10)),
+            Ok(LabelType::Number)
+        );
+        assert_eq!(check(fixed, image(vec![1, 28, 28])), Ok(LabelType::Number));
+        let msg = check(&fixed.replace("28]", "27]"), image(vec![1, 28, 27])).unwrap_err();
+        assert!(
+            msg.contains(
+                "data.shape [1, 28, 27] needs 756 values per row, but data.features give 784"
+            ),
+            "{msg}"
+        );
+        let msg = check(fixed, ModelShape::flat(100, 10)).unwrap_err();
+        assert!(
+            msg.contains(
+                "data.shape gives examples of shape [1, 28, 28] (784 values), but the \
+                          model takes 100 inputs"
+            ),
+            "{msg}"
+        );
+        // A variable list's width is checked by executors as they read; the model still is.
+        let listed = "features = [\"v\"]\nshape = [2, 3]";
+        assert_eq!(check(listed, image(vec![2, 3])), Ok(LabelType::Number));
+        let msg = check(listed, image(vec![3, 2])).unwrap_err();
+        assert!(
+            msg.contains("but the model takes examples of shape [3, 2]"),
+            "{msg}"
+        );
+        // Without a shape, as before.
+        let msg = check("features = [\"pixels\"]", ModelShape::flat(100, 10)).unwrap_err();
+        assert!(
+            msg.contains("data.features give 784 values per row, but the model takes 100 inputs"),
+            "{msg}"
+        );
+    }
 }

@@ -128,8 +128,8 @@ impl MemoryEstimate {
         let shuffle =
             row_bytes(width).saturating_mul((spec.data.shuffle_buffer as u64).min(share.rows));
         let cached = Share::of(&plan.test, world)
-            .bytes
-            .saturating_add(share.bytes);
+            .cached_bytes(spec)
+            .saturating_add(share.cached_bytes(spec));
         MemoryEstimate::from_parts(
             vec![
                 MemoryPart::new(
@@ -178,7 +178,7 @@ impl MemoryEstimate {
                 MemoryPart::new("activations", activations, None),
                 MemoryPart::new(
                     "row-group cache",
-                    cache(spec, share.bytes),
+                    cache(spec, share.cached_bytes(spec)),
                     Some("data.cache_mb"),
                 ),
                 MemoryPart::new("read-ahead", read_ahead(&plan.test, width), None),
@@ -277,6 +277,21 @@ impl Share {
         Share {
             rows: rows.div_ceil(world),
             bytes: bytes.div_ceil(world),
+        }
+    }
+
+    /// What the share takes in the row-group cache: its decoded size, or, for a column of
+    /// encoded images that executors decode before caching (no `data.sql`), at least its
+    /// pixels (one byte per channel).
+    fn cached_bytes(&self, spec: &JobSpec) -> u64 {
+        match &spec.data.image {
+            Some(image) if spec.data.sql.is_none() => {
+                let pixels = (image.channels as u64)
+                    .saturating_mul(image.size[0] as u64)
+                    .saturating_mul(image.size[1] as u64);
+                self.bytes.max(self.rows.saturating_mul(pixels))
+            }
+            _ => self.bytes,
         }
     }
 }

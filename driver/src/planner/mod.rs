@@ -101,7 +101,7 @@ fn check_split(
                     loss,
                     label_required,
                 )?;
-                let mut columns = data.features.clone();
+                let mut columns = data.feature_columns();
                 if l != LabelType::Absent {
                     columns.push(data.label.clone());
                 }

@@ -324,6 +324,7 @@ mod tests {
             prep: None,
             cache: RowGroupCache::new(0),
             driver: None,
+            images: None,
         };
         let shuffle = shuffle.map(|rows| (rows, ringflow_ml::rng::seeded(7, 0)));
         EpochStream::start(plan, Arc::new(converter), 1, shuffle, read)

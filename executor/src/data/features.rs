@@ -48,6 +48,8 @@ pub struct Converter {
     classes: Option<HashMap<String, usize>>,
     /// Per-feature `(mean, 1 / std)` of `normalize = "standard"`.
     normalize: Option<(Vec<f32>, Vec<f32>)>,
+    /// `data.shape`, when the spec gives one (named in width errors).
+    shape: Option<Vec<usize>>,
 }
 
 /// The values of a string column (nulls as `None`).
@@ -201,7 +203,15 @@ impl Converter {
             inputs,
             classes: None,
             normalize: None,
+            shape: None,
         }
+    }
+
+    /// The same converter, naming `data.shape` (the shape each row's values make) in the
+    /// error for a row of another width.
+    pub fn with_shape(mut self, shape: Option<Vec<usize>>) -> Converter {
+        self.shape = shape;
+        self
     }
 
     /// Applies the whole-data preprocessing: string label classes and standardization.
@@ -288,15 +298,21 @@ impl Converter {
                     format!("`{n}`: {w}")
                 })
                 .collect();
-            return Err(ExecutorError::data(
-                file,
-                format!(
+            let message = match &self.shape {
+                Some(shape) => format!(
+                    "data.shape {shape:?} needs {} values per row, but row {first_row} has \
+                     {width} ({})",
+                    self.inputs,
+                    detail.join(", ")
+                ),
+                None => format!(
                     "data.features give {width} values per row from row {first_row} ({}), but \
                      the model takes {} inputs",
                     detail.join(", "),
                     self.inputs
                 ),
-            ));
+            };
+            return Err(ExecutorError::data(file, message));
         }
         let mut features = vec![0.0f32; rows * width];
         let mut offset = 0;
@@ -808,6 +824,28 @@ mod tests {
         assert!(msg.contains("label 1.5"), "{msg}");
         let msg = error(&conv(&["x"], LabelKind::Binary, None, 1), &b);
         assert!(msg.contains("[0, 1]"), "{msg}");
+    }
+
+    /// A list column's rows must make `data.shape`: the error names the shape, the file, the
+    /// row and both counts.
+    #[test]
+    fn rows_that_do_not_make_the_shape_are_named() {
+        let list = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0); 5]),
+            Some(vec![Some(2.0); 5]),
+        ]);
+        let b = batch(vec![
+            ("v", Arc::new(list)),
+            ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+        ]);
+        let c = conv(&["v"], LabelKind::Classes(2), None, 6).with_shape(Some(vec![1, 2, 3]));
+        assert_eq!(
+            error(&c, &b),
+            "data/t.parquet: data.shape [1, 2, 3] needs 6 values per row, but row 100 has 5 \
+             (`v`: 5)"
+        );
+        let fits = conv(&["v"], LabelKind::Classes(2), None, 5).with_shape(Some(vec![5]));
+        assert_eq!(fits.convert(&b, "t", 0).unwrap().features.len(), 10);
     }
 
     #[test]

@@ -433,6 +433,7 @@ fn read(case: &Case, parts: &[Partition]) -> crate::error::Result<Rows> {
         prep: None,
         cache: RowGroupCache::new(if case.cache { 1 << 30 } else { 0 }),
         driver: None,
+        images: None,
     };
     let mut all = Rows::default();
     ctx.for_each_batch(parts, &AtomicBool::new(false), |batch, origin| {

@@ -8,6 +8,8 @@
 //!   file, column and row.
 //! - [`batches`] streams an epoch's partitions on a background thread into a bounded shuffle
 //!   buffer and cuts mini-batches from it: memory stays bounded however large the data set.
+//! - [`images`] decodes a column of PNG or JPEG images (`data.image`) into `[C, H, W]` pixels.
+//! - [`augment`] crops and flips training images at random (`data.augment`), in the batch.
 //! - [`cache`] keeps decoded row groups between epochs within a byte budget.
 //! - [`prep`] runs the job's `data.sql` on each partition as it streams.
 //! - [`partitions`] ties these together: the prepared batches of a list of partitions, for
@@ -15,11 +17,13 @@
 //!
 //! [`PartitionReader`]: ringflow_proto::data::partition::PartitionReader
 
+pub mod augment;
 pub mod batches;
 pub mod cache;
 pub mod features;
 #[cfg(test)]
 mod fuzz;
+pub mod images;
 pub mod partitions;
 pub mod prep;
 pub mod source;

@@ -1,6 +1,10 @@
 //! An executor's partitions, read in order and prepared: from the row-group cache or from
 //! storage (or the driver), then through `data.sql` when the job has one. Training, whole-data
 //! statistics, evaluation and prediction all consume partitions through [`ReadContext`].
+//!
+//! A column of encoded images (`data.image`) is decoded here: as a row group is read, before
+//! it goes into the cache (so later epochs find pixels), or, with `data.sql`, in the query's
+//! output (the cache then holds the query's input, and images are decoded every epoch).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +13,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_proto::pb::Partition;
 
 use crate::data::cache::{RowGroupCache, slice_rows};
+use crate::data::images::ImageColumn;
 use crate::data::prep::SqlPrep;
 use crate::data::source::DriverSource;
 use crate::error::{ExecutorError, Result};
@@ -25,6 +30,8 @@ pub struct ReadContext {
     pub cache: Arc<RowGroupCache>,
     /// Set when partitions come from the driver instead of storage.
     pub driver: Option<Arc<DriverSource>>,
+    /// The column of encoded images to decode (`data.image`).
+    pub images: Option<Arc<ImageColumn>>,
 }
 
 /// Where a prepared batch came from, for error messages: a file and the row number of the
@@ -98,7 +105,11 @@ impl ReadContext {
             {
                 let first_row = row;
                 row += batch.num_rows() as u64;
-                if batch.num_rows() > 0 && !emit(&batch, &site, first_row)? {
+                if batch.num_rows() == 0 {
+                    continue;
+                }
+                let batch = self.decoded(batch, &site, first_row)?;
+                if !emit(&batch, &site, first_row)? {
                     return Ok(false);
                 }
             }
@@ -114,6 +125,7 @@ impl ReadContext {
         }
         let mut reader = self.open(p, false)?;
         while let Some((batch, first_row)) = next(&mut reader)? {
+            let batch = self.decoded(batch, &p.path, first_row)?;
             if !emit(&batch, &p.path, first_row)? {
                 return Ok(false);
             }
@@ -130,13 +142,27 @@ impl ReadContext {
         opened.map_err(|e| ExecutorError::data(e.what, e.message))
     }
 
+    /// The whole row group of `p`, for the cache: with its images decoded, unless `data.sql`
+    /// reads them.
     fn read_all(&self, p: &Partition) -> Result<Vec<RecordBatch>> {
         let mut reader = self.open(p, true)?;
         let mut out = Vec::new();
-        while let Some((batch, _)) = next(&mut reader)? {
-            out.push(batch);
+        while let Some((batch, first_row)) = next(&mut reader)? {
+            out.push(match self.prep {
+                None => self.decoded(batch, &p.path, first_row)?,
+                Some(_) => batch,
+            });
         }
         Ok(out)
+    }
+
+    /// `batch` (from `file`, first row `first_row`) with its images decoded, when the job has
+    /// an image column.
+    fn decoded(&self, batch: RecordBatch, file: &str, first_row: u64) -> Result<RecordBatch> {
+        match &self.images {
+            Some(images) => images.decode_batch(&batch, file, first_row),
+            None => Ok(batch),
+        }
     }
 }
 

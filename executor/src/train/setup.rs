@@ -14,8 +14,10 @@ use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::spec::JobSpec;
 
+use crate::data::augment::Augmenter;
 use crate::data::cache::RowGroupCache;
 use crate::data::features::{Converter, LabelKind, string_values};
+use crate::data::images::ImageColumn;
 use crate::data::partitions::ReadContext;
 use crate::data::prep::SqlPrep;
 use crate::data::source::DriverSource;
@@ -56,6 +58,9 @@ pub struct TaskData {
     pub converter: Arc<Converter>,
     /// The preprocessing (saved with the model).
     pub preprocessing: Preprocessing,
+    /// Random crops and flips of training batches (`data.augment`); never applied by
+    /// evaluation and prediction.
+    pub augment: Option<Augmenter>,
 }
 
 /// Sets up reading for `spec` and runs the preparation phases the task asks for. `label` is
@@ -88,12 +93,13 @@ pub fn prepare_data(
         None => None,
     };
     let converter = Converter::new(
-        &data.features,
+        &data.feature_columns(),
         label.map(|_| data.label.as_str()),
         label.unwrap_or(LabelKind::Regression),
         data.scale,
         shape.input_width(),
-    );
+    )
+    .with_shape(data.shape.clone());
     let columns = if options.input_columns.is_empty() {
         converter.columns()
     } else {
@@ -105,6 +111,12 @@ pub fn prepare_data(
         // A budget, not an allocation: the cache holds only row groups really read.
         cache: RowGroupCache::new(data.cache_mb.saturating_mul(1 << 20)),
         driver,
+        // Decoding runs on as many threads as the task computes with (this runs inside its
+        // compute pool).
+        images: data
+            .image
+            .as_ref()
+            .map(|i| Arc::new(ImageColumn::new(i, rayon::current_num_threads()))),
     };
     let mut preprocessing = options.preprocessing.clone().unwrap_or_default();
     if options.collect_moments || options.collect_labels {
@@ -134,6 +146,7 @@ pub fn prepare_data(
         read,
         converter,
         preprocessing,
+        augment: Augmenter::new(data, spec.train.seed),
     })
 }
 

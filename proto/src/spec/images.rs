@@ -50,7 +50,149 @@ pub struct AugmentSpec {
     pub horizontal_flip: bool,
 }
 
+/// The most values one example may hold (the product of `data.shape`, or an image's
+/// channels × height × width): 2^28, a GiB of `f32`, far beyond any image model's input.
+pub const MAX_EXAMPLE_VALUES: usize = 1 << 28;
+
+/// The most dimensions `data.shape` may have.
+pub const MAX_SHAPE_DIMS: usize = 8;
+
+/// The longest side of an image, in pixels: the most `data.image.size` may ask for, and the
+/// most an encoded image's header may declare before the executors refuse to decode it.
+pub const MAX_IMAGE_SIDE: usize = 16_384;
+
+/// A `[data]` key at fault and what is wrong with it.
+pub(super) type KeyError = (&'static str, String);
+
 impl DataSpec {
+    /// The columns whose values make each row's features: the `data.image` column when there
+    /// is one, else `data.features`.
+    pub fn feature_columns(&self) -> Vec<String> {
+        match &self.image {
+            Some(image) => vec![image.column.clone()],
+            None => self.features.clone(),
+        }
+    }
+
+    /// Checks `data.features` against `data.image` (exactly one of them gives the features),
+    /// and `data.shape`, `data.image` and `data.augment` on their own.
+    pub(super) fn check_examples(&self) -> Result<(), KeyError> {
+        match &self.image {
+            None if self.features.is_empty() => {
+                return Err((
+                    "data.features",
+                    "must list at least one column (or set data.image for a column of \
+                     encoded images)"
+                        .into(),
+                ));
+            }
+            None => {}
+            Some(image) => self.check_image(image)?,
+        }
+        if let Some(shape) = &self.shape {
+            check_shape(shape)?;
+        }
+        if let Some(augment) = &self.augment {
+            self.check_augment(augment)?;
+        }
+        Ok(())
+    }
+
+    /// `data.image`: a column of its own, a channel count the decoder makes, a bounded size.
+    fn check_image(&self, image: &ImageSpec) -> Result<(), KeyError> {
+        if !self.features.is_empty() {
+            return Err((
+                "data.features",
+                format!(
+                    "must be empty with data.image: the image column `{}` gives the features",
+                    image.column
+                ),
+            ));
+        }
+        if image.column.trim().is_empty() {
+            return Err(("data.image.column", "must name the column of images".into()));
+        }
+        if image.column == self.label {
+            return Err((
+                "data.image.column",
+                format!("is the label column `{}`", self.label),
+            ));
+        }
+        if ![1, 3, 4].contains(&image.channels) {
+            return Err((
+                "data.image.channels",
+                format!(
+                    "must be 1 (grey), 3 (RGB) or 4 (RGBA), not {}",
+                    image.channels
+                ),
+            ));
+        }
+        if let Some(side) = image
+            .size
+            .iter()
+            .find(|s| !(1..=MAX_IMAGE_SIDE).contains(*s))
+        {
+            return Err((
+                "data.image.size",
+                format!(
+                    "must be [height, width] with each between 1 and {MAX_IMAGE_SIDE}, not \
+                     {side}"
+                ),
+            ));
+        }
+        let values = image.channels * image.size[0] * image.size[1];
+        if values > MAX_EXAMPLE_VALUES {
+            return Err((
+                "data.image.size",
+                format!(
+                    "{:?} with {} channels makes {values} values per image, over the limit of \
+                     {MAX_EXAMPLE_VALUES}",
+                    image.size, image.channels
+                ),
+            ));
+        }
+        if self.shape.is_some() {
+            return Err((
+                "data.shape",
+                format!(
+                    "cannot be set with data.image, whose channels and size give each example \
+                     the shape [{}, {}, {}]",
+                    image.channels, image.size[0], image.size[1]
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `data.augment`: images to augment, and a crop no larger than they are.
+    fn check_augment(&self, augment: &AugmentSpec) -> Result<(), KeyError> {
+        let shape = self.example_shape().unwrap_or_default();
+        let &[_, height, width] = shape.as_slice() else {
+            return Err((
+                "data.augment",
+                format!(
+                    "needs images: examples of shape [channels, height, width] from data.image \
+                     or data.shape, but {}",
+                    match &self.shape {
+                        Some(s) => format!("data.shape is {s:?}"),
+                        None => "neither is set".into(),
+                    }
+                ),
+            ));
+        };
+        let side = height.min(width);
+        if augment.random_crop > side {
+            return Err((
+                "data.augment.random_crop",
+                format!(
+                    "must be at most the images' smaller side ({side} pixels), not {}",
+                    augment.random_crop
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The shape of one example as the model sees it: `data.shape`, else `[channels, height,
     /// width]` of `data.image`, else `None` (a flat feature vector).
     pub fn example_shape(&self) -> Option<Vec<usize>> {
@@ -60,5 +202,197 @@ impl DataSpec {
         self.image
             .as_ref()
             .map(|i| vec![i.channels, i.size[0], i.size[1]])
+    }
+}
+
+/// `data.shape`: one to [`MAX_SHAPE_DIMS`] dimensions, each at least 1, whose product is at
+/// most [`MAX_EXAMPLE_VALUES`].
+fn check_shape(shape: &[usize]) -> Result<(), KeyError> {
+    if shape.is_empty() || shape.len() > MAX_SHAPE_DIMS {
+        return Err((
+            "data.shape",
+            format!(
+                "must list 1 to {MAX_SHAPE_DIMS} dimensions, e.g. [1, 28, 28] (channels, \
+                 height, width), not {}",
+                shape.len()
+            ),
+        ));
+    }
+    if let Some(i) = shape.iter().position(|&d| d == 0) {
+        return Err((
+            "data.shape",
+            format!("dimension {i} of {shape:?} is 0; every dimension must be at least 1"),
+        ));
+    }
+    let product = shape
+        .iter()
+        .try_fold(1usize, |p, &d| p.checked_mul(d))
+        .filter(|&p| p <= MAX_EXAMPLE_VALUES);
+    if product.is_none() {
+        return Err((
+            "data.shape",
+            format!("{shape:?} holds more than {MAX_EXAMPLE_VALUES} values per example"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::spec::{JobSpec, Override};
+
+    /// A job on PNG images, changed by `--set` arguments.
+    fn parse(sets: &[&str]) -> Result<JobSpec, String> {
+        let text = r#"
+[data]
+train = "train.parquet"
+label = "label"
+image = { column = "png", size = [28, 28], channels = 1 }
+[model]
+kind = "mlp"
+layers = [784, 10]
+"#;
+        let sets: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
+        JobSpec::parse(text, Path::new("job.toml"), &sets).map_err(|e| e.to_string())
+    }
+
+    fn refused(sets: &[&str], says: &str) {
+        let msg = parse(sets).unwrap_err();
+        assert!(msg.contains(says), "{sets:?}: {msg}");
+    }
+
+    #[test]
+    fn an_image_column_replaces_the_features() {
+        let spec = parse(&[]).unwrap();
+        assert!(spec.data.features.is_empty());
+        assert_eq!(spec.data.feature_columns(), ["png"]);
+        assert_eq!(spec.data.example_shape(), Some(vec![1, 28, 28]));
+        refused(
+            &["data.features=[\"x\"]"],
+            "data.features: must be empty with data.image: the image column `png` gives the \
+             features",
+        );
+        refused(&["data.image={}"], "data.image.column: is required");
+        refused(
+            &["data.image.column=\"label\""],
+            "data.image.column: is the label column `label`",
+        );
+        let no_image = ["data.image.column=\"\""];
+        refused(
+            &no_image,
+            "data.image.column: must name the column of images",
+        );
+        let default_rgb = parse(&["data.image={ column = \"jpg\", size = [8, 9] }"]).unwrap();
+        assert_eq!(default_rgb.data.example_shape(), Some(vec![3, 8, 9]));
+    }
+
+    #[test]
+    fn without_an_image_the_features_are_required() {
+        let msg = parse(&["data.image.column=\"x\""]).map(|_| ()).err();
+        assert!(msg.is_none(), "{msg:?}");
+        let text = "[data]\ntrain = \"t\"\nlabel = \"y\"\n[model]\nkind = \"mlp\"\n";
+        let msg = JobSpec::parse(text, Path::new("job.toml"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("data.features: must list at least one column (or set data.image"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn image_channels_and_sizes_are_bounded() {
+        for c in [0, 2, 5] {
+            refused(
+                &[&format!("data.image.channels={c}")],
+                &format!("data.image.channels: must be 1 (grey), 3 (RGB) or 4 (RGBA), not {c}"),
+            );
+        }
+        for ok in [1, 3, 4] {
+            parse(&[&format!("data.image.channels={ok}")]).unwrap();
+        }
+        refused(
+            &["data.image.size=[0, 28]"],
+            "data.image.size: must be [height, width] with each between 1 and 16384, not 0",
+        );
+        refused(&["data.image.size=[28, 16385]"], "not 16385");
+        refused(
+            &["data.image.size=[16384, 16384]", "data.image.channels=3"],
+            "with 3 channels makes 805306368 values per image, over the limit of 268435456",
+        );
+        refused(&["data.image.size=[28]"], "data.image.size");
+    }
+
+    #[test]
+    fn shapes_are_checked_and_exclusive_with_images() {
+        let without_image = |sets: &[&str]| {
+            let text = "[data]\ntrain = \"t\"\nlabel = \"y\"\nfeatures = [\"x\"]\n[model]\n\
+                        kind = \"mlp\"\n";
+            let sets: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
+            JobSpec::parse(text, Path::new("job.toml"), &sets).map_err(|e| e.to_string())
+        };
+        let spec = without_image(&["data.shape=[1, 28, 28]"]).unwrap();
+        assert_eq!(spec.data.example_shape(), Some(vec![1, 28, 28]));
+        assert_eq!(spec.data.feature_columns(), ["x"]);
+        for (set, says) in [
+            ("data.shape=[]", "data.shape: must list 1 to 8 dimensions"),
+            ("data.shape=[1,1,1,1,1,1,1,1,1]", "not 9"),
+            (
+                "data.shape=[1, 0, 28]",
+                "data.shape: dimension 1 of [1, 0, 28] is 0; every dimension must be at least 1",
+            ),
+            (
+                "data.shape=[65536, 65536, 65536, 65536, 65536]",
+                "holds more than 268435456 values per example",
+            ),
+            ("data.shape=[16384, 16385]", "more than 268435456"),
+            ("data.shape=[-1, 28]", "data.shape"),
+        ] {
+            let msg = without_image(&[set]).unwrap_err();
+            assert!(msg.contains(says), "{set}: {msg}");
+        }
+        refused(
+            &["data.shape=[784]"],
+            "data.shape: cannot be set with data.image, whose channels and size give each \
+             example the shape [1, 28, 28]",
+        );
+    }
+
+    #[test]
+    fn augmentation_needs_images_and_a_crop_that_fits() {
+        let spec = parse(&["data.augment={ random_crop = 4, horizontal_flip = true }"]).unwrap();
+        let augment = spec.data.augment.unwrap();
+        assert_eq!((augment.random_crop, augment.horizontal_flip), (4, true));
+        let defaults = parse(&["data.augment={}"]).unwrap().data.augment.unwrap();
+        assert_eq!((defaults.random_crop, defaults.horizontal_flip), (0, false));
+        refused(
+            &["data.augment.random_crop=29"],
+            "data.augment.random_crop: must be at most the images' smaller side (28 pixels), \
+             not 29",
+        );
+        parse(&["data.augment.random_crop=28"]).unwrap();
+        refused(
+            &["data.augment.rotate=3"],
+            "unknown key `data.augment.rotate`",
+        );
+        let text = "[data]\ntrain = \"t\"\nlabel = \"y\"\nfeatures = [\"x\"]\n\
+                    augment = { horizontal_flip = true }\n[model]\nkind = \"mlp\"\n";
+        let msg = JobSpec::parse(text, Path::new("job.toml"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains(
+                "data.augment: needs images: examples of shape [channels, height, width] from \
+                 data.image or data.shape, but neither is set"
+            ),
+            "{msg}"
+        );
+        let flat = text.replace("features", "shape = [784]\nfeatures");
+        let msg = JobSpec::parse(&flat, Path::new("job.toml"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("but data.shape is [784]"), "{msg}");
     }
 }

@@ -58,12 +58,8 @@ impl JobSpec {
                 "must name a file, directory or glob".into(),
             ));
         }
-        if d.features.is_empty() {
-            return Err(Invalid::new(
-                "data.features",
-                "must list at least one column".into(),
-            ));
-        }
+        d.check_examples()
+            .map_err(|(key, m)| Invalid::new(key, m))?;
         for (i, f) in d.features.iter().enumerate() {
             if d.features[..i].contains(f) {
                 return Err(Invalid::new(

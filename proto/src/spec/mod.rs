@@ -14,7 +14,7 @@ mod load;
 mod overrides;
 
 pub use error::SpecError;
-pub use images::{AugmentSpec, ImageSpec};
+pub use images::{AugmentSpec, ImageSpec, MAX_EXAMPLE_VALUES, MAX_IMAGE_SIDE, MAX_SHAPE_DIMS};
 pub use overrides::Override;
 
 use std::collections::BTreeMap;
@@ -70,7 +70,9 @@ pub struct DataSpec {
     /// load the lookup tables, and for the driver to plan it (default 300).
     #[serde(default = "defaults::sql_timeout_s")]
     pub sql_timeout_s: u64,
-    /// Feature columns, concatenated in this order: numeric columns and list columns of numbers.
+    /// Feature columns, concatenated in this order: numeric columns and list columns of numbers
+    /// (required unless `image` gives the features; empty by default).
+    #[serde(default)]
     pub features: Vec<String>,
     /// The label column: integer class index or string class for classification, number for
     /// regression.

@@ -10,6 +10,7 @@ use ringflow_proto::pb::EpochPlan;
 
 use super::Trainer;
 use crate::collective::ReduceOp;
+use crate::data::augment::BatchPosition;
 use crate::data::batches::EpochStream;
 use crate::error::{CommError, ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TrainEvent};
@@ -244,14 +245,15 @@ impl Trainer<'_> {
             self.position.global_step,
         );
         let t0 = Instant::now();
-        let batch = stream
-            .next_batch(spec.train.batch_size)?
-            .ok_or(ExecutorError::OutOfRows {
-                rank,
-                step,
-                steps,
-                epoch,
-            })?;
+        let mut batch =
+            stream
+                .next_batch(spec.train.batch_size)?
+                .ok_or(ExecutorError::OutOfRows {
+                    rank,
+                    step,
+                    steps,
+                    epoch,
+                })?;
         let rows = batch.rows;
         let lr = spec
             .train
@@ -262,6 +264,13 @@ impl Trainer<'_> {
             self.apply(lr)?;
             self.position.global_step += 1;
             return Ok(Step::CaughtUp { rows: rows as u64 });
+        }
+        if let Some(augment) = &self.data.augment {
+            augment.apply(
+                &mut batch.features,
+                rows,
+                BatchPosition { epoch, rank, step },
+            );
         }
         let device = self.task.device;
         let x = Tensor::from_vec(batch.features, &self.shape.batch(rows), device)?;

@@ -1,0 +1,574 @@
+//! Columns of encoded images (`data.image`): PNG or JPEG bytes decoded into pixels.
+//!
+//! An [`ImageColumn`] replaces the binary column of a record batch by a
+//! `fixed_size_list<uint8>` column of `channels × height × width` values per row, laid out
+//! `[C, H, W]` (NCHW once batched), which the [`Converter`] then reads like any list of numbers
+//! (so `data.scale` and `data.normalize` apply as to other features). Decoded batches go into
+//! the row-group cache, so later epochs do not decode again; pixels take one byte per channel
+//! there.
+//!
+//! Each image is converted to the requested channel count (grey from colour with the ITU-R
+//! 601 weights that PIL uses; alpha dropped, or 255 where the image has none) and resized to
+//! the requested size with a triangle (bilinear) filter when its own differs. The rows of a
+//! batch are decoded in parallel on the task's compute threads, each straight into the row's
+//! slot of one buffer for the batch. A header declaring more than [`MAX_IMAGE_SIDE`] pixels on
+//! a side, or more than [`MAX_DECODED_BYTES`] decoded, is refused before any pixel is decoded,
+//! so a hostile file cannot make an executor allocate gigabytes; a corrupt image is an error
+//! naming the file, the row and the decoder's reason.
+//!
+//! [`Converter`]: crate::data::features::Converter
+
+use std::cell::RefCell;
+use std::io::Cursor;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, UInt8Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use image::imageops::FilterType;
+use image::{
+    ColorType, DynamicImage, ImageBuffer, ImageDecoder, ImageReader, Limits, Luma, LumaA, Pixel,
+    Rgb, Rgba,
+};
+use rayon::prelude::*;
+use ringflow_proto::spec::{ImageSpec, MAX_IMAGE_SIDE};
+
+use crate::error::{ExecutorError, Result};
+
+/// The most bytes one decoded image may take before conversion (256 MiB: an 8192 × 8192
+/// RGBA image).
+pub const MAX_DECODED_BYTES: u64 = 256 << 20;
+
+/// Scratch buffers kept by a decoding thread between images up to this size; a larger one is
+/// given back after use.
+const KEEP_SCRATCH_BYTES: usize = 16 << 20;
+
+/// Decodes one image column of record batches into pixels.
+#[derive(Debug)]
+pub struct ImageColumn {
+    column: String,
+    channels: usize,
+    /// `[height, width]` of every decoded image.
+    size: [usize; 2],
+    /// The threads that decode (the task's compute threads); `None`: the calling thread.
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+thread_local! {
+    /// The decoder's output, reused from image to image on each decoding thread.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl ImageColumn {
+    /// Decodes `spec`'s column on `threads` threads of its own.
+    pub fn new(spec: &ImageSpec, threads: usize) -> ImageColumn {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(|i| format!("ringflow-decode-{i}"))
+            .build()
+            .ok()
+            .map(Arc::new);
+        ImageColumn {
+            column: spec.column.clone(),
+            channels: spec.channels,
+            size: spec.size,
+            pool,
+        }
+    }
+
+    /// Values per decoded image: channels × height × width.
+    pub fn values_per_image(&self) -> usize {
+        self.channels
+            .saturating_mul(self.size[0])
+            .saturating_mul(self.size[1])
+    }
+
+    /// `batch` with its image column replaced by the decoded pixels; `batch` comes from `file`
+    /// and its first row is row `first_row` there (for errors).
+    pub fn decode_batch(
+        &self,
+        batch: &RecordBatch,
+        file: &str,
+        first_row: u64,
+    ) -> Result<RecordBatch> {
+        let fail = |m: String| {
+            ExecutorError::data(file, format!("column `{}` (data.image) {m}", self.column))
+        };
+        let Some(index) = batch.schema().index_of(&self.column).ok() else {
+            return Err(fail("is missing from the data".into()));
+        };
+        let col = batch.column(index);
+        let rows = col.len();
+        let pixels = match col.data_type() {
+            DataType::Binary => {
+                let a = col.as_binary::<i32>();
+                self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
+            }
+            DataType::LargeBinary => {
+                let a = col.as_binary::<i64>();
+                self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
+            }
+            DataType::BinaryView => {
+                let a = col.as_binary_view();
+                self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
+            }
+            t => {
+                return Err(fail(format!(
+                    "has type {t}; an image column must be binary (PNG or JPEG bytes)"
+                )));
+            }
+        }
+        .map_err(fail)?;
+        let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
+        let mut columns = batch.columns().to_vec();
+        fields[index] = Arc::new(Field::new(&self.column, pixels.data_type().clone(), false));
+        columns[index] = pixels;
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+            .map_err(|e| fail(format!("cannot hold the decoded images: {e}")))
+    }
+
+    /// Decodes `rows` images (`bytes(row)` gives a row's encoded image, `None` for a null)
+    /// into one buffer, in parallel; the error names the first failing row, counted from
+    /// `first_row`.
+    fn decode_rows<'a>(
+        &self,
+        rows: usize,
+        first_row: u64,
+        bytes: impl Fn(usize) -> Option<&'a [u8]> + Sync,
+    ) -> std::result::Result<ArrayRef, String> {
+        let per_image = self.values_per_image();
+        let too_many = || {
+            format!("cannot be decoded: {rows} images of {per_image} values do not fit in memory")
+        };
+        let len = rows.checked_mul(per_image).ok_or_else(too_many)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).map_err(|_| too_many())?;
+        out.resize(len, 0u8);
+        let decode_all = |out: &mut [u8]| {
+            out.par_chunks_mut(per_image.max(1))
+                .enumerate()
+                .filter_map(|(row, slot)| {
+                    let result = match bytes(row) {
+                        Some(b) => self.decode_into(b, slot),
+                        None => Err("the image is null".into()),
+                    };
+                    result.err().map(|why| (row, why))
+                })
+                .min_by_key(|(row, _)| *row)
+        };
+        let failed = match &self.pool {
+            Some(pool) => pool.install(|| decode_all(&mut out)),
+            None => decode_all(&mut out),
+        };
+        if let Some((row, why)) = failed {
+            return Err(format!("row {} (0-based): {why}", first_row + row as u64));
+        }
+        let values = Arc::new(UInt8Array::from(out));
+        let item = Arc::new(Field::new_list_field(DataType::UInt8, false));
+        let list = FixedSizeListArray::try_new(item, per_image as i32, values, None)
+            .map_err(|e| format!("cannot hold the decoded images: {e}"))?;
+        Ok(Arc::new(list))
+    }
+
+    /// Decodes one encoded image into `out` (`[C, H, W]`, this column's channels and size).
+    pub fn decode_into(&self, bytes: &[u8], out: &mut [u8]) -> std::result::Result<(), String> {
+        SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let result = self.decode_with(bytes, &mut scratch, out);
+            if scratch.capacity() > KEEP_SCRATCH_BYTES {
+                *scratch = Vec::new();
+            }
+            result
+        })
+    }
+
+    fn decode_with(
+        &self,
+        bytes: &[u8],
+        scratch: &mut Vec<u8>,
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        let (width, height, src_channels) = decode_8bit(bytes, scratch)?;
+        let [h, w] = self.size;
+        if (height, width) == (h, w) {
+            write_planes(scratch, src_channels, self.channels, out);
+            return Ok(());
+        }
+        let resized = resize(scratch, [height, width], src_channels, self.size);
+        write_planes(&resized, src_channels, self.channels, out);
+        Ok(())
+    }
+}
+
+/// The crate's limits for one image: at most [`MAX_IMAGE_SIDE`] pixels on a side and
+/// [`MAX_DECODED_BYTES`] of decoder allocations.
+fn limits() -> Limits {
+    let mut limits = Limits::default();
+    limits.max_image_width = Some(MAX_IMAGE_SIDE as u32);
+    limits.max_image_height = Some(MAX_IMAGE_SIDE as u32);
+    limits.max_alloc = Some(MAX_DECODED_BYTES);
+    limits
+}
+
+/// Decodes a PNG or JPEG image into `scratch` as 8-bit interleaved pixels; returns its
+/// width, height and channels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA).
+fn decode_8bit(
+    bytes: &[u8],
+    scratch: &mut Vec<u8>,
+) -> std::result::Result<(usize, usize, usize), String> {
+    let mut reader = ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if reader.format().is_none() {
+        return Err(
+            "is neither a PNG nor a JPEG image (its first bytes are not a PNG or JPEG \
+                    signature)"
+                .into(),
+        );
+    }
+    reader.limits(limits());
+    let decoder = reader.into_decoder().map_err(|e| match e {
+        image::ImageError::Limits(_) => format!(
+            "its header declares an image beyond the limit of {MAX_IMAGE_SIDE} pixels on a \
+             side ({} MiB decoded): {e}",
+            MAX_DECODED_BYTES >> 20
+        ),
+        e => format!("cannot be decoded: {e}"),
+    })?;
+    let (width, height) = decoder.dimensions();
+    let (width, height) = (width as usize, height as usize);
+    let total = decoder.total_bytes();
+    if total > MAX_DECODED_BYTES {
+        return Err(format!(
+            "is {width} × {height} pixels, {} MiB decoded, beyond the limit of {} MiB",
+            total >> 20,
+            MAX_DECODED_BYTES >> 20
+        ));
+    }
+    let channels = match decoder.color_type() {
+        ColorType::L8 => 1,
+        ColorType::La8 => 2,
+        ColorType::Rgb8 => 3,
+        ColorType::Rgba8 => 4,
+        _ => return decode_wide(decoder, scratch),
+    };
+    scratch.clear();
+    scratch.resize(total as usize, 0);
+    decoder
+        .read_image(scratch)
+        .map_err(|e| format!("cannot be decoded: {e}"))?;
+    Ok((width, height, channels))
+}
+
+/// Decodes an image of more than 8 bits per channel and narrows it to 8 bits.
+fn decode_wide(
+    decoder: impl ImageDecoder,
+    scratch: &mut Vec<u8>,
+) -> std::result::Result<(usize, usize, usize), String> {
+    let color = decoder.color_type();
+    let (width, height) = decoder.dimensions();
+    let image =
+        DynamicImage::from_decoder(decoder).map_err(|e| format!("cannot be decoded: {e}"))?;
+    let (raw, channels) = match (color.has_color(), color.has_alpha()) {
+        (false, false) => (image.into_luma8().into_raw(), 1),
+        (false, true) => (image.into_luma_alpha8().into_raw(), 2),
+        (true, false) => (image.into_rgb8().into_raw(), 3),
+        (true, true) => (image.into_rgba8().into_raw(), 4),
+    };
+    *scratch = raw;
+    Ok((width as usize, height as usize, channels))
+}
+
+/// `pixels` (`[height, width]`, `channels` interleaved) resized to `size` with a triangle
+/// filter.
+fn resize(pixels: &[u8], from: [usize; 2], channels: usize, size: [usize; 2]) -> Vec<u8> {
+    fn resized<P: Pixel<Subpixel = u8> + 'static>(
+        pixels: &[u8],
+        from: [usize; 2],
+        size: [usize; 2],
+    ) -> Vec<u8> {
+        let image = ImageBuffer::<P, &[u8]>::from_raw(from[1] as u32, from[0] as u32, pixels)
+            .expect("the decoder filled the buffer");
+        image::imageops::resize(&image, size[1] as u32, size[0] as u32, FilterType::Triangle)
+            .into_raw()
+    }
+    match channels {
+        1 => resized::<Luma<u8>>(pixels, from, size),
+        2 => resized::<LumaA<u8>>(pixels, from, size),
+        3 => resized::<Rgb<u8>>(pixels, from, size),
+        _ => resized::<Rgba<u8>>(pixels, from, size),
+    }
+}
+
+/// Grey from red, green and blue with the ITU-R 601 weights (PIL's `convert("L")`).
+#[inline]
+fn grey(r: u8, g: u8, b: u8) -> u8 {
+    ((299 * r as u32 + 587 * g as u32 + 114 * b as u32 + 500) / 1000) as u8
+}
+
+/// Writes interleaved `pixels` of `from` channels into `out` as `to` planes (`[C, H, W]`):
+/// grey is repeated into colour, colour is made grey, alpha is dropped or set opaque.
+fn write_planes(pixels: &[u8], from: usize, to: usize, out: &mut [u8]) {
+    let area = out.len() / to;
+    if from == to && from == 1 {
+        out.copy_from_slice(&pixels[..area]);
+        return;
+    }
+    for (i, px) in pixels.chunks_exact(from).take(area).enumerate() {
+        let (rgb, alpha) = match from {
+            1 => ([px[0]; 3], 255),
+            2 => ([px[0]; 3], px[1]),
+            3 => ([px[0], px[1], px[2]], 255),
+            _ => ([px[0], px[1], px[2]], px[3]),
+        };
+        match to {
+            1 => {
+                out[i] = if from <= 2 {
+                    px[0]
+                } else {
+                    grey(rgb[0], rgb[1], rgb[2])
+                }
+            }
+            _ => {
+                for (c, v) in rgb.into_iter().enumerate() {
+                    out[c * area + i] = v;
+                }
+                if to == 4 {
+                    out[3 * area + i] = alpha;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use datafusion::arrow::array::{BinaryArray, Int32Array};
+    use image::{GrayImage, ImageFormat, RgbImage, RgbaImage};
+
+    use super::*;
+
+    /// `image` encoded as `format` (PNG or JPEG) bytes.
+    pub(crate) fn encode(image: impl Into<DynamicImage>, format: ImageFormat) -> Vec<u8> {
+        let mut out = Vec::new();
+        image
+            .into()
+            .write_to(&mut Cursor::new(&mut out), format)
+            .expect("encodes");
+        out
+    }
+
+    fn column(channels: usize, size: [usize; 2]) -> ImageColumn {
+        let spec = ImageSpec {
+            column: "img".into(),
+            size,
+            channels,
+        };
+        ImageColumn::new(&spec, 2)
+    }
+
+    fn decode(
+        bytes: &[u8],
+        channels: usize,
+        size: [usize; 2],
+    ) -> std::result::Result<Vec<u8>, String> {
+        let c = column(channels, size);
+        let mut out = vec![0u8; c.values_per_image()];
+        c.decode_into(bytes, &mut out).map(|()| out)
+    }
+
+    /// A 2 × 2 RGB image and its planes.
+    fn rgb() -> RgbImage {
+        let px = [[10, 20, 30], [40, 50, 60], [70, 80, 90], [100, 110, 120]];
+        RgbImage::from_fn(2, 2, |x, y| Rgb(px[(y * 2 + x) as usize]))
+    }
+    const RED: [u8; 4] = [10, 40, 70, 100];
+    const GREEN: [u8; 4] = [20, 50, 80, 110];
+    const BLUE: [u8; 4] = [30, 60, 90, 120];
+    /// ITU-R 601 grey of the RGB image: round(0.299 R + 0.587 G + 0.114 B).
+    const GREY: [u8; 4] = [18, 48, 78, 108];
+
+    fn planes(parts: &[[u8; 4]]) -> Vec<u8> {
+        parts.iter().flatten().copied().collect()
+    }
+
+    #[test]
+    fn png_of_every_kind_becomes_every_channel_count_as_planes() {
+        let grey = GrayImage::from_raw(2, 2, vec![5, 6, 7, 8]).unwrap();
+        let g = [5, 6, 7, 8];
+        let png = encode(grey, ImageFormat::Png);
+        assert_eq!(decode(&png, 1, [2, 2]).unwrap(), g);
+        assert_eq!(decode(&png, 3, [2, 2]).unwrap(), planes(&[g, g, g]));
+        assert_eq!(
+            decode(&png, 4, [2, 2]).unwrap(),
+            planes(&[g, g, g, [255; 4]])
+        );
+
+        let png = encode(rgb(), ImageFormat::Png);
+        assert_eq!(decode(&png, 1, [2, 2]).unwrap(), GREY);
+        assert_eq!(
+            decode(&png, 3, [2, 2]).unwrap(),
+            planes(&[RED, GREEN, BLUE])
+        );
+        let opaque = planes(&[RED, GREEN, BLUE, [255; 4]]);
+        assert_eq!(decode(&png, 4, [2, 2]).unwrap(), opaque);
+
+        let rgba = RgbaImage::from_fn(2, 2, |x, y| {
+            let Rgb([r, g, b]) = *rgb().get_pixel(x, y);
+            Rgba([r, g, b, 200 + (y * 2 + x) as u8])
+        });
+        let png = encode(rgba, ImageFormat::Png);
+        assert_eq!(decode(&png, 1, [2, 2]).unwrap(), GREY);
+        assert_eq!(
+            decode(&png, 3, [2, 2]).unwrap(),
+            planes(&[RED, GREEN, BLUE])
+        );
+        let alpha = [200, 201, 202, 203];
+        assert_eq!(
+            decode(&png, 4, [2, 2]).unwrap(),
+            planes(&[RED, GREEN, BLUE, alpha])
+        );
+
+        // 16 bits per channel are narrowed to 8.
+        let wide = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(2, 1, vec![0, 65535]).unwrap();
+        let png = encode(DynamicImage::ImageLuma16(wide), ImageFormat::Png);
+        assert_eq!(decode(&png, 1, [1, 2]).unwrap(), [0, 255]);
+    }
+
+    #[test]
+    fn jpeg_decodes_close_to_its_colours() {
+        let flat = RgbImage::from_pixel(16, 16, Rgb([100, 150, 200]));
+        let jpeg = encode(flat, ImageFormat::Jpeg);
+        let out = decode(&jpeg, 3, [16, 16]).unwrap();
+        for (plane, want) in out.chunks_exact(256).zip([100u8, 150, 200]) {
+            for &v in plane {
+                assert!(v.abs_diff(want) <= 3, "{v} for {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn images_of_another_size_are_resized() {
+        // A constant image stays constant at any size.
+        let flat = RgbImage::from_pixel(7, 5, Rgb([10, 20, 30]));
+        let out = decode(&encode(flat, ImageFormat::Png), 3, [3, 4]).unwrap();
+        let want: Vec<u8> = [10u8, 20, 30]
+            .iter()
+            .flat_map(|&v| std::iter::repeat_n(v, 12))
+            .collect();
+        assert_eq!(out, want);
+        // Dark left half, bright right half: halving keeps the sides apart, symmetrically.
+        let halves = GrayImage::from_fn(8, 8, |x, _| Luma([if x < 4 { 0 } else { 200 }]));
+        let out = decode(&encode(halves, ImageFormat::Png), 1, [4, 4]).unwrap();
+        for row in out.chunks_exact(4) {
+            assert_eq!(row[0], 0, "{out:?}");
+            assert_eq!(row[3], 200, "{out:?}");
+            assert!(row[1] <= row[2], "{out:?}");
+            assert_eq!(row[1] as u32 + row[2] as u32, 200, "{out:?}");
+        }
+    }
+
+    /// A PNG signature, an IHDR chunk declaring a `width × height` 8-bit image of PNG colour
+    /// type `color` (0 grey, 6 RGBA), and an empty IDAT chunk: a header without pixels.
+    fn png_header(width: u32, height: u32, color: u8) -> Vec<u8> {
+        fn crc32(bytes: &[u8]) -> u32 {
+            let mut crc = !0u32;
+            for &b in bytes {
+                crc ^= b as u32;
+                for _ in 0..8 {
+                    crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+                }
+            }
+            !crc
+        }
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut chunk = |kind: &[u8], data: &[u8]| {
+            let body = [kind, data].concat();
+            png.extend((data.len() as u32).to_be_bytes());
+            png.extend(&body);
+            png.extend(crc32(&body).to_be_bytes());
+        };
+        let ihdr = [
+            &width.to_be_bytes()[..],
+            &height.to_be_bytes(),
+            &[8, color, 0, 0, 0],
+        ];
+        chunk(b"IHDR", &ihdr.concat());
+        chunk(b"IDAT", &[]);
+        png
+    }
+
+    #[test]
+    fn a_huge_header_is_refused_before_decoding() {
+        let msg = decode(&png_header(20_000, 20_000, 0), 1, [2, 2]).unwrap_err();
+        assert!(
+            msg.contains("its header declares an image beyond the limit of 16384 pixels"),
+            "{msg}"
+        );
+        // Within the sides, beyond the bytes: 16000 × 16000 RGBA is 977 MiB.
+        let msg = decode(&png_header(16_000, 16_000, 6), 1, [2, 2]).unwrap_err();
+        assert!(msg.contains("beyond the limit"), "{msg}");
+        // A header that fits but has no pixels is corrupt, not too large.
+        let msg = decode(&png_header(4, 4, 0), 1, [2, 2]).unwrap_err();
+        assert!(msg.contains("cannot be decoded"), "{msg}");
+    }
+
+    #[test]
+    fn corrupt_images_name_the_file_and_row() {
+        let good = encode(rgb(), ImageFormat::Png);
+        let mut truncated = good.clone();
+        truncated.truncate(good.len() / 2);
+        let values: Vec<Option<&[u8]>> = vec![
+            Some(&good),
+            Some(&good),
+            Some(&truncated),
+            Some(b"not an image"),
+            None,
+        ];
+        let batch = |values: Vec<Option<&[u8]>>| {
+            let n = values.len() as i32;
+            RecordBatch::try_from_iter([
+                (
+                    "y",
+                    Arc::new(Int32Array::from_iter_values(0..n)) as ArrayRef,
+                ),
+                ("img", Arc::new(BinaryArray::from(values)) as ArrayRef),
+            ])
+            .unwrap()
+        };
+        let c = column(3, [2, 2]);
+        let fail = |values: Vec<Option<&[u8]>>| {
+            c.decode_batch(&batch(values), "data/x.parquet", 100)
+                .unwrap_err()
+                .to_string()
+        };
+        let msg = fail(values.clone());
+        assert!(
+            msg.starts_with("data/x.parquet: column `img` (data.image) row 102 (0-based): ")
+                && msg.contains("cannot be decoded"),
+            "{msg}"
+        );
+        let msg = fail(values[3..].to_vec());
+        assert!(
+            msg.contains("row 100 (0-based): is neither a PNG nor a JPEG image"),
+            "{msg}"
+        );
+        let msg = fail(values[4..].to_vec());
+        assert!(
+            msg.contains("row 100 (0-based): the image is null"),
+            "{msg}"
+        );
+
+        // Good rows become a list of their planes; the other columns stay.
+        let decoded = c
+            .decode_batch(&batch(values[..2].to_vec()), "f", 0)
+            .unwrap();
+        assert_eq!(decoded.column(0).len(), 2);
+        let list = decoded.column(1).as_fixed_size_list();
+        assert_eq!(list.value_length(), 12);
+        let pixels = list
+            .values()
+            .as_primitive::<datafusion::arrow::datatypes::UInt8Type>();
+        assert_eq!(pixels.values()[12..], planes(&[RED, GREEN, BLUE]));
+    }
+}
