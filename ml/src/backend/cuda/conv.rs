@@ -26,7 +26,7 @@ use super::CudaStorage;
 use super::conv_direct::Direct;
 use super::device::Gpu;
 use super::kernels::Window;
-use super::launch::launch;
+use super::launch::{expect_shape, int, launch};
 use super::layout::strided;
 use super::matmul::{Operand, Product};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
@@ -36,29 +36,6 @@ use crate::error::{MlError, Result};
 
 /// The most floats of column matrix one chunk of images uses (64 MiB).
 pub const WORKSPACE_FLOATS: usize = 1 << 24;
-
-/// `v` as a kernel's int argument.
-pub(super) fn int(op: &'static str, v: usize) -> Result<i32> {
-    i32::try_from(v).map_err(|_| {
-        MlError::invalid(
-            op,
-            format!("size {v} is too large for the CUDA backend's kernels"),
-        )
-    })
-}
-
-/// Fails unless an operand's shape, `got`, is the one the geometry gives it, `want`.
-pub(super) fn expect_shape(op: &'static str, got: &[usize], want: &[usize]) -> Result<()> {
-    if got == want {
-        return Ok(());
-    }
-    Err(MlError::ShapeMismatch {
-        op,
-        lhs: got.to_vec(),
-        rhs: want.to_vec(),
-        reason: "differ: the first is the operand's, the second what the geometry describes",
-    })
-}
 
 /// The rest of `view` from element `at` on.
 fn tail<'a>(view: &'a CudaView<'_, f32>, at: usize) -> Result<CudaView<'a, f32>> {

@@ -6,7 +6,7 @@ use cudarc::driver::CudaSlice;
 use super::CudaStorage;
 use super::device::Gpu;
 use crate::device::{Device, mixed_devices};
-use crate::error::Result;
+use crate::error::{MlError, Result};
 
 /// Launches kernel `$name` of `$gpu` over `$cfg` with the given arguments.
 macro_rules! launch {
@@ -70,4 +70,27 @@ impl CudaStorage {
         let CudaStorage { gpu, block, .. } = self;
         kernel(gpu, block.as_mut().expect("a block is held until drop"))
     }
+}
+
+/// `v` as a kernel's int argument.
+pub(super) fn int(op: &'static str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        MlError::invalid(
+            op,
+            format!("size {v} is too large for the CUDA backend's kernels"),
+        )
+    })
+}
+
+/// Fails unless an operand's shape, `got`, is the one the geometry gives it, `want`.
+pub(super) fn expect_shape(op: &'static str, got: &[usize], want: &[usize]) -> Result<()> {
+    if got == want {
+        return Ok(());
+    }
+    Err(MlError::ShapeMismatch {
+        op,
+        lhs: got.to_vec(),
+        rhs: want.to_vec(),
+        reason: "differ: the first is the operand's, the second what the geometry describes",
+    })
 }

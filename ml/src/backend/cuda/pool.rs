@@ -8,10 +8,9 @@
 use cudarc::driver::PushKernelArg;
 
 use super::CudaStorage;
-use super::conv::{expect_shape, int};
 use super::device::Gpu;
 use super::kernels::Window;
-use super::launch::launch;
+use super::launch::{expect_shape, int, launch};
 use crate::backend::conv::Pool2dGeometry;
 use crate::backend::memory::MemoryOps;
 use crate::error::Result;
