@@ -13,7 +13,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pyarrow.parquet as pq
+from mnist_parquet import load
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batch", type=int, default=64)
@@ -21,12 +21,6 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--train", default="examples/data/mnist/train.parquet")
 parser.add_argument("--test", default="examples/data/mnist/test.parquet")
 args = parser.parse_args()
-
-
-def load(path):
-    table = pq.read_table(path, columns=["image", "label"])
-    x = np.stack(table.column("image").to_numpy(zero_copy_only=False)).astype(np.float32) / 255.0
-    return x.reshape(-1, 28, 28, 1), table.column("label").to_numpy().astype(np.int32)
 
 
 x, y = load(args.train)

@@ -5,10 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, UInt32Array};
-use datafusion::arrow::compute::{concat_batches, take};
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::arrow::compute::take;
 
-use crate::helpers::{job, repo, s, write_parquet};
+use crate::helpers::{job, read_mnist, repo, s, write_parquet};
 use crate::recovery::{kill_after_a_mid_epoch_checkpoint, resume_ends_like, uninterrupted_run};
 
 /// Rows of the MNIST subset the job trains on (one in ten), and steps per epoch on 4
@@ -19,13 +18,7 @@ const STEPS_PER_EPOCH: u64 = ROWS / 4 / 32;
 /// Every tenth row of the shipped MNIST training split, written to `dir/train.parquet` in
 /// row groups of 1,500.
 fn mnist_subset(dir: &Path) -> PathBuf {
-    let file = std::fs::File::open(repo().join("examples/data/mnist/train.parquet")).unwrap();
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<_> = reader.map(Result::unwrap).collect();
-    let all = concat_batches(&batches[0].schema(), &batches).unwrap();
+    let all = read_mnist("train", None);
     let every_tenth = UInt32Array::from_iter_values((0..all.num_rows() as u32).step_by(10));
     let columns: Vec<(&str, ArrayRef)> = ["id", "label", "image"]
         .into_iter()

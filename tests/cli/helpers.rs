@@ -314,6 +314,22 @@ pub fn write_regression_data(dir: &Path, rows: &[usize], row_group_rows: usize) 
     rows.iter().sum()
 }
 
+/// The committed MNIST `split` ("train" or "test") as one record batch (`id`, `label`,
+/// `image`), or its first `limit` rows.
+pub fn read_mnist(split: &str, limit: Option<usize>) -> RecordBatch {
+    use datafusion::arrow::compute::concat_batches;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    let source = repo().join(format!("examples/data/mnist/{split}.parquet"));
+    let mut reader =
+        ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(source).unwrap()).unwrap();
+    if let Some(limit) = limit {
+        reader = reader.with_limit(limit);
+    }
+    let batches: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+    concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
 /// Writes the first `rows` rows of the committed MNIST `split` ("train" or "test") to `path`
 /// in row groups of `row_group_rows`, with `id`, `label`, the raw `image` (784 bytes) and
 /// `png`: the same pixels as a 28 × 28 grey PNG (lossless, so both give the same features).
@@ -326,20 +342,11 @@ pub fn write_image_mnist(
     truncated: Option<usize>,
 ) {
     use datafusion::arrow::array::{Array, AsArray, BinaryArray};
-    use datafusion::arrow::compute::concat_batches;
     use datafusion::arrow::datatypes::UInt8Type;
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use image::ImageEncoder;
     use image::codecs::png::PngEncoder;
 
-    let source = repo().join(format!("examples/data/mnist/{split}.parquet"));
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(source).unwrap())
-        .unwrap()
-        .with_limit(rows)
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
-    let all = concat_batches(&batches[0].schema(), &batches).unwrap();
+    let all = read_mnist(split, Some(rows));
     let images = all.column_by_name("image").unwrap().as_fixed_size_list();
     let png: Vec<Vec<u8>> = (0..images.len())
         .map(|row| {
