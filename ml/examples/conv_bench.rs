@@ -136,7 +136,7 @@ fn measure(layer: &Layer, budget: Duration, device: Device) -> ringflow_ml::Resu
     let (xs, ws, dy) = (storage(&x)?, storage(&w)?, storage(&out)?);
     let mut dw = Storage::zeros(&layer.weight, device)?;
     let forward = best_time(budget, device, || {
-        Storage::conv2d(&xs, &ws, &geometry).map(drop)
+        Storage::conv2d(&xs, &ws, None, &geometry).map(drop)
     })?;
     let input_grad = best_time(budget, device, || {
         Storage::conv2d_backward_input(&dy, &ws, &geometry).map(drop)

@@ -89,6 +89,8 @@ const KernelEntry TABLE[] = {
     KERNEL(max_pool_bwd, false),
     KERNEL(avg_pool_fwd, false),
     KERNEL(avg_pool_bwd, false),
+    KERNEL(channel_sum, true),
+    KERNEL(channel_bias_add, false),
     KERNEL(bn_stats, true),
     KERNEL(bn_forward, false),
     KERNEL(bn_backward_sums, true),

@@ -243,8 +243,10 @@ impl Pool2dGeometry {
 /// Convolution and pooling kernels over NCHW batches. Shapes were checked by the caller
 /// (against the geometry, which passed its `check`).
 pub trait ConvOps: MatmulOps {
-    /// `y = conv(x, w)`, no bias: `[batch, out_channels, oh, ow]`.
-    fn conv2d(x: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self>;
+    /// `y = conv(x, w) + bias`: `[batch, out_channels, oh, ow]`, each output channel's cells
+    /// starting from its `bias` value (`[out_channels]`) when there is one, so the bias costs no
+    /// pass of its own.
+    fn conv2d(x: &Self, w: &Self, bias: Option<&Self>, g: &Conv2dGeometry) -> Result<Self>;
 
     /// The gradient with respect to the input, `[batch, in_channels, h, w]`, from the output's
     /// gradient `grad` and the weights.
@@ -276,9 +278,19 @@ pub trait ConvOps: MatmulOps {
 }
 
 impl Storage {
-    /// `conv(x, w)` without bias.
-    pub fn conv2d(x: &Storage, w: &Storage, g: &Conv2dGeometry) -> Result<Storage> {
-        dispatch!("conv2d", (x = x, w = w) => ConvOps::conv2d(x, w, g))
+    /// `conv(x, w) + bias`, the bias `[out_channels]` broadcast over the output's planes.
+    pub fn conv2d(
+        x: &Storage,
+        w: &Storage,
+        bias: Option<&Storage>,
+        g: &Conv2dGeometry,
+    ) -> Result<Storage> {
+        match bias {
+            None => dispatch!("conv2d", (x = x, w = w) => ConvOps::conv2d(x, w, None, g)),
+            Some(b) => {
+                dispatch!("conv2d", (x = x, w = w, b = b) => ConvOps::conv2d(x, w, Some(b), g))
+            }
+        }
     }
 
     /// The input's gradient of a convolution.

@@ -1,5 +1,6 @@
-//! [`NormOps`]: per-channel normalization (batch normalization) of `[batch, channels, ...]`
-//! tensors, forward and backward; and the [`Storage`] methods that dispatch to them.
+//! [`NormOps`]: per-channel passes over `[batch, channels, ...]` tensors: batch normalization,
+//! forward and backward, and the per-channel sum (a convolution's bias gradient); and the
+//! [`Storage`] methods that dispatch to them.
 //!
 //! Every method has a default built from elementwise ops and axis sums
 //! ([`batch_norm_stats_from_primitives`], ...), so a backend needs no kernel of its own; the CPU
@@ -15,6 +16,12 @@ use crate::error::Result;
 /// Per-channel normalization kernels. `x` is `[batch, channels, ...]` with at least two axes,
 /// and the per-channel operands are `[channels]` (all checked by the caller).
 pub trait NormOps: ReduceOps {
+    /// The sum of each channel's elements, `[channels]` (a convolution's bias gradient).
+    /// Default: [`channel_sum_from_primitives`].
+    fn channel_sum(x: &Self) -> Result<Self> {
+        channel_sum_from_primitives(x)
+    }
+
     /// The per-channel mean and biased variance (`Σ (x − mean)² / M`), `[channels]` each.
     /// Default: [`batch_norm_stats_from_primitives`].
     fn batch_norm_stats(x: &Self) -> Result<(Self, Self)> {
@@ -64,6 +71,11 @@ fn channel_sum<S: ReduceOps>(x: &S) -> Result<S> {
 /// A `[channels]` operand as `[1, channels, 1]`, to broadcast against `[batch, channels, rest]`.
 fn per_channel<S: ReduceOps>(v: &S) -> Result<S> {
     v.reshape(&[1, v.shape()[0], 1])
+}
+
+/// [`NormOps::channel_sum`] as two axis sums.
+pub fn channel_sum_from_primitives<S: ReduceOps>(x: &S) -> Result<S> {
+    channel_sum(&x.reshape(&channel_view(x.shape()))?)?.reshape(&[x.shape()[1]])
 }
 
 /// [`NormOps::batch_norm_stats`] as axis sums: the mean, then the mean of squared deviations.
@@ -142,6 +154,11 @@ pub fn batch_norm_backward_from_primitives<S: ReduceOps>(
 }
 
 impl Storage {
+    /// The sum of each channel's elements of a `[batch, channels, ...]` tensor, `[channels]`.
+    pub fn channel_sum(x: &Storage) -> Result<Storage> {
+        dispatch!((x = x) => NormOps::channel_sum(x))
+    }
+
     /// The per-channel mean and biased variance of a `[batch, channels, ...]` tensor.
     pub fn batch_norm_stats(x: &Storage) -> Result<(Storage, Storage)> {
         dispatch!((x = x) => NormOps::batch_norm_stats(x))

@@ -1,7 +1,7 @@
 //! 2-D convolution of NCHW batches, with an optional bias.
 
 use crate::autodiff::{Backward, GradSink};
-use crate::backend::{BinaryOp, Conv2dGeometry, Storage};
+use crate::backend::{Conv2dGeometry, Storage};
 use crate::error::{MlError, Result};
 use crate::ops::same_device;
 use crate::tensor::{GradWrite, Tensor};
@@ -66,9 +66,7 @@ impl Backward for Conv2dBackward {
         if let Some(bias) = inputs.get(2)
             && sink.wants(bias)
         {
-            // [n, O, oh, ow] → [n, O]; the bias's rows sum adds the images.
-            let per_image = g.sum(Some(3), false)?.sum(Some(2), false)?;
-            sink.add_reduced(bias, per_image)?;
+            sink.add(bias, Storage::channel_sum(g)?)?;
         }
         Ok(())
     }
@@ -155,14 +153,10 @@ impl Tensor {
         opts: Conv2dOptions,
     ) -> Result<Tensor> {
         let g = geometry(self, weight, bias, opts)?;
-        let out = Storage::conv2d(&self.read(), &weight.read(), &g)?;
-        match bias {
-            None => Ok(Tensor::from_op(out, &[self, weight], Conv2dBackward(g))),
-            Some(b) => {
-                let b_val = b.read().reshape(&[1, g.out_channels, 1, 1])?;
-                let out = out.binary(BinaryOp::Add, &b_val, &g.output_shape())?;
-                Ok(Tensor::from_op(out, &[self, weight, b], Conv2dBackward(g)))
-            }
-        }
+        let b_val = bias.map(Tensor::read);
+        let out = Storage::conv2d(&self.read(), &weight.read(), b_val.as_deref(), &g)?;
+        let mut inputs = vec![self, weight];
+        inputs.extend(bias);
+        Ok(Tensor::from_op(out, &inputs, Conv2dBackward(g)))
     }
 }

@@ -14,7 +14,7 @@ use ringflow_ml::backend::loss::{
 };
 use ringflow_ml::backend::norm::{
     batch_norm_backward_from_primitives, batch_norm_from_primitives,
-    batch_norm_stats_from_primitives,
+    batch_norm_stats_from_primitives, channel_sum_from_primitives,
 };
 use ringflow_ml::backend::optim::{
     adagrad_from_primitives, adam_from_primitives, sgd_from_primitives,
@@ -264,8 +264,8 @@ fn batch_norm_matches_its_defaults(device: Device) -> TestResult {
     on_backend!(device, batch_norm_on)
 }
 
-/// Statistics, normalization and both backward passes, on a `[n, C]` batch and on images large
-/// enough for the parallel kernels.
+/// The per-channel sum, statistics, normalization and both backward passes, on a `[n, C]` batch
+/// and on images large enough for the parallel kernels.
 fn batch_norm_on<S: BackendStorage>(at: S::Location) -> TestResult {
     for (k, shape) in [&[7usize, 5][..], &[8, 16, 16, 17]].into_iter().enumerate() {
         let seed = 40 + 10 * k as u64;
@@ -275,6 +275,12 @@ fn batch_norm_on<S: BackendStorage>(at: S::Location) -> TestResult {
             random::<S>(&c, 0.5, 1.5, seed + 1, at)?,
             random(&c, -1.0, 1.0, seed + 2, at)?,
         );
+        let sum = NormOps::channel_sum(&x)?;
+        agree(
+            &sum,
+            &channel_sum_from_primitives(&x)?,
+            &format!("sum {shape:?}"),
+        )?;
         let (mean, var) = NormOps::batch_norm_stats(&x)?;
         let (mean_c, var_c) = batch_norm_stats_from_primitives(&x)?;
         agree(&mean, &mean_c, &format!("mean {shape:?}"))?;

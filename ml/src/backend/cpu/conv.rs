@@ -237,10 +237,18 @@ fn col2im(cols: &[f32], g: &Conv2dGeometry, x: &mut [f32]) {
     }
 }
 
-/// `conv(x, w)`: `[batch, out_channels, oh, ow]`.
-pub fn conv2d(x: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) -> CpuArray {
+/// Fills each `plane`-long row of `out` with its channel's value of `bias` (one per row).
+fn fill_bias(out: &mut [f32], bias: &[f32], plane: usize) {
+    for (row, &b) in out.chunks_mut(plane.max(1)).zip(bias) {
+        row.fill(b);
+    }
+}
+
+/// `conv(x, w) + bias`: `[batch, out_channels, oh, ow]`. With a bias, each output block starts
+/// as the bias and the product is added to it.
+pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeometry) -> CpuArray {
     let l = Layout::of(g);
-    let (xs, ws) = (slice(x), slice(w));
+    let (xs, ws, bias) = (slice(x), slice(w), bias.map(slice));
     let mut out = zeros(&g.output_shape());
     let image_in = g.in_channels * l.in_plane;
     for_each_image(slice_mut(&mut out), g.batch, |n, out, threaded| {
@@ -248,16 +256,19 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) -> CpuArray {
         for group in 0..g.groups {
             let x_g = &image[l.in_range(group)];
             let out_g = &mut out[l.out_range(group)];
-            let w_g = l.weights(ws, group);
+            if let Some(b) = bias {
+                fill_bias(out_g, &b[group * l.out_group..], l.out_plane);
+            }
+            let (w_g, add) = (l.weights(ws, group), bias.is_some());
             if l.unroll {
                 with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
                     im2col(x_g, g, cols);
                     let cols = MatRef::new(cols, l.taps, l.out_plane);
-                    gemm(out_g, w_g, cols, false, threaded);
+                    gemm(out_g, w_g, cols, add, threaded);
                 });
             } else {
                 let x_g = MatRef::new(x_g, l.in_group, l.in_plane);
-                gemm(out_g, w_g, x_g, false, threaded);
+                gemm(out_g, w_g, x_g, add, threaded);
             }
         }
     });
@@ -361,11 +372,11 @@ pub fn conv2d_backward_weight(
 }
 
 impl ConvOps for CpuArray {
-    fn conv2d(x: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
+    fn conv2d(x: &Self, w: &Self, bias: Option<&Self>, g: &Conv2dGeometry) -> Result<Self> {
         Ok(if depthwise::applies(g) {
-            depthwise::conv2d(x, w, g)
+            depthwise::conv2d(x, w, bias, g)
         } else {
-            conv2d(x, w, g)
+            conv2d(x, w, bias, g)
         })
     }
 

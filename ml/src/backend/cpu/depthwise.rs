@@ -47,16 +47,20 @@ fn for_each_tap(
     }
 }
 
-/// The forward pass: output plane `(n, o)` from input plane `(n, o / multiplier)`.
-pub fn conv2d(x: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) -> CpuArray {
+/// The forward pass: output plane `(n, o)` from input plane `(n, o / multiplier)`, starting
+/// from the bias.
+pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeometry) -> CpuArray {
     let [h, wd] = g.in_size;
     let [oh, ow] = g.out_size();
     let taps = g.kernel[0] * g.kernel[1];
     let multiplier = g.out_channels / g.groups;
-    let (xs, ws) = (slice(x), slice(w));
+    let (xs, ws, bias) = (slice(x), slice(w), bias.map(slice));
     let mut out = zeros(&g.output_shape());
     for_each_chunk(slice_mut(&mut out), oh * ow, |plane, out| {
         let (n, o) = (plane / g.out_channels, plane % g.out_channels);
+        if let Some(b) = bias {
+            out.fill(b[o]);
+        }
         let input = &xs[(n * g.in_channels + o / multiplier) * h * wd..][..h * wd];
         let kernel = &ws[o * taps..(o + 1) * taps];
         for_each_tap(g, |tap, r, in_row, cols, first| {

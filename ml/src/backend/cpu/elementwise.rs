@@ -104,15 +104,16 @@ pub fn unary_backward(op: UnaryOp, x: &CpuArray, y: &CpuArray, grad: &CpuArray) 
     par_for(slice_mut(&mut out), |o, r| {
         let (x, y, g) = (&xs[r.clone()], &ys[r.clone()], &gs[r]);
         match op {
-            // The common activation gets a branch-free loop of its own.
+            // The common activation gets a branch-free loop of its own (zipped slices: no bounds
+            // checks, so it vectorizes).
             UnaryOp::Relu => {
-                for i in 0..o.len() {
-                    o[i] = if x[i] > 0.0 { g[i] } else { 0.0 };
+                for ((o, &x), &g) in o.iter_mut().zip(x).zip(g) {
+                    *o = if x > 0.0 { g } else { 0.0 };
                 }
             }
             _ => {
-                for i in 0..o.len() {
-                    o[i] = g[i] * derivative(op, x[i], y[i]);
+                for (((o, &x), &y), &g) in o.iter_mut().zip(x).zip(y).zip(g) {
+                    *o = g * derivative(op, x, y);
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! Batch normalization in fused per-channel passes: statistics in one read of the input (sums
 //! in f64, shifted by the channel's first value), the normalization in one read and one write,
-//! and the backward pass in two reads and one write.
+//! and the backward pass in two reads and one write; the per-channel sum in one read.
 
 use rayon::prelude::*;
 
@@ -58,6 +58,29 @@ fn map_rows(
     } else {
         os.par_chunks_mut(row_len).enumerate().for_each(fill);
     }
+}
+
+/// `run`'s sum in eight f32 lanes (which the compiler vectorizes), the lanes added in f64.
+fn run_sum(run: &[f32]) -> f64 {
+    let mut lanes = [0.0f32; 8];
+    let mut chunks = run.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(chunk) {
+            *l += v;
+        }
+    }
+    let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+    lanes.iter().map(|&l| l as f64).sum::<f64>() + tail
+}
+
+/// The sum of each channel's elements: runs summed in f32 lanes, runs added in f64.
+pub fn channel_sum(x: &CpuArray) -> CpuArray {
+    let v = view(x);
+    let xs = slice(x);
+    let sums = per_channel(x, |c| {
+        channel_runs(xs, v, c).map(run_sum).sum::<f64>() as f32
+    });
+    from_vec(&[v[1]], sums)
 }
 
 /// Per-channel mean and biased variance.
@@ -151,6 +174,11 @@ pub fn batch_norm_backward(
 }
 
 impl NormOps for CpuArray {
+    /// One pass per channel.
+    fn channel_sum(x: &Self) -> Result<Self> {
+        Ok(channel_sum(x))
+    }
+
     /// One pass per channel.
     fn batch_norm_stats(x: &Self) -> Result<(Self, Self)> {
         Ok(batch_norm_stats(x))

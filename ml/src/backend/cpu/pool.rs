@@ -1,5 +1,7 @@
 //! Max and average pooling over NCHW planes: direct loops over each window, planes in parallel.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::{CpuArray, PAR_MIN, slice, slice_mut, zeros};
@@ -32,10 +34,7 @@ fn for_each_plane<A: Sync, B: Send>(
 
 /// Calls `f(out_index, rows, cols)` for every output cell of a plane with the input rows and
 /// columns its window covers (padding left out).
-fn for_each_window(
-    p: &Pool2dGeometry,
-    mut f: impl FnMut(usize, std::ops::Range<usize>, std::ops::Range<usize>),
-) {
+fn for_each_window(p: &Pool2dGeometry, mut f: impl FnMut(usize, Range<usize>, Range<usize>)) {
     let [oh, ow] = p.out_size();
     for r in 0..oh {
         let rows = p.window(0, r);
@@ -43,6 +42,66 @@ fn for_each_window(
             f(r * ow + c, rows.clone(), p.window(1, c));
         }
     }
+}
+
+/// Whether `v` takes over from the best so far: larger, or the first NaN (a NaN wins and stays,
+/// as in PyTorch). Without short-circuits, so that callers can select without branching.
+#[inline(always)]
+fn beats(v: f32, best: f32) -> bool {
+    (v > best) | (v.is_nan() & !best.is_nan())
+}
+
+/// The first maximum of the window `rows` × `cols` of a plane `w` wide, and its flat index.
+#[inline(always)]
+fn window_max(plane: &[f32], w: usize, rows: Range<usize>, cols: Range<usize>) -> (f32, usize) {
+    let mut best = (f32::NEG_INFINITY, rows.start * w + cols.start);
+    for y in rows {
+        for x in cols.clone() {
+            let at = y * w + x;
+            if beats(plane[at], best.0) {
+                best = (plane[at], at);
+            }
+        }
+    }
+    best
+}
+
+/// Max pooling of one plane into `dst`, with each maximum's flat index (as f32) into `arg`. The
+/// common 2×2 window of stride 2 without padding reads two input rows per output row.
+fn max_pool_plane(plane: &[f32], p: &Pool2dGeometry, dst: &mut [f32], arg: &mut [f32]) {
+    let w = p.in_size[1];
+    let [oh, ow] = p.out_size();
+    if p.kernel == [2, 2] && p.stride == [2, 2] && p.padding == [0, 0] {
+        for r in 0..oh {
+            let (dst, arg) = (
+                &mut dst[r * ow..(r + 1) * ow],
+                &mut arg[r * ow..(r + 1) * ow],
+            );
+            let top = 2 * r * w;
+            let (upper, lower) = (&plane[top..top + 2 * ow], &plane[top + w..top + w + 2 * ow]);
+            let cells = upper.chunks_exact(2).zip(lower.chunks_exact(2));
+            for (c, ((d, a), (u, l))) in dst.iter_mut().zip(arg.iter_mut()).zip(cells).enumerate() {
+                // Selects, not branches: which cell wins is data, and mispredicts otherwise.
+                let first = (top + 2 * c) as f32;
+                let (mut value, mut index) = (u[0], first);
+                for (v, at) in [
+                    (u[1], first + 1.0),
+                    (l[0], first + w as f32),
+                    (l[1], first + w as f32 + 1.0),
+                ] {
+                    let take = beats(v, value);
+                    value = if take { v } else { value };
+                    index = if take { at } else { index };
+                }
+                (*d, *a) = (value, index);
+            }
+        }
+        return;
+    }
+    for_each_window(p, |o, rows, cols| {
+        let (v, at) = window_max(plane, w, rows, cols);
+        (dst[o], arg[o]) = (v, at as f32);
+    });
 }
 
 /// Max pooling: the maxima and the flat index in its plane of each window's first maximum (a
@@ -54,19 +113,7 @@ pub fn max_pool2d(x: &CpuArray, p: &Pool2dGeometry) -> (CpuArray, CpuArray) {
     let mut out = zeros(&p.output_shape());
     let mut argmax = zeros(&p.output_shape());
     let work = |((plane, dst), arg): ((&[f32], &mut [f32]), &mut [f32])| {
-        for_each_window(p, |o, rows, cols| {
-            let mut best = (f32::NEG_INFINITY, rows.start * w + cols.start);
-            for y in rows {
-                let row = &plane[y * w + cols.start..y * w + cols.end];
-                for (xx, &v) in row.iter().enumerate() {
-                    if v > best.0 || (v.is_nan() && !best.0.is_nan()) {
-                        best = (v, y * w + cols.start + xx);
-                    }
-                }
-            }
-            dst[o] = best.0;
-            arg[o] = best.1 as f32;
-        });
+        max_pool_plane(plane, p, dst, arg)
     };
     let (xs, os, args) = (slice(x), slice_mut(&mut out), slice_mut(&mut argmax));
     if xs.len() < PAR_MIN {
@@ -96,9 +143,9 @@ pub fn max_pool2d_backward(
     let mut dx = zeros(&p.input_shape());
     let valid = |((g, at), plane): ((&[f32], &[f32]), &mut [f32])| {
         g.iter().zip(at).all(|(&g, &at)| {
-            let cell = (at >= 0.0 && at.fract() == 0.0)
-                .then(|| plane.get_mut(at as usize))
-                .flatten();
+            // `as` saturates (a negative index or NaN becomes 0), so also check the round trip.
+            let i = at as usize;
+            let cell = (i as f32 == at).then(|| plane.get_mut(i)).flatten();
             cell.map(|d| *d += g).is_some()
         })
     };

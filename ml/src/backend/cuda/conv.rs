@@ -367,22 +367,50 @@ impl ConvPlan {
 }
 
 impl ConvPlan {
-    /// `conv(x, w)` without bias.
-    fn forward(&self, x: &CudaStorage, w: &CudaStorage) -> Result<CudaStorage> {
+    /// `conv(x, w) + bias`: the products, then the bias added in place.
+    fn forward(
+        &self,
+        x: &CudaStorage,
+        w: &CudaStorage,
+        bias: Option<&CudaStorage>,
+    ) -> Result<CudaStorage> {
         const OP: &str = "conv2d";
         expect_shape(OP, &x.shape, &self.geometry.input_shape())?;
         expect_shape(OP, &w.shape, &self.geometry.weight_shape())?;
+        if let Some(b) = bias {
+            x.on_same_gpu(OP, &[b.device()])?;
+            expect_shape(OP, &b.shape, &[self.geometry.out_channels])?;
+        }
         x.launch_new(OP, &[w.device()], &self.geometry.output_shape(), |_, y| {
             if let Some(direct) = &self.direct {
-                return direct.forward(x, w, y);
+                direct.forward(x, w, y)?;
+            } else {
+                let mut col = self.workspace(x)?;
+                for chunk in self.chunks() {
+                    self.im2col(x, chunk, &mut col)?;
+                    self.forward_chunk(w, &col, chunk, y)?;
+                }
             }
-            let mut col = self.workspace(x)?;
-            for chunk in self.chunks() {
-                self.im2col(x, chunk, &mut col)?;
-                self.forward_chunk(w, &col, chunk, y)?;
-            }
-            Ok(())
+            bias.map_or(Ok(()), |b| self.add_bias(b, y))
         })
+    }
+
+    /// `y += bias` per output channel.
+    fn add_bias(&self, bias: &CudaStorage, y: &mut CudaStorage) -> Result<()> {
+        let channels = self.geometry.out_channels as i64;
+        let rest = (self.plane as i64).max(1);
+        let (n, cfg, gpu) = (y.n(), Gpu::elementwise(y.len), y.gpu.clone());
+        let (b, mut y) = (bias.view(), y.view_mut());
+        launch!(
+            gpu,
+            "channel_bias_add",
+            cfg,
+            &n,
+            &channels,
+            &rest,
+            &b,
+            &mut y
+        )
     }
 
     /// The input's gradient from the output's, `grad`.
@@ -440,8 +468,8 @@ impl ConvPlan {
 }
 
 impl ConvOps for CudaStorage {
-    fn conv2d(x: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
-        ConvPlan::new("conv2d", g, WORKSPACE_FLOATS)?.forward(x, w)
+    fn conv2d(x: &Self, w: &Self, bias: Option<&Self>, g: &Conv2dGeometry) -> Result<Self> {
+        ConvPlan::new("conv2d", g, WORKSPACE_FLOATS)?.forward(x, w, bias)
     }
 
     fn conv2d_backward_input(grad: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
@@ -523,7 +551,7 @@ mod tests {
     /// Everything a plan computes: the output, the input's gradient, the weight's gradient, and
     /// the weight's gradient accumulated a second time.
     fn run(plan: &ConvPlan, x: &CudaStorage, w: &CudaStorage, grad: &CudaStorage) -> Vec<Vec<f32>> {
-        let y = plan.forward(x, w).expect("forward");
+        let y = plan.forward(x, w, None).expect("forward");
         let dx = plan.backward_input(grad, w).expect("input gradient");
         let mut dw = w.duplicate().expect("copy");
         plan.backward_weight(&mut dw, x, grad, false)

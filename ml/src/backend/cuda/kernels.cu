@@ -725,6 +725,26 @@ extern "C" __global__ void avg_pool_bwd(long long planes, Window g, const float*
 // x is [batch, channels, rest]; channel c's values are batch runs of `rest`. The arithmetic is
 // backend/cpu/norm.rs's: sums in double, statistics shifted by the channel's first value.
 
+// Per-channel sum (a convolution's bias gradient), one block per channel, in double.
+extern "C" __global__ void channel_sum(long long batch, long long channels, long long rest,
+                                       const float* x, float* out) {
+    long long count = batch * rest;
+    for (long long c = blockIdx.x; c < channels; c += gridDim.x) {
+        double s = 0.0;
+        for (long long j = threadIdx.x; j < count; j += blockDim.x) {
+            s += (double)x[(j / rest * channels + c) * rest + j % rest];
+        }
+        s = block_sum(s);
+        if (threadIdx.x == 0) out[c] = (float)s;
+    }
+}
+
+// y += bias per channel, in place (a convolution's bias).
+extern "C" __global__ void channel_bias_add(long long n, long long channels, long long rest,
+                                            const float* bias, float* y) {
+    GRID_STRIDE(i, n) { y[i] += bias[i / rest % channels]; }
+}
+
 // Per-channel mean and biased variance, one block per channel.
 extern "C" __global__ void bn_stats(long long batch, long long channels, long long rest,
                                     const float* x, float* mean, float* var) {

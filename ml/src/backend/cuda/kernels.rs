@@ -49,6 +49,8 @@ const NAMES: &[&str] = &[
     "max_pool_bwd",
     "avg_pool_fwd",
     "avg_pool_bwd",
+    "channel_sum",
+    "channel_bias_add",
     "bn_stats",
     "bn_forward",
     "bn_backward_sums",

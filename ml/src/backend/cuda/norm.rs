@@ -1,4 +1,5 @@
-//! Batch normalization in fused per-channel kernels ([`NormOps`]'s overrides): the statistics
+//! The per-channel sum in one kernel (one block per channel, in double), and batch
+//! normalization in fused per-channel kernels ([`NormOps`]'s overrides): the statistics
 //! in one read of the input, one block per channel summing in double; the normalization in one
 //! elementwise pass; the backward pass as one per-channel reduction (`Σ dy`, `Σ dy·(x − mean)`,
 //! and the coefficients of the input's gradient) and one elementwise pass. The arithmetic is the
@@ -20,6 +21,25 @@ fn channel_view(shape: &[usize]) -> [i64; 3] {
 }
 
 impl NormOps for CudaStorage {
+    /// One block per channel.
+    fn channel_sum(x: &Self) -> Result<Self> {
+        let [batch, channels, rest] = channel_view(&x.shape);
+        x.launch_new("conv2d backward", &[], &[x.shape[1]], |gpu, out| {
+            let cfg = Gpu::block_per_row(channels as usize);
+            let (x, mut out) = (x.view(), out.view_mut());
+            launch!(
+                gpu,
+                "channel_sum",
+                cfg,
+                &batch,
+                &channels,
+                &rest,
+                &x,
+                &mut out
+            )
+        })
+    }
+
     /// One block per channel.
     fn batch_norm_stats(x: &Self) -> Result<(Self, Self)> {
         let [batch, channels, rest] = channel_view(&x.shape);

@@ -88,7 +88,7 @@ impl MatmulOps for CudaStorage {
 }
 
 impl ConvOps for CudaStorage {
-    fn conv2d(x: &Self, _: &Self, _: &Conv2dGeometry) -> Result<Self> {
+    fn conv2d(x: &Self, _: &Self, _: Option<&Self>, _: &Conv2dGeometry) -> Result<Self> {
         match *x {}
     }
     fn conv2d_backward_input(g: &Self, _: &Self, _: &Conv2dGeometry) -> Result<Self> {
