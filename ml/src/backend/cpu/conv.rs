@@ -185,6 +185,22 @@ pub(super) fn for_each_tap_row(
     }
 }
 
+/// `dst.copy_from_slice(src)` for the short runs of im2col (a row of a small output plane, often
+/// 8 or 16 values): whole blocks of 8 are moved inline rather than by a call to `memcpy`, whose
+/// overhead would exceed the copy.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    let mut blocks = dst.chunks_exact_mut(8);
+    let mut from = src.chunks_exact(8);
+    for (d, s) in (&mut blocks).zip(&mut from) {
+        let s: &[f32; 8] = s.try_into().expect("a block of 8");
+        d.copy_from_slice(s);
+    }
+    for (d, s) in blocks.into_remainder().iter_mut().zip(from.remainder()) {
+        *d = *s;
+    }
+}
+
 /// Unrolls one group of one image (`[in_group, h, w]`) into `cols` (`[taps, oh · ow]`),
 /// writing every element (zeros where a tap reads padding).
 fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
@@ -202,7 +218,7 @@ fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
             let src = &plane[in_row * w..(in_row + 1) * w];
             let dst = &mut row[r * ow + valid.start..r * ow + valid.end];
             if g.stride[1] == 1 {
-                dst.copy_from_slice(&src[first..first + dst.len()]);
+                copy_short(dst, &src[first..first + dst.len()]);
             } else {
                 for (k, d) in dst.iter_mut().enumerate() {
                     *d = src[first + k * g.stride[1]];
