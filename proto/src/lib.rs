@@ -6,6 +6,8 @@
 //!   fault, and shipped to executors as JSON.
 //! - [`data`]: how data paths, object stores, `data.sql` and whole-data statistics are
 //!   interpreted, identically by the driver, the executors and the CLI.
+//! - [`metrics`]: evaluation metrics counted by executors and added up by the driver (entity
+//!   F1 of IOB2 tags).
 //! - [`host`]: this machine's name, as executors and drivers report it.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
@@ -23,6 +25,7 @@
 pub mod data;
 pub mod host;
 pub mod listener;
+pub mod metrics;
 pub mod phases;
 pub mod security;
 pub mod size;
