@@ -10,6 +10,7 @@
 //!   job's `data.sql` over one partition at a time.
 //! - [`stats`]: the partial and merged whole-data statistics behind `normalize` and string
 //!   label classes.
+//! - [`vocab`]: token counts of string sequence columns and the vocabulary built from them.
 //! - [`paths`]: output paths joined below a directory with path and URL APIs, and the
 //!   file-system root that no job may write into.
 //! - [`runtime`]: the small async runtime that storage and SQL calls from synchronous code
@@ -25,6 +26,7 @@ pub mod paths;
 pub mod runtime;
 pub mod sql;
 pub mod stats;
+pub mod vocab;
 
 pub use error::{DataError, DataErrorKind, Result};
 
