@@ -24,8 +24,9 @@ mod summary;
 
 pub use footprint::ModelFootprint;
 pub use layers::{
-    Activation, ActivationKind, AvgPool2d, BatchNorm, Conv2d, Conv2dConfig, Dropout, Embedding,
-    Flatten, GlobalAvgPool2d, Init, LayerNorm, Linear, MaxPool2d, Residual, Sequential,
+    Activation, ActivationKind, AvgPool2d, BatchNorm, BiLstm, Conv2d, Conv2dConfig, Dropout,
+    Embedding, Flatten, GlobalAvgPool2d, Init, LayerNorm, Linear, Lstm, MaxPool2d, Residual,
+    Sequential,
 };
 pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};

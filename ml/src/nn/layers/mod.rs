@@ -1,16 +1,19 @@
 //! The stock layers, by concept: [`dense`] (linear, activations, dropout, embeddings),
 //! [`conv`] (2-D convolution), [`pool`] (pooling and flattening), [`norm`] (layer and batch
-//! normalization) and [`residual`] (sequential stacks and skip connections). Each is a
+//! normalization), [`recurrent`] (LSTMs over sequences of different lengths) and [`residual`]
+//! (sequential stacks and skip connections). Each is a
 //! [`Module`](crate::nn::Module) that custom Rust models can use as they are.
 
 pub mod conv;
 pub mod dense;
 pub mod norm;
 pub mod pool;
+pub mod recurrent;
 pub mod residual;
 
 pub use conv::{Conv2d, Conv2dConfig};
 pub use dense::{Activation, ActivationKind, Dropout, Embedding, Init, Linear};
 pub use norm::{BatchNorm, LayerNorm};
 pub use pool::{AvgPool2d, Flatten, GlobalAvgPool2d, MaxPool2d};
+pub use recurrent::{BiLstm, Lstm};
 pub use residual::{Residual, Sequential};
