@@ -24,9 +24,9 @@ mod summary;
 
 pub use footprint::ModelFootprint;
 pub use layers::{
-    Activation, ActivationKind, AvgPool2d, BatchNorm, BiLstm, Conv2d, Conv2dConfig, Dropout,
-    Embedding, Flatten, GlobalAvgPool2d, Init, LayerNorm, Linear, Lstm, MaxPool2d, Residual,
-    Sequential,
+    Activation, ActivationKind, AvgPool2d, BatchNorm, BiGru, BiLstm, Bidirectional, Conv2d,
+    Conv2dConfig, Dropout, Embedding, Flatten, GlobalAvgPool2d, Gru, Init, LayerNorm, Linear, Lstm,
+    MaxPool2d, Recurrent, Residual, Sequential,
 };
 pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};

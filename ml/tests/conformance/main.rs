@@ -7,7 +7,7 @@
 //! - `grads`: every differentiable op against central finite differences.
 //! - `conv`, `pool`, `norm`: convolution, pooling and batch normalization against direct
 //!   nested-loop references (values and gradients) and finite differences, and their errors.
-//! - `recurrent`: the LSTM against a scalar reference, padding, and finite differences.
+//! - `recurrent`: the LSTM and GRU against scalar references, padding, finite differences.
 //! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
 //! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
 //! - `checkpoint`: bit-exact resume and refusal of damaged files.

@@ -1,7 +1,7 @@
-//! The LSTM against a scalar reference in f64, its handling of padding (real steps unchanged by
-//! what the padding holds, no gradient into it), and its gradients against finite differences.
+//! The LSTM and the GRU against scalar references in f64, their handling of padding (real steps
+//! unchanged by what the padding holds, no gradient into it), finite differences, and errors.
 
-use ringflow_ml::nn::{Lstm, ParamBuilder, ParamStore};
+use ringflow_ml::nn::{BiLstm, Gru, Lstm, ParamBuilder, ParamStore, Recurrent};
 use ringflow_ml::{Device, Tensor, rng};
 
 use crate::helpers::*;
@@ -12,7 +12,9 @@ const IN: usize = 2;
 const H: usize = 2;
 const LENGTHS: [usize; N] = [3, 2];
 
-fn layer(device: Device) -> Result<Lstm, Box<dyn std::error::Error>> {
+type Checked<T> = Result<T, Box<dyn std::error::Error>>;
+
+fn lstm(device: Device) -> Checked<Lstm> {
     let mut store = ParamStore::new();
     let mut init = rng::seeded(7, rng::streams::INIT);
     let lstm = Lstm::new(&mut ParamBuilder::new(&mut store, &mut init, device), IN, H)?;
@@ -21,15 +23,42 @@ fn layer(device: Device) -> Result<Lstm, Box<dyn std::error::Error>> {
     Ok(lstm)
 }
 
+fn gru(device: Device) -> Checked<Gru> {
+    let mut store = ParamStore::new();
+    let mut init = rng::seeded(8, rng::streams::INIT);
+    let gru = Gru::new(&mut ParamBuilder::new(&mut store, &mut init, device), IN, H)?;
+    gru.bias_input
+        .copy_from_slice(&[0.1, -0.2, 0.3, 0.0, 0.5, 0.2])?;
+    gru.bias_hidden
+        .copy_from_slice(&[-0.3, 0.1, 0.2, 0.4, -0.1, 0.6])?;
+    Ok(gru)
+}
+
 fn sigmoid(v: f64) -> f64 {
     1.0 / (1.0 + (-v).exp())
 }
 
-/// One sequence `x` (`[steps, IN]`) through the weights, in f64, in the given step order: the
-/// output of each step it visits.
-fn reference(x: &[f32], steps: usize, weights: [&[f32]; 3], reverse: bool) -> Vec<[f64; H]> {
-    let [wi, wh, b] = weights;
-    let (mut h, mut c) = ([0.0f64; H], [0.0f64; H]);
+/// `Σ_j a[j]·W[j, k]` for a row-major `W` of `cols` columns.
+fn dot(a: &[f64], w: &[f32], cols: usize, k: usize) -> f64 {
+    a.iter()
+        .enumerate()
+        .map(|(j, &v)| v * w[j * cols + k] as f64)
+        .sum()
+}
+
+/// One f64 step of a cell: the next states from the input and the states.
+type CellFn<'a> = dyn Fn(&[f64], &[[f64; H]]) -> Vec<[f64; H]> + 'a;
+
+/// One sequence `x` (`[steps, IN]`) through `cell` in f64, in the given order: the output (the
+/// first state) after each step.
+fn reference(
+    x: &[f32],
+    steps: usize,
+    states: usize,
+    cell: &CellFn<'_>,
+    reverse: bool,
+) -> Vec<[f64; H]> {
+    let mut state = vec![[0.0f64; H]; states];
     let mut out = vec![[0.0; H]; steps];
     let order: Vec<usize> = if reverse {
         (0..steps).rev().collect()
@@ -37,61 +66,83 @@ fn reference(x: &[f32], steps: usize, weights: [&[f32]; 3], reverse: bool) -> Ve
         (0..steps).collect()
     };
     for t in order {
-        let pre = |k: usize| -> f64 {
-            let from_x: f64 = (0..IN)
-                .map(|j| x[t * IN + j] as f64 * wi[j * 4 * H + k] as f64)
-                .sum();
-            let from_h: f64 = (0..H).map(|j| h[j] * wh[j * 4 * H + k] as f64).sum();
-            from_x + from_h + b[k] as f64
-        };
-        let mut next = [0.0; H];
-        for u in 0..H {
-            let (i, f) = (sigmoid(pre(u)), sigmoid(pre(H + u)));
-            let (g, o) = (pre(2 * H + u).tanh(), sigmoid(pre(3 * H + u)));
-            c[u] = f * c[u] + i * g;
-            next[u] = o * c[u].tanh();
-        }
-        h = next;
-        out[t] = h;
+        let input: Vec<f64> = x[t * IN..(t + 1) * IN].iter().map(|&v| v as f64).collect();
+        state = cell(&input, &state);
+        out[t] = state[0];
     }
     out
 }
 
-fn lstm_matches_its_reference(device: Device) -> TestResult {
-    let lstm = layer(device)?;
+fn lstm_cell(l: &Lstm) -> impl Fn(&[f64], &[[f64; H]]) -> Vec<[f64; H]> {
+    let (wi, wh, b) = (l.w_input.to_vec(), l.w_hidden.to_vec(), l.bias.to_vec());
+    move |x, s| {
+        let pre = |k: usize| dot(x, &wi, 4 * H, k) + dot(&s[0], &wh, 4 * H, k) + b[k] as f64;
+        let (mut h, mut c) = ([0.0; H], s[1]);
+        for u in 0..H {
+            let (i, f) = (sigmoid(pre(u)), sigmoid(pre(H + u)));
+            let (g, o) = (pre(2 * H + u).tanh(), sigmoid(pre(3 * H + u)));
+            c[u] = f * c[u] + i * g;
+            h[u] = o * c[u].tanh();
+        }
+        vec![h, c]
+    }
+}
+
+fn gru_cell(g: &Gru) -> impl Fn(&[f64], &[[f64; H]]) -> Vec<[f64; H]> {
+    let (wi, wh) = (g.w_input.to_vec(), g.w_hidden.to_vec());
+    let (bi, bh) = (g.bias_input.to_vec(), g.bias_hidden.to_vec());
+    move |x, s| {
+        let from_x = |k: usize| dot(x, &wi, 3 * H, k) + bi[k] as f64;
+        let from_h = |k: usize| dot(&s[0], &wh, 3 * H, k) + bh[k] as f64;
+        let mut h = [0.0; H];
+        for u in 0..H {
+            let r = sigmoid(from_x(u) + from_h(u));
+            let z = sigmoid(from_x(H + u) + from_h(H + u));
+            let c = (from_x(2 * H + u) + r * from_h(2 * H + u)).tanh();
+            h[u] = (1.0 - z) * c + z * s[0][u];
+        }
+        vec![h]
+    }
+}
+
+/// The layer's outputs against the reference for every row, padded steps zero, both orders.
+fn matches(layer: &dyn Recurrent, states: usize, cell: &CellFn<'_>, device: Device) -> TestResult {
     let xs = uniform(&[N, T, IN], -1.0, 1.0, 3, device).to_vec();
     let x = tensor(&xs, &[N, T, IN], device);
-    let (wi, wh, b) = (
-        lstm.w_input.to_vec(),
-        lstm.w_hidden.to_vec(),
-        lstm.bias.to_vec(),
-    );
     for reverse in [false, true] {
-        let got = lstm.run(&x, Some(&LENGTHS), reverse)?.to_vec();
+        let got = layer.run(&x, Some(&LENGTHS), reverse)?.to_vec();
         let mut want = Vec::new();
         for (row, &len) in LENGTHS.iter().enumerate() {
             let seq = &xs[row * T * IN..(row * T + len) * IN];
-            let mut outs = reference(seq, len, [&wi, &wh, &b], reverse);
-            outs.resize(T, [0.0; H]); // padded steps give zeros
+            let mut outs = reference(seq, len, states, cell, reverse);
+            outs.resize(T, [0.0; H]);
             want.extend(outs.iter().flatten().map(|&v| v as f32));
         }
-        assert_close(&got, &want, 1e-5, &format!("lstm, reverse {reverse}"))?;
+        assert_close(&got, &want, 1e-5, &format!("reverse {reverse}"))?;
     }
     Ok(())
 }
 
-fn lstm_ignores_padding(device: Device) -> TestResult {
-    let lstm = layer(device)?;
+fn recurrent_layers_match_their_references(device: Device) -> TestResult {
+    let l = lstm(device)?;
+    matches(&l, 2, &lstm_cell(&l), device).map_err(|e| format!("lstm: {e}"))?;
+    let g = gru(device)?;
+    matches(&g, 1, &gru_cell(&g), device).map_err(|e| format!("gru: {e}"))?;
+    Ok(())
+}
+
+/// What padding holds changes no real step's output and gets no gradient.
+fn ignores_padding(layer: &dyn Recurrent, device: Device) -> TestResult {
     let xs = uniform(&[N, T, IN], -1.0, 1.0, 5, device).to_vec();
     let mut noisy = xs.clone();
     // Row 1 is 2 steps long: its third step is padding.
     noisy[(T + 2) * IN] = 40.0;
     noisy[(T + 2) * IN + 1] = -9.0;
     for reverse in [false, true] {
-        let clean = lstm.run(&tensor(&xs, &[N, T, IN], device), Some(&LENGTHS), reverse)?;
+        let clean = layer.run(&tensor(&xs, &[N, T, IN], device), Some(&LENGTHS), reverse)?;
         let x = param(&[N, T, IN], 0.0, 0.0, 0, device);
         x.copy_from_slice(&noisy)?;
-        let out = lstm.run(&x, Some(&LENGTHS), reverse)?;
+        let out = layer.run(&x, Some(&LENGTHS), reverse)?;
         assert_close(
             &out.to_vec(),
             &clean.to_vec(),
@@ -110,15 +161,21 @@ fn lstm_ignores_padding(device: Device) -> TestResult {
     Ok(())
 }
 
-fn grad_lstm(device: Device) -> TestResult {
-    let lstm = layer(device)?;
+fn recurrent_layers_ignore_padding(device: Device) -> TestResult {
+    ignores_padding(&lstm(device)?, device).map_err(|e| format!("lstm: {e}"))?;
+    ignores_padding(&gru(device)?, device).map_err(|e| format!("gru: {e}"))?;
+    Ok(())
+}
+
+fn grad_recurrent_layers(device: Device) -> TestResult {
     let x = param(&[N, T, IN], -1.0, 1.0, 11, device);
+    let (l, g) = (lstm(device)?, gru(device)?);
     for reverse in [false, true] {
         let inputs = [
             x.clone(),
-            lstm.w_input.clone(),
-            lstm.w_hidden.clone(),
-            lstm.bias.clone(),
+            l.w_input.clone(),
+            l.w_hidden.clone(),
+            l.bias.clone(),
         ];
         let f = move |t: &[Tensor]| {
             Lstm::from_parts(t[1].clone(), t[2].clone(), t[3].clone())?.run(
@@ -127,13 +184,52 @@ fn grad_lstm(device: Device) -> TestResult {
                 reverse,
             )
         };
-        check_grads(&inputs, &f)?;
+        check_grads(&inputs, &f).map_err(|e| format!("lstm, reverse {reverse}: {e}"))?;
+        let inputs = [
+            x.clone(),
+            g.w_input.clone(),
+            g.w_hidden.clone(),
+            g.bias_input.clone(),
+            g.bias_hidden.clone(),
+        ];
+        let f = move |t: &[Tensor]| {
+            Gru::from_parts((t[1].clone(), t[2].clone()), (t[3].clone(), t[4].clone()))?.run(
+                &t[0],
+                Some(&LENGTHS),
+                reverse,
+            )
+        };
+        check_grads(&inputs, &f).map_err(|e| format!("gru, reverse {reverse}: {e}"))?;
     }
     Ok(())
 }
 
-fn lstm_errors(device: Device) -> TestResult {
-    let lstm = layer(device)?;
+/// Both directions side by side: the forward layer's units, then the backward's.
+fn bidirectional_concatenates_both_directions(device: Device) -> TestResult {
+    let (ahead, behind) = (lstm(device)?, lstm(device)?);
+    behind.bias.copy_from_slice(&[0.2; 4 * H])?;
+    let x = uniform(&[N, T, IN], -1.0, 1.0, 9, device);
+    let a = ahead.run(&x, Some(&LENGTHS), false)?.to_vec();
+    let b = behind.run(&x, Some(&LENGTHS), true)?.to_vec();
+    let both = BiLstm {
+        forward: ahead,
+        backward: behind,
+    };
+    let got = both.run(&x, Some(&LENGTHS))?;
+    ensure(
+        got.shape() == [N, T, 2 * H],
+        format!("shape {:?}", got.shape()),
+    )?;
+    let want: Vec<f32> = a
+        .chunks(H)
+        .zip(b.chunks(H))
+        .flat_map(|(a, b)| a.iter().chain(b).copied())
+        .collect();
+    assert_close(&got.to_vec(), &want, 0.0, "bidirectional")
+}
+
+fn recurrent_errors(device: Device) -> TestResult {
+    let l = lstm(device)?;
     let x = Tensor::zeros(&[N, T, IN], device)?;
     for (lengths, want) in [
         (&[3usize][..], "1 lengths for a batch of 2 sequences"),
@@ -142,27 +238,29 @@ fn lstm_errors(device: Device) -> TestResult {
             "sequence 1 is 4 steps long, but the batch has 3 steps",
         ),
     ] {
-        let err = lstm
+        let err = l
             .run(&x, Some(lengths), false)
             .err()
             .ok_or("accepted")?
             .to_string();
         ensure(err.contains(want), format!("{err:?} does not say {want:?}"))?;
     }
-    let flat = lstm.run(&Tensor::zeros(&[N, IN], device)?, None, false);
-    ensure(flat.is_err(), "a flat input was accepted")?;
-    let w = Tensor::zeros(&[IN, 4 * H], device)?;
-    let odd = Lstm::from_parts(
-        w.clone(),
-        Tensor::zeros(&[H, 3 * H], device)?,
-        Tensor::zeros(&[4 * H], device)?,
-    );
-    ensure(odd.is_err(), "mismatched weights were accepted")
+    let flat = gru(device)?.run(&Tensor::zeros(&[N, IN], device)?, None, false);
+    let err = flat.err().ok_or("a flat input was accepted")?.to_string();
+    ensure(err.contains("is not [batch, steps, features]"), err)?;
+    let zeros = |shape: &[usize]| Tensor::zeros(shape, device);
+    let odd = Lstm::from_parts(zeros(&[IN, 4 * H])?, zeros(&[H, 3 * H])?, zeros(&[4 * H])?);
+    let err = odd
+        .err()
+        .ok_or("mismatched weights were accepted")?
+        .to_string();
+    ensure(err.contains("are not [in, 4H], [H, 4H] and [4H]"), err)
 }
 
 device_test!(
-    lstm_matches_its_reference,
-    lstm_ignores_padding,
-    grad_lstm,
-    lstm_errors
+    recurrent_layers_match_their_references,
+    recurrent_layers_ignore_padding,
+    grad_recurrent_layers,
+    bidirectional_concatenates_both_directions,
+    recurrent_errors,
 );

@@ -1,6 +1,6 @@
 //! The stock layers, by concept: [`dense`] (linear, activations, dropout, embeddings),
 //! [`conv`] (2-D convolution), [`pool`] (pooling and flattening), [`norm`] (layer and batch
-//! normalization), [`recurrent`] (LSTMs over sequences of different lengths) and [`residual`]
+//! normalization), [`recurrent`] (LSTMs and GRUs over sequences of different lengths) and [`residual`]
 //! (sequential stacks and skip connections). Each is a
 //! [`Module`](crate::nn::Module) that custom Rust models can use as they are.
 
@@ -15,5 +15,5 @@ pub use conv::{Conv2d, Conv2dConfig};
 pub use dense::{Activation, ActivationKind, Dropout, Embedding, Init, Linear};
 pub use norm::{BatchNorm, LayerNorm};
 pub use pool::{AvgPool2d, Flatten, GlobalAvgPool2d, MaxPool2d};
-pub use recurrent::{BiLstm, Lstm};
+pub use recurrent::{BiGru, BiLstm, Bidirectional, Gru, Lstm, Recurrent};
 pub use residual::{Residual, Sequential};

@@ -1,0 +1,89 @@
+//! The long short-term memory layer (PyTorch's gates and initialization).
+
+use super::{Recurrent, hidden_of, scan, sequence_shape};
+use crate::error::{MlError, Result};
+use crate::nn::{Forward, Module, ParamBuilder};
+use crate::tensor::Tensor;
+
+/// A long short-term memory layer: `[n, T, in]` → `[n, T, hidden]`, the output at every step.
+/// Gates in PyTorch's order: input, forget, cell, output.
+pub struct Lstm {
+    /// `[in, 4·hidden]`: the input's weights of the four gates side by side.
+    pub w_input: Tensor,
+    /// `[hidden, 4·hidden]`: the previous output's weights of the four gates.
+    pub w_hidden: Tensor,
+    /// `[4·hidden]`.
+    pub bias: Tensor,
+    hidden: usize,
+}
+
+impl Lstm {
+    /// A layer with weights drawn from `U(±1/√hidden)` (PyTorch's) and a zero bias.
+    pub fn new(b: &mut ParamBuilder<'_>, inputs: usize, hidden: usize) -> Result<Lstm> {
+        if inputs == 0 || hidden == 0 {
+            return Err(MlError::spec(format!(
+                "an lstm layer needs at least one input and one hidden unit, not {inputs} → \
+                 {hidden}"
+            )));
+        }
+        let bound = 1.0 / (hidden as f32).sqrt();
+        Ok(Lstm {
+            w_input: b.uniform("w_input", &[inputs, 4 * hidden], bound)?,
+            w_hidden: b.uniform("w_hidden", &[hidden, 4 * hidden], bound)?,
+            bias: b.constant("bias", &[4 * hidden], 0.0)?,
+            hidden,
+        })
+    }
+
+    /// A layer from its weights (`[in, 4H]`, `[H, 4H]`, `[4H]`); an error names a shape that
+    /// does not fit the others.
+    pub fn from_parts(w_input: Tensor, w_hidden: Tensor, bias: Tensor) -> Result<Lstm> {
+        let hidden = hidden_of("lstm", 4, (&w_input, &w_hidden), &[&bias])?;
+        Ok(Lstm {
+            w_input,
+            w_hidden,
+            bias,
+            hidden,
+        })
+    }
+
+    /// Hidden units (the output's last axis).
+    pub fn hidden(&self) -> usize {
+        self.hidden
+    }
+
+    /// One step: states `[h, c]` from the step's projected input `[n, 4H]`.
+    fn cell(&self, input: &Tensor, state: &[Tensor]) -> Result<Vec<Tensor>> {
+        let (h, c, hidden) = (&state[0], &state[1], self.hidden);
+        let gates = input.add(&h.matmul(&self.w_hidden)?)?;
+        let gate = |k: usize| gates.narrow(1, k * hidden, hidden);
+        let (i, f) = (gate(0)?.sigmoid()?, gate(1)?.sigmoid()?);
+        let (g, o) = (gate(2)?.tanh()?, gate(3)?.sigmoid()?);
+        let c = f.mul(c)?.add(&i.mul(&g)?)?;
+        let h = o.mul(&c.tanh()?)?;
+        Ok(vec![h, c])
+    }
+}
+
+impl Recurrent for Lstm {
+    fn run(&self, x: &Tensor, lengths: Option<&[usize]>, reverse: bool) -> Result<Tensor> {
+        let [n, steps, inputs] = sequence_shape("lstm", x, lengths)?;
+        let projected = x
+            .reshape(&[n * steps, inputs])?
+            .linear(&self.w_input, &self.bias)?
+            .reshape(&[n, steps, 4 * self.hidden])?;
+        scan(
+            &projected,
+            (lengths, reverse),
+            (self.hidden, 2),
+            |input, state| self.cell(input, state),
+        )
+    }
+}
+
+impl Module for Lstm {
+    /// Every step real, first to last.
+    fn forward(&self, input: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
+        self.run(input, None, false)
+    }
+}
