@@ -26,7 +26,7 @@ pub use footprint::ModelFootprint;
 pub use layers::{
     Activation, ActivationKind, AvgPool2d, BatchNorm, BiGru, BiLstm, Bidirectional, Conv2d,
     Conv2dConfig, Dropout, Embedding, Flatten, GlobalAvgPool2d, Gru, Init, LayerNorm, Linear, Lstm,
-    MaxPool2d, Recurrent, Residual, Sequential,
+    MaxPool2d, Recurrent, Residual, SequencePool, SequencePoolKind, Sequential,
 };
 pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};

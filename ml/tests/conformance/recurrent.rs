@@ -1,7 +1,10 @@
 //! The LSTM and the GRU against scalar references in f64, their handling of padding (real steps
-//! unchanged by what the padding holds, no gradient into it), finite differences, and errors.
+//! unchanged by what the padding holds, no gradient into it), finite differences, and errors;
+//! sequence pooling likewise.
 
-use ringflow_ml::nn::{BiLstm, Gru, Lstm, ParamBuilder, ParamStore, Recurrent};
+use ringflow_ml::nn::{
+    BiLstm, Gru, Lstm, ParamBuilder, ParamStore, Recurrent, SequencePool, SequencePoolKind,
+};
 use ringflow_ml::{Device, Tensor, rng};
 
 use crate::helpers::*;
@@ -257,8 +260,56 @@ fn recurrent_errors(device: Device) -> TestResult {
     ensure(err.contains("are not [in, 4H], [H, 4H] and [4H]"), err)
 }
 
+/// Mean and max over each sequence's real steps: values against a direct computation, padding
+/// without effect or gradient, finite differences, and sequences without a real step refused.
+fn sequence_pool_over_real_steps(device: Device) -> TestResult {
+    let xs = uniform(&[N, T, IN], -1.0, 1.0, 13, device).to_vec();
+    let mut noisy = xs.clone();
+    noisy[(T + 2) * IN] = 50.0; // row 1's padded step
+    for kind in [SequencePoolKind::Mean, SequencePoolKind::Max] {
+        let pool = SequencePool { kind };
+        let x = param(&[N, T, IN], 0.0, 0.0, 0, device);
+        x.copy_from_slice(&noisy)?;
+        let got = pool.run(&x, Some(&LENGTHS))?;
+        let mut want = Vec::new();
+        for (row, &len) in LENGTHS.iter().enumerate() {
+            for f in 0..IN {
+                let steps = (0..len).map(|t| xs[(row * T + t) * IN + f]);
+                want.push(match kind {
+                    SequencePoolKind::Mean => steps.sum::<f32>() / len as f32,
+                    SequencePoolKind::Max => steps.fold(f32::NEG_INFINITY, f32::max),
+                });
+            }
+        }
+        assert_close(&got.to_vec(), &want, 1e-6, &format!("{kind:?}"))?;
+        got.sum_all()?.backward()?;
+        let grad = x.grad().ok_or("no gradient")?.to_vec();
+        let padded = &grad[(T + 2) * IN..(T + 3) * IN];
+        ensure(
+            padded == [0.0, 0.0],
+            format!("{kind:?}: padding got {padded:?}"),
+        )?;
+        let clean = param(&[N, T, IN], -1.0, 1.0, 17, device);
+        check_grads(&[clean], &move |t: &[Tensor]| {
+            pool.run(&t[0], Some(&LENGTHS))
+        })
+        .map_err(|e| format!("{kind:?}: {e}"))?;
+        let err = pool
+            .run(&x, Some(&[0, 2]))
+            .err()
+            .ok_or("an empty sequence was pooled")?;
+        ensure(
+            err.to_string()
+                .contains("sequence 0 has 0 real steps; it needs 1 to 3"),
+            err.to_string(),
+        )?;
+    }
+    Ok(())
+}
+
 device_test!(
     recurrent_layers_match_their_references,
+    sequence_pool_over_real_steps,
     recurrent_layers_ignore_padding,
     grad_recurrent_layers,
     bidirectional_concatenates_both_directions,

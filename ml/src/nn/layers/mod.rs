@@ -1,6 +1,7 @@
 //! The stock layers, by concept: [`dense`] (linear, activations, dropout, embeddings),
 //! [`conv`] (2-D convolution), [`pool`] (pooling and flattening), [`norm`] (layer and batch
-//! normalization), [`recurrent`] (LSTMs and GRUs over sequences of different lengths) and [`residual`]
+//! normalization), [`recurrent`] (LSTMs and GRUs over sequences of different lengths), [`sequence`]
+//! (pooling a sequence's real steps) and [`residual`]
 //! (sequential stacks and skip connections). Each is a
 //! [`Module`](crate::nn::Module) that custom Rust models can use as they are.
 
@@ -10,6 +11,7 @@ pub mod norm;
 pub mod pool;
 pub mod recurrent;
 pub mod residual;
+pub mod sequence;
 
 pub use conv::{Conv2d, Conv2dConfig};
 pub use dense::{Activation, ActivationKind, Dropout, Embedding, Init, Linear};
@@ -17,3 +19,4 @@ pub use norm::{BatchNorm, LayerNorm};
 pub use pool::{AvgPool2d, Flatten, GlobalAvgPool2d, MaxPool2d};
 pub use recurrent::{BiGru, BiLstm, Bidirectional, Gru, Lstm, Recurrent};
 pub use residual::{Residual, Sequential};
+pub use sequence::{SequencePool, SequencePoolKind};
