@@ -11,12 +11,12 @@ comparable to ringflow's `train_samples_per_s` of its later epochs, and the test
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from mnist_parquet import load
 import tensorflow as tf
+from keras_rate import Rate
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batch", type=int, default=64)
@@ -46,18 +46,7 @@ model.compile(
 )
 
 
-class Rate(tf.keras.callbacks.Callback):
-    def __init__(self):
-        self.rates = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.rates.append(len(x) / (time.perf_counter() - self.start))
-
-
-rate = Rate()
+rate = Rate(len(x))
 model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[rate])
 _, acc = model.evaluate(xt, yt, batch_size=1000, verbose=0)
 later = rate.rates[1:] or rate.rates

@@ -15,13 +15,13 @@ tags, the test entity precision, recall and F1 with conlleval's chunk rules.
 import argparse
 import collections
 import os
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import pyarrow.parquet as pq
 import tensorflow as tf
+from keras_rate import Rate
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batch", type=int, default=32)
@@ -75,17 +75,6 @@ model.compile(
 )
 
 
-class Rate(tf.keras.callbacks.Callback):
-    def __init__(self):
-        self.rates = []
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.rates.append(real_tokens / (time.perf_counter() - self.start))
-
-
 def chunks(tags):
     """conlleval's entities of one sentence: (start, end, type) per chunk."""
     found, open_ = [], None
@@ -100,7 +89,7 @@ def chunks(tags):
     return found
 
 
-rate = Rate()
+rate = Rate(real_tokens)
 model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=True, verbose=0, callbacks=[rate])
 predicted = model.predict(xt, batch_size=256, verbose=0).argmax(-1)
 right = total = correct = n_pred = n_gold = 0

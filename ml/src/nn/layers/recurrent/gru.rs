@@ -1,7 +1,7 @@
 //! The gated recurrent unit (PyTorch's formulation, with the candidate's recurrent bias inside
 //! the reset gate's product).
 
-use super::{Recurrent, hidden_of, scan, sequence_shape};
+use super::{Recurrent, hidden_of, project_and_scan};
 use crate::error::{MlError, Result};
 use crate::nn::{Forward, Module, ParamBuilder};
 use crate::tensor::Tensor;
@@ -78,16 +78,13 @@ impl Gru {
 
 impl Recurrent for Gru {
     fn run(&self, x: &Tensor, lengths: Option<&[usize]>, reverse: bool) -> Result<Tensor> {
-        let [n, steps, inputs] = sequence_shape("gru", x, lengths)?;
-        let projected = x
-            .reshape(&[n * steps, inputs])?
-            .linear(&self.w_input, &self.bias_input)?
-            .reshape(&[n, steps, 3 * self.hidden])?;
-        scan(
-            &projected,
-            (lengths, reverse),
+        let weights = (&self.w_input, &self.bias_input);
+        project_and_scan(
+            "gru",
+            (x, lengths, reverse),
+            weights,
             (self.hidden, 1),
-            |input, state| self.cell(input, state),
+            |i, s| self.cell(i, s),
         )
     }
 }

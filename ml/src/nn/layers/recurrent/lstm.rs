@@ -1,6 +1,6 @@
 //! The long short-term memory layer (PyTorch's gates and initialization).
 
-use super::{Recurrent, hidden_of, scan, sequence_shape};
+use super::{Recurrent, hidden_of, project_and_scan};
 use crate::error::{MlError, Result};
 use crate::nn::{Forward, Module, ParamBuilder};
 use crate::tensor::Tensor;
@@ -67,16 +67,13 @@ impl Lstm {
 
 impl Recurrent for Lstm {
     fn run(&self, x: &Tensor, lengths: Option<&[usize]>, reverse: bool) -> Result<Tensor> {
-        let [n, steps, inputs] = sequence_shape("lstm", x, lengths)?;
-        let projected = x
-            .reshape(&[n * steps, inputs])?
-            .linear(&self.w_input, &self.bias)?
-            .reshape(&[n, steps, 4 * self.hidden])?;
-        scan(
-            &projected,
-            (lengths, reverse),
+        let weights = (&self.w_input, &self.bias);
+        project_and_scan(
+            "lstm",
+            (x, lengths, reverse),
+            weights,
             (self.hidden, 2),
-            |input, state| self.cell(input, state),
+            |i, s| self.cell(i, s),
         )
     }
 }

@@ -127,6 +127,24 @@ fn step_mask(lengths: Option<&[usize]>, step: usize, like: &Tensor) -> Result<Op
     Tensor::from_vec(real, &[lengths.len(), 1], like.device()).map(Some)
 }
 
+/// Projects every step of `x` (`[n, T, in]`, checked against `lengths`; `op` names the layer in
+/// errors) with `w_input` and `bias` in one GEMM, then [`scan`]s the steps with `cell`.
+fn project_and_scan(
+    op: &'static str,
+    (x, lengths, reverse): (&Tensor, Option<&[usize]>, bool),
+    (w_input, bias): (&Tensor, &Tensor),
+    (hidden, states): (usize, usize),
+    cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
+) -> Result<Tensor> {
+    let [n, steps, inputs] = sequence_shape(op, x, lengths)?;
+    let width = bias.numel();
+    let projected = x
+        .reshape(&[n * steps, inputs])?
+        .linear(w_input, bias)?
+        .reshape(&[n, steps, width])?;
+    scan(&projected, (lengths, reverse), (hidden, states), cell)
+}
+
 /// Runs `cell` over the steps of `projected` (`[n, T, G]`, each step's projected input) in
 /// order (or reversed), from zero states of `[n, hidden]` (`states` of them; the first is the
 /// output). `cell(input, states)` gives the next states. Where a sequence is over, its states
