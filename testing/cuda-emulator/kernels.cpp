@@ -4,6 +4,7 @@
 #include "threads.h"
 
 #include "../../ml/src/backend/cuda/kernels.cu"
+#include "../../ml/src/backend/cuda/image_kernels.cu"
 
 #include <string>
 #include <tuple>

@@ -48,8 +48,8 @@
 //!    `impl Storage`.
 //! 2. `backend/cpu/K.rs`: the kernel and its method in `impl KOps for CpuArray`.
 //! 3. `backend/cuda/K.rs`: its method in `impl KOps for CudaStorage`, opened by
-//!    `launch_new` or `launch_in_place`; the kernel in `cuda/kernels.cu` and its name in
-//!    `cuda/kernels.rs`.
+//!    `launch_new` or `launch_in_place`; the kernel in `cuda/kernels.cu` (image kernels:
+//!    `cuda/image_kernels.cu`) and its name in `cuda/kernels.rs`.
 //! 4. `backend/cuda_stub/ops.rs`: one unreachable line (the compiler asks for it).
 //! 5. `ops/<family>.rs`: the `Tensor` method and its backward.
 //! 6. `ml/tests/conformance/`: values (`ops.rs`), gradients (`grads.rs`) and CUDA against the

@@ -1,5 +1,6 @@
-//! The kernels of `kernels.cu`, compiled at run time with NVRTC for the device's architecture
-//! and loaded once per device: no CUDA compiler is needed to build ringflow.
+//! The kernels of `kernels.cu` and `image_kernels.cu`, compiled at run time with NVRTC for the
+//! device's architecture and loaded once per device: no CUDA compiler is needed to build
+//! ringflow.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,8 +8,12 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 
-/// The CUDA C source.
-const SOURCE: &str = include_str!("kernels.cu");
+/// The CUDA C source: the general kernels, then the image kernels that use their helpers.
+const SOURCE: &str = concat!(
+    include_str!("kernels.cu"),
+    "\n",
+    include_str!("image_kernels.cu")
+);
 
 /// Every `extern "C"` kernel in [`SOURCE`].
 const NAMES: &[&str] = &[
@@ -181,11 +186,15 @@ mod tests {
         for name in NAMES {
             assert!(
                 SOURCE.contains(&format!("__global__ void {name}(")),
-                "{name} is not in kernels.cu"
+                "{name} is not in the kernel sources"
             );
         }
         let defined = SOURCE.matches("__global__ void ").count();
-        assert_eq!(defined, NAMES.len(), "a kernel in kernels.cu is not listed");
+        assert_eq!(
+            defined,
+            NAMES.len(),
+            "a kernel in the kernel sources is not listed"
+        );
         assert_eq!(
             std::mem::size_of::<Strided>(),
             4 + 4 * MAX_DIMS + 4 + 16 * MAX_DIMS

@@ -24,7 +24,7 @@ impl NormOps for CudaStorage {
     /// One block per channel.
     fn channel_sum(x: &Self) -> Result<Self> {
         let [batch, channels, rest] = channel_view(&x.shape);
-        x.launch_new("conv2d backward", &[], &[x.shape[1]], |gpu, out| {
+        x.launch_new("channel_sum", &[], &[x.shape[1]], |gpu, out| {
             let cfg = Gpu::block_per_row(channels as usize);
             let (x, mut out) = (x.view(), out.view_mut());
             launch!(

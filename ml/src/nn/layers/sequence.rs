@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::recurrent::sequence_shape;
 use crate::error::{MlError, Result};
 use crate::nn::{Forward, Module};
 use crate::ops::Pool2dOptions;
@@ -30,28 +31,15 @@ impl SequencePool {
     /// Pools `x` over the first `lengths[i]` steps of each sequence `i` (`None`: all steps). A
     /// sequence must have at least one real step.
     pub fn run(&self, x: &Tensor, lengths: Option<&[usize]>) -> Result<Tensor> {
-        let &[n, steps, features] = x.shape() else {
+        let shape = x.shape();
+        let every_step =
+            vec![shape.get(1).copied().unwrap_or(0); shape.first().copied().unwrap_or(0)];
+        let lengths = lengths.unwrap_or(&every_step);
+        let [n, steps, features] = sequence_shape("sequence_pool", x, Some(lengths))?;
+        if let Some(row) = lengths.iter().position(|&l| l == 0) {
             return Err(MlError::invalid(
                 "sequence_pool",
-                format!("the input {:?} is not [batch, steps, features]", x.shape()),
-            ));
-        };
-        let all = vec![steps; n];
-        let lengths = lengths.unwrap_or(&all);
-        if lengths.len() != n {
-            return Err(MlError::invalid(
-                "sequence_pool",
-                format!("{} lengths for a batch of {n} sequences", lengths.len()),
-            ));
-        }
-        if let Some((row, &len)) = lengths
-            .iter()
-            .enumerate()
-            .find(|(_, l)| **l == 0 || **l > steps)
-        {
-            return Err(MlError::invalid(
-                "sequence_pool",
-                format!("sequence {row} has {len} real steps; it needs 1 to {steps}"),
+                format!("sequence {row} has 0 real steps; it needs 1 to {steps}"),
             ));
         }
         // Per step: 1 (mean) or 0 (max) where real; 0 (mean) or −∞ (max) where padding.

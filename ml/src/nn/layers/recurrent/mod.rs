@@ -86,8 +86,12 @@ fn hidden_of(
 }
 
 /// `[n, T, features]` of a sequence batch, after checking `lengths` against it (`op` names the
-/// layer in errors).
-fn sequence_shape(op: &'static str, x: &Tensor, lengths: Option<&[usize]>) -> Result<[usize; 3]> {
+/// layer in errors). Shared by every layer that reads sequence batches.
+pub(crate) fn sequence_shape(
+    op: &'static str,
+    x: &Tensor,
+    lengths: Option<&[usize]>,
+) -> Result<[usize; 3]> {
     let &[n, steps, features] = x.shape() else {
         return Err(MlError::invalid(
             op,
