@@ -40,12 +40,27 @@ use crate::rng::Rng;
 use crate::tensor::Tensor;
 
 /// Per-call state of a forward pass: whether the model is training (dropout active, batch
-/// norm using and updating batch statistics) and the random source for dropout masks.
+/// norm using and updating batch statistics), the random source for dropout masks, and for a
+/// batch of sequences padded to one length, each sequence's real length.
 pub struct Forward<'a> {
     /// True while training; false for evaluation and prediction.
     pub train: bool,
     /// The model's dropout generator.
     pub rng: &'a mut Rng,
+    /// For a sequence batch `[n, T, ...]`: the real steps of each of the `n` sequences (each at
+    /// most `T`; the rest is padding that sequence layers skip). `None`: every step is real.
+    pub lengths: Option<&'a [usize]>,
+}
+
+impl<'a> Forward<'a> {
+    /// A pass over a batch whose every step is real.
+    pub fn new(train: bool, rng: &'a mut Rng) -> Forward<'a> {
+        Forward {
+            train,
+            rng,
+            lengths: None,
+        }
+    }
 }
 
 /// A layer or a whole network.

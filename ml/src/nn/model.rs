@@ -115,7 +115,24 @@ impl Model {
     /// The output for a batch `[n, input...]`; dropout is active, and batch norm uses and
     /// updates the batch's statistics, only when `train`.
     pub fn forward(&self, input: &Tensor, train: bool, rng: &mut Rng) -> Result<Tensor> {
-        let mut ctx = Forward { train, rng };
+        self.module.forward(input, &mut Forward::new(train, rng))
+    }
+
+    /// The output for a batch of sequences padded to one length (`[n, T, ...]`), of which the
+    /// `i`-th has `lengths[i]` real steps: sequence layers skip the padding (see
+    /// [`Forward::lengths`]); otherwise as [`Model::forward`].
+    pub fn forward_sequences(
+        &self,
+        input: &Tensor,
+        lengths: &[usize],
+        train: bool,
+        rng: &mut Rng,
+    ) -> Result<Tensor> {
+        let mut ctx = Forward {
+            train,
+            rng,
+            lengths: Some(lengths),
+        };
         self.module.forward(input, &mut ctx)
     }
 }

@@ -356,10 +356,7 @@ fn grad_layer_norm(device: Device) -> TestResult {
         let mut dropout = rng::seeded(0, rng::streams::DROPOUT);
         ln.forward(
             &t[0],
-            &mut Forward {
-                train: true,
-                rng: &mut dropout,
-            },
+            &mut Forward::new(true, &mut dropout),
         )
     };
     check("layer_norm", &[x, ln.gamma.clone(), ln.beta.clone()], &f)

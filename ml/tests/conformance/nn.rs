@@ -256,10 +256,7 @@ fn layers_by_hand(device: Device) -> TestResult {
     let bias = lin.bias.as_ref().ok_or("Linear::new made no bias")?;
     bias.copy_from_slice(&[0.5, 0., -0.5])?;
     let mut r = rng::seeded(0, 2);
-    let mut ctx = Forward {
-        train: true,
-        rng: &mut r,
-    };
+    let mut ctx = Forward::new(true, &mut r);
     // [1, -1]·[[1,2,3],[4,5,6]] + b = [-3, -3, -3] + b
     let y = lin.forward(&tensor(&[1., -1.], &[1, 2], device), &mut ctx)?;
     assert_close(&y.to_vec(), &[-2.5, -3., -3.5], 1e-6, "linear")?;
@@ -290,10 +287,7 @@ fn layer_norm_values(device: Device) -> TestResult {
     // Row [1, 2, 3, 4]: mean 2.5, biased variance 1.25 → (x - 2.5)/√1.25.
     let y = ln.forward(
         &tensor(&[1., 2., 3., 4., 2., 2., 2., 6.], &[2, 4], device),
-        &mut Forward {
-            train: false,
-            rng: &mut r,
-        },
+        &mut Forward::new(false, &mut r),
     )?;
     let s = 1.25f32.sqrt();
     // Row [2, 2, 2, 6]: mean 3, variance 3 → [-1, -1, -1, 3]/√3.

@@ -84,11 +84,27 @@ impl Linear {
 }
 
 impl Module for Linear {
+    /// `[n, in]` → `[n, out]`; a batch with more axes, `[n, T, in]`, maps its last axis (every
+    /// step of every sequence through one product, as Keras's `Dense` does).
     fn forward(&self, x: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        match &self.bias {
-            Some(bias) => x.linear(&self.weight, bias),
-            None => x.matmul(&self.weight),
+        let shape = x.shape().to_vec();
+        let flat = match shape.as_slice() {
+            [_, _, _, ..] => {
+                let inputs = shape[shape.len() - 1];
+                &x.reshape(&[shape.iter().product::<usize>() / inputs.max(1), inputs])?
+            }
+            _ => x,
+        };
+        let y = match &self.bias {
+            Some(bias) => flat.linear(&self.weight, bias)?,
+            None => flat.matmul(&self.weight)?,
+        };
+        if shape.len() <= 2 {
+            return Ok(y);
         }
+        let mut out = shape;
+        *out.last_mut().expect("3 or more axes") = y.shape()[1];
+        y.reshape(&out)
     }
 }
 

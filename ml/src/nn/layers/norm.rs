@@ -183,10 +183,7 @@ mod tests {
         let x =
             Tensor::from_vec(vec![1., 0., 2., 0., 3., 2., 4., 2.], &[4, 2], Device::Cpu).unwrap();
         let mut r = rng::seeded(0, 0);
-        let mut ctx = Forward {
-            train: true,
-            rng: &mut r,
-        };
+        let mut ctx = Forward::new(true, &mut r);
         let y = bn.forward(&x, &mut ctx).unwrap().to_vec();
         let s0 = (1.25f32 + 1e-5).sqrt();
         let s1 = (1f32 + 1e-5).sqrt();

@@ -77,8 +77,8 @@ impl SequencePool {
 }
 
 impl Module for SequencePool {
-    /// Every step real.
-    fn forward(&self, input: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        self.run(input, None)
+    /// Over the real steps [`Forward::lengths`] gives.
+    fn forward(&self, input: &Tensor, ctx: &mut Forward<'_>) -> Result<Tensor> {
+        self.run(input, ctx.lengths)
     }
 }

@@ -90,8 +90,8 @@ impl Recurrent for Gru {
 }
 
 impl Module for Gru {
-    /// Every step real, first to last.
-    fn forward(&self, input: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        self.run(input, None, false)
+    /// First to last, over the real steps [`Forward::lengths`] gives.
+    fn forward(&self, input: &Tensor, ctx: &mut Forward<'_>) -> Result<Tensor> {
+        self.run(input, ctx.lengths, false)
     }
 }

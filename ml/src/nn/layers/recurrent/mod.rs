@@ -50,9 +50,9 @@ impl<R: Recurrent> Bidirectional<R> {
 }
 
 impl<R: Recurrent> Module for Bidirectional<R> {
-    /// Every step real.
-    fn forward(&self, input: &Tensor, _: &mut Forward<'_>) -> Result<Tensor> {
-        self.run(input, None)
+    /// Over the real steps [`Forward::lengths`] gives.
+    fn forward(&self, input: &Tensor, ctx: &mut Forward<'_>) -> Result<Tensor> {
+        self.run(input, ctx.lengths)
     }
 }
 
