@@ -8,12 +8,12 @@ use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderO
 use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::parquet::file::statistics::Statistics;
 use ringflow_ml::loss::LossKind;
-use ringflow_ml::nn::ModelShape;
+use ringflow_ml::nn::{ModelShape, SequenceOutput};
 use ringflow_proto::data::deadline::{self, READ_TIMEOUT, block_on_timeout, read_failed};
 use ringflow_proto::data::local::open_regular;
 use ringflow_proto::data::partition::StoreReader;
 use ringflow_proto::data::{Location, is_string};
-use ringflow_proto::spec::DataSpec;
+use ringflow_proto::spec::{DataSpec, JobSpec};
 
 use crate::error::{DriverError, Result};
 
@@ -247,11 +247,16 @@ pub enum LabelType {
 pub fn check_schema(
     what: &str,
     schema: &Schema,
-    data: &DataSpec,
+    spec: &JobSpec,
     model: &ModelShape,
-    loss: LossKind,
     label_required: bool,
 ) -> Result<LabelType> {
+    if let Some(output) = model.sequence {
+        let per_step = output == SequenceOutput::PerStep;
+        return super::sequences::check_schema(what, schema, spec, per_step, label_required);
+    }
+    let data = &spec.data;
+    let loss = spec.train.loss;
     let fail = |m: String| DriverError::Data(format!("{what}: {m}"));
     let have = || -> String {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -332,19 +337,16 @@ mod tests {
         let text =
             format!("[data]\ntrain = \"t\"\nlabel = \"label\"\n{data}\n[model]\nkind = \"mlp\"\n");
         let spec = JobSpec::parse(&text, "j.toml".as_ref(), &[]).unwrap();
-        check_schema(
-            "data.train: f.parquet",
-            &schema(),
-            &spec.data,
-            &model,
-            LossKind::CrossEntropy,
-            true,
-        )
-        .map_err(|e| e.to_string())
+        check_schema("data.train: f.parquet", &schema(), &spec, &model, true)
+            .map_err(|e| e.to_string())
     }
 
     fn image(input: Vec<usize>) -> ModelShape {
-        ModelShape { input, outputs: 10 }
+        ModelShape {
+            input,
+            outputs: 10,
+            sequence: None,
+        }
     }
 
     #[test]

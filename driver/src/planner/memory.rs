@@ -403,6 +403,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             test: Vec::new(),
             input_columns: vec!["image".into(), "label".into()],
             string_label: false,
+            sequence: None,
             files: vec!["x.parquet".into()],
             resume: None,
             summary: None,

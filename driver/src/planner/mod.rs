@@ -13,6 +13,7 @@ pub mod discover;
 pub mod footer;
 pub mod memory;
 mod model;
+pub mod sequences;
 
 use std::collections::BTreeMap;
 
@@ -23,7 +24,7 @@ use datafusion::prelude::SessionContext;
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::data::{Location, sql};
+use ringflow_proto::data::{Location, Preprocessing, sql};
 use ringflow_proto::pb::EpochPlan;
 use ringflow_proto::spec::JobSpec;
 
@@ -82,7 +83,6 @@ fn check_split(
         warnings,
     } = listed;
     let data = &spec.data;
-    let loss = spec.train.loss;
     let mut label = LabelType::Absent;
     let mut input_columns: Vec<String> = Vec::new();
     let mut seen: Vec<SchemaRef> = Vec::new();
@@ -96,9 +96,8 @@ fn check_split(
                 let l = check_schema(
                     &format!("{key}: {file}"),
                     schema,
-                    data,
+                    spec,
                     model,
-                    loss,
                     label_required,
                 )?;
                 let mut columns = data.feature_columns();
@@ -112,7 +111,7 @@ fn check_split(
                     .plan(schema.clone())
                     .map_err(|m| DriverError::Data(format!("{key}: {file}: {m}")))?;
                 let what = format!("{key}: {file}: the output of data.sql");
-                let l = check_schema(&what, &planned.output, data, model, loss, label_required)?;
+                let l = check_schema(&what, &planned.output, spec, model, label_required)?;
                 (l, planned.input_columns)
             }
         };
@@ -214,6 +213,10 @@ pub struct JobPlan {
     pub input_columns: Vec<String>,
     /// True when the label holds class names.
     pub string_label: bool,
+    /// For a job whose feature is a token sequence: its columns and the vocabulary and label
+    /// classes the planner's statistics pass decided (`None` for other jobs, and for
+    /// evaluation and prediction, which take the saved model's).
+    pub sequence: Option<PlannedSequences>,
     /// Every file of the job (checked by executors with `data.source = "auto"`).
     pub files: Vec<String>,
     /// Where a resumed job continues from.
@@ -225,6 +228,17 @@ pub struct JobPlan {
     /// What planning left out and people should know: entries of a data directory or glob
     /// that are not regular files.
     pub warnings: Vec<String>,
+}
+
+/// What the planner decided for a job of token sequences.
+#[derive(Clone, Debug)]
+pub struct PlannedSequences {
+    /// The sequence column and the label's layout.
+    pub columns: sequences::SequenceColumns,
+    /// The vocabulary and label classes every rank applies (and the model saves).
+    pub preprocessing: Preprocessing,
+    /// What the statistics pass found, for the job's messages.
+    pub described: String,
 }
 
 /// The state a resumed job continues from: its last checkpoint.
@@ -289,12 +303,18 @@ impl JobPlan {
             None => None,
         };
         // The spec every executor, checkpoint, `eval` and `predict` sees is the completed one.
-        let facts = model::data_facts(
+        let mut facts = model::data_facts(
             &spec,
             &train.split,
             test.as_ref().map(|t| &t.split),
             prep.as_ref(),
         );
+        let sequence = plan_sequences(&spec, &train.split)?;
+        if let Some((planned, counts)) = &sequence {
+            facts.sequence = Some(counts.facts(&spec, &planned.columns, &planned.preprocessing));
+            facts.outputs = counts.outputs(&planned.preprocessing);
+        }
+        let sequence = sequence.map(|(planned, _)| planned);
         spec.model = builder.resolve(&spec.model, &facts)?;
         let model = builder.shape(&spec.model)?;
         let footprint = memory::footprint(registry, &spec)?;
@@ -357,6 +377,7 @@ impl JobPlan {
             test: test_groups,
             input_columns,
             string_label,
+            sequence,
             files,
             resume: None,
             footprint,
@@ -396,6 +417,7 @@ impl JobPlan {
             test: data.groups,
             input_columns: data.input_columns,
             string_label: data.label == LabelType::String,
+            sequence: None,
             files: data.files,
             resume: None,
             footprint,
@@ -444,9 +466,34 @@ impl JobPlan {
     /// True when training needs a statistics pass first.
     pub fn needs_stats(&self) -> (bool, bool) {
         let moments = self.spec.data.normalize.is_some();
-        let labels = self.string_label && self.spec.data.label_classes.is_none();
+        // A sequence job's classes come with its vocabulary, from the planner's own pass.
+        let labels =
+            self.string_label && self.spec.data.label_classes.is_none() && self.sequence.is_none();
         (moments, labels)
     }
+}
+
+/// For a job whose feature is a token sequence (in the first training file's schema), the
+/// statistics pass over the training split and what it decides.
+fn plan_sequences(
+    spec: &JobSpec,
+    train: &Split,
+) -> Result<Option<(PlannedSequences, sequences::SequenceCounts)>> {
+    let Some((_, schema)) = train.schemas.first() else {
+        return Ok(None);
+    };
+    let Some(columns) = sequences::detect(spec, schema).map_err(DriverError::Data)? else {
+        return Ok(None);
+    };
+    let counts = sequences::count(spec, train, &columns)?;
+    let preprocessing = counts.preprocessing(spec);
+    let described = counts.describe(&preprocessing);
+    let planned = PlannedSequences {
+        columns,
+        preprocessing,
+        described,
+    };
+    Ok(Some((planned, counts)))
 }
 
 /// What the driver needs of a saved model: its job spec and preprocessing.

@@ -36,6 +36,7 @@ pub(super) fn data_facts(
             .map_err(Clone::clone)
             .and_then(|s| width(spec, s)),
         outputs: outputs(spec, schema.as_deref().ok(), train, test, prep.is_some()),
+        sequence: None,
     }
 }
 

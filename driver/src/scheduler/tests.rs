@@ -215,6 +215,7 @@ device = "{device}"
         test: Vec::new(),
         input_columns: vec!["a".into(), "y".into()],
         string_label: false,
+        sequence: None,
         files: vec!["x.parquet".into()],
         resume: None,
         footprint: Some(ringflow_ml::nn::ModelFootprint::linear_stack(

@@ -25,20 +25,46 @@ use ringflow_proto::pb::EpochPlan;
 
 use crate::data::features::{Converter, Rows};
 use crate::data::partitions::ReadContext;
+use crate::data::sequences::{self, BucketPool, Sequence};
 use crate::error::{CommError, CommOp, Peer, Result};
 
 /// How long the training thread waits for the next chunk before declaring the reader stuck.
 const READ_DEADLINE: Duration = Duration::from_secs(600);
 
-/// One mini-batch: `rows × width` features (row-major) and `rows` labels.
+/// One mini-batch: `rows × width` features (row-major) and `rows` labels; or, for token
+/// sequences, `rows × steps` token ids padded to the batch's longest sequence (see
+/// [`sequences`](crate::data::sequences)).
 #[derive(Clone, Debug, Default)]
 pub struct Batch {
     /// Row-major feature values.
     pub features: Vec<f32>,
-    /// Labels.
+    /// Labels (of the real tokens only, for tagging).
     pub labels: Vec<f32>,
     /// Number of rows.
     pub rows: usize,
+    /// For token sequences: each row's real length (empty otherwise).
+    pub lengths: Vec<usize>,
+    /// For token sequences: the padded length, the longest of `lengths`.
+    pub steps: usize,
+    /// For tagging: the flat index in `[rows · steps]` of each real token, beside `labels`.
+    pub positions: Vec<f32>,
+}
+
+impl Batch {
+    /// True for a batch of token sequences.
+    pub fn is_sequences(&self) -> bool {
+        !self.lengths.is_empty()
+    }
+
+    /// The real tokens of a batch of sequences (0 otherwise).
+    pub fn tokens(&self) -> usize {
+        self.lengths.iter().sum()
+    }
+
+    /// The padding steps of a batch of sequences: `rows · steps` minus the real tokens.
+    pub fn padding(&self) -> usize {
+        (self.rows * self.steps).saturating_sub(self.tokens())
+    }
 }
 
 /// The rows of one epoch plan, in shuffled (training) or file (evaluation) order.
@@ -54,6 +80,23 @@ pub struct EpochStream {
     /// Rows the plan holds that no batch has taken yet: a bound for reservations (a query in
     /// `data.sql` may change the count, so it is never trusted for more).
     planned_left: u64,
+    /// For token sequences: how batches are drawn, and where the next row's tokens start in
+    /// `current`.
+    sequences: Option<SequenceDraw>,
+}
+
+/// How an [`EpochStream`] of token sequences draws its rows.
+struct SequenceDraw {
+    /// Labels are one per token.
+    per_step: bool,
+    /// Batches come from length buckets of the shuffle buffer.
+    bucket: bool,
+    /// The shuffle buffer's rows.
+    buffer: Vec<Sequence>,
+    /// Batches cut from the buffer, ready.
+    pool: BucketPool,
+    /// Offset of the next row's tokens in the current chunk.
+    offset: usize,
 }
 
 struct ShuffleBuffer {
@@ -64,14 +107,25 @@ struct ShuffleBuffer {
 
 impl EpochStream {
     /// Starts reading `plan`. With `shuffle = Some((buffer_rows, rng))` batches draw from a
-    /// shuffle buffer; with `None` rows come in plan order.
+    /// shuffle buffer; with `None` rows come in plan order. A stream of token sequences
+    /// groups the buffer's rows into length buckets when `bucket_by_length` (and shuffling).
     pub fn start(
         plan: &EpochPlan,
         converter: Arc<Converter>,
         width: usize,
         shuffle: Option<(usize, Rng)>,
+        bucket_by_length: bool,
         read: ReadContext,
     ) -> EpochStream {
+        let sequences = converter.sequences().map(|s| SequenceDraw {
+            per_step: s.per_step(),
+            bucket: bucket_by_length,
+            buffer: Vec::new(),
+            pool: BucketPool::default(),
+            offset: 0,
+        });
+        // Sequences are kept as rows of their own length, not in the fixed-width buffer.
+        let width = if sequences.is_some() { 0 } else { width };
         let (tx, rx) = sync_channel(2);
         let stop = Arc::new(AtomicBool::new(false));
         let partitions = plan.partitions.clone();
@@ -101,17 +155,21 @@ impl EpochStream {
             cursor: 0,
             exhausted: false,
             planned_left: plan.rows,
+            sequences,
         }
     }
 
     /// The next batch of at most `max_rows` rows; `None` once the epoch's rows are used up.
     pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<Batch>> {
+        if self.sequences.is_some() {
+            return self.next_sequences(max_rows.max(1));
+        }
         let w = self.width;
         let reserved = bounded(max_rows, self.planned_left);
         let mut batch = Batch {
             features: Vec::with_capacity(reserved.saturating_mul(w)),
             labels: Vec::with_capacity(reserved),
-            rows: 0,
+            ..Batch::default()
         };
         while batch.rows < max_rows {
             let got = if self.shuffle.is_some() {
@@ -137,6 +195,9 @@ impl EpochStream {
                 Ok(Ok(rows)) => {
                     self.current = rows;
                     self.cursor = 0;
+                    if let Some(s) = self.sequences.as_mut() {
+                        s.offset = 0;
+                    }
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(RecvTimeoutError::Disconnected) => {
@@ -218,6 +279,89 @@ impl EpochStream {
             batch.rows += 1;
         }
         Ok(true)
+    }
+}
+
+impl EpochStream {
+    /// The next batch of at most `max_rows` sequences, padded to its longest.
+    fn next_sequences(&mut self, max_rows: usize) -> Result<Option<Batch>> {
+        let shuffled = self.shuffle.is_some();
+        let draw = self.sequences.as_ref().expect("a sequence stream");
+        let (per_step, bucket) = (draw.per_step, draw.bucket);
+        let rows = match (shuffled, bucket) {
+            (false, _) => {
+                let mut rows = Vec::new();
+                while rows.len() < max_rows && self.ensure_rows()? {
+                    rows.push(self.take_sequence());
+                }
+                rows
+            }
+            (true, true) => self.bucketed(max_rows)?,
+            (true, false) => self.drawn(max_rows)?,
+        };
+        self.planned_left = self.planned_left.saturating_sub(rows.len() as u64);
+        Ok((!rows.is_empty()).then(|| sequences::pad(&rows, per_step)))
+    }
+
+    /// The next unread row of the current chunk.
+    fn take_sequence(&mut self) -> Sequence {
+        let draw = self.sequences.as_mut().expect("a sequence stream");
+        let row = self
+            .current
+            .sequence(self.cursor, draw.offset, draw.per_step);
+        draw.offset += self.current.lengths[self.cursor];
+        self.cursor += 1;
+        row
+    }
+
+    /// Fills the shuffle buffer up to `capacity` rows from the stream.
+    fn top_up(&mut self, capacity: usize) -> Result<()> {
+        while self.sequences.as_ref().expect("sequences").buffer.len() < capacity
+            && self.ensure_rows()?
+        {
+            let row = self.take_sequence();
+            self.sequences.as_mut().expect("sequences").buffer.push(row);
+        }
+        Ok(())
+    }
+
+    /// Rows drawn one by one from the shuffle buffer, refilled after each.
+    fn drawn(&mut self, max_rows: usize) -> Result<Vec<Sequence>> {
+        let capacity = self.shuffle.as_ref().map_or(1, |(b, _)| b.capacity);
+        let mut rows = Vec::new();
+        while rows.len() < max_rows {
+            self.top_up(capacity)?;
+            let buffer = &mut self.sequences.as_mut().expect("sequences").buffer;
+            if buffer.is_empty() {
+                break;
+            }
+            let rng = &mut self.shuffle.as_mut().expect("shuffling").1;
+            let i = rng.random_range(0..buffer.len());
+            rows.push(buffer.swap_remove(i));
+        }
+        Ok(rows)
+    }
+
+    /// A batch from the length buckets of the shuffle buffer, which is refilled (to a whole
+    /// number of batches) and bucketed again once its batches are used up.
+    fn bucketed(&mut self, max_rows: usize) -> Result<Vec<Sequence>> {
+        if let Some(rows) = self
+            .sequences
+            .as_mut()
+            .expect("sequences")
+            .pool
+            .next_batch()
+        {
+            return Ok(rows);
+        }
+        let capacity = self.shuffle.as_ref().map_or(1, |(b, _)| b.capacity);
+        let capacity = (capacity / max_rows).max(1).saturating_mul(max_rows);
+        self.top_up(capacity)?;
+        let draw = self.sequences.as_mut().expect("sequences");
+        let rows = std::mem::take(&mut draw.buffer);
+        let rng = &mut self.shuffle.as_mut().expect("shuffling").1;
+        draw.pool.fill(rows, max_rows, rng);
+        Ok(draw.pool.next_batch().unwrap_or_default())
     }
 }
 
@@ -327,7 +471,7 @@ mod tests {
             images: None,
         };
         let shuffle = shuffle.map(|rows| (rows, ringflow_ml::rng::seeded(7, 0)));
-        EpochStream::start(plan, Arc::new(converter), 1, shuffle, read)
+        EpochStream::start(plan, Arc::new(converter), 1, shuffle, false, read)
     }
 
     /// Every row of the batch, checked against its label.

@@ -8,6 +8,8 @@
 //!   file, column and row.
 //! - [`batches`] streams an epoch's partitions on a background thread into a bounded shuffle
 //!   buffer and cuts mini-batches from it: memory stays bounded however large the data set.
+//! - [`sequences`] reads token sequences (`list<string>`, `list<int>`) and their labels, and
+//!   pads each batch only to its own longest sequence, with length buckets.
 //! - [`images`] decodes a column of PNG or JPEG images (`data.image`) into `[C, H, W]` pixels.
 //! - [`augment`] crops and flips training images at random (`data.augment`), in the batch.
 //! - [`cache`] keeps decoded row groups between epochs within a byte budget.
@@ -26,4 +28,5 @@ mod fuzz;
 pub mod images;
 pub mod partitions;
 pub mod prep;
+pub mod sequences;
 pub mod source;

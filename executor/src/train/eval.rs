@@ -12,6 +12,7 @@ use crate::data::features::Converter;
 use crate::data::partitions::ReadContext;
 use crate::error::Result;
 use crate::train::context::EvalStats;
+use crate::train::forward::forward_batch;
 
 /// Rows per evaluation batch.
 const EVAL_BATCH: usize = ringflow_proto::data::EVAL_BATCH_ROWS;
@@ -29,15 +30,15 @@ pub fn evaluate(
     let shape = model.shape();
     let device = model.params().iter().next().map(|p| p.tensor.device());
     let device = device.unwrap_or(ringflow_ml::Device::Cpu);
-    let mut stream = EpochStream::start(plan, converter, shape.input_width(), None, read);
+    let mut stream = EpochStream::start(plan, converter, shape.input_width(), None, false, read);
     let mut stats = EvalStats::default();
     no_grad(|| -> Result<()> {
-        while let Some(batch) = stream.next_batch(EVAL_BATCH)? {
-            let rows = batch.rows;
-            let labels = batch.labels;
-            let x = Tensor::from_vec(batch.features, &shape.batch(rows), device)?;
+        while let Some(mut batch) = stream.next_batch(EVAL_BATCH)? {
+            let labels = std::mem::take(&mut batch.labels);
+            // Examples, or the real tokens of a tagger.
+            let rows = labels.len();
             let y = labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
-            let output = model.forward(&x, false, &mut rng)?;
+            let output = forward_batch(model, &mut batch, false, &mut rng, device)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
             stats.rows += rows as u64;
             stats.loss_sum += loss * rows as f64;

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use ringflow_ml::nn::ModelShape;
+use ringflow_ml::nn::{ModelShape, SequenceOutput};
 use ringflow_proto::data::partition::unreadable;
+use ringflow_proto::data::sequences::SequenceRules;
 use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::spec::JobSpec;
@@ -20,6 +21,7 @@ use crate::data::features::{Converter, LabelKind, string_values};
 use crate::data::images::ImageColumn;
 use crate::data::partitions::ReadContext;
 use crate::data::prep::SqlPrep;
+use crate::data::sequences::SequenceConverter;
 use crate::data::source::DriverSource;
 use crate::error::{ExecutorError, Result};
 use crate::train::context::{PreparePhase, Split, TaskContext};
@@ -92,14 +94,7 @@ pub fn prepare_data(
         Some(q) => Some(Arc::new(SqlPrep::new(q, &data.tables, data.sql_timeout())?)),
         None => None,
     };
-    let converter = Converter::new(
-        &data.feature_columns(),
-        label.map(|_| data.label.as_str()),
-        label.unwrap_or(LabelKind::Regression),
-        data.scale,
-        shape.input_width(),
-    )
-    .with_shape(data.shape.clone());
+    let converter = converter(spec, shape, label)?;
     let columns = if options.input_columns.is_empty() {
         converter.columns()
     } else {
@@ -150,6 +145,34 @@ pub fn prepare_data(
     })
 }
 
+/// The converter of the job's features and label (`label`: what it must hold, `None` when
+/// prediction reads none): token sequences for a sequence model, numbers otherwise.
+fn converter(spec: &JobSpec, shape: &ModelShape, label: Option<LabelKind>) -> Result<Converter> {
+    let data = &spec.data;
+    let label_column = label.map(|_| data.label.as_str());
+    let Some(output) = shape.sequence else {
+        let kind = label.unwrap_or(LabelKind::Regression);
+        let c = Converter::new(
+            &data.feature_columns(),
+            label_column,
+            kind,
+            data.scale,
+            shape.input_width(),
+        );
+        return Ok(c.with_shape(data.shape.clone()));
+    };
+    let [column] = data.features.as_slice() else {
+        return Err(ExecutorError::Spec(format!(
+            "the model reads token sequences, so data.features must name one column, not {}",
+            data.features.len()
+        )));
+    };
+    let per_step = output == SequenceOutput::PerStep;
+    let rules = SequenceRules::of(data);
+    let sequences = SequenceConverter::new(column, label_column, per_step, shape.outputs, rules);
+    Ok(Converter::of_sequences(sequences))
+}
+
 /// This rank's partial statistics over `partitions`.
 fn collect_stats(
     read: &ReadContext,
@@ -197,5 +220,6 @@ fn collect_stats(
     Ok(DataStats {
         moments: moments.then_some(m),
         labels: label.map(|_| labels),
+        tokens: None,
     })
 }

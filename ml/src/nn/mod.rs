@@ -31,7 +31,9 @@ pub use layers::{
 pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};
 pub use params::{Param, ParamBuilder, ParamStore};
-pub use registry::{DataFacts, ModelBuilder, ModelRegistry, ModelShape};
+pub use registry::{
+    DataFacts, ModelBuilder, ModelRegistry, ModelShape, SequenceFacts, SequenceOutput,
+};
 pub use sequential::{LayerSpec, SequentialSpec};
 pub use summary::{ModelSummary, SummaryRow, thousands};
 

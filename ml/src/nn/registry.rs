@@ -20,6 +20,19 @@ pub struct ModelShape {
     pub input: Vec<usize>,
     /// Outputs per example (classes for classification).
     pub outputs: usize,
+    /// For a model of token sequences (`input = [max_length]`, batches `[n, T]` with `T` at
+    /// most `max_length`): whether it gives its outputs at every step (`[n, T, outputs]`,
+    /// tagging) or once per sequence. `None`: examples of a fixed shape.
+    pub sequence: Option<SequenceOutput>,
+}
+
+/// Where a sequence model gives its outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SequenceOutput {
+    /// At every step: one label per token (tagging).
+    PerStep,
+    /// Once per sequence (sequence classification).
+    PerSequence,
 }
 
 impl ModelShape {
@@ -28,6 +41,7 @@ impl ModelShape {
         ModelShape {
             input: vec![inputs],
             outputs,
+            sequence: None,
         }
     }
 
@@ -99,6 +113,19 @@ pub struct DataFacts {
     /// Outputs the labels call for (the classes of a classification, 1 for regression), or
     /// why they are not known before training.
     pub outputs: std::result::Result<usize, String>,
+    /// When the feature is a token sequence: what the data tells about it.
+    pub sequence: Option<SequenceFacts>,
+}
+
+/// What a job's data tells about a sequence model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SequenceFacts {
+    /// The longest sequence the job reads (`data.max_length`).
+    pub max_length: usize,
+    /// Distinct token ids (the vocabulary's size, padding and unknown included), when known.
+    pub vocab: Option<usize>,
+    /// Whether the labels are one per token (tagging) rather than one per sequence.
+    pub per_step: bool,
 }
 
 /// The model kinds a process knows, by name.

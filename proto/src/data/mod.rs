@@ -24,6 +24,7 @@ pub mod location;
 pub mod partition;
 pub mod paths;
 pub mod runtime;
+pub mod sequences;
 pub mod sql;
 pub mod stats;
 pub mod vocab;

@@ -9,6 +9,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts, VocabError, Vocabulary};
+use crate::spec::VocabSpec;
+
 /// Most distinct string labels a classification job may have.
 pub const MAX_CLASSES: usize = 100_000;
 
@@ -89,19 +92,28 @@ pub struct DataStats {
     /// Feature moments (when `normalize = "standard"`).
     pub moments: Option<FeatureMoments>,
     /// Distinct string labels seen (when the label column holds strings and no
-    /// `label_classes` were given).
+    /// `label_classes` were given; for a list label, the distinct elements).
     pub labels: Option<BTreeSet<String>>,
+    /// How often each token of a string sequence column occurs (for its vocabulary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<TokenCounts>,
 }
 
 impl DataStats {
-    /// Merges another executor's partial into this one.
-    pub fn merge(&mut self, other: DataStats) {
+    /// Merges another executor's partial into this one; an error once the tokens counted
+    /// together pass [`MAX_DISTINCT_TOKENS`].
+    pub fn merge(&mut self, other: DataStats) -> Result<(), VocabError> {
         if let Some(m) = other.moments {
             self.moments.get_or_insert_with(Default::default).merge(&m);
         }
         if let Some(l) = other.labels {
             self.labels.get_or_insert_with(Default::default).extend(l);
         }
+        if let Some(t) = other.tokens {
+            let mine = self.tokens.get_or_insert_with(Default::default);
+            mine.merge(t, MAX_DISTINCT_TOKENS)?;
+        }
+        Ok(())
     }
 }
 
@@ -124,6 +136,9 @@ pub struct Preprocessing {
     /// Class names of a string label, in class-index order (sorted, or as `label_classes`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<String>>,
+    /// Token ids of a string sequence column, as `data.vocab` chose them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocabulary: Option<Vocabulary>,
 }
 
 impl Preprocessing {
@@ -142,8 +157,13 @@ impl Preprocessing {
         serde_json::to_string(self).expect("preprocessing serializes")
     }
 
-    /// Decides the preprocessing from merged statistics (`given_classes` are `label_classes`).
-    pub fn from_stats(stats: &DataStats, given_classes: Option<&[String]>) -> Preprocessing {
+    /// Decides the preprocessing from merged statistics (`given_classes` are `label_classes`;
+    /// `vocab` chooses the tokens that get ids).
+    pub fn from_stats(
+        stats: &DataStats,
+        given_classes: Option<&[String]>,
+        vocab: &VocabSpec,
+    ) -> Preprocessing {
         let normalize = stats.moments.as_ref().map(|m| Normalization {
             mean: m.mean.iter().map(|&v| v as f32).collect(),
             std: m.std().iter().map(|&v| v as f32).collect(),
@@ -152,7 +172,15 @@ impl Preprocessing {
             Some(c) => Some(c.to_vec()),
             None => stats.labels.as_ref().map(|l| l.iter().cloned().collect()),
         };
-        Preprocessing { normalize, classes }
+        let vocabulary = stats
+            .tokens
+            .as_ref()
+            .map(|t| Vocabulary::build(t, vocab.max_size, vocab.min_count));
+        Preprocessing {
+            normalize,
+            classes,
+            vocabulary,
+        }
     }
 }
 
@@ -188,12 +216,12 @@ mod tests {
             m.add_rows(&flat(chunk), 2);
             parts.push(DataStats {
                 moments: Some(m),
-                labels: None,
+                ..DataStats::default()
             });
         }
         let mut merged = DataStats::default();
         for p in parts.into_iter().rev() {
-            merged.merge(p);
+            merged.merge(p).unwrap();
         }
         let m = merged.moments.unwrap();
         let (mean, std) = exact(&rows);
@@ -220,19 +248,50 @@ mod tests {
         m.add_rows(&[3.0, 3.0, 3.0], 1);
         assert_eq!(m.std(), [1.0]);
         let mut a = DataStats {
-            moments: None,
             labels: Some(["virginica".into(), "setosa".into()].into()),
+            ..DataStats::default()
         };
         a.merge(DataStats {
-            moments: None,
             labels: Some(["versicolor".into(), "setosa".into()].into()),
-        });
-        let p = Preprocessing::from_stats(&a, None);
+            ..DataStats::default()
+        })
+        .unwrap();
+        let vocab = VocabSpec::default();
+        let p = Preprocessing::from_stats(&a, None, &vocab);
         assert_eq!(p.classes.unwrap(), ["setosa", "versicolor", "virginica"]);
+        assert!(p.vocabulary.is_none());
         let given = ["b".to_string(), "a".to_string()];
         assert_eq!(
-            Preprocessing::from_stats(&a, Some(&given)).classes.unwrap(),
+            Preprocessing::from_stats(&a, Some(&given), &vocab)
+                .classes
+                .unwrap(),
             ["b", "a"]
         );
+    }
+
+    #[test]
+    fn token_counts_merge_into_a_vocabulary_that_travels_as_json() {
+        let partial = |tokens: &[&str]| {
+            let mut t = TokenCounts::default();
+            for tok in tokens {
+                t.add(tok, MAX_DISTINCT_TOKENS).unwrap();
+            }
+            DataStats {
+                tokens: Some(t),
+                ..DataStats::default()
+            }
+        };
+        let mut merged = partial(&["東京", "に", "行く"]);
+        merged.merge(partial(&["東京", "へ", "東京"])).unwrap();
+        let spec = VocabSpec {
+            max_size: 4,
+            min_count: 1,
+        };
+        let p = Preprocessing::from_stats(&merged, None, &spec);
+        let v = p.vocabulary.as_ref().unwrap();
+        // 東京 (3) first, then the ties in text order: に before へ; 行く has no room.
+        assert_eq!(v.tokens(), ["<pad>", "<unk>", "東京", "に"]);
+        let back = Preprocessing::from_json(&p.to_json()).unwrap().unwrap();
+        assert_eq!(back, p);
     }
 }

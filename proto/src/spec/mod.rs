@@ -12,10 +12,14 @@ mod fuzz;
 mod images;
 mod load;
 mod overrides;
+mod sequences;
 
 pub use error::SpecError;
 pub use images::{AugmentSpec, ImageSpec, MAX_EXAMPLE_VALUES, MAX_IMAGE_SIDE, MAX_SHAPE_DIMS};
 pub use overrides::Override;
+pub use sequences::{
+    DEFAULT_MAX_LENGTH, MAX_SEQUENCE_LENGTH, MAX_VOCAB, Metric, OnTooLong, VocabSpec,
+};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -114,6 +118,20 @@ pub struct DataSpec {
     /// Random crops and flips of the training images ([`AugmentSpec`]; default: none).
     #[serde(default)]
     pub augment: Option<AugmentSpec>,
+    /// Which string tokens of a sequence column get ids ([`VocabSpec`]; default `{ max_size =
+    /// 50000, min_count = 1 }`).
+    #[serde(default)]
+    pub vocab: VocabSpec,
+    /// The longest token sequence (default 1024); longer ones do what `on_too_long` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_length: Option<usize>,
+    /// `"fail"` (the default) or `"truncate"`: what a sequence longer than `max_length` does.
+    #[serde(default)]
+    pub on_too_long: OnTooLong,
+    /// Training batches of sequences group rows of similar length, drawn from the shuffle
+    /// buffer (default true): less padding, same randomness of what each epoch covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_by_length: Option<bool>,
 }
 
 /// `data.normalize`: feature standardization.
@@ -169,6 +187,10 @@ pub struct TrainSpec {
     /// that test figures follow the job (default 1; 0: only after training).
     #[serde(default = "defaults::eval_every_epochs")]
     pub eval_every_epochs: u64,
+    /// Figures evaluation reports besides the loss: `"accuracy"`, `"entity_f1"` (default:
+    /// accuracy for a classification).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<Metric>,
 }
 
 impl TrainSpec {
@@ -218,6 +240,7 @@ impl Default for TrainSpec {
             clip_grad_norm: None,
             lr_scaling: LrScaling::None,
             eval_every_epochs: defaults::eval_every_epochs(),
+            metrics: Vec::new(),
         }
     }
 }

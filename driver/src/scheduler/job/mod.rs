@@ -95,6 +95,10 @@ impl Job {
         for line in job.kind.model_summary() {
             job.message(line);
         }
+        if let Some(s) = job.plan().and_then(|p| p.sequence.as_ref()) {
+            let line = s.described.clone();
+            job.message(line);
+        }
         let warnings = job.plan().map(|p| p.warnings.clone()).unwrap_or_default();
         for w in warnings {
             // People see it as a job message; the driver's log keeps it too.

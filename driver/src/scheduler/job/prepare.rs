@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use ringflow_proto::data::stats::MAX_CLASSES;
+use ringflow_proto::data::vocab::VocabError;
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::pb;
 
@@ -64,18 +65,22 @@ impl Prepare {
 
     /// Records the statistics of `rank` (which exists). Once every rank has sent its own, and
     /// the first time only, returns them merged.
-    fn add_stats(&mut self, rank: usize, stats: Option<DataStats>) -> Option<DataStats> {
+    fn add_stats(
+        &mut self,
+        rank: usize,
+        stats: Option<DataStats>,
+    ) -> Result<Option<DataStats>, VocabError> {
         if let Some(s) = stats {
             self.stats[rank] = Some(s);
         }
         if self.stats_merged.is_some() || !self.stats.iter().all(Option::is_some) {
-            return None;
+            return Ok(None);
         }
         let mut merged = DataStats::default();
         for s in self.stats.iter_mut() {
-            merged.merge(s.take().unwrap_or_default());
+            merged.merge(s.take().unwrap_or_default())?;
         }
-        Some(merged)
+        Ok(Some(merged))
     }
 }
 
@@ -110,7 +115,13 @@ impl Job {
                         rank: self.members.describe_rank(rank),
                         reason: e.to_string(),
                     })?;
-                if let Some(merged) = self.prepare.add_stats(rank, stats) {
+                let merged = self.prepare.add_stats(rank, stats).map_err(|e| {
+                    JobError::UnreadableStatistics {
+                        rank: self.members.describe_rank(rank),
+                        reason: e.to_string(),
+                    }
+                })?;
+                if let Some(merged) = merged {
                     match self.merge_stats(&merged) {
                         Ok(p) => self.prepare.stats_merged = Some(p.to_json()),
                         Err(e) => {
@@ -151,7 +162,7 @@ impl Job {
             return Err(JobError::NotTraining);
         };
         let data = &plan.spec.data;
-        let p = Preprocessing::from_stats(merged, data.label_classes.as_deref());
+        let p = Preprocessing::from_stats(merged, data.label_classes.as_deref(), &data.vocab);
         let mut lines = Vec::new();
         if let Some(classes) = &p.classes {
             if classes.len() > MAX_CLASSES {

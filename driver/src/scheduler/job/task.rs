@@ -80,9 +80,13 @@ impl Job {
             .label_classes
             .clone()
             .map(|classes| Preprocessing {
-                normalize: None,
                 classes: Some(classes),
+                ..Preprocessing::default()
             });
+        let given = match &plan.sequence {
+            Some(s) => Some(s.preprocessing.clone()),
+            None => given,
+        };
         let data = pb::DataAccess {
             input_columns: plan.input_columns.clone(),
             preprocessing_json: match (self.prepare.statistics(), given) {

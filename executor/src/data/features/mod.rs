@@ -12,6 +12,7 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_proto::data::{Preprocessing, is_string};
 
+use crate::data::sequences::SequenceConverter;
 use crate::error::{ExecutorError, Result};
 
 /// What the label column must hold.
@@ -34,6 +35,9 @@ pub struct Rows {
     pub labels: Vec<f32>,
     /// Number of rows.
     pub rows: usize,
+    /// For token sequences: each row's length. `features` then holds the rows' token ids one
+    /// after another, and `labels` one label per token (tagging) or per row.
+    pub lengths: Vec<usize>,
 }
 
 /// Converts record batches with the configured feature and label columns.
@@ -50,6 +54,8 @@ pub struct Converter {
     normalize: Option<(Vec<f32>, Vec<f32>)>,
     /// `data.shape`, when the spec gives one (named in width errors).
     shape: Option<Vec<usize>>,
+    /// For a model of token sequences: the converter of the sequence column, used instead.
+    sequences: Option<SequenceConverter>,
 }
 
 /// The values of a string column (nulls as `None`).
@@ -204,7 +210,21 @@ impl Converter {
             classes: None,
             normalize: None,
             shape: None,
+            sequences: None,
         }
+    }
+
+    /// A converter of token sequences (the features and label are read by `sequences`).
+    pub fn of_sequences(sequences: SequenceConverter) -> Converter {
+        Converter {
+            sequences: Some(sequences),
+            ..Converter::new(&[], None, LabelKind::Regression, None, 0)
+        }
+    }
+
+    /// For a sequence converter: whether its labels are one per token.
+    pub fn sequences(&self) -> Option<&SequenceConverter> {
+        self.sequences.as_ref()
     }
 
     /// The same converter, naming `data.shape` (the shape each row's values make) in the
@@ -216,6 +236,10 @@ impl Converter {
 
     /// Applies the whole-data preprocessing: string label classes and standardization.
     pub fn with_preprocessing(mut self, p: &Preprocessing) -> Result<Converter> {
+        if let Some(s) = self.sequences.take() {
+            self.sequences = Some(s.with_preprocessing(p));
+            return Ok(self);
+        }
         if let Some(classes) = &p.classes {
             if let LabelKind::Classes(n) = self.label_kind
                 && n != classes.len()
@@ -244,6 +268,9 @@ impl Converter {
 
     /// The columns a reader must provide.
     pub fn columns(&self) -> Vec<String> {
+        if let Some(s) = &self.sequences {
+            return s.columns();
+        }
         let mut c = self.features.clone();
         c.extend(self.label.clone());
         c
@@ -262,6 +289,9 @@ impl Converter {
 
     /// Converts `batch`, whose first row is row `first_row` of `file`.
     pub fn convert(&self, batch: &RecordBatch, file: &str, first_row: u64) -> Result<Rows> {
+        if let Some(s) = &self.sequences {
+            return s.convert(batch, file, first_row);
+        }
         let rows = batch.num_rows();
         let mut shapes = Vec::with_capacity(self.features.len());
         let mut width = 0;
@@ -349,6 +379,7 @@ impl Converter {
             features,
             labels,
             rows,
+            lengths: Vec::new(),
         })
     }
 

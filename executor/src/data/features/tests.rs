@@ -155,6 +155,7 @@ fn string_labels_map_to_classes_and_features_are_standardized() {
             std: vec![2.0],
         }),
         classes: Some(vec!["a".into(), "b".into()]),
+        vocabulary: None,
     };
     let c = conv(&["x"], LabelKind::Classes(2), None, 1)
         .with_preprocessing(&p)
@@ -165,8 +166,8 @@ fn string_labels_map_to_classes_and_features_are_standardized() {
     let raw = c.features_only().convert(&b, "f.parquet", 0).unwrap();
     assert_eq!(raw.features, [1.0, 3.0, 5.0]);
     let other = Preprocessing {
-        normalize: None,
         classes: Some(vec!["a".into(), "c".into()]),
+        ..Preprocessing::default()
     };
     let c = conv(&["x"], LabelKind::Classes(2), None, 1)
         .with_preprocessing(&other)
@@ -178,8 +179,8 @@ fn string_labels_map_to_classes_and_features_are_standardized() {
         "{msg}"
     );
     let three = Preprocessing {
-        normalize: None,
         classes: Some(vec!["a".into(), "b".into(), "c".into()]),
+        ..Preprocessing::default()
     };
     let e = conv(&["x"], LabelKind::Classes(2), None, 1)
         .with_preprocessing(&three)

@@ -4,7 +4,6 @@
 use std::fmt;
 use std::time::Instant;
 
-use ringflow_ml::Tensor;
 use ringflow_ml::rng::{self, streams};
 use ringflow_proto::pb::EpochPlan;
 
@@ -15,6 +14,7 @@ use crate::data::batches::EpochStream;
 use crate::error::{CommError, ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TrainEvent};
 use crate::train::eval::labels_tensor;
+use crate::train::forward::forward_batch;
 use crate::train::sync::Contribution;
 
 /// Seconds between [`TrainEvent::Step`] reports.
@@ -230,6 +230,7 @@ impl Trainer<'_> {
             self.data.converter.clone(),
             self.shape.input_width(),
             Some((spec.data.shuffle_buffer, shuffle_rng)),
+            spec.data.buckets_by_length(),
             self.data.read.clone(),
         )
     }
@@ -273,11 +274,12 @@ impl Trainer<'_> {
             );
         }
         let device = self.task.device;
-        let x = Tensor::from_vec(batch.features, &self.shape.batch(rows), device)?;
-        let y = labels_tensor(spec.train.loss, batch.labels, self.shape.outputs, device)?;
+        let labels = std::mem::take(&mut batch.labels);
+        let y = labels_tensor(spec.train.loss, labels, self.shape.outputs, device)?;
         let t1 = Instant::now();
         params.zero_grad();
-        let output = self.model.forward(&x, true, &mut self.dropout_rng())?;
+        let mut dropout = self.dropout_rng();
+        let output = forward_batch(&self.model, &mut batch, true, &mut dropout, device)?;
         let loss = spec.train.loss.compute(&output, &y)?;
         let t2 = Instant::now();
         self.sync.backward(&loss, self.ring.get())?;

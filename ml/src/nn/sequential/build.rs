@@ -2,10 +2,10 @@
 
 use crate::error::Result;
 use crate::nn::layers::{
-    Activation, AvgPool2d, BatchNorm, Conv2d, Dropout, Embedding, Flatten, GlobalAvgPool2d,
-    LayerNorm, Linear, MaxPool2d, Residual, Sequential,
+    Activation, AvgPool2d, BatchNorm, Bidirectional, Conv2d, Dropout, Embedding, Flatten,
+    GlobalAvgPool2d, Gru, LayerNorm, Linear, Lstm, MaxPool2d, Residual, SequencePool, Sequential,
 };
-use crate::nn::sequential::infer::{PlannedLayer, Resolved};
+use crate::nn::sequential::infer::{PlannedLayer, RecurrentCell, Resolved};
 use crate::nn::{ModelFootprint, ModelSummary, Module, ParamBuilder, SummaryRow};
 
 /// The modules of `layers`, their parameters created through `b` (a builder at the scope of
@@ -49,6 +49,22 @@ fn build_layer(layer: &PlannedLayer, b: &mut ParamBuilder<'_>) -> Result<Box<dyn
         Resolved::Dropout(p) => Box::new(Dropout { p: *p }),
         Resolved::LayerNorm { dim, eps } => Box::new(LayerNorm::new(&mut b, *dim, *eps)?),
         Resolved::Embedding { vocab, dim } => Box::new(Embedding::new(&mut b, *vocab, *dim)?),
+        Resolved::Recurrent {
+            cell,
+            inputs,
+            hidden,
+            layers,
+            bidirectional,
+            dropout,
+        } => {
+            let stack = RecurrentStack {
+                cell: *cell,
+                hidden: *hidden,
+                bidirectional: *bidirectional,
+            };
+            Box::new(stack.build(&mut b, *inputs, *layers, *dropout)?)
+        }
+        Resolved::SequencePool(kind) => Box::new(SequencePool { kind: *kind }),
         Resolved::Residual { body, shortcut } => {
             let body = Box::new(build_list(body, &mut b)?);
             let shortcut = match shortcut {
@@ -58,6 +74,57 @@ fn build_layer(layer: &PlannedLayer, b: &mut ParamBuilder<'_>) -> Result<Box<dyn
             Box::new(Residual { body, shortcut })
         }
     })
+}
+
+/// The layers of one `lstm` or `gru` entry: each of a stack reads the previous one's outputs.
+struct RecurrentStack {
+    cell: RecurrentCell,
+    hidden: usize,
+    bidirectional: bool,
+}
+
+impl RecurrentStack {
+    /// `layers` layers (with dropout between them), parameters named `<i>.w_input`, … (and
+    /// `<i>.forward.…`, `<i>.backward.…` when bidirectional).
+    fn build(
+        &self,
+        b: &mut ParamBuilder<'_>,
+        inputs: usize,
+        layers: usize,
+        dropout: f32,
+    ) -> Result<Sequential> {
+        let mut stack = Sequential::new();
+        let directions = if self.bidirectional { 2 } else { 1 };
+        for i in 0..layers {
+            if i > 0 && dropout > 0.0 {
+                stack.push_boxed(Box::new(Dropout { p: dropout }));
+            }
+            let width = if i == 0 {
+                inputs
+            } else {
+                directions * self.hidden
+            };
+            let mut b = b.sub(i.to_string());
+            stack.push_boxed(self.layer(&mut b, width)?);
+        }
+        Ok(stack)
+    }
+
+    fn layer(&self, b: &mut ParamBuilder<'_>, inputs: usize) -> Result<Box<dyn Module>> {
+        let hidden = self.hidden;
+        Ok(match (self.cell, self.bidirectional) {
+            (RecurrentCell::Lstm, false) => Box::new(Lstm::new(b, inputs, hidden)?),
+            (RecurrentCell::Gru, false) => Box::new(Gru::new(b, inputs, hidden)?),
+            (RecurrentCell::Lstm, true) => Box::new(Bidirectional {
+                forward: Lstm::new(&mut b.sub("forward"), inputs, hidden)?,
+                backward: Lstm::new(&mut b.sub("backward"), inputs, hidden)?,
+            }),
+            (RecurrentCell::Gru, true) => Box::new(Bidirectional {
+                forward: Gru::new(&mut b.sub("forward"), inputs, hidden)?,
+                backward: Gru::new(&mut b.sub("backward"), inputs, hidden)?,
+            }),
+        })
+    }
 }
 
 /// The summary rows of `layers` at nesting `depth`, depth first.
@@ -124,6 +191,8 @@ fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
         let copies = match &layer.layer {
             Resolved::MaxPool2d(_) | Resolved::Dropout(_) | Resolved::BatchNorm { .. } => 2,
             Resolved::LayerNorm { .. } => 4,
+            // Each step's gates, states and activations, per layer of the stack.
+            Resolved::Recurrent { layers, .. } => 5 * *layers as u64,
             _ => 1,
         };
         t.kept = t.kept.saturating_add(out.saturating_mul(copies));

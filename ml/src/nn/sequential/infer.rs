@@ -4,10 +4,11 @@
 
 use crate::error::{MlError, Result};
 use crate::nn::layers::Conv2dConfig;
+use crate::nn::sequential::sequence;
 use crate::nn::sequential::spec::{
     Conv2dSpec, LayerSpec, LinearSpec, Padding, PoolSpec, ResidualSpec,
 };
-use crate::nn::{ActivationKind, Init};
+use crate::nn::{ActivationKind, Init, SequencePoolKind};
 use crate::ops::{Conv2dOptions, Pool2dOptions};
 
 /// The largest size a spec may give anything: channels, widths, kernels, strides, dimensions.
@@ -70,6 +71,23 @@ pub enum Resolved {
         /// Vector size.
         dim: usize,
     },
+    /// A recurrent layer, or a stack of them.
+    Recurrent {
+        /// LSTM or GRU.
+        cell: RecurrentCell,
+        /// Features of each step in.
+        inputs: usize,
+        /// Hidden units of each direction.
+        hidden: usize,
+        /// Layers stacked.
+        layers: usize,
+        /// Whether each layer reads both ways.
+        bidirectional: bool,
+        /// Dropout between stacked layers.
+        dropout: f32,
+    },
+    /// Pooling over each sequence's real steps.
+    SequencePool(SequencePoolKind),
     /// A skip connection.
     Residual {
         /// The block's layers.
@@ -77,6 +95,15 @@ pub enum Resolved {
         /// The shortcut's layers, if any.
         shortcut: Option<Vec<PlannedLayer>>,
     },
+}
+
+/// The cell of a recurrent layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecurrentCell {
+    /// Long short-term memory.
+    Lstm,
+    /// Gated recurrent unit.
+    Gru,
 }
 
 /// A layer of a sequential model with everything shape inference learned about it.
@@ -123,10 +150,13 @@ pub struct ListAt<'a> {
     pub after: Option<ActivationKind>,
     /// For the model's own list: `model.classes`, the outputs of a last linear without `out`.
     pub classes: Option<Option<usize>>,
+    /// Whether the examples are sequences (their first axis is time): a linear layer then maps
+    /// the last axis of `[T, features]`.
+    pub sequence: bool,
 }
 
 /// One layer's place: path, name, what follows, and whether it is the model's last.
-struct At<'a> {
+pub(super) struct At<'a> {
     path: String,
     name: String,
     local: String,
@@ -134,7 +164,8 @@ struct At<'a> {
     follows: Option<ActivationKind>,
     /// `Some(classes)` for the model's last layer.
     classes: Option<Option<usize>>,
-    input: &'a [usize],
+    sequence: bool,
+    pub(super) input: &'a [usize],
 }
 
 impl At<'_> {
@@ -143,11 +174,16 @@ impl At<'_> {
         format!("{} ({})", self.path, self.kind)
     }
 
-    fn error(&self, message: impl std::fmt::Display) -> MlError {
+    pub(super) fn error(&self, message: impl std::fmt::Display) -> MlError {
         MlError::spec(format!("{} {message}", self.label()))
     }
 
-    fn planned(&self, output: Vec<usize>, params: u64, layer: Resolved) -> Result<PlannedLayer> {
+    pub(super) fn planned(
+        &self,
+        output: Vec<usize>,
+        params: u64,
+        layer: Resolved,
+    ) -> Result<PlannedLayer> {
         check_elements(self, &output)?;
         Ok(PlannedLayer {
             path: self.path.clone(),
@@ -192,6 +228,7 @@ pub fn infer_list(
             kind: spec.type_name(),
             follows: following_activation(&specs[i + 1..], list.after),
             classes: list.classes.filter(|_| last),
+            sequence: list.sequence,
             input: &shape,
         };
         let layer = infer_layer(&at, spec)?;
@@ -295,22 +332,28 @@ fn infer_layer(at: &At<'_>, spec: &LayerSpec) -> Result<PlannedLayer> {
             at.planned(input.to_vec(), 2 * dim as u64, layer)
         }
         LayerSpec::Embedding(e) => {
-            check_sizes(at, &[("vocab", e.vocab), ("dim", e.dim)], 1)?;
+            let vocab = e.vocab.ok_or_else(|| {
+                at.error(
+                    "has no `vocab`: give the number of ids (the driver sets it from the \
+                     vocabulary of a column of string tokens)",
+                )
+            })?;
+            check_sizes(at, &[("vocab", vocab), ("dim", e.dim)], 1)?;
             let mut output = input.to_vec();
             output.push(e.dim);
-            let params = (e.vocab as u64).saturating_mul(e.dim as u64);
-            let layer = Resolved::Embedding {
-                vocab: e.vocab,
-                dim: e.dim,
-            };
+            let params = (vocab as u64).saturating_mul(e.dim as u64);
+            let layer = Resolved::Embedding { vocab, dim: e.dim };
             at.planned(output, params, layer)
         }
+        LayerSpec::Lstm(r) => sequence::recurrent(at, RecurrentCell::Lstm, r),
+        LayerSpec::Gru(r) => sequence::recurrent(at, RecurrentCell::Gru, r),
+        LayerSpec::SequencePool(p) => sequence::pool(at, p),
         LayerSpec::Residual(r) => residual(at, r),
     }
 }
 
 /// Checks that every named size lies in `min..=MAX_DIM`.
-fn check_sizes(at: &At<'_>, sizes: &[(&str, usize)], min: usize) -> Result<()> {
+pub(super) fn check_sizes(at: &At<'_>, sizes: &[(&str, usize)], min: usize) -> Result<()> {
     for &(key, v) in sizes {
         if v < min || v > MAX_DIM {
             return Err(at.error(format!(
@@ -467,8 +510,9 @@ fn pool(at: &At<'_>, p: &PoolSpec) -> Result<(Pool2dOptions, Vec<usize>)> {
 }
 
 fn linear(at: &At<'_>, l: &LinearSpec) -> Result<PlannedLayer> {
-    let inputs = match at.input {
-        &[f] => f,
+    let (steps, inputs) = match at.input {
+        &[f] => (None, f),
+        &[t, f] if at.sequence => (Some(t), f),
         other => {
             return Err(at.error(format!(
                 "needs a flat [n, features] input but gets {}; add {{ type = \"flatten\" }} \
@@ -505,7 +549,8 @@ fn linear(at: &At<'_>, l: &LinearSpec) -> Result<PlannedLayer> {
         init: l.init,
         activation: at.follows,
     };
-    at.planned(vec![outputs], params, layer)
+    let output = steps.into_iter().chain([outputs]).collect();
+    at.planned(output, params, layer)
 }
 
 fn residual(at: &At<'_>, r: &ResidualSpec) -> Result<PlannedLayer> {
@@ -516,6 +561,7 @@ fn residual(at: &At<'_>, r: &ResidualSpec) -> Result<PlannedLayer> {
             local: name,
             after: at.follows,
             classes: None,
+            sequence: at.sequence,
         };
         infer_list(list, specs, at.input)
     };

@@ -23,6 +23,7 @@
 
 mod build;
 mod infer;
+mod sequence;
 mod spec;
 
 use serde::Serialize;
@@ -32,13 +33,13 @@ use crate::error::{MlError, Result};
 use crate::nn::layers::Sequential;
 use crate::nn::{
     DataFacts, ModelBuilder, ModelFootprint, ModelShape, ModelSpec, ModelSummary, Module,
-    ParamBuilder,
+    ParamBuilder, SequenceFacts, SequenceOutput,
 };
 
-pub use infer::{MAX_DIM, MAX_ELEMENTS, PlannedLayer, Resolved, batch_shape};
+pub use infer::{MAX_DIM, MAX_ELEMENTS, PlannedLayer, RecurrentCell, Resolved, batch_shape};
 pub use spec::{
     BatchNormSpec, Conv2dSpec, DropoutSpec, EmbeddingSpec, LAYER_TYPES, LayerNormSpec, LayerSpec,
-    LinearSpec, Padding, Pair, PoolSpec, ResidualSpec,
+    LinearSpec, Padding, Pair, PoolSpec, RecurrentSpec, ResidualSpec, SequencePoolSpec,
 };
 
 /// The most axes one example's input may have.
@@ -55,6 +56,12 @@ pub struct SequentialSpec {
     /// when the spec leaves it out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classes: Option<usize>,
+    /// Whether the examples are token sequences: `input = [max_length]` holds the longest, a
+    /// batch is `[n, T]` padded to its longest sequence, and the model's output may be per
+    /// step (`[T, classes]`, tagging) as well as per sequence (the driver sets it when the
+    /// feature column is a sequence).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub sequence: bool,
     /// The layers, first to last.
     pub layers: Vec<LayerSpec>,
 }
@@ -66,11 +73,13 @@ pub struct SequentialPlan {
     pub input: Vec<usize>,
     /// The layers with their output shapes and parameter counts.
     pub layers: Vec<PlannedLayer>,
-    /// Outputs per example.
+    /// Outputs per example (per step, when `sequence` is per step).
     pub outputs: usize,
+    /// For a sequence model, where it gives its outputs.
+    pub sequence: Option<SequenceOutput>,
 }
 
-const KEYS: &str = "kind, input, classes, layers";
+const KEYS: &str = "kind, input, classes, sequence, layers";
 
 impl SequentialSpec {
     /// Reads the fields of a `kind = "sequential"` spec; errors name the key or layer.
@@ -78,7 +87,7 @@ impl SequentialSpec {
         if let Some(k) = spec
             .params
             .keys()
-            .find(|k| !["input", "classes", "layers"].contains(&k.as_str()))
+            .find(|k| !["input", "classes", "sequence", "layers"].contains(&k.as_str()))
         {
             return Err(MlError::spec(format!(
                 "model: unknown key `{k}` for kind = \"sequential\"; its keys are {KEYS}"
@@ -92,6 +101,15 @@ impl SequentialSpec {
             None => None,
             Some(v) => Some(read_count("model.classes", v)?),
         };
+        let sequence = match spec.params.get("sequence") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(other) => {
+                return Err(MlError::spec(format!(
+                    "model.sequence must be true or false, not {other}"
+                )));
+            }
+        };
         let layers = spec.params.get("layers").ok_or_else(|| {
             MlError::spec("model.layers is missing: a sequential model is a list of layers")
         })?;
@@ -104,6 +122,7 @@ impl SequentialSpec {
         Ok(SequentialSpec {
             input,
             classes,
+            sequence,
             layers,
         })
     }
@@ -135,6 +154,7 @@ impl SequentialSpec {
             local: "layers",
             after: None,
             classes: Some(self.classes),
+            sequence: self.sequence,
         };
         let (layers, output) = infer::infer_list(list, &self.layers, &input)?;
         let Some(last) = layers.last() else {
@@ -142,9 +162,21 @@ impl SequentialSpec {
                 "model.layers is empty: a sequential model needs at least one layer",
             ));
         };
-        let outputs = match output.as_slice() {
-            &[n] => n,
-            other => {
+        let (outputs, sequence) = match (output.as_slice(), self.sequence) {
+            (&[n], false) => (n, None),
+            (&[n], true) => (n, Some(SequenceOutput::PerSequence)),
+            (&[_, n], true) => (n, Some(SequenceOutput::PerStep)),
+            (other, true) => {
+                return Err(MlError::spec(format!(
+                    "{} ({}) is the last layer and gives {}, but a sequence model's output \
+                     must be [n, steps, outputs] (one per token) or [n, outputs] (one per \
+                     sequence, e.g. after a sequence_pool)",
+                    last.path,
+                    last.kind,
+                    batch_shape(other)
+                )));
+            }
+            (other, false) => {
                 return Err(MlError::spec(format!(
                     "{} ({}) is the last layer and gives {}, but a model's output must be flat \
                      [n, outputs]: end with {{ type = \"flatten\" }} or {{ type = \
@@ -173,6 +205,7 @@ impl SequentialSpec {
             input,
             layers,
             outputs,
+            sequence,
         })
     }
 }
@@ -223,6 +256,7 @@ impl SequentialPlan {
         ModelShape {
             input: self.input.clone(),
             outputs: self.outputs,
+            sequence: self.sequence,
         }
     }
 
@@ -273,6 +307,9 @@ impl ModelBuilder for SequentialBuilder {
     fn resolve(&self, spec: &ModelSpec, facts: &DataFacts) -> Result<ModelSpec> {
         let seq = SequentialSpec::from_spec(spec)?;
         let mut out = spec.clone();
+        if let Some(sequence) = &facts.sequence {
+            return resolve_sequence(&seq, out, facts, sequence);
+        }
         match (&seq.input, &facts.example_shape, &facts.feature_width) {
             (Some(given), Some(data), _) if given != data => {
                 return Err(MlError::spec(format!(
@@ -296,23 +333,82 @@ impl ModelBuilder for SequentialBuilder {
                 )));
             }
         }
-        if seq.classes.is_none() && seq.needs_classes() {
-            match &facts.outputs {
-                Ok(n) => {
-                    out.params.insert("classes".into(), serde_json::json!(n));
-                }
-                Err(why) => {
-                    return Err(MlError::spec(format!(
-                        "model.classes is not set and {why}: set model.classes to the number \
-                         of classes (or give the last linear layer its `out`)"
-                    )));
-                }
-            }
-        }
+        fill_classes(&seq, &mut out, facts)?;
         SequentialSpec::from_spec(&out)?.plan()?;
         Ok(out)
     }
 }
 
+/// For a last linear without `out`, `classes` from the labels.
+fn fill_classes(seq: &SequentialSpec, out: &mut ModelSpec, facts: &DataFacts) -> Result<()> {
+    if seq.classes.is_some() || !seq.needs_classes() {
+        return Ok(());
+    }
+    match &facts.outputs {
+        Ok(n) => {
+            out.params.insert("classes".into(), serde_json::json!(n));
+            Ok(())
+        }
+        Err(why) => Err(MlError::spec(format!(
+            "model.classes is not set and {why}: set model.classes to the number of classes \
+             (or give the last linear layer its `out`)"
+        ))),
+    }
+}
+
+/// Completes the spec of a model of token sequences: `input = [max_length]`, `sequence =
+/// true`, each top-level embedding's `vocab` from the vocabulary, `classes` from the labels;
+/// then checks that the model gives its outputs where the labels are (per token or per
+/// sequence).
+fn resolve_sequence(
+    seq: &SequentialSpec,
+    mut out: ModelSpec,
+    facts: &DataFacts,
+    sequence: &SequenceFacts,
+) -> Result<ModelSpec> {
+    let input = vec![sequence.max_length];
+    if let Some(given) = &seq.input
+        && *given != input
+    {
+        return Err(MlError::spec(format!(
+            "model.input = {given:?}, but the examples are token sequences of up to \
+             data.max_length = {} steps; leave model.input out",
+            sequence.max_length
+        )));
+    }
+    out.params.insert("input".into(), serde_json::json!(input));
+    out.params.insert("sequence".into(), Value::Bool(true));
+    if let (Some(vocab), Some(Value::Array(layers))) =
+        (sequence.vocab, out.params.get_mut("layers"))
+    {
+        for layer in layers.iter_mut().filter_map(Value::as_object_mut) {
+            let embedding = layer.get("type") == Some(&Value::from("embedding"));
+            if embedding && !layer.contains_key("vocab") {
+                layer.insert("vocab".into(), serde_json::json!(vocab));
+            }
+        }
+    }
+    fill_classes(seq, &mut out, facts)?;
+    let plan = SequentialSpec::from_spec(&out)?.plan()?;
+    let last = plan
+        .layers
+        .last()
+        .map(|l| format!("{} ({})", l.path, l.kind));
+    let last = last.unwrap_or_default();
+    match (plan.sequence, sequence.per_step) {
+        (Some(SequenceOutput::PerSequence), true) => Err(MlError::spec(format!(
+            "the labels are one per token, but the model's last layer, {last}, gives one \
+             output per sequence: leave out the sequence_pool (or label whole sequences)"
+        ))),
+        (Some(SequenceOutput::PerStep), false) => Err(MlError::spec(format!(
+            "the labels are one per sequence, but the model's last layer, {last}, gives an \
+             output at every step: pool the steps first with {{ type = \"sequence_pool\" }}"
+        ))),
+        _ => Ok(out),
+    }
+}
+
+#[cfg(test)]
+mod sequence_tests;
 #[cfg(test)]
 mod tests;

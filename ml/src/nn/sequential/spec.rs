@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{MlError, Result};
-use crate::nn::Init;
+use crate::nn::{Init, SequencePoolKind};
 
 /// A `[height, width]` pair written as one integer (both the same) or `[h, w]`: a kernel,
 /// stride or dilation.
@@ -247,10 +247,46 @@ pub struct LayerNormSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingSpec {
-    /// Number of distinct ids (ids run from 0 to `vocab − 1`).
-    pub vocab: usize,
+    /// Number of distinct ids (ids run from 0 to `vocab − 1`); the driver sets it from the
+    /// vocabulary of a string sequence column when the spec leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab: Option<usize>,
     /// Size of each vector.
     pub dim: usize,
+}
+
+/// `{ type = "lstm" | "gru", hidden, layers = 1, bidirectional = false, dropout = 0 }`: a
+/// recurrent layer (or a stack of `layers`) over `[n, T, features]`, the output at every step:
+/// `[n, T, hidden]`, or `[n, T, 2·hidden]` when bidirectional.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecurrentSpec {
+    /// Hidden units (of each direction).
+    pub hidden: usize,
+    /// Layers stacked, each reading the previous one's outputs.
+    #[serde(default = "one")]
+    pub layers: usize,
+    /// Whether each layer also reads the sequences backwards, its outputs beside the forward
+    /// ones.
+    #[serde(default)]
+    pub bidirectional: bool,
+    /// Dropout between stacked layers while training (PyTorch's `dropout`).
+    #[serde(default)]
+    pub dropout: f32,
+}
+
+/// `{ type = "sequence_pool", reduce = "mean" | "max" }`: `[n, T, features]` → `[n,
+/// features]` over each sequence's real steps (for sequence classification).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SequencePoolSpec {
+    /// The mean (default) or the maximum of each feature.
+    #[serde(default = "default_reduce")]
+    pub reduce: SequencePoolKind,
+}
+
+fn default_reduce() -> SequencePoolKind {
+    SequencePoolKind::Mean
 }
 
 /// `{ type = "residual", layers = [...], shortcut = [...] }`: the layers' output plus the
@@ -296,6 +332,12 @@ pub enum LayerSpec {
     LayerNorm(LayerNormSpec),
     /// A lookup table of vectors.
     Embedding(EmbeddingSpec),
+    /// Long short-term memory over the steps of a sequence.
+    Lstm(RecurrentSpec),
+    /// A gated recurrent unit over the steps of a sequence.
+    Gru(RecurrentSpec),
+    /// The mean or maximum over each sequence's real steps.
+    SequencePool(SequencePoolSpec),
     /// A skip connection around a list of layers.
     Residual(ResidualSpec),
 }
@@ -316,6 +358,9 @@ pub const LAYER_TYPES: &[&str] = &[
     "dropout",
     "layer_norm",
     "embedding",
+    "lstm",
+    "gru",
+    "sequence_pool",
     "residual",
 ];
 
@@ -337,6 +382,9 @@ impl LayerSpec {
             LayerSpec::Dropout(_) => "dropout",
             LayerSpec::LayerNorm(_) => "layer_norm",
             LayerSpec::Embedding(_) => "embedding",
+            LayerSpec::Lstm(_) => "lstm",
+            LayerSpec::Gru(_) => "gru",
+            LayerSpec::SequencePool(_) => "sequence_pool",
             LayerSpec::Residual(_) => "residual",
         }
     }
@@ -394,6 +442,9 @@ impl LayerSpec {
             "dropout" => LayerSpec::Dropout(read(&at, &keys)?),
             "layer_norm" => LayerSpec::LayerNorm(read(&at, &keys)?),
             "embedding" => LayerSpec::Embedding(read(&at, &keys)?),
+            "lstm" => LayerSpec::Lstm(read(&at, &keys)?),
+            "gru" => LayerSpec::Gru(read(&at, &keys)?),
+            "sequence_pool" => LayerSpec::SequencePool(read(&at, &keys)?),
             "residual" => LayerSpec::Residual(parse_residual(path, &at, &keys)?),
             other => {
                 return Err(MlError::spec(format!(

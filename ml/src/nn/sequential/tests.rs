@@ -80,7 +80,8 @@ fn the_issue_cnn_infers_every_shape() {
         p.shape(),
         ModelShape {
             input: vec![1, 28, 28],
-            outputs: 10
+            outputs: 10,
+            sequence: None,
         }
     );
 }
@@ -418,6 +419,7 @@ fn facts(shape: Option<Vec<usize>>, width: Fact, outputs: Fact) -> DataFacts {
         example_shape_from: "data.shape".into(),
         feature_width: width,
         outputs,
+        sequence: None,
     }
 }
 

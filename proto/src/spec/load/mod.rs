@@ -59,6 +59,7 @@ impl JobSpec {
             ));
         }
         d.check_examples()
+            .and_then(|()| d.check_sequences())
             .map_err(|(key, m)| Invalid::new(key, m))?;
         for (i, f) in d.features.iter().enumerate() {
             if d.features[..i].contains(f) {

@@ -1,0 +1,465 @@
+//! Jobs whose feature is a token sequence: recognizing one from the column types
+//! ([`detect`]), and the statistics pass over the training split that the model's size depends
+//! on ([`count`]): the token vocabulary (`data.vocab`), the classes of string labels (the tags
+//! of a tagger), the largest integer id and label, and the lengths. It runs in the planner,
+//! on every core of the driver, reading only the sequence and label columns, because the
+//! model (its embedding's rows, its outputs) must be complete before any executor builds it;
+//! the same pass refuses a bad row (empty, too long, tags of another length) naming the file,
+//! the row and the lengths, before training starts.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::record_batch::RecordBatch;
+use ringflow_ml::nn::SequenceFacts;
+use ringflow_proto::data::is_string;
+use ringflow_proto::data::partition::PartitionReader;
+use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules, TokenType};
+use ringflow_proto::data::stats::MAX_CLASSES;
+use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
+use ringflow_proto::data::{DataStats, Preprocessing};
+use ringflow_proto::pb::Partition;
+use ringflow_proto::spec::JobSpec;
+
+use super::footer::{LabelType, RowGroup, Split};
+use crate::error::{DriverError, Result};
+
+/// A job's token sequence column and what its label is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SequenceColumns {
+    /// The feature column of sequences.
+    pub column: String,
+    /// Strings or integer ids.
+    pub tokens: TokenType,
+    /// The label is a list, one label per token (tagging).
+    pub per_step: bool,
+    /// The labels are strings (class names).
+    pub string_labels: bool,
+}
+
+/// Recognizes a sequence job in `schema` (the first training file's): a single feature
+/// column that is a list of strings, or a list of integers when the label is a list too or the
+/// model starts with an `embedding`. `None` for any other job.
+pub fn detect(
+    spec: &JobSpec,
+    schema: &Schema,
+) -> std::result::Result<Option<SequenceColumns>, String> {
+    let data = &spec.data;
+    let typed: Vec<(&String, TokenType)> = data
+        .features
+        .iter()
+        .filter_map(|f| schema.field_with_name(f).ok().map(|field| (f, field)))
+        .filter_map(|(f, field)| TokenType::of_list(field.data_type()).map(|t| (f, t)))
+        .collect();
+    let label = schema
+        .field_with_name(&data.label)
+        .ok()
+        .map(|f| f.data_type());
+    let label_element = label.and_then(|t| match t {
+        DataType::List(f) | DataType::LargeList(f) => Some(f.data_type().clone()),
+        _ => None,
+    });
+    let starts_with_embedding = spec.model.kind == "sequential"
+        && spec
+            .model
+            .params
+            .get("layers")
+            .and_then(|l| l.get(0))
+            .and_then(|l| l.get("type"))
+            == Some(&serde_json::Value::from("embedding"));
+    let Some(&(column, tokens)) = typed.iter().find(|(_, t)| {
+        *t == TokenType::Strings || label_element.is_some() || starts_with_embedding
+    }) else {
+        return Ok(None);
+    };
+    if data.features.len() > 1 {
+        return Err(format!(
+            "data.features: the token sequence column `{column}` must be the only feature \
+             (it has {} columns)",
+            data.features.len()
+        ));
+    }
+    if data.sql.is_some() {
+        return Err(format!(
+            "data.sql with the token sequence column `{column}` is not supported: prepare the \
+             sequences in the Parquet files"
+        ));
+    }
+    let string_labels = match (&label_element, label) {
+        (Some(element), _) => is_string(element),
+        (None, Some(t)) => is_string(t),
+        (None, None) => false,
+    };
+    Ok(Some(SequenceColumns {
+        column: column.clone(),
+        tokens,
+        per_step: label_element.is_some(),
+        string_labels,
+    }))
+}
+
+/// What the statistics pass found in the training split.
+#[derive(Clone, Debug, Default)]
+pub struct SequenceCounts {
+    /// Token counts (string tokens) and label classes (string labels).
+    pub stats: DataStats,
+    /// The largest integer token id (integer tokens).
+    pub max_id: Option<u64>,
+    /// The largest integer label (integer labels).
+    pub max_label: Option<u64>,
+    /// Sequences read.
+    pub sequences: u64,
+    /// Tokens kept (after truncation).
+    pub tokens: u64,
+    /// The longest sequence kept.
+    pub longest: usize,
+}
+
+impl SequenceCounts {
+    fn merge(&mut self, other: SequenceCounts) -> std::result::Result<(), String> {
+        self.stats.merge(other.stats).map_err(|e| e.to_string())?;
+        self.max_id = self.max_id.max(other.max_id);
+        self.max_label = self.max_label.max(other.max_label);
+        self.sequences += other.sequences;
+        self.tokens += other.tokens;
+        self.longest = self.longest.max(other.longest);
+        Ok(())
+    }
+
+    /// The preprocessing the counts decide (vocabulary, label classes) for `spec`.
+    pub fn preprocessing(&self, spec: &JobSpec) -> Preprocessing {
+        Preprocessing::from_stats(
+            &self.stats,
+            spec.data.label_classes.as_deref(),
+            &spec.data.vocab,
+        )
+    }
+
+    /// What the model learns from the counts: the length bound, the ids the tokens take, and
+    /// where the labels are.
+    pub fn facts(
+        &self,
+        spec: &JobSpec,
+        columns: &SequenceColumns,
+        p: &Preprocessing,
+    ) -> SequenceFacts {
+        let vocab = match columns.tokens {
+            TokenType::Strings => p.vocabulary.as_ref().map(|v| v.len()),
+            TokenType::Ids => self.max_id.map(|m| m as usize + 1),
+        };
+        SequenceFacts {
+            max_length: spec.data.max_length(),
+            vocab,
+            per_step: columns.per_step,
+        }
+    }
+
+    /// The classes the labels call for (string classes, or the largest integer label + 1).
+    pub fn outputs(&self, p: &Preprocessing) -> std::result::Result<usize, String> {
+        match (&p.classes, self.max_label) {
+            (Some(c), _) => Ok(c.len()),
+            (None, Some(m)) => Ok(m as usize + 1),
+            (None, None) => Err("the training split has no labels".into()),
+        }
+    }
+
+    /// One line for the job's messages.
+    pub fn describe(&self, p: &Preprocessing) -> String {
+        let mut parts = vec![format!(
+            "{} sequences, {} tokens (longest {}, mean {:.1})",
+            self.sequences,
+            self.tokens,
+            self.longest,
+            self.tokens as f64 / self.sequences.max(1) as f64
+        )];
+        if let Some(v) = &p.vocabulary {
+            parts.push(format!("a vocabulary of {} ids", v.len()));
+        }
+        if let Some(c) = &p.classes {
+            parts.push(format!("{} label classes", c.len()));
+        }
+        format!("statistics of data.train: {}", parts.join(", "))
+    }
+}
+
+/// Reads the sequence and label columns of every row group of `split` on every core of the
+/// driver, checking each row, and merges what each found.
+pub fn count(spec: &JobSpec, split: &Split, columns: &SequenceColumns) -> Result<SequenceCounts> {
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let total = Mutex::new(Ok(SequenceCounts::default()));
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(split.groups.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                let mut mine = SequenceCounts::default();
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(group) = split.groups.get(i) else {
+                        break;
+                    };
+                    if let Err(e) = count_group(spec, group, columns, &mut mine) {
+                        stop.store(true, Ordering::Relaxed);
+                        *total.lock().expect("not poisoned") = Err(e);
+                        return;
+                    }
+                }
+                let mut total = total.lock().expect("not poisoned");
+                if let Ok(t) = total.as_mut()
+                    && let Err(e) = t.merge(mine)
+                {
+                    *total = Err(DriverError::Data(format!("data.train: {e}")));
+                }
+            });
+        }
+    });
+    total.into_inner().expect("not poisoned")
+}
+
+fn count_group(
+    spec: &JobSpec,
+    group: &RowGroup,
+    columns: &SequenceColumns,
+    into: &mut SequenceCounts,
+) -> Result<()> {
+    let fail = |m: String| DriverError::Data(format!("data.train: {}: {m}", group.path));
+    let partition = Partition {
+        path: group.path.clone(),
+        row_group: group.index,
+        row_offset: 0,
+        row_count: group.rows,
+        file_row_start: group.file_row_start,
+    };
+    let wanted = vec![columns.column.clone(), spec.data.label.clone()];
+    let mut reader = PartitionReader::open(&partition, &wanted).map_err(|e| fail(e.to_string()))?;
+    while let Some((batch, first_row)) = reader.next_batch().map_err(|e| fail(e.to_string()))? {
+        count_batch(spec, &batch, first_row, columns, into).map_err(fail)?;
+    }
+    Ok(())
+}
+
+fn count_batch(
+    spec: &JobSpec,
+    batch: &RecordBatch,
+    first_row: u64,
+    columns: &SequenceColumns,
+    into: &mut SequenceCounts,
+) -> std::result::Result<(), String> {
+    let data = &spec.data;
+    let column = |name: &str| {
+        batch
+            .column_by_name(name)
+            .ok_or_else(|| format!("has no column `{name}`"))
+    };
+    let tokens = ListColumn::read(column(&columns.column)?)
+        .map_err(|m| format!("column `{}` {m}", columns.column))?;
+    let label = column(&data.label)?;
+    let tags = if columns.per_step {
+        Some(ListColumn::read(label).map_err(|m| format!("column `{}` {m}", data.label))?)
+    } else {
+        None
+    };
+    let rules = SequenceRules::of(data);
+    for row in 0..tokens.rows() {
+        let at = first_row + row as u64;
+        let labels = tags.as_ref().map(|t| (data.label.as_str(), t.len(row)));
+        let steps = rules.steps(at, (&columns.column, tokens.len(row)), labels)?;
+        let kept = tokens.range(row).start..tokens.range(row).start + steps;
+        add_tokens(tokens.elements(), kept, at, &columns.column, into)?;
+        if let Some(t) = &tags {
+            let kept = t.range(row).start..t.range(row).start + steps;
+            add_labels(t.elements(), kept, at, &data.label, into)?;
+        }
+        into.sequences += 1;
+        into.tokens += steps as u64;
+        into.longest = into.longest.max(steps);
+    }
+    if tags.is_none() {
+        add_scalar_labels(label, first_row, &data.label, into)?;
+    }
+    Ok(())
+}
+
+fn add_tokens(
+    elements: &Elements,
+    range: std::ops::Range<usize>,
+    row: u64,
+    column: &str,
+    into: &mut SequenceCounts,
+) -> std::result::Result<(), String> {
+    match elements {
+        Elements::Strings(s) => {
+            let counts = into.stats.tokens.get_or_insert_with(TokenCounts::default);
+            for t in &s[range] {
+                let t = t.as_deref().ok_or_else(|| null_element(row, column))?;
+                counts
+                    .add(t, MAX_DISTINCT_TOKENS)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Elements::Ids(ids) => {
+            for id in &ids[range] {
+                let id = id.ok_or_else(|| null_element(row, column))?;
+                let id = u64::try_from(id).map_err(|_| {
+                    format!("row {row} (0-based): column `{column}` holds the token id {id}; ids must be ≥ 0")
+                })?;
+                into.max_id = into.max_id.max(Some(id));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn add_labels(
+    elements: &Elements,
+    range: std::ops::Range<usize>,
+    row: u64,
+    column: &str,
+    into: &mut SequenceCounts,
+) -> std::result::Result<(), String> {
+    match elements {
+        Elements::Strings(s) => {
+            let classes = into.stats.labels.get_or_insert_with(BTreeSet::new);
+            for t in &s[range] {
+                let t = t.as_deref().ok_or_else(|| null_element(row, column))?;
+                if !classes.contains(t) {
+                    if classes.len() >= MAX_CLASSES {
+                        return Err(format!(
+                            "column `{column}` has more than {MAX_CLASSES} distinct labels; is it really a tag?"
+                        ));
+                    }
+                    classes.insert(t.to_string());
+                }
+            }
+        }
+        Elements::Ids(ids) => {
+            for l in &ids[range] {
+                let l = l.ok_or_else(|| null_element(row, column))?;
+                let l = u64::try_from(l).map_err(|_| {
+                    format!("row {row} (0-based): column `{column}` holds the class {l}; classes must be ≥ 0")
+                })?;
+                into.max_label = into.max_label.max(Some(l));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The label of a sequence classification: string classes, or integer class indices.
+fn add_scalar_labels(
+    label: &datafusion::arrow::array::ArrayRef,
+    first_row: u64,
+    column: &str,
+    into: &mut SequenceCounts,
+) -> std::result::Result<(), String> {
+    use datafusion::arrow::array::{Array, AsArray};
+    if let Some(row) = (0..label.len()).find(|&i| label.is_null(i)) {
+        return Err(format!(
+            "row {} (0-based): column `{column}`: the label is null",
+            first_row + row as u64
+        ));
+    }
+    if is_string(label.data_type()) {
+        let s =
+            datafusion::arrow::compute::cast(label, &DataType::Utf8).map_err(|e| e.to_string())?;
+        let classes = into.stats.labels.get_or_insert_with(BTreeSet::new);
+        for v in s.as_string::<i32>().iter().flatten() {
+            classes.insert(v.to_string());
+        }
+        if classes.len() > MAX_CLASSES {
+            return Err(format!(
+                "column `{column}` has more than {MAX_CLASSES} distinct labels"
+            ));
+        }
+        return Ok(());
+    }
+    let ints = datafusion::arrow::compute::cast(label, &DataType::Int64).map_err(|_| {
+        format!(
+            "column `{column}` (data.label) has type {}; a label must be a class",
+            label.data_type()
+        )
+    })?;
+    let ints = ints.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+    for (i, v) in ints.iter().enumerate() {
+        let v = v.unwrap_or_default();
+        let v = u64::try_from(v).map_err(|_| {
+            format!(
+                "row {} (0-based): column `{column}` holds the class {v}; classes must be ≥ 0",
+                first_row + i as u64
+            )
+        })?;
+        into.max_label = into.max_label.max(Some(v));
+    }
+    Ok(())
+}
+
+fn null_element(row: u64, column: &str) -> String {
+    format!("row {row} (0-based): column `{column}` has a null element")
+}
+
+/// Checks `schema` (`what` names it) for a sequence model's columns: the one feature a list
+/// of strings or integers, the label a list when the model tags every token and a number or
+/// string otherwise. With `label_required = false` the label may be missing (prediction).
+pub fn check_schema(
+    what: &str,
+    schema: &Schema,
+    spec: &JobSpec,
+    per_step: bool,
+    label_required: bool,
+) -> Result<LabelType> {
+    let data = &spec.data;
+    let fail = |m: String| DriverError::Data(format!("{what}: {m}"));
+    let [column] = data.features.as_slice() else {
+        return Err(fail(format!(
+            "the model reads token sequences, so data.features must name one column, not {}",
+            data.features.len()
+        )));
+    };
+    let field = schema
+        .field_with_name(column)
+        .map_err(|_| fail(format!("has no column `{column}` (data.features)")))?;
+    if TokenType::of_list(field.data_type()).is_none() {
+        return Err(fail(format!(
+            "column `{column}` has type {}; the model reads token sequences, a list of strings \
+             or of integers",
+            field.data_type()
+        )));
+    }
+    let label = match schema.field_with_name(&data.label) {
+        Ok(f) => f.data_type(),
+        Err(_) if !label_required => return Ok(LabelType::Absent),
+        Err(_) => return Err(fail(format!("has no column `{}` (data.label)", data.label))),
+    };
+    let element = match (label, per_step) {
+        (DataType::List(f) | DataType::LargeList(f), true) => f.data_type(),
+        (t, false) if !matches!(t, DataType::List(_) | DataType::LargeList(_)) => t,
+        (t, true) => {
+            return Err(fail(format!(
+                "column `{}` (data.label) has type {t}, but the model tags every token: the \
+                 label must be a list with one tag per token",
+                data.label
+            )));
+        }
+        (t, false) => {
+            return Err(fail(format!(
+                "column `{}` (data.label) has type {t}, a label per token, but the model gives \
+                 one output per sequence",
+                data.label
+            )));
+        }
+    };
+    if is_string(element) {
+        Ok(LabelType::String)
+    } else if element.is_integer() {
+        Ok(LabelType::Number)
+    } else {
+        Err(fail(format!(
+            "column `{}` (data.label) holds {element}; a class must be a string or an integer",
+            data.label
+        )))
+    }
+}

@@ -1,0 +1,75 @@
+//! Shape inference of the layers that read sequences `[T, features]` (one example's shape; the
+//! batch is `[n, T, features]` with `T` the batch's longest sequence): recurrent layers and
+//! pooling over the steps.
+
+use crate::error::Result;
+use crate::nn::sequential::infer::{At, PlannedLayer, RecurrentCell, Resolved, batch_shape};
+use crate::nn::sequential::spec::{RecurrentSpec, SequencePoolSpec};
+
+/// The most layers one recurrent entry may stack.
+const MAX_STACK: usize = 64;
+
+/// `[T, features]` of the layer's input, or the error saying it needs a sequence.
+fn steps_and_features(at: &At<'_>) -> Result<[usize; 2]> {
+    match at.input {
+        &[t, f] => Ok([t, f]),
+        other => Err(at.error(format!(
+            "needs a sequence input [n, steps, features] but gets {}; put an embedding (for \
+             token ids) or another sequence layer before it",
+            batch_shape(other)
+        ))),
+    }
+}
+
+/// `lstm` and `gru`: `[T, in]` → `[T, hidden]` (`[T, 2·hidden]` both ways).
+pub(super) fn recurrent(
+    at: &At<'_>,
+    cell: RecurrentCell,
+    r: &RecurrentSpec,
+) -> Result<PlannedLayer> {
+    let [steps, inputs] = steps_and_features(at)?;
+    super::infer::check_sizes(at, &[("hidden", r.hidden)], 1)?;
+    if !(1..=MAX_STACK).contains(&r.layers) {
+        return Err(at.error(format!(
+            "has layers = {}; it must be between 1 and {MAX_STACK}",
+            r.layers
+        )));
+    }
+    if !(0.0..1.0).contains(&r.dropout) {
+        return Err(at.error(format!("has dropout = {}, outside [0, 1)", r.dropout)));
+    }
+    let gates: u64 = match cell {
+        RecurrentCell::Lstm => 4,
+        RecurrentCell::Gru => 3,
+    };
+    let directions = if r.bidirectional { 2 } else { 1 };
+    let (hidden, out) = (r.hidden as u64, (directions * r.hidden) as u64);
+    // Each direction of each layer: input and recurrent weights and the biases (a GRU has two).
+    let biases = match cell {
+        RecurrentCell::Lstm => 1,
+        RecurrentCell::Gru => 2,
+    };
+    let per_direction = |inputs: u64| {
+        (inputs.saturating_add(hidden))
+            .saturating_add(biases)
+            .saturating_mul(gates.saturating_mul(hidden))
+    };
+    let first = per_direction(inputs as u64);
+    let rest = per_direction(out).saturating_mul(r.layers as u64 - 1);
+    let params = first.saturating_add(rest).saturating_mul(directions as u64);
+    let layer = Resolved::Recurrent {
+        cell,
+        inputs,
+        hidden: r.hidden,
+        layers: r.layers,
+        bidirectional: r.bidirectional,
+        dropout: r.dropout,
+    };
+    at.planned(vec![steps, directions * r.hidden], params, layer)
+}
+
+/// `sequence_pool`: `[T, features]` → `[features]`.
+pub(super) fn pool(at: &At<'_>, p: &SequencePoolSpec) -> Result<PlannedLayer> {
+    let [_, features] = steps_and_features(at)?;
+    at.planned(vec![features], 0, Resolved::SequencePool(p.reduce))
+}

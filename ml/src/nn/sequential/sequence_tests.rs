@@ -1,0 +1,172 @@
+//! Sequence models in the sequential spec: resolution from the data's sequence facts, shape
+//! inference of recurrent layers and pooling, parameter counts against PyTorch's, and a tagger
+//! that trains on padded batches.
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::nn::{Model, ModelRegistry, SequenceFacts};
+use crate::{Device, Tensor, rng};
+
+fn spec(fields: Value) -> ModelSpec {
+    ModelSpec::new("sequential", fields).unwrap()
+}
+
+fn facts(vocab: Option<usize>, per_step: bool, classes: usize) -> DataFacts {
+    DataFacts {
+        example_shape: None,
+        example_shape_from: String::new(),
+        feature_width: Err("the tokens are a sequence".into()),
+        outputs: Ok(classes),
+        sequence: Some(SequenceFacts {
+            max_length: 40,
+            vocab,
+            per_step,
+        }),
+    }
+}
+
+/// The tagger: embedding 64, BiLSTM 128, linear.
+fn tagger() -> Value {
+    json!({ "layers": [
+        { "type": "embedding", "dim": 64 },
+        { "type": "lstm", "hidden": 128, "bidirectional": true },
+        { "type": "linear" },
+    ]})
+}
+
+fn resolve(fields: Value, facts: &DataFacts) -> std::result::Result<SequentialPlan, String> {
+    let spec = SequentialBuilder
+        .resolve(&spec(fields), facts)
+        .map_err(|e| e.to_string())?;
+    SequentialSpec::from_spec(&spec)
+        .and_then(|s| s.plan())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_tagger_takes_its_vocabulary_length_and_classes_from_the_data() {
+    let plan = resolve(tagger(), &facts(Some(1000), true, 9)).unwrap();
+    assert_eq!(plan.input, [40]);
+    assert_eq!(plan.sequence, Some(SequenceOutput::PerStep));
+    assert_eq!(plan.outputs, 9);
+    let shapes: Vec<&[usize]> = plan.layers.iter().map(|l| l.output.as_slice()).collect();
+    assert_eq!(shapes, [&[40, 64][..], &[40, 256], &[40, 9]]);
+    // PyTorch: nn.Embedding(1000, 64) 64,000; nn.LSTM(64, 128, bidirectional=True) has
+    // 2·(4·128·(64 + 128) + 2·4·128) = 198,656 with two biases per gate, ringflow one:
+    // 2·4·128·(64 + 128 + 1) = 197,632; nn.Linear(256, 9) 2,313.
+    let params: Vec<u64> = plan.layers.iter().map(|l| l.params).collect();
+    assert_eq!(params, [64_000, 197_632, 2_313]);
+}
+
+#[test]
+fn gru_stacks_count_every_layer_and_direction() {
+    let fields = json!({ "layers": [
+        { "type": "embedding", "dim": 8 },
+        { "type": "gru", "hidden": 5, "layers": 2, "dropout": 0.1 },
+        { "type": "sequence_pool", "reduce": "max" },
+        { "type": "linear" },
+    ]});
+    let plan = resolve(fields, &facts(Some(10), false, 2)).unwrap();
+    assert_eq!(plan.sequence, Some(SequenceOutput::PerSequence));
+    // Layer 0: 3·5·(8 + 5 + 2) = 225; layer 1: 3·5·(5 + 5 + 2) = 180.
+    assert_eq!(plan.layers[1].params, 405);
+    assert_eq!(plan.layers[2].output, [5]);
+}
+
+#[test]
+fn a_model_that_puts_its_outputs_elsewhere_than_the_labels_is_refused() {
+    let e = resolve(tagger(), &facts(Some(10), false, 3)).unwrap_err();
+    assert!(
+        e.contains("one per sequence") && e.contains("sequence_pool"),
+        "{e}"
+    );
+    let pooled = json!({ "layers": [
+        { "type": "embedding", "dim": 8 },
+        { "type": "sequence_pool" },
+        { "type": "linear" },
+    ]});
+    let e = resolve(pooled, &facts(Some(10), true, 3)).unwrap_err();
+    assert!(e.contains("one per token"), "{e}");
+    let e = resolve(tagger(), &facts(None, true, 3)).unwrap_err();
+    assert!(
+        e.contains("model.layers[0] (embedding) has no `vocab`"),
+        "{e}"
+    );
+    let flat = json!({ "layers": [{ "type": "lstm", "hidden": 4 }] });
+    let e = resolve(flat, &facts(Some(10), true, 3)).unwrap_err();
+    assert!(
+        e.contains("model.layers[0] (lstm) needs a sequence input [n, steps, features]"),
+        "{e}"
+    );
+    let e = resolve(
+        json!({ "input": [7], "layers": [{ "type": "linear" }] }),
+        &facts(Some(10), true, 3),
+    )
+    .unwrap_err();
+    assert!(e.contains("data.max_length = 40"), "{e}");
+}
+
+#[test]
+fn a_tagger_learns_from_padded_batches() {
+    // Tag each token 1 when the token before it (in its own sequence) was 2: only a layer
+    // that carries state along the sequence can do it.
+    let resolved = SequentialBuilder
+        .resolve(
+            &spec(json!({ "layers": [
+                { "type": "embedding", "dim": 8 },
+                { "type": "lstm", "hidden": 16 },
+                { "type": "linear" },
+            ]})),
+            &facts(Some(4), true, 2),
+        )
+        .unwrap();
+    let model = Model::build(&resolved, &ModelRegistry::default(), 3, Device::Cpu).unwrap();
+    let adam = crate::optim::OptimizerSpec::Adam {
+        lr: 0.05,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let mut opt = crate::optim::Optimizer::new(adam, model.params()).unwrap();
+    let mut data = rng::seeded(5, 0);
+    let mut last = f32::INFINITY;
+    for _ in 0..150 {
+        let (ids, lengths, rows, labels) = padded_batch(&mut data);
+        let x = Tensor::from_vec(ids, &[4, 6], Device::Cpu).unwrap();
+        model.params().zero_grad();
+        let mut r = rng::seeded(0, 0);
+        let logits = model.forward_sequences(&x, &lengths, true, &mut r).unwrap();
+        let real = Tensor::from_vec(rows, &[labels.len()], Device::Cpu).unwrap();
+        let picked = logits
+            .reshape(&[24, 2])
+            .unwrap()
+            .index_select(&real)
+            .unwrap();
+        let y = Tensor::from_vec(labels, &[real.numel()], Device::Cpu).unwrap();
+        let loss = crate::loss::cross_entropy(&picked, &y).unwrap();
+        loss.backward().unwrap();
+        opt.step(0.05).unwrap();
+        last = loss.item().unwrap();
+    }
+    assert!(last < 0.05, "the tagger's loss is still {last}");
+}
+
+/// Four sequences of lengths 6, 3, 5, 1 over ids 1..=3, padded with 0 to six steps: the ids,
+/// the lengths, the flat indices of the real steps, and their labels.
+fn padded_batch(r: &mut rng::Rng) -> (Vec<f32>, Vec<usize>, Vec<f32>, Vec<f32>) {
+    use rand::RngExt;
+    let lengths = vec![6, 3, 5, 1];
+    let (mut ids, mut rows, mut labels) = (vec![0.0; 24], Vec::new(), Vec::new());
+    for (s, &len) in lengths.iter().enumerate() {
+        for t in 0..len {
+            let id = r.random_range(1..4) as f32;
+            ids[s * 6 + t] = id;
+            rows.push((s * 6 + t) as f32);
+            let after_two = t > 0 && ids[s * 6 + t - 1] == 2.0;
+            labels.push(f32::from(u8::from(after_two)));
+        }
+    }
+    (ids, lengths, rows, labels)
+}

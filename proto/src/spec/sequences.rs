@@ -1,0 +1,165 @@
+//! The parts of `[data]` for token sequences: `data.vocab` (the vocabulary the statistics pass
+//! builds from string tokens), `data.max_length` and `data.on_too_long` (what a longer sequence
+//! does), and `data.bucket_by_length` (batches of sequences of similar length); and
+//! `train.metrics`, the figures evaluation reports.
+//!
+//! A feature column of lists of strings is always a token sequence; a list of integers is one
+//! when the model starts with an `embedding` layer or the label is a list (one label per
+//! token). The driver decides it from the data's types ([`DataSpec::is_sequence_type`] is the
+//! rule).
+
+use serde::{Deserialize, Serialize};
+
+use super::DataSpec;
+use super::images::KeyError;
+
+/// `data.vocab`: which string tokens get an id of their own.
+///
+/// ```toml
+/// [data]
+/// vocab = { max_size = 50000, min_count = 1 }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VocabSpec {
+    /// The most ids, the padding and unknown-token ids included (default 50,000): the most
+    /// frequent tokens of the training split get the rest.
+    #[serde(default = "default_max_size")]
+    pub max_size: usize,
+    /// Tokens seen fewer times than this in the training split map to the unknown token
+    /// (default 1: every token seen gets an id while there is room).
+    #[serde(default = "default_min_count")]
+    pub min_count: u64,
+}
+
+impl Default for VocabSpec {
+    fn default() -> VocabSpec {
+        VocabSpec {
+            max_size: default_max_size(),
+            min_count: default_min_count(),
+        }
+    }
+}
+
+fn default_max_size() -> usize {
+    50_000
+}
+
+fn default_min_count() -> u64 {
+    1
+}
+
+/// The largest `data.vocab.max_size`: ids stay exact as 32-bit floats.
+pub const MAX_VOCAB: usize = 1 << 24;
+
+/// The longest `data.max_length` may be.
+pub const MAX_SEQUENCE_LENGTH: usize = 1 << 20;
+
+/// Default of `data.max_length`.
+pub const DEFAULT_MAX_LENGTH: usize = 1024;
+
+/// `data.on_too_long`: what a sequence longer than `data.max_length` does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTooLong {
+    /// The job fails, naming the file, row and length (the default).
+    #[default]
+    Fail,
+    /// The sequence (and its labels) keep their first `data.max_length` steps.
+    Truncate,
+}
+
+/// A figure evaluation computes besides the loss (`train.metrics`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// The share of examples (of tokens, for tagging) whose predicted class is right.
+    Accuracy,
+    /// Entity-level precision, recall and F1 of IOB2 tags, with CoNLL's rules (tagging only).
+    EntityF1,
+}
+
+impl DataSpec {
+    /// The longest sequence a job reads (`data.max_length`, default
+    /// [`DEFAULT_MAX_LENGTH`]).
+    pub fn max_length(&self) -> usize {
+        self.max_length.unwrap_or(DEFAULT_MAX_LENGTH)
+    }
+
+    /// Whether a sequence job's training batches group rows of similar length (default yes).
+    pub fn buckets_by_length(&self) -> bool {
+        self.bucket_by_length.unwrap_or(true)
+    }
+
+    /// Checks the sequence keys on their own.
+    pub(super) fn check_sequences(&self) -> Result<(), KeyError> {
+        if !(2..=MAX_VOCAB).contains(&self.vocab.max_size) {
+            return Err((
+                "data.vocab.max_size",
+                format!(
+                    "must be between 2 (the padding and unknown tokens) and {MAX_VOCAB}, not {}",
+                    self.vocab.max_size
+                ),
+            ));
+        }
+        if self.vocab.min_count == 0 {
+            return Err(("data.vocab.min_count", "must be at least 1".into()));
+        }
+        if let Some(n) = self.max_length
+            && !(1..=MAX_SEQUENCE_LENGTH).contains(&n)
+        {
+            return Err((
+                "data.max_length",
+                format!("must be between 1 and {MAX_SEQUENCE_LENGTH}, not {n}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::JobSpec;
+
+    fn spec(extra: &str) -> Result<JobSpec, String> {
+        let text = format!(
+            "[data]\ntrain = \"t.parquet\"\nfeatures = [\"tokens\"]\nlabel = \"tags\"\n{extra}\n\
+             [model]\nkind = \"sequential\"\nlayers = [{{ type = \"linear\" }}]\n"
+        );
+        JobSpec::parse(&text, std::path::Path::new("job.toml"), &[]).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sequence_keys_have_defaults_and_read_back() {
+        let s = spec("").unwrap();
+        assert_eq!(s.data.vocab, VocabSpec::default());
+        assert_eq!(s.data.max_length(), DEFAULT_MAX_LENGTH);
+        assert_eq!(s.data.on_too_long, OnTooLong::Fail);
+        assert!(s.data.buckets_by_length());
+        let s = spec(
+            "vocab = { max_size = 100, min_count = 2 }\nmax_length = 64\non_too_long = \
+             \"truncate\"\nbucket_by_length = false",
+        )
+        .unwrap();
+        assert_eq!((s.data.vocab.max_size, s.data.vocab.min_count), (100, 2));
+        assert_eq!(s.data.max_length(), 64);
+        assert_eq!(s.data.on_too_long, OnTooLong::Truncate);
+        assert!(!s.data.buckets_by_length());
+    }
+
+    #[test]
+    fn bad_sequence_keys_are_named() {
+        for (extra, key) in [
+            ("vocab = { max_size = 1 }", "data.vocab.max_size"),
+            ("vocab = { min_count = 0 }", "data.vocab.min_count"),
+            ("vocab = { size = 3 }", "size"),
+            ("max_length = 0", "data.max_length"),
+            ("on_too_long = \"wrap\"", "on_too_long"),
+        ] {
+            let e = spec(extra).unwrap_err();
+            assert!(e.contains(key), "{extra}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+}
