@@ -1,6 +1,6 @@
 //! Layout ops: reshape, transpose/permute, concat, narrow.
 
-use crate::autodiff::{Backward, GradSink};
+use crate::autodiff::{Backward, GradSink, MultiBackward};
 use crate::backend::Storage;
 use crate::error::{MlError, Result};
 use crate::ops::same_device;
@@ -94,6 +94,34 @@ impl Backward for NarrowBackward {
         }
         let refs: Vec<&Storage> = parts.iter().collect();
         sink.add(x, Storage::concat(&refs, axis)?)
+    }
+}
+
+/// The gradients of a tensor's chunks along axis 0, concatenated back (zeros for a chunk that
+/// got none).
+struct ChunkBackward;
+
+impl MultiBackward for ChunkBackward {
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        grads: &[Option<Storage>],
+        sink: &mut GradSink,
+    ) -> Result<()> {
+        let x = &inputs[0];
+        let mut shape = x.shape().to_vec();
+        shape[0] /= grads.len().max(1);
+        let zeros: Vec<Storage> = grads
+            .iter()
+            .filter(|g| g.is_none())
+            .map(|_| Storage::zeros(&shape, x.device()))
+            .collect::<Result<_>>()?;
+        let mut fill = zeros.iter();
+        let parts: Vec<&Storage> = grads
+            .iter()
+            .filter_map(|g| g.as_ref().or_else(|| fill.next()))
+            .collect();
+        sink.add(x, Storage::concat(&parts, 0)?)
     }
 }
 
@@ -193,5 +221,28 @@ impl Tensor {
             &[self],
             NarrowBackward { axis, start },
         ))
+    }
+
+    /// `self` cut along axis 0 into `chunks` equal parts, in order (PyTorch's `chunk`, with equal
+    /// parts only): a recurrent layer's projected inputs, one part per step. One op for all the
+    /// parts, whose backward pass concatenates their gradients once.
+    pub fn chunk(&self, chunks: usize) -> Result<Vec<Tensor>> {
+        let rows = self.shape().first().copied();
+        let Some(rows) = rows.filter(|&r| chunks > 0 && r % chunks == 0) else {
+            return Err(MlError::invalid(
+                "chunk",
+                format!(
+                    "cannot cut shape {:?} into {chunks} equal parts along axis 0",
+                    self.shape()
+                ),
+            ));
+        };
+        let len = rows / chunks;
+        let x = self.read();
+        let parts = (0..chunks)
+            .map(|k| x.narrow(0, k * len, len))
+            .collect::<Result<Vec<_>>>()?;
+        drop(x);
+        Tensor::from_multi_op(parts, &[self], ChunkBackward)
     }
 }

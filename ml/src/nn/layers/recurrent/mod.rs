@@ -2,11 +2,12 @@
 //! [`Gru`], and [`Bidirectional`] for either.
 //!
 //! Every layer projects the input of every step of every sequence in one GEMM (`[n·T, in] ×
-//! [in, gates·H]`, with the bias), then [`scan`]s the steps: each adds the recurrent product
-//! (`[n, H] × [H, gates·H]`) and applies the gates. A step at or past a sequence's length
-//! neither changes that sequence's state nor produces output (zeros there), so a padded batch
-//! gives each sequence what it would get alone, and padding gets no gradient. The gates are
-//! built from the engine's ops, so every device runs them.
+//! [in, gates·H]`, with the bias), then [`scan`]s the steps: each is one GEMM (the recurrent
+//! product `[n, H] × [H, gates·H]`, added to the step's projection) and one fused gate op
+//! ([`Tensor::lstm_cell`], [`Tensor::gru_cell`]). Each sequence runs its real steps first (a
+//! reversed one from its last real step), so its padding comes after them and never reaches
+//! them; the outputs at padded steps are zeros, so a padded batch gives each sequence what it
+//! would get alone, and padding gets no gradient.
 
 mod gru;
 mod lstm;
@@ -14,6 +15,7 @@ mod lstm;
 pub use gru::Gru;
 pub use lstm::Lstm;
 
+use crate::device::Device;
 use crate::error::{MlError, Result};
 use crate::nn::{Forward, Module};
 use crate::tensor::Tensor;
@@ -115,24 +117,73 @@ pub(crate) fn sequence_shape(
     Ok([n, steps, features])
 }
 
-/// `[n, 1]`: 1 for the sequences still running at `step`, 0 for those already over; `None`
-/// when all are running (nothing to mask).
-fn step_mask(lengths: Option<&[usize]>, step: usize, like: &Tensor) -> Result<Option<Tensor>> {
-    let Some(lengths) = lengths else {
-        return Ok(None);
-    };
-    if lengths.iter().all(|&l| l > step) {
-        return Ok(None);
+/// Where each step of each sequence is read and written when a batch runs time-major: step
+/// `p` of the run reads, for sequence `r`, its step `p` (or, reversed, `len − 1 − p`) while `p`
+/// is below its length, and its own padding after that (run after every real step, so it never
+/// reaches a real one).
+struct StepOrder {
+    n: usize,
+    steps: usize,
+    lengths: Vec<usize>,
+    reverse: bool,
+}
+
+impl StepOrder {
+    fn new(n: usize, steps: usize, lengths: Option<&[usize]>, reverse: bool) -> StepOrder {
+        let lengths = lengths.map_or_else(|| vec![steps; n], <[usize]>::to_vec);
+        StepOrder {
+            n,
+            steps,
+            lengths,
+            reverse,
+        }
     }
-    let real: Vec<f32> = lengths
-        .iter()
-        .map(|&l| if l > step { 1.0 } else { 0.0 })
-        .collect();
-    Tensor::from_vec(real, &[lengths.len(), 1], like.device()).map(Some)
+
+    /// The step of sequence `r` that run step `p` reads (an involution on the real steps).
+    fn source(&self, r: usize, p: usize) -> usize {
+        let len = self.lengths[r];
+        if self.reverse && p < len {
+            len - 1 - p
+        } else {
+            p
+        }
+    }
+
+    /// `[T·n]`: the row of the batch `[n·T, features]` that row `p·n + r` of the time-major
+    /// batch holds.
+    fn gather(&self, device: Device) -> Result<Tensor> {
+        let (n, steps) = (self.n, self.steps);
+        let rows = (0..steps)
+            .flat_map(|p| (0..n).map(move |r| (r * steps + self.source(r, p)) as f32))
+            .collect();
+        Tensor::from_indices(rows, &[steps * n], n * steps, device)
+    }
+
+    /// `[n, T]`: for each step of each sequence, the row of the time-major outputs
+    /// `[T·n + 1, H]` that holds it; the last row (zeros) for padding.
+    fn scatter(&self, device: Device) -> Result<Tensor> {
+        let (n, steps) = (self.n, self.steps);
+        let rows = (0..n)
+            .flat_map(|r| {
+                (0..steps).map(move |t| {
+                    let row = if t < self.lengths[r] {
+                        self.source(r, t) * n + r
+                    } else {
+                        steps * n
+                    };
+                    row as f32
+                })
+            })
+            .collect();
+        Tensor::from_indices(rows, &[n, steps], steps * n + 1, device)
+    }
 }
 
 /// Projects every step of `x` (`[n, T, in]`, checked against `lengths`; `op` names the layer in
-/// errors) with `w_input` and `bias` in one GEMM, then [`scan`]s the steps with `cell`.
+/// errors) with `w_input` and `bias` in one GEMM, then [`scan`]s the steps with `cell`. The
+/// batch is reordered time-major first (one row gather, which also reverses each sequence
+/// within its length when `reverse`), so that a step's rows are one contiguous block, and back
+/// at the end (one gather that also writes the zeros of padded steps).
 fn project_and_scan(
     op: &'static str,
     (x, lengths, reverse): (&Tensor, Option<&[usize]>, bool),
@@ -141,56 +192,35 @@ fn project_and_scan(
     cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Tensor> {
     let [n, steps, inputs] = sequence_shape(op, x, lengths)?;
-    let width = bias.numel();
+    if n == 0 || steps == 0 {
+        return Tensor::zeros(&[n, steps, hidden], x.device());
+    }
+    let order = StepOrder::new(n, steps, lengths, reverse);
     let projected = x
         .reshape(&[n * steps, inputs])?
-        .linear(w_input, bias)?
-        .reshape(&[n, steps, width])?;
-    scan(&projected, (lengths, reverse), (hidden, states), cell)
+        .index_select(&order.gather(x.device())?)?
+        .linear(w_input, bias)?;
+    let outputs = scan(&projected.chunk(steps)?, (n, hidden, states), cell)?;
+    outputs.index_select(&order.scatter(x.device())?)
 }
 
-/// Runs `cell` over the steps of `projected` (`[n, T, G]`, each step's projected input) in
-/// order (or reversed), from zero states of `[n, hidden]` (`states` of them; the first is the
-/// output). `cell(input, states)` gives the next states. Where a sequence is over, its states
-/// stay and its output is zero. The outputs `[n, T, hidden]`.
+/// Runs `cell` over the steps' projected inputs (`[n, G]` each) in order, from zero states of
+/// `[n, hidden]` (`states` of them; the first is the output): `cell(input, states)` gives the
+/// next states. The outputs of every step one under the other, and a row of zeros under them:
+/// `[T·n + 1, hidden]`.
 fn scan(
-    projected: &Tensor,
-    (lengths, reverse): (Option<&[usize]>, bool),
-    (hidden, states): (usize, usize),
+    inputs: &[Tensor],
+    (n, hidden, states): (usize, usize, usize),
     cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Tensor> {
-    let &[n, steps, width] = projected.shape() else {
-        return Err(MlError::invalid(
-            "recurrent",
-            format!("projected inputs {:?} are not [n, T, G]", projected.shape()),
-        ));
-    };
-    let zero = Tensor::zeros(&[n, hidden], projected.device())?;
+    let device = inputs.first().map_or(Device::Cpu, Tensor::device);
+    let zero = Tensor::zeros(&[n, hidden], device)?;
     let mut state = vec![zero; states];
-    let mut outputs: Vec<Option<Tensor>> = vec![None; steps];
-    let order: Vec<usize> = if reverse {
-        (0..steps).rev().collect()
-    } else {
-        (0..steps).collect()
-    };
-    for step in order {
-        let input = projected.narrow(1, step, 1)?.reshape(&[n, width])?;
-        let next = cell(&input, &state)?;
-        let out = match step_mask(lengths, step, projected)? {
-            None => {
-                state = next;
-                state[0].clone()
-            }
-            Some(real) => {
-                let out = next[0].mul(&real)?;
-                for (s, new) in state.iter_mut().zip(&next) {
-                    *s = s.add(&new.sub(s)?.mul(&real)?)?;
-                }
-                out
-            }
-        };
-        outputs[step] = Some(out.reshape(&[n, 1, hidden])?);
+    let mut outputs = Vec::with_capacity(inputs.len() + 1);
+    for input in inputs {
+        state = cell(input, &state)?;
+        outputs.push(state[0].clone());
     }
-    let outputs: Vec<Tensor> = outputs.into_iter().flatten().collect();
-    Tensor::concat(&outputs.iter().collect::<Vec<_>>(), 1)
+    outputs.push(Tensor::zeros(&[1, hidden], device)?);
+    Tensor::concat(&outputs.iter().collect::<Vec<_>>(), 0)
 }
