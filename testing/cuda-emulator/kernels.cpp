@@ -5,6 +5,7 @@
 
 #include "../../ml/src/backend/cuda/kernels.cu"
 #include "../../ml/src/backend/cuda/image_kernels.cu"
+#include "../../ml/src/backend/cuda/recurrent_kernels.cu"
 
 #include <string>
 #include <tuple>
@@ -96,6 +97,10 @@ const KernelEntry TABLE[] = {
     KERNEL(bn_forward, false),
     KERNEL(bn_backward_sums, true),
     KERNEL(bn_backward_dx, false),
+    KERNEL(lstm_cell_fwd, false),
+    KERNEL(lstm_cell_bwd, false),
+    KERNEL(gru_cell_fwd, false),
+    KERNEL(gru_cell_bwd, false),
 };
 
 }  // namespace
