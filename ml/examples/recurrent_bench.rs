@@ -45,7 +45,7 @@ fn best_time(
 
 /// The two lengths settings: every sequence full, and lengths spread over 10..=30.
 fn length_settings() -> [(&'static str, Vec<usize>); 2] {
-    let spread = (0..BATCH).map(|i| 10 + (i * 7) % (STEPS - 9)).collect();
+    let spread = (0..BATCH).map(|i| 10 + (i * 13) % (STEPS - 9)).collect();
     [("full", vec![STEPS; BATCH]), ("10..=30", spread)]
 }
 

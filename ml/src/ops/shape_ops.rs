@@ -97,11 +97,13 @@ impl Backward for NarrowBackward {
     }
 }
 
-/// The gradients of a tensor's chunks along axis 0, concatenated back (zeros for a chunk that
-/// got none).
-struct ChunkBackward;
+/// The gradients of a tensor's parts along axis 0 (`sizes` rows each), concatenated back (zeros
+/// for a part that got none).
+struct SplitBackward {
+    sizes: Vec<usize>,
+}
 
-impl MultiBackward for ChunkBackward {
+impl MultiBackward for SplitBackward {
     fn backward(
         &self,
         inputs: &[Tensor],
@@ -109,12 +111,15 @@ impl MultiBackward for ChunkBackward {
         sink: &mut GradSink,
     ) -> Result<()> {
         let x = &inputs[0];
-        let mut shape = x.shape().to_vec();
-        shape[0] /= grads.len().max(1);
         let zeros: Vec<Storage> = grads
             .iter()
-            .filter(|g| g.is_none())
-            .map(|_| Storage::zeros(&shape, x.device()))
+            .zip(&self.sizes)
+            .filter(|(g, _)| g.is_none())
+            .map(|(_, &rows)| {
+                let mut shape = x.shape().to_vec();
+                shape[0] = rows;
+                Storage::zeros(&shape, x.device())
+            })
             .collect::<Result<_>>()?;
         let mut fill = zeros.iter();
         let parts: Vec<&Storage> = grads
@@ -223,26 +228,32 @@ impl Tensor {
         ))
     }
 
-    /// `self` cut along axis 0 into `chunks` equal parts, in order (PyTorch's `chunk`, with equal
-    /// parts only): a recurrent layer's projected inputs, one part per step. One op for all the
-    /// parts, whose backward pass concatenates their gradients once.
-    pub fn chunk(&self, chunks: usize) -> Result<Vec<Tensor>> {
+    /// `self` cut along axis 0 into consecutive parts of `sizes` rows, which must add up to its
+    /// first axis (PyTorch's `split` with a list of sizes): a recurrent layer's projected inputs,
+    /// one part per step. One op for all the parts, whose backward pass concatenates their
+    /// gradients once.
+    pub fn split(&self, sizes: &[usize]) -> Result<Vec<Tensor>> {
         let rows = self.shape().first().copied();
-        let Some(rows) = rows.filter(|&r| chunks > 0 && r % chunks == 0) else {
+        if rows != Some(sizes.iter().sum()) {
             return Err(MlError::invalid(
-                "chunk",
+                "split",
                 format!(
-                    "cannot cut shape {:?} into {chunks} equal parts along axis 0",
+                    "parts of {sizes:?} rows do not add up to axis 0 of shape {:?}",
                     self.shape()
                 ),
             ));
-        };
-        let len = rows / chunks;
+        }
         let x = self.read();
-        let parts = (0..chunks)
-            .map(|k| x.narrow(0, k * len, len))
-            .collect::<Result<Vec<_>>>()?;
+        let mut start = 0;
+        let mut parts = Vec::with_capacity(sizes.len());
+        for &len in sizes {
+            parts.push(x.narrow(0, start, len)?);
+            start += len;
+        }
         drop(x);
-        Tensor::from_multi_op(parts, &[self], ChunkBackward)
+        let backward = SplitBackward {
+            sizes: sizes.to_vec(),
+        };
+        Tensor::from_multi_op(parts, &[self], backward)
     }
 }

@@ -1,6 +1,6 @@
 //! The LSTM and the GRU against scalar references in f64, their handling of padding (real steps
 //! unchanged by what the padding holds, no gradient into it), finite differences, and errors;
-//! sequence pooling likewise; and the ops a step is made of (the fused gates, `chunk`, `addmm`).
+//! sequence pooling likewise; and the ops a step is made of (the fused gates, `split`, `addmm`).
 
 use ringflow_ml::backend::Storage;
 use ringflow_ml::nn::{
@@ -309,7 +309,7 @@ fn sequence_pool_over_real_steps(device: Device) -> TestResult {
 }
 
 /// Finite differences of the ops a step is made of: the fused LSTM cell through both outputs
-/// and through either alone (the other's gradient missing), the fused GRU cell, `chunk` with a
+/// and through either alone (the other's gradient missing), the fused GRU cell, `split` with a
 /// part unused, and `addmm`.
 fn grad_recurrent_step_ops(device: Device) -> TestResult {
     let (n, h) = (3, 4);
@@ -334,10 +334,10 @@ fn grad_recurrent_step_ops(device: Device) -> TestResult {
     check_grads(&[x_gates, h_gates, h_prev], &f).map_err(|e| format!("gru_cell: {e}"))?;
     let x = param(&[6, 5], -1.0, 1.0, 26, device);
     let f = |t: &[Tensor]| {
-        let parts = t[0].chunk(3)?;
-        Tensor::concat(&[&parts[2], &parts[0].square()?], 1)
+        let parts = t[0].split(&[2, 3, 1])?;
+        Tensor::concat(&[&parts[2], &parts[0].square()?], 0)
     };
-    check_grads(&[x], &f).map_err(|e| format!("chunk: {e}"))?;
+    check_grads(&[x], &f).map_err(|e| format!("split: {e}"))?;
     let sum = param(&[3, 5], -1.0, 1.0, 27, device);
     let a = param(&[3, 4], -1.0, 1.0, 28, device);
     let b = param(&[4, 5], -1.0, 1.0, 29, device);
@@ -361,8 +361,8 @@ fn recurrent_step_op_errors(device: Device) -> TestResult {
     expect(lstm, &["lstm_cell", "[3, 2]"])?;
     let gru = zeros(&[2, 6])?.gru_cell(&zeros(&[2, 9])?, &zeros(&[2, 2])?);
     expect(gru.map(drop), &["gru_cell", "[2, 9]", "[n, 3H]"])?;
-    let chunk = zeros(&[5, 2])?.chunk(2).map(drop);
-    expect(chunk, &["chunk", "[5, 2]", "2 equal parts"])?;
+    let split = zeros(&[5, 2])?.split(&[2, 2]).map(drop);
+    expect(split, &["split", "[5, 2]", "[2, 2]"])?;
     let addmm = zeros(&[2, 2])?.addmm(&zeros(&[2, 3])?, &zeros(&[3, 4])?);
     expect(addmm.map(drop), &["addmm", "[2, 2]", "[2, 4]"])?;
     let storage = |shape: &[usize]| Storage::zeros(shape, device);

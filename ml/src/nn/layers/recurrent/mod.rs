@@ -4,10 +4,11 @@
 //! Every layer projects the input of every step of every sequence in one GEMM (`[n·T, in] ×
 //! [in, gates·H]`, with the bias), then [`scan`]s the steps: each is one GEMM (the recurrent
 //! product `[n, H] × [H, gates·H]`, added to the step's projection) and one fused gate op
-//! ([`Tensor::lstm_cell`], [`Tensor::gru_cell`]). Each sequence runs its real steps first (a
-//! reversed one from its last real step), so its padding comes after them and never reaches
-//! them; the outputs at padded steps are zeros, so a padded batch gives each sequence what it
-//! would get alone, and padding gets no gradient.
+//! ([`Tensor::lstm_cell`], [`Tensor::gru_cell`]). Only real steps are computed: the batch runs
+//! packed (as PyTorch's packed sequences), each step holding the sequences that still have a
+//! real step, longest first (a reversed sequence from its last real step). The outputs at
+//! padded steps are zeros, so a padded batch gives each sequence what it would get alone, and
+//! padding gets no gradient.
 
 mod gru;
 mod lstm;
@@ -117,73 +118,107 @@ pub(crate) fn sequence_shape(
     Ok([n, steps, features])
 }
 
-/// Where each step of each sequence is read and written when a batch runs time-major: step
-/// `p` of the run reads, for sequence `r`, its step `p` (or, reversed, `len − 1 − p`) while `p`
-/// is below its length, and its own padding after that (run after every real step, so it never
-/// reaches a real one).
-struct StepOrder {
-    n: usize,
-    steps: usize,
+/// How a batch runs packed: run step `p` holds the sequences still running at their `p`-th real
+/// step (a reversed one counting from its last), longest first, so that a step's rows are one
+/// contiguous block and a prefix of the previous step's. Only real steps are computed: padding
+/// is never read, and its outputs are zeros.
+struct Packing {
+    /// The sequences by length, longest first (ties in batch order).
+    sorted: Vec<usize>,
+    /// Each sequence's place in `sorted`.
+    place: Vec<usize>,
+    /// Each sequence's number of real steps.
     lengths: Vec<usize>,
+    /// The rows of each run step (from `n` down), one per step of the longest sequence.
+    sizes: Vec<usize>,
+    /// The first row of each run step.
+    offsets: Vec<usize>,
+    steps: usize,
     reverse: bool,
 }
 
-impl StepOrder {
-    fn new(n: usize, steps: usize, lengths: Option<&[usize]>, reverse: bool) -> StepOrder {
+impl Packing {
+    fn new(n: usize, steps: usize, lengths: Option<&[usize]>, reverse: bool) -> Packing {
         let lengths = lengths.map_or_else(|| vec![steps; n], <[usize]>::to_vec);
-        StepOrder {
-            n,
-            steps,
+        let mut sorted: Vec<usize> = (0..n).collect();
+        sorted.sort_by_key(|&r| std::cmp::Reverse(lengths[r]));
+        let mut place = vec![0; n];
+        for (k, &r) in sorted.iter().enumerate() {
+            place[r] = k;
+        }
+        let longest = sorted.first().map_or(0, |&r| lengths[r]);
+        let sizes: Vec<usize> = (0..longest)
+            .map(|p| lengths.iter().filter(|&&l| l > p).count())
+            .collect();
+        let offsets = sizes
+            .iter()
+            .scan(0, |at, &size| Some(std::mem::replace(at, *at + size)))
+            .collect();
+        Packing {
+            sorted,
+            place,
             lengths,
+            sizes,
+            offsets,
+            steps,
             reverse,
         }
     }
 
-    /// The step of sequence `r` that run step `p` reads (an involution on the real steps).
-    fn source(&self, r: usize, p: usize) -> usize {
-        let len = self.lengths[r];
-        if self.reverse && p < len {
-            len - 1 - p
+    /// The real steps of the batch: the packed rows.
+    fn rows(&self) -> usize {
+        self.sizes.iter().sum()
+    }
+
+    /// The step of sequence `r` that run step `p` reads, or the run step that computes its step
+    /// `p` (the same map both ways: the identity, or `p ↦ len − 1 − p` reversed).
+    fn step(&self, r: usize, p: usize) -> usize {
+        if self.reverse {
+            self.lengths[r] - 1 - p
         } else {
             p
         }
     }
 
-    /// `[T·n]`: the row of the batch `[n·T, features]` that row `p·n + r` of the time-major
-    /// batch holds.
+    /// `[rows]`: for each packed row, the row of the batch `[n·T, features]` it holds.
     fn gather(&self, device: Device) -> Result<Tensor> {
-        let (n, steps) = (self.n, self.steps);
-        let rows = (0..steps)
-            .flat_map(|p| (0..n).map(move |r| (r * steps + self.source(r, p)) as f32))
+        let steps = self.steps;
+        let rows: Vec<f32> = (self.sizes.iter().enumerate())
+            .flat_map(|(p, &size)| {
+                self.sorted[..size]
+                    .iter()
+                    .map(move |&r| (r * steps + self.step(r, p)) as f32)
+            })
             .collect();
-        Tensor::from_indices(rows, &[steps * n], n * steps, device)
+        let len = rows.len();
+        Tensor::from_indices(rows, &[len], self.place.len() * steps, device)
     }
 
-    /// `[n, T]`: for each step of each sequence, the row of the time-major outputs
-    /// `[T·n + 1, H]` that holds it; the last row (zeros) for padding.
+    /// `[n, T]`: for each step of each sequence, its packed row of the outputs, or the row of
+    /// zeros after them (`rows`) for padding.
     fn scatter(&self, device: Device) -> Result<Tensor> {
-        let (n, steps) = (self.n, self.steps);
+        let (n, steps, zero) = (self.place.len(), self.steps, self.rows());
         let rows = (0..n)
             .flat_map(|r| {
                 (0..steps).map(move |t| {
                     let row = if t < self.lengths[r] {
-                        self.source(r, t) * n + r
+                        self.offsets[self.step(r, t)] + self.place[r]
                     } else {
-                        steps * n
+                        zero
                     };
                     row as f32
                 })
             })
             .collect();
-        Tensor::from_indices(rows, &[n, steps], steps * n + 1, device)
+        Tensor::from_indices(rows, &[n, steps], zero + 1, device)
     }
 }
 
-/// Projects every step of `x` (`[n, T, in]`, checked against `lengths`; `op` names the layer in
-/// errors) with `w_input` and `bias` in one GEMM, then [`scan`]s the steps with `cell`. The
-/// batch is reordered time-major first (one row gather, which also reverses each sequence
-/// within its length when `reverse`), so that a step's rows are one contiguous block, and back
-/// at the end (one gather that also writes the zeros of padded steps).
+/// Projects the real steps of `x` (`[n, T, in]`, checked against `lengths`; `op` names the layer
+/// in errors) with `w_input` and `bias` in one GEMM, packed (see [`Packing`]: one row gather,
+/// which also reverses each sequence within its length when `reverse`), then [`scan`]s the steps
+/// with `cell` and puts the outputs back in place (one gather, which also writes the zeros of
+/// padded steps).
 fn project_and_scan(
     op: &'static str,
     (x, lengths, reverse): (&Tensor, Option<&[usize]>, bool),
@@ -192,32 +227,42 @@ fn project_and_scan(
     cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Tensor> {
     let [n, steps, inputs] = sequence_shape(op, x, lengths)?;
-    if n == 0 || steps == 0 {
+    let packing = Packing::new(n, steps, lengths, reverse);
+    if packing.rows() == 0 {
         return Tensor::zeros(&[n, steps, hidden], x.device());
     }
-    let order = StepOrder::new(n, steps, lengths, reverse);
     let projected = x
         .reshape(&[n * steps, inputs])?
-        .index_select(&order.gather(x.device())?)?
+        .index_select(&packing.gather(x.device())?)?
         .linear(w_input, bias)?;
-    let outputs = scan(&projected.chunk(steps)?, (n, hidden, states), cell)?;
-    outputs.index_select(&order.scatter(x.device())?)
+    let outputs = scan(&projected.split(&packing.sizes)?, (hidden, states), cell)?;
+    outputs.index_select(&packing.scatter(x.device())?)
 }
 
-/// Runs `cell` over the steps' projected inputs (`[n, G]` each) in order, from zero states of
-/// `[n, hidden]` (`states` of them; the first is the output): `cell(input, states)` gives the
-/// next states. The outputs of every step one under the other, and a row of zeros under them:
-/// `[T·n + 1, hidden]`.
+/// Runs `cell` over the steps' projected inputs (`[rows, G]` each, every step's rows a prefix
+/// of the previous step's) in order, from zero states of `[rows, hidden]` (`states` of them;
+/// the first is the output): `cell(input, states)` gives the next states. The outputs of every
+/// step one under the other, and a row of zeros under them: `[Σ rows + 1, hidden]`.
 fn scan(
     inputs: &[Tensor],
-    (n, hidden, states): (usize, usize, usize),
+    (hidden, states): (usize, usize),
     cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Tensor> {
-    let device = inputs.first().map_or(Device::Cpu, Tensor::device);
-    let zero = Tensor::zeros(&[n, hidden], device)?;
+    let Some(first) = inputs.first() else {
+        return Err(MlError::invalid(
+            "recurrent",
+            "a scan needs at least one step",
+        ));
+    };
+    let device = first.device();
+    let zero = Tensor::zeros(&[first.shape()[0], hidden], device)?;
     let mut state = vec![zero; states];
     let mut outputs = Vec::with_capacity(inputs.len() + 1);
     for input in inputs {
+        let rows = input.shape()[0];
+        if rows < state[0].shape()[0] {
+            state = (state.iter().map(|s| s.narrow(0, 0, rows))).collect::<Result<_>>()?;
+        }
         state = cell(input, &state)?;
         outputs.push(state[0].clone());
     }
