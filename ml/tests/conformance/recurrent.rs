@@ -308,6 +308,47 @@ fn sequence_pool_over_real_steps(device: Device) -> TestResult {
     Ok(())
 }
 
+/// Lengths out of order, with an empty sequence: every sequence's outputs are what it gets alone
+/// (unpadded, in a batch of one), zeros past its length, in both directions; and finite
+/// differences through the packed steps (whose batch shrinks as sequences end).
+fn recurrent_layers_pack_any_lengths(device: Device) -> TestResult {
+    const LENS: [usize; 4] = [1, 3, 0, 2];
+    let (n, steps) = (LENS.len(), 3);
+    let layers: [(&str, Box<dyn Recurrent>); 2] = [
+        ("lstm", Box::new(lstm(device)?)),
+        ("gru", Box::new(gru(device)?)),
+    ];
+    let xs = uniform(&[n, steps, IN], -1.0, 1.0, 31, device).to_vec();
+    let x = tensor(&xs, &[n, steps, IN], device);
+    for (name, layer) in &layers {
+        for reverse in [false, true] {
+            let got = layer.run(&x, Some(&LENS), reverse)?.to_vec();
+            let mut want = Vec::new();
+            for (r, &len) in LENS.iter().enumerate() {
+                if len > 0 {
+                    let seq = &xs[r * steps * IN..(r * steps + len) * IN];
+                    let alone = layer.run(&tensor(seq, &[1, len, IN], device), None, reverse)?;
+                    want.extend(alone.to_vec());
+                }
+                want.resize((r + 1) * steps * H, 0.0);
+            }
+            assert_close(&got, &want, 1e-6, &format!("{name}, reverse {reverse}"))?;
+        }
+    }
+    let l = lstm(device)?;
+    let inputs = [
+        param(&[n, steps, IN], -1.0, 1.0, 32, device),
+        l.w_hidden.clone(),
+    ];
+    let w_input = l.w_input.clone();
+    let bias = l.bias.clone();
+    let f = move |t: &[Tensor]| {
+        let layer = Lstm::from_parts(w_input.clone(), t[1].clone(), bias.clone())?;
+        layer.run(&t[0], Some(&LENS), true)
+    };
+    check_grads(&inputs, &f).map_err(|e| format!("lstm gradients: {e}").into())
+}
+
 /// Finite differences of the ops a step is made of: the fused LSTM cell through both outputs
 /// and through either alone (the other's gradient missing), the fused GRU cell, `split` with a
 /// part unused, and `addmm`.
@@ -375,6 +416,7 @@ fn recurrent_step_op_errors(device: Device) -> TestResult {
 }
 
 device_test!(
+    recurrent_layers_pack_any_lengths,
     grad_recurrent_step_ops,
     recurrent_step_op_errors,
     recurrent_layers_match_their_references,
