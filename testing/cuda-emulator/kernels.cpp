@@ -1,5 +1,6 @@
-// ringflow's kernels.cu compiled for the host, and the table cuModuleGetFunction looks them up
-// in. The source is included unchanged: what runs here is the CUDA C that NVRTC compiles.
+// ringflow's kernels.cu, image_kernels.cu and recurrent_kernels.cu compiled for the host, and the
+// table cuModuleGetFunction looks them up in. The source is included unchanged: what runs here is
+// the CUDA C that NVRTC compiles.
 #include "emulator.h"
 #include "threads.h"
 
