@@ -3,9 +3,9 @@
 //! Every op that produces a tensor from inputs that need gradients records a [`Node`]: the inputs
 //! and a [`Backward`] implementation that knows the op's derivative. [`crate::Tensor::backward`]
 //! walks these nodes from a scalar in reverse topological order and hands each op the gradient of
-//! its output; the op adds its inputs' gradients through a [`GradSink`]. An op with several outputs
-//! (a recurrent cell's next states) records a hidden joint tensor whose [`MultiBackward`] runs
-//! once, with the gradients of all its outputs. Leaf tensors created as
+//! its output; the op adds its inputs' gradients through a [`GradSink`]. An op with several
+//! outputs (a recurrent cell's next states) records a hidden joint tensor whose
+//! [`MultiBackward`] runs once, with the gradients of all its outputs. Leaf tensors created as
 //! parameters keep their gradient in a buffer that lives as long as they do, so gradients
 //! accumulate across calls until [`crate::Tensor::zero_grad`] and no parameter-sized buffer is
 //! allocated per step. Under [`no_grad`] nothing is recorded at all.

@@ -24,16 +24,16 @@
 //! | [`IndexOps`] | `index.rs` | |
 //! | [`RandomOps`] | `random.rs` | |
 //! | [`OptimOps`] | `optim.rs` | `sgd_update`, `adagrad_update`, `adam_update` |
-//! | [`RecurrentOps`] | `recurrent.rs` | `lstm_cell`, `lstm_cell_backward`, `gru_cell`, `gru_cell_backward` |
+//! | [`RecurrentOps`] | `recurrent.rs` | `lstm_cell`, `gru_cell` and their backward |
 //!
 //! Required methods are primitives: one kernel per backend. Default methods are composites
 //! written once with primitives (those of the ops, in a public `*_from_primitives` function of
 //! their file), so a backend that implements only the required methods is complete; a backend
 //! overrides a default with a fused kernel where it has one (the CPU's and CUDA's one-pass
-//! optimizer updates, softmax backward and losses, the recurrent gates), and the conformance suite (`defaults.rs`)
-//! checks on every device that each override gives the values of its default. The CUDA stub of
-//! a build without the `cuda` feature implements the same traits, so the compiler lists
-//! whatever a backend lacks.
+//! optimizer updates, softmax backward and losses, the recurrent gates), and the conformance
+//! suite (`defaults.rs`) checks on every device that each override gives the values of its
+//! default. The CUDA stub of a build without the `cuda` feature implements the same traits, so
+//! the compiler lists whatever a backend lacks.
 //!
 //! [`Storage`] is the enum over the backends that the rest of the crate holds. Each of its ops
 //! is one `dispatch!` line next to the trait it calls: it unwraps every operand to one backend,

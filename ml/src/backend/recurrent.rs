@@ -33,8 +33,8 @@ pub const GRU_SAVED_BLOCKS: usize = 5;
 pub trait RecurrentOps: IndexOps + ReduceOps {
     /// One LSTM step from the pre-activation gates `[n, 4H]` (input, forget, cell, output:
     /// the step's projected input plus `h_prev·W_h`) and the previous cell state `c_prev`
-    /// `[n, H]`: `(h, c, saved)` with `c = σ(f)·c_prev + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`, and
-    /// `saved` `[n, 6H]` as the [module documentation](self) lays out. Default:
+    /// `[n, H]`: `(h, c, saved)` with `c = σ(f)·c_prev + σ(i)·tanh(g)` and `h = σ(o)·tanh(c)`,
+    /// and `saved` `[n, 6H]` as the [module documentation](self) lays out. Default:
     /// [`lstm_cell_from_primitives`].
     fn lstm_cell(gates: &Self, c_prev: &Self) -> Result<(Self, Self, Self)> {
         lstm_cell_from_primitives(gates, c_prev)
@@ -217,7 +217,7 @@ pub fn gru_cell_from_primitives<S: RecurrentOps>(
 }
 
 /// [`RecurrentOps::gru_cell_backward`] as slices, products and concatenations:
-/// `dc' = dh·(1 − z)·(1 − c²)`, `dr' = dc'·u·σ'(r)`, `dz' = dh·(h_prev − c)·σ'(z)`; then
+/// `dc' = dh·(1 − z)·(1 − c²)`, `dr' = dc'·u·σ'(r)` and `dz' = dh·(h_prev − c)·σ'(z)`; then
 /// `dx_gates = [dr', dz', dc']`, `dh_gates = [dr', dz', dc'·r]` and `dh_prev = dh·z`.
 pub fn gru_cell_backward_from_primitives<S: RecurrentOps>(saved: &S, dh: &S) -> Result<(S, S, S)> {
     let hidden = gru_shapes(true, &[saved.shape()], dh.shape())?;

@@ -183,7 +183,10 @@ impl Packing {
     /// `[rows]`: for each packed row, the row of the batch `[n·T, features]` it holds.
     fn gather(&self, device: Device) -> Result<Tensor> {
         let steps = self.steps;
-        let rows: Vec<f32> = (self.sizes.iter().enumerate())
+        let rows: Vec<f32> = self
+            .sizes
+            .iter()
+            .enumerate()
             .flat_map(|(p, &size)| {
                 self.sorted[..size]
                     .iter()
@@ -261,7 +264,10 @@ fn scan(
     for input in inputs {
         let rows = input.shape()[0];
         if rows < state[0].shape()[0] {
-            state = (state.iter().map(|s| s.narrow(0, 0, rows))).collect::<Result<_>>()?;
+            state = state
+                .iter()
+                .map(|s| s.narrow(0, 0, rows))
+                .collect::<Result<_>>()?;
         }
         state = cell(input, &state)?;
         outputs.push(state[0].clone());
