@@ -69,7 +69,8 @@ fn report(
             run(&x, &lengths)?.sum_all()?.backward()
         })?;
         println!(
-            "{name:<6} {label:<8} forward {:>7.2} ms   forward+backward {:>7.2} ms   {:>9.0} tokens/s",
+            "{name:<6} {label:<8} forward {:>7.2} ms   forward+backward {:>7.2} ms   \
+             {:>9.0} tokens/s",
             forward * 1e3,
             both * 1e3,
             tokens as f64 / both
