@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use ndarray::ArrayD;
 use rand::RngExt;
 
-use crate::autodiff::{self, Backward, Node};
+use crate::autodiff::{self, Backward, Derivative, MultiBackward, Node};
 use crate::backend::{Storage, cpu};
 use crate::device::Device;
 use crate::error::{MlError, Result};
@@ -101,9 +101,41 @@ impl Tensor {
         }
         let node = Node {
             inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-            backward: Box::new(backward),
+            backward: Derivative::Single(Box::new(backward)),
         };
         Tensor::new(storage, true, Some(node))
+    }
+
+    /// The results of an op with several outputs: records `backward` once for all of them when
+    /// grad mode is on and an input needs gradients (through a hidden, empty joint tensor that
+    /// every output depends on), otherwise plain tensors.
+    pub(crate) fn from_multi_op(
+        outputs: Vec<Storage>,
+        inputs: &[&Tensor],
+        backward: impl MultiBackward + 'static,
+    ) -> Result<Vec<Tensor>> {
+        let needs_grad = autodiff::is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+        let Some(first) = outputs.first().filter(|_| needs_grad) else {
+            return Ok(outputs.into_iter().map(Tensor::from_storage).collect());
+        };
+        let joint_node = Node {
+            inputs: inputs.iter().map(|t| (*t).clone()).collect(),
+            backward: Derivative::Joint(Box::new(backward)),
+        };
+        let empty = Storage::zeros(&[0], first.device())?;
+        let joint = Tensor::new(empty, true, Some(joint_node));
+        let of = outputs.len();
+        Ok(outputs
+            .into_iter()
+            .enumerate()
+            .map(|(index, storage)| {
+                let node = Node {
+                    inputs: vec![joint.clone()],
+                    backward: Derivative::Part { index, of },
+                };
+                Tensor::new(storage, true, Some(node))
+            })
+            .collect())
     }
 
     /// A tensor of `shape` holding `data` in row-major order.

@@ -1,10 +1,12 @@
-// ringflow's kernels.cu compiled for the host, and the table cuModuleGetFunction looks them up
-// in. The source is included unchanged: what runs here is the CUDA C that NVRTC compiles.
+// ringflow's kernels.cu, image_kernels.cu and recurrent_kernels.cu compiled for the host, and the
+// table cuModuleGetFunction looks them up in. The source is included unchanged: what runs here is
+// the CUDA C that NVRTC compiles.
 #include "emulator.h"
 #include "threads.h"
 
 #include "../../ml/src/backend/cuda/kernels.cu"
 #include "../../ml/src/backend/cuda/image_kernels.cu"
+#include "../../ml/src/backend/cuda/recurrent_kernels.cu"
 
 #include <string>
 #include <tuple>
@@ -96,6 +98,10 @@ const KernelEntry TABLE[] = {
     KERNEL(bn_forward, false),
     KERNEL(bn_backward_sums, true),
     KERNEL(bn_backward_dx, false),
+    KERNEL(lstm_cell_fwd, false),
+    KERNEL(lstm_cell_bwd, false),
+    KERNEL(gru_cell_fwd, false),
+    KERNEL(gru_cell_bwd, false),
 };
 
 }  // namespace

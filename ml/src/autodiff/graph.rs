@@ -19,10 +19,35 @@ pub(crate) trait Backward: Send + Sync {
     ) -> Result<()>;
 }
 
+/// The derivative of an op with several outputs ([`Tensor::from_multi_op`]), run once with the
+/// gradients of all of them.
+pub(crate) trait MultiBackward: Send + Sync {
+    /// Adds the gradients of `inputs` to `sink`, given the gradient of the loss with respect to
+    /// each output (`None` for an output that no gradient reached: it counts as zeros).
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        grads: &[Option<Storage>],
+        sink: &mut GradSink,
+    ) -> Result<()>;
+}
+
+/// What a node's backward pass does.
+pub(crate) enum Derivative {
+    /// An op with one output: this tensor.
+    Single(Box<dyn Backward>),
+    /// The hidden joint tensor of an op with several outputs (an empty tensor whose inputs are
+    /// the op's): its backward runs once, after every output has handed in its gradient.
+    Joint(Box<dyn MultiBackward>),
+    /// Output `index` of an op with several: its only input is the joint tensor, to which it
+    /// hands its gradient unchanged.
+    Part { index: usize, of: usize },
+}
+
 /// How a non-leaf tensor was computed.
 pub(crate) struct Node {
     pub inputs: Vec<Tensor>,
-    pub backward: Box<dyn Backward>,
+    pub backward: Derivative,
 }
 
 impl Drop for Node {
@@ -42,6 +67,8 @@ impl Drop for Node {
 /// is drained as the pass goes, leaves' gradients straight into their persistent buffers.
 pub(crate) struct GradSink {
     pending: HashMap<u64, Storage>,
+    /// The outputs' gradients of the joint tensors of multi-output ops, by the joint's id.
+    parts: HashMap<u64, Vec<Option<Storage>>>,
 }
 
 impl GradSink {
@@ -128,6 +155,24 @@ impl GradSink {
     pub fn wants(&self, t: &Tensor) -> bool {
         t.requires_grad()
     }
+
+    /// Hands `g`, the gradient of output `index` of `of` outputs, to the op's `joint` tensor.
+    fn add_part(&mut self, joint: &Tensor, (index, of): (usize, usize), g: Storage) -> Result<()> {
+        let slots = self
+            .parts
+            .entry(joint.id())
+            .or_insert_with(|| (0..of).map(|_| None).collect());
+        match slots.get_mut(index) {
+            Some(Some(existing)) => existing.add_assign(&g),
+            Some(slot) => {
+                *slot = Some(g);
+                Ok(())
+            }
+            None => Err(MlError::Backward(format!(
+                "output {index} of an op with {of} outputs"
+            ))),
+        }
+    }
 }
 
 /// Reverse-mode pass from `root` (a tensor with one element) with seed gradient 1.
@@ -154,6 +199,7 @@ pub(crate) fn run_backward(
     let order = topological_order(root);
     let mut sink = GradSink {
         pending: HashMap::new(),
+        parts: HashMap::new(),
     };
     let mut seed = Storage::zeros(root.shape(), root.device())?;
     seed.fill(1.0)?;
@@ -173,8 +219,22 @@ pub(crate) fn run_backward(
     sink.pending.insert(root.id(), seed);
     for t in order.iter().rev() {
         let node = t.node().expect("the order holds only non-leaf tensors");
-        if let Some(grad) = sink.pending.remove(&t.id()) {
-            node.backward.backward(&node.inputs, t, &grad, &mut sink)?;
+        match &node.backward {
+            Derivative::Single(backward) => {
+                if let Some(grad) = sink.pending.remove(&t.id()) {
+                    backward.backward(&node.inputs, t, &grad, &mut sink)?;
+                }
+            }
+            Derivative::Part { index, of } => {
+                if let Some(grad) = sink.pending.remove(&t.id()) {
+                    sink.add_part(&node.inputs[0], (*index, *of), grad)?;
+                }
+            }
+            Derivative::Joint(backward) => {
+                if let Some(grads) = sink.parts.remove(&t.id()) {
+                    backward.backward(&node.inputs, &grads, &mut sink)?;
+                }
+            }
         }
         for input in &node.inputs {
             if let Some(left) = uses.get_mut(&input.id()) {

@@ -3,7 +3,9 @@
 //! Every op that produces a tensor from inputs that need gradients records a [`Node`]: the inputs
 //! and a [`Backward`] implementation that knows the op's derivative. [`crate::Tensor::backward`]
 //! walks these nodes from a scalar in reverse topological order and hands each op the gradient of
-//! its output; the op adds its inputs' gradients through a [`GradSink`]. Leaf tensors created as
+//! its output; the op adds its inputs' gradients through a [`GradSink`]. An op with several
+//! outputs (a recurrent cell's next states) records a hidden joint tensor whose
+//! [`MultiBackward`] runs once, with the gradients of all its outputs. Leaf tensors created as
 //! parameters keep their gradient in a buffer that lives as long as they do, so gradients
 //! accumulate across calls until [`crate::Tensor::zero_grad`] and no parameter-sized buffer is
 //! allocated per step. Under [`no_grad`] nothing is recorded at all.
@@ -12,4 +14,4 @@ mod grad_mode;
 mod graph;
 
 pub use grad_mode::{NoGradGuard, is_grad_enabled, no_grad};
-pub(crate) use graph::{Backward, GradSink, Node, run_backward};
+pub(crate) use graph::{Backward, Derivative, GradSink, MultiBackward, Node, run_backward};

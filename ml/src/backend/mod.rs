@@ -24,15 +24,16 @@
 //! | [`IndexOps`] | `index.rs` | |
 //! | [`RandomOps`] | `random.rs` | |
 //! | [`OptimOps`] | `optim.rs` | `sgd_update`, `adagrad_update`, `adam_update` |
+//! | [`RecurrentOps`] | `recurrent.rs` | `lstm_cell`, `gru_cell` and their backward |
 //!
 //! Required methods are primitives: one kernel per backend. Default methods are composites
 //! written once with primitives (those of the ops, in a public `*_from_primitives` function of
 //! their file), so a backend that implements only the required methods is complete; a backend
 //! overrides a default with a fused kernel where it has one (the CPU's and CUDA's one-pass
-//! optimizer updates, softmax backward and losses), and the conformance suite (`defaults.rs`)
-//! checks on every device that each override gives the values of its default. The CUDA stub of
-//! a build without the `cuda` feature implements the same traits, so the compiler lists
-//! whatever a backend lacks.
+//! optimizer updates, softmax backward and losses, the recurrent gates), and the conformance
+//! suite (`defaults.rs`) checks on every device that each override gives the values of its
+//! default. The CUDA stub of a build without the `cuda` feature implements the same traits, so
+//! the compiler lists whatever a backend lacks.
 //!
 //! [`Storage`] is the enum over the backends that the rest of the crate holds. Each of its ops
 //! is one `dispatch!` line next to the trait it calls: it unwraps every operand to one backend,
@@ -86,6 +87,7 @@ pub mod memory;
 pub mod norm;
 pub mod optim;
 pub mod random;
+pub mod recurrent;
 pub mod reduce;
 pub mod softmax;
 mod storage;
@@ -100,6 +102,7 @@ pub use memory::MemoryOps;
 pub use norm::NormOps;
 pub use optim::{AdagradStep, AdamStep, OptimOps, SgdStep};
 pub use random::RandomOps;
+pub use recurrent::RecurrentOps;
 pub use reduce::ReduceOps;
 pub use softmax::SoftmaxOps;
 pub use storage::Storage;
@@ -118,6 +121,7 @@ pub trait BackendStorage:
     + IndexOps
     + RandomOps
     + OptimOps
+    + RecurrentOps
 {
 }
 
@@ -133,5 +137,6 @@ impl<T> BackendStorage for T where
         + IndexOps
         + RandomOps
         + OptimOps
+        + RecurrentOps
 {
 }

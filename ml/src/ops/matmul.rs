@@ -1,4 +1,5 @@
-//! Matrix products (2-D) and the fused affine layer `x·W + b`, through the backend's GEMM.
+//! Matrix products (2-D), the fused affine layer `x·W + b` and `x + a·b`, through the backend's
+//! GEMM.
 
 use crate::autodiff::{Backward, GradSink};
 use crate::backend::Storage;
@@ -30,6 +31,26 @@ impl Backward for MatmulBackward {
         sink: &mut GradSink,
     ) -> Result<()> {
         matmul_grads(&inputs[0], &inputs[1], g, sink)
+    }
+}
+
+/// `C = X + A·B  ⇒  dX = dC`, and the product's gradients.
+struct AddmmBackward;
+
+impl Backward for AddmmBackward {
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        _: &Tensor,
+        g: &Storage,
+        sink: &mut GradSink,
+    ) -> Result<()> {
+        matmul_grads(&inputs[1], &inputs[2], g, sink)?;
+        let x = &inputs[0];
+        if sink.wants(x) {
+            sink.add(x, g.duplicate()?)?;
+        }
+        Ok(())
     }
 }
 
@@ -72,6 +93,25 @@ impl Tensor {
         let mut out = Storage::zeros(&[m, n], self.device())?;
         Storage::matmul_into(&mut out, &self.read(), false, &rhs.read(), false, false)?;
         Ok(Tensor::from_op(out, &[self, rhs], MatmulBackward))
+    }
+
+    /// `self + a · b` for `self` `[m, n]`, `a` `[m, k]` and `b` `[k, n]` (PyTorch's `addmm`), in
+    /// one pass: the output starts as a copy of `self` and GEMM adds the product into it (a
+    /// recurrent step's input projection plus `h·W_h`).
+    pub fn addmm(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let (m, n) = check_matmul("addmm", a, b)?;
+        same_device("addmm", &[self, a])?;
+        if self.shape() != [m, n] {
+            return Err(MlError::ShapeMismatch {
+                op: "addmm",
+                lhs: self.shape().to_vec(),
+                rhs: vec![m, n],
+                reason: "differ: the addend must have the product's shape",
+            });
+        }
+        let mut out = self.read().duplicate()?;
+        Storage::matmul_into(&mut out, &a.read(), false, &b.read(), false, true)?;
+        Ok(Tensor::from_op(out, &[self, a, b], AddmmBackward))
     }
 
     /// `self · weight + bias` for `self` `[m, k]`, `weight` `[k, n]` and `bias` `[n]`, in one

@@ -14,6 +14,7 @@ mod index;
 mod matmul;
 mod norm;
 mod pool;
+mod recurrent;
 mod reduce;
 mod shape_ops;
 mod softmax;

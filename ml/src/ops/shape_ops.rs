@@ -1,6 +1,6 @@
 //! Layout ops: reshape, transpose/permute, concat, narrow.
 
-use crate::autodiff::{Backward, GradSink};
+use crate::autodiff::{Backward, GradSink, MultiBackward};
 use crate::backend::Storage;
 use crate::error::{MlError, Result};
 use crate::ops::same_device;
@@ -94,6 +94,39 @@ impl Backward for NarrowBackward {
         }
         let refs: Vec<&Storage> = parts.iter().collect();
         sink.add(x, Storage::concat(&refs, axis)?)
+    }
+}
+
+/// The gradients of a tensor's parts along axis 0 (`sizes` rows each), concatenated back (zeros
+/// for a part that got none).
+struct SplitBackward {
+    sizes: Vec<usize>,
+}
+
+impl MultiBackward for SplitBackward {
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        grads: &[Option<Storage>],
+        sink: &mut GradSink,
+    ) -> Result<()> {
+        let x = &inputs[0];
+        let zeros: Vec<Storage> = grads
+            .iter()
+            .zip(&self.sizes)
+            .filter(|(g, _)| g.is_none())
+            .map(|(_, &rows)| {
+                let mut shape = x.shape().to_vec();
+                shape[0] = rows;
+                Storage::zeros(&shape, x.device())
+            })
+            .collect::<Result<_>>()?;
+        let mut fill = zeros.iter();
+        let parts: Vec<&Storage> = grads
+            .iter()
+            .filter_map(|g| g.as_ref().or_else(|| fill.next()))
+            .collect();
+        sink.add(x, Storage::concat(&parts, 0)?)
     }
 }
 
@@ -193,5 +226,34 @@ impl Tensor {
             &[self],
             NarrowBackward { axis, start },
         ))
+    }
+
+    /// `self` cut along axis 0 into consecutive parts of `sizes` rows, which must add up to its
+    /// first axis (PyTorch's `split` with a list of sizes): a recurrent layer's projected inputs,
+    /// one part per step. One op for all the parts, whose backward pass concatenates their
+    /// gradients once.
+    pub fn split(&self, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        let rows = self.shape().first().copied();
+        if rows != Some(sizes.iter().sum()) {
+            return Err(MlError::invalid(
+                "split",
+                format!(
+                    "parts of {sizes:?} rows do not add up to axis 0 of shape {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        let x = self.read();
+        let mut start = 0;
+        let mut parts = Vec::with_capacity(sizes.len());
+        for &len in sizes {
+            parts.push(x.narrow(0, start, len)?);
+            start += len;
+        }
+        drop(x);
+        let backward = SplitBackward {
+            sizes: sizes.to_vec(),
+        };
+        Tensor::from_multi_op(parts, &[self], backward)
     }
 }

@@ -19,11 +19,15 @@ use ringflow_ml::backend::norm::{
 use ringflow_ml::backend::optim::{
     adagrad_from_primitives, adam_from_primitives, sgd_from_primitives,
 };
+use ringflow_ml::backend::recurrent::{
+    gru_cell_backward_from_primitives, gru_cell_from_primitives,
+    lstm_cell_backward_from_primitives, lstm_cell_from_primitives,
+};
 use ringflow_ml::backend::reduce::{expand_axis_from_primitives, sum_to_shape_from_primitives};
 use ringflow_ml::backend::softmax::softmax_backward_from_primitives;
 use ringflow_ml::backend::{
     AdagradStep, AdamStep, BackendStorage, CudaStorage, ElementwiseOps, LossOps, NormOps, OptimOps,
-    ReduceOps, SgdStep, SoftmaxOps,
+    RecurrentOps, ReduceOps, SgdStep, SoftmaxOps,
 };
 
 use crate::helpers::*;
@@ -310,7 +314,49 @@ fn batch_norm_on<S: BackendStorage>(at: S::Location) -> TestResult {
     Ok(())
 }
 
+fn recurrent_gates_match_their_defaults(device: Device) -> TestResult {
+    on_backend!(device, recurrent_on)
+}
+
+/// Both cells forward (outputs and what they save) and backward (from the same saved values),
+/// on a small batch and on one large enough for the CPU's parallel rows; gates up to ±6, where
+/// the activations saturate.
+fn recurrent_on<S: BackendStorage>(at: S::Location) -> TestResult {
+    for (k, (n, h)) in [(3usize, 5usize), (64, 160)].into_iter().enumerate() {
+        let seed = 60 + 10 * k as u64;
+        let what = |name: &str| format!("{name}, [{n}, {h}]");
+        let gates = random::<S>(&[n, 4 * h], -6.0, 6.0, seed, at)?;
+        let c_prev = random::<S>(&[n, h], -2.0, 2.0, seed + 1, at)?;
+        let (hs, c, saved) = RecurrentOps::lstm_cell(&gates, &c_prev)?;
+        let (hs_c, c_c, saved_c) = lstm_cell_from_primitives(&gates, &c_prev)?;
+        agree(&hs, &hs_c, &what("lstm h"))?;
+        agree(&c, &c_c, &what("lstm c"))?;
+        agree(&saved, &saved_c, &what("lstm saved"))?;
+        let dh = random::<S>(&[n, h], -1.0, 1.0, seed + 2, at)?;
+        let dc = random::<S>(&[n, h], -1.0, 1.0, seed + 3, at)?;
+        let (dgates, dc_prev) = RecurrentOps::lstm_cell_backward(&saved, &dh, &dc)?;
+        let (dgates_c, dc_prev_c) = lstm_cell_backward_from_primitives(&saved, &dh, &dc)?;
+        agree(&dgates, &dgates_c, &what("lstm dgates"))?;
+        agree(&dc_prev, &dc_prev_c, &what("lstm dc_prev"))?;
+
+        let x_gates = random::<S>(&[n, 3 * h], -6.0, 6.0, seed + 4, at)?;
+        let h_gates = random::<S>(&[n, 3 * h], -6.0, 6.0, seed + 5, at)?;
+        let h_prev = random::<S>(&[n, h], -1.0, 1.0, seed + 6, at)?;
+        let (out, saved) = RecurrentOps::gru_cell(&x_gates, &h_gates, &h_prev)?;
+        let (out_c, saved_c) = gru_cell_from_primitives(&x_gates, &h_gates, &h_prev)?;
+        agree(&out, &out_c, &what("gru h"))?;
+        agree(&saved, &saved_c, &what("gru saved"))?;
+        let (dx, dhg, dhp) = RecurrentOps::gru_cell_backward(&saved, &dh)?;
+        let (dx_c, dhg_c, dhp_c) = gru_cell_backward_from_primitives(&saved, &dh)?;
+        agree(&dx, &dx_c, &what("gru dx_gates"))?;
+        agree(&dhg, &dhg_c, &what("gru dh_gates"))?;
+        agree(&dhp, &dhp_c, &what("gru dh_prev"))?;
+    }
+    Ok(())
+}
+
 device_test!(
+    recurrent_gates_match_their_defaults,
     batch_norm_matches_its_defaults,
     optimizer_updates_match_their_defaults,
     softmax_backward_matches_its_default,

@@ -1,7 +1,8 @@
 //! The LSTM and the GRU against scalar references in f64, their handling of padding (real steps
 //! unchanged by what the padding holds, no gradient into it), finite differences, and errors;
-//! sequence pooling likewise.
+//! sequence pooling likewise; and the ops a step is made of (the fused gates, `split`, `addmm`).
 
+use ringflow_ml::backend::Storage;
 use ringflow_ml::nn::{
     BiLstm, Gru, Lstm, ParamBuilder, ParamStore, Recurrent, SequencePool, SequencePoolKind,
 };
@@ -307,7 +308,117 @@ fn sequence_pool_over_real_steps(device: Device) -> TestResult {
     Ok(())
 }
 
+/// Lengths out of order, with an empty sequence: every sequence's outputs are what it gets alone
+/// (unpadded, in a batch of one), zeros past its length, in both directions; and finite
+/// differences through the packed steps (whose batch shrinks as sequences end).
+fn recurrent_layers_pack_any_lengths(device: Device) -> TestResult {
+    const LENS: [usize; 4] = [1, 3, 0, 2];
+    let (n, steps) = (LENS.len(), 3);
+    let layers: [(&str, Box<dyn Recurrent>); 2] = [
+        ("lstm", Box::new(lstm(device)?)),
+        ("gru", Box::new(gru(device)?)),
+    ];
+    let xs = uniform(&[n, steps, IN], -1.0, 1.0, 31, device).to_vec();
+    let x = tensor(&xs, &[n, steps, IN], device);
+    for (name, layer) in &layers {
+        for reverse in [false, true] {
+            let got = layer.run(&x, Some(&LENS), reverse)?.to_vec();
+            let mut want = Vec::new();
+            for (r, &len) in LENS.iter().enumerate() {
+                if len > 0 {
+                    let seq = &xs[r * steps * IN..(r * steps + len) * IN];
+                    let alone = layer.run(&tensor(seq, &[1, len, IN], device), None, reverse)?;
+                    want.extend(alone.to_vec());
+                }
+                want.resize((r + 1) * steps * H, 0.0);
+            }
+            assert_close(&got, &want, 1e-6, &format!("{name}, reverse {reverse}"))?;
+        }
+    }
+    let l = lstm(device)?;
+    let inputs = [
+        param(&[n, steps, IN], -1.0, 1.0, 32, device),
+        l.w_hidden.clone(),
+    ];
+    let w_input = l.w_input.clone();
+    let bias = l.bias.clone();
+    let f = move |t: &[Tensor]| {
+        let layer = Lstm::from_parts(w_input.clone(), t[1].clone(), bias.clone())?;
+        layer.run(&t[0], Some(&LENS), true)
+    };
+    check_grads(&inputs, &f).map_err(|e| format!("lstm gradients: {e}").into())
+}
+
+/// Finite differences of the ops a step is made of: the fused LSTM cell through both outputs
+/// and through either alone (the other's gradient missing), the fused GRU cell, `split` with a
+/// part unused, and `addmm`.
+fn grad_recurrent_step_ops(device: Device) -> TestResult {
+    let (n, h) = (3, 4);
+    let gates = param(&[n, 4 * h], -2.0, 2.0, 21, device);
+    let c_prev = param(&[n, h], -1.5, 1.5, 22, device);
+    for (name, outputs) in [("h and c", 3), ("h alone", 1), ("c alone", 2)] {
+        let f = move |t: &[Tensor]| {
+            let (h, c) = t[0].lstm_cell(&t[1])?;
+            match outputs {
+                1 => Ok(h),
+                2 => Ok(c),
+                _ => Tensor::concat(&[&h, &c], 1),
+            }
+        };
+        check_grads(&[gates.clone(), c_prev.clone()], &f)
+            .map_err(|e| format!("lstm_cell, {name}: {e}"))?;
+    }
+    let x_gates = param(&[n, 3 * h], -2.0, 2.0, 23, device);
+    let h_gates = param(&[n, 3 * h], -2.0, 2.0, 24, device);
+    let h_prev = param(&[n, h], -1.0, 1.0, 25, device);
+    let f = |t: &[Tensor]| t[0].gru_cell(&t[1], &t[2]);
+    check_grads(&[x_gates, h_gates, h_prev], &f).map_err(|e| format!("gru_cell: {e}"))?;
+    let x = param(&[6, 5], -1.0, 1.0, 26, device);
+    let f = |t: &[Tensor]| {
+        let parts = t[0].split(&[2, 3, 1])?;
+        Tensor::concat(&[&parts[2], &parts[0].square()?], 0)
+    };
+    check_grads(&[x], &f).map_err(|e| format!("split: {e}"))?;
+    let sum = param(&[3, 5], -1.0, 1.0, 27, device);
+    let a = param(&[3, 4], -1.0, 1.0, 28, device);
+    let b = param(&[4, 5], -1.0, 1.0, 29, device);
+    let f = |t: &[Tensor]| t[0].addmm(&t[1], &t[2]);
+    check_grads(&[sum, a, b], &f).map_err(|e| format!("addmm: {e}").into())
+}
+
+/// The step ops refuse operands that do not fit, naming the op and the shapes.
+fn recurrent_step_op_errors(device: Device) -> TestResult {
+    let zeros = |shape: &[usize]| Tensor::zeros(shape, device);
+    let expect = |got: ringflow_ml::Result<()>, want: &[&str]| -> TestResult {
+        let err = got.err().ok_or(format!("{want:?}: accepted"))?.to_string();
+        for w in want {
+            ensure(err.contains(w), format!("{err:?} does not say {w:?}"))?;
+        }
+        Ok(())
+    };
+    let lstm = zeros(&[2, 8])?.lstm_cell(&zeros(&[2, 3])?).map(drop);
+    expect(lstm, &["lstm_cell", "[2, 8]", "[2, 3]", "[n, 4H]"])?;
+    let lstm = zeros(&[2, 8])?.lstm_cell(&zeros(&[3, 2])?).map(drop);
+    expect(lstm, &["lstm_cell", "[3, 2]"])?;
+    let gru = zeros(&[2, 6])?.gru_cell(&zeros(&[2, 9])?, &zeros(&[2, 2])?);
+    expect(gru.map(drop), &["gru_cell", "[2, 9]", "[n, 3H]"])?;
+    let split = zeros(&[5, 2])?.split(&[2, 2]).map(drop);
+    expect(split, &["split", "[5, 2]", "[2, 2]"])?;
+    let addmm = zeros(&[2, 2])?.addmm(&zeros(&[2, 3])?, &zeros(&[3, 4])?);
+    expect(addmm.map(drop), &["addmm", "[2, 2]", "[2, 4]"])?;
+    let storage = |shape: &[usize]| Storage::zeros(shape, device);
+    let backend =
+        Storage::lstm_cell_backward(&storage(&[2, 13])?, &storage(&[2, 2])?, &storage(&[2, 2])?);
+    expect(
+        backend.map(drop),
+        &["lstm_cell backward", "[2, 13]", "[n, 6H]"],
+    )
+}
+
 device_test!(
+    recurrent_layers_pack_any_lengths,
+    grad_recurrent_step_ops,
+    recurrent_step_op_errors,
     recurrent_layers_match_their_references,
     sequence_pool_over_real_steps,
     recurrent_layers_ignore_padding,

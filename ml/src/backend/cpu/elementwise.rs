@@ -212,8 +212,20 @@ pub fn add_assign(dst: &mut CpuArray, src: &CpuArray) {
     });
 }
 
-/// Broadcasts `x` to `shape` as a new contiguous array.
+/// Broadcasts `x` to `shape` as a new contiguous array. When `x` only gains leading axes (a
+/// bias repeated down the rows), the result is `x`'s elements copied once per row.
 pub fn broadcast_to(x: &CpuArray, shape: &[usize]) -> CpuArray {
+    let rank = x.ndim();
+    let repeats_rows = rank <= shape.len() && shape[shape.len() - rank..] == *x.shape();
+    if repeats_rows && !x.is_empty() {
+        let xs = slice(x);
+        let rows = shape[..shape.len() - rank].iter().product::<usize>();
+        let mut data = Vec::with_capacity(rows * xs.len());
+        for _ in 0..rows {
+            data.extend_from_slice(xs);
+        }
+        return super::from_vec(shape, data);
+    }
     let view = x
         .broadcast(IxDyn(shape))
         .expect("caller checked broadcasting");

@@ -20,6 +20,7 @@ pub mod norm;
 pub mod optim;
 pub mod pool;
 pub mod random;
+pub mod recurrent;
 pub mod reduce;
 pub mod softmax;
 

@@ -1,6 +1,6 @@
-//! The kernels of `kernels.cu` and `image_kernels.cu`, compiled at run time with NVRTC for the
-//! device's architecture and loaded once per device: no CUDA compiler is needed to build
-//! ringflow.
+//! The kernels of `kernels.cu`, `image_kernels.cu` and `recurrent_kernels.cu`, compiled at run
+//! time with NVRTC for the device's architecture and loaded once per device: no CUDA compiler is
+//! needed to build ringflow.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,11 +8,14 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 
-/// The CUDA C source: the general kernels, then the image kernels that use their helpers.
+/// The CUDA C source: the general kernels, then the image and recurrent kernels that use their
+/// helpers.
 const SOURCE: &str = concat!(
     include_str!("kernels.cu"),
     "\n",
-    include_str!("image_kernels.cu")
+    include_str!("image_kernels.cu"),
+    "\n",
+    include_str!("recurrent_kernels.cu")
 );
 
 /// Every `extern "C"` kernel in [`SOURCE`].
@@ -60,6 +63,10 @@ const NAMES: &[&str] = &[
     "bn_forward",
     "bn_backward_sums",
     "bn_backward_dx",
+    "lstm_cell_fwd",
+    "lstm_cell_bwd",
+    "gru_cell_fwd",
+    "gru_cell_bwd",
 ];
 
 /// The most dimensions a kernel's index arithmetic handles.

@@ -29,6 +29,7 @@ mod norm;
 mod optim;
 mod pool;
 mod random;
+mod recurrent;
 mod reduce;
 mod softmax;
 mod staging;

@@ -14,6 +14,7 @@ use crate::backend::memory::MemoryOps;
 use crate::backend::norm::NormOps;
 use crate::backend::optim::OptimOps;
 use crate::backend::random::RandomOps;
+use crate::backend::recurrent::RecurrentOps;
 use crate::backend::reduce::ReduceOps;
 use crate::backend::softmax::SoftmaxOps;
 use crate::device::Device;
@@ -159,3 +160,5 @@ impl RandomOps for CudaStorage {
 }
 
 impl OptimOps for CudaStorage {}
+
+impl RecurrentOps for CudaStorage {}

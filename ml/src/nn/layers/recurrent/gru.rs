@@ -61,18 +61,11 @@ impl Gru {
         self.hidden
     }
 
-    /// One step: the state `[h]` from the step's projected input `[n, 3H]`.
+    /// One step: the state `[h]` from the step's projected input `[n, 3H]`: one GEMM (the
+    /// recurrent product with its bias), one fused gate op.
     fn cell(&self, input: &Tensor, state: &[Tensor]) -> Result<Vec<Tensor>> {
-        let (h, hidden) = (&state[0], self.hidden);
-        let recurrent = h.linear(&self.w_hidden, &self.bias_hidden)?;
-        let part = |t: &Tensor, k: usize| t.narrow(1, k * hidden, hidden);
-        let r = part(input, 0)?.add(&part(&recurrent, 0)?)?.sigmoid()?;
-        let z = part(input, 1)?.add(&part(&recurrent, 1)?)?.sigmoid()?;
-        let c = part(input, 2)?
-            .add(&r.mul(&part(&recurrent, 2)?)?)?
-            .tanh()?;
-        // h' = c + z ⊙ (h − c)
-        Ok(vec![c.add(&z.mul(&h.sub(&c)?)?)?])
+        let recurrent = state[0].linear(&self.w_hidden, &self.bias_hidden)?;
+        Ok(vec![input.gru_cell(&recurrent, &state[0])?])
     }
 }
 

@@ -52,15 +52,11 @@ impl Lstm {
         self.hidden
     }
 
-    /// One step: states `[h, c]` from the step's projected input `[n, 4H]`.
+    /// One step: states `[h, c]` from the step's projected input `[n, 4H]`: one GEMM adding
+    /// `h·W_h` to it, one fused gate op.
     fn cell(&self, input: &Tensor, state: &[Tensor]) -> Result<Vec<Tensor>> {
-        let (h, c, hidden) = (&state[0], &state[1], self.hidden);
-        let gates = input.add(&h.matmul(&self.w_hidden)?)?;
-        let gate = |k: usize| gates.narrow(1, k * hidden, hidden);
-        let (i, f) = (gate(0)?.sigmoid()?, gate(1)?.sigmoid()?);
-        let (g, o) = (gate(2)?.tanh()?, gate(3)?.sigmoid()?);
-        let c = f.mul(c)?.add(&i.mul(&g)?)?;
-        let h = o.mul(&c.tanh()?)?;
+        let gates = input.addmm(&state[0], &self.w_hidden)?;
+        let (h, c) = gates.lstm_cell(&state[1])?;
         Ok(vec![h, c])
     }
 }

@@ -2,11 +2,13 @@
 //! [`Gru`], and [`Bidirectional`] for either.
 //!
 //! Every layer projects the input of every step of every sequence in one GEMM (`[n·T, in] ×
-//! [in, gates·H]`, with the bias), then [`scan`]s the steps: each adds the recurrent product
-//! (`[n, H] × [H, gates·H]`) and applies the gates. A step at or past a sequence's length
-//! neither changes that sequence's state nor produces output (zeros there), so a padded batch
-//! gives each sequence what it would get alone, and padding gets no gradient. The gates are
-//! built from the engine's ops, so every device runs them.
+//! [in, gates·H]`, with the bias), then [`scan`]s the steps: each is one GEMM (the recurrent
+//! product `[n, H] × [H, gates·H]`, added to the step's projection) and one fused gate op
+//! ([`Tensor::lstm_cell`], [`Tensor::gru_cell`]). Only real steps are computed: the batch runs
+//! packed (as PyTorch's packed sequences), each step holding the sequences that still have a
+//! real step, longest first (a reversed sequence from its last real step). The outputs at
+//! padded steps are zeros, so a padded batch gives each sequence what it would get alone, and
+//! padding gets no gradient.
 
 mod gru;
 mod lstm;
@@ -14,6 +16,7 @@ mod lstm;
 pub use gru::Gru;
 pub use lstm::Lstm;
 
+use crate::device::Device;
 use crate::error::{MlError, Result};
 use crate::nn::{Forward, Module};
 use crate::tensor::Tensor;
@@ -115,24 +118,110 @@ pub(crate) fn sequence_shape(
     Ok([n, steps, features])
 }
 
-/// `[n, 1]`: 1 for the sequences still running at `step`, 0 for those already over; `None`
-/// when all are running (nothing to mask).
-fn step_mask(lengths: Option<&[usize]>, step: usize, like: &Tensor) -> Result<Option<Tensor>> {
-    let Some(lengths) = lengths else {
-        return Ok(None);
-    };
-    if lengths.iter().all(|&l| l > step) {
-        return Ok(None);
-    }
-    let real: Vec<f32> = lengths
-        .iter()
-        .map(|&l| if l > step { 1.0 } else { 0.0 })
-        .collect();
-    Tensor::from_vec(real, &[lengths.len(), 1], like.device()).map(Some)
+/// How a batch runs packed: run step `p` holds the sequences still running at their `p`-th real
+/// step (a reversed one counting from its last), longest first, so that a step's rows are one
+/// contiguous block and a prefix of the previous step's. Only real steps are computed: padding
+/// is never read, and its outputs are zeros.
+struct Packing {
+    /// The sequences by length, longest first (ties in batch order).
+    sorted: Vec<usize>,
+    /// Each sequence's place in `sorted`.
+    place: Vec<usize>,
+    /// Each sequence's number of real steps.
+    lengths: Vec<usize>,
+    /// The rows of each run step (from `n` down), one per step of the longest sequence.
+    sizes: Vec<usize>,
+    /// The first row of each run step.
+    offsets: Vec<usize>,
+    steps: usize,
+    reverse: bool,
 }
 
-/// Projects every step of `x` (`[n, T, in]`, checked against `lengths`; `op` names the layer in
-/// errors) with `w_input` and `bias` in one GEMM, then [`scan`]s the steps with `cell`.
+impl Packing {
+    fn new(n: usize, steps: usize, lengths: Option<&[usize]>, reverse: bool) -> Packing {
+        let lengths = lengths.map_or_else(|| vec![steps; n], <[usize]>::to_vec);
+        let mut sorted: Vec<usize> = (0..n).collect();
+        sorted.sort_by_key(|&r| std::cmp::Reverse(lengths[r]));
+        let mut place = vec![0; n];
+        for (k, &r) in sorted.iter().enumerate() {
+            place[r] = k;
+        }
+        let longest = sorted.first().map_or(0, |&r| lengths[r]);
+        let sizes: Vec<usize> = (0..longest)
+            .map(|p| lengths.iter().filter(|&&l| l > p).count())
+            .collect();
+        let offsets = sizes
+            .iter()
+            .scan(0, |at, &size| Some(std::mem::replace(at, *at + size)))
+            .collect();
+        Packing {
+            sorted,
+            place,
+            lengths,
+            sizes,
+            offsets,
+            steps,
+            reverse,
+        }
+    }
+
+    /// The real steps of the batch: the packed rows.
+    fn rows(&self) -> usize {
+        self.sizes.iter().sum()
+    }
+
+    /// The step of sequence `r` that run step `p` reads, or the run step that computes its step
+    /// `p` (the same map both ways: the identity, or `p ↦ len − 1 − p` reversed).
+    fn step(&self, r: usize, p: usize) -> usize {
+        if self.reverse {
+            self.lengths[r] - 1 - p
+        } else {
+            p
+        }
+    }
+
+    /// `[rows]`: for each packed row, the row of the batch `[n·T, features]` it holds.
+    fn gather(&self, device: Device) -> Result<Tensor> {
+        let steps = self.steps;
+        let rows: Vec<f32> = self
+            .sizes
+            .iter()
+            .enumerate()
+            .flat_map(|(p, &size)| {
+                self.sorted[..size]
+                    .iter()
+                    .map(move |&r| (r * steps + self.step(r, p)) as f32)
+            })
+            .collect();
+        let len = rows.len();
+        Tensor::from_indices(rows, &[len], self.place.len() * steps, device)
+    }
+
+    /// `[n, T]`: for each step of each sequence, its packed row of the outputs, or the row of
+    /// zeros after them (`rows`) for padding.
+    fn scatter(&self, device: Device) -> Result<Tensor> {
+        let (n, steps, zero) = (self.place.len(), self.steps, self.rows());
+        let rows = (0..n)
+            .flat_map(|r| {
+                (0..steps).map(move |t| {
+                    let row = if t < self.lengths[r] {
+                        self.offsets[self.step(r, t)] + self.place[r]
+                    } else {
+                        zero
+                    };
+                    row as f32
+                })
+            })
+            .collect();
+        Tensor::from_indices(rows, &[n, steps], zero + 1, device)
+    }
+}
+
+/// Projects the real steps of `x` (`[n, T, in]`, checked against `lengths`; `op` names the layer
+/// in errors) with `w_input` and `bias` in one GEMM, packed (see [`Packing`]: one row gather,
+/// which also reverses each sequence within its length when `reverse`), then [`scan`]s the steps
+/// with `cell` and puts the outputs back in place (one gather, which also writes the zeros of
+/// padded steps).
 fn project_and_scan(
     op: &'static str,
     (x, lengths, reverse): (&Tensor, Option<&[usize]>, bool),
@@ -141,56 +230,48 @@ fn project_and_scan(
     cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Tensor> {
     let [n, steps, inputs] = sequence_shape(op, x, lengths)?;
-    let width = bias.numel();
+    let packing = Packing::new(n, steps, lengths, reverse);
+    if packing.rows() == 0 {
+        return Tensor::zeros(&[n, steps, hidden], x.device());
+    }
     let projected = x
         .reshape(&[n * steps, inputs])?
-        .linear(w_input, bias)?
-        .reshape(&[n, steps, width])?;
-    scan(&projected, (lengths, reverse), (hidden, states), cell)
+        .index_select(&packing.gather(x.device())?)?
+        .linear(w_input, bias)?;
+    let outputs = scan(&projected.split(&packing.sizes)?, (hidden, states), cell)?;
+    outputs.index_select(&packing.scatter(x.device())?)
 }
 
-/// Runs `cell` over the steps of `projected` (`[n, T, G]`, each step's projected input) in
-/// order (or reversed), from zero states of `[n, hidden]` (`states` of them; the first is the
-/// output). `cell(input, states)` gives the next states. Where a sequence is over, its states
-/// stay and its output is zero. The outputs `[n, T, hidden]`.
+/// Runs `cell` over the steps' projected inputs (`[rows, G]` each, every step's rows a prefix
+/// of the previous step's) in order, from zero states of `[rows, hidden]` (`states` of them;
+/// the first is the output): `cell(input, states)` gives the next states. The outputs of every
+/// step one under the other, and a row of zeros under them: `[Σ rows + 1, hidden]`.
 fn scan(
-    projected: &Tensor,
-    (lengths, reverse): (Option<&[usize]>, bool),
+    inputs: &[Tensor],
     (hidden, states): (usize, usize),
     cell: impl Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
 ) -> Result<Tensor> {
-    let &[n, steps, width] = projected.shape() else {
+    let Some(first) = inputs.first() else {
         return Err(MlError::invalid(
             "recurrent",
-            format!("projected inputs {:?} are not [n, T, G]", projected.shape()),
+            "a scan needs at least one step",
         ));
     };
-    let zero = Tensor::zeros(&[n, hidden], projected.device())?;
+    let device = first.device();
+    let zero = Tensor::zeros(&[first.shape()[0], hidden], device)?;
     let mut state = vec![zero; states];
-    let mut outputs: Vec<Option<Tensor>> = vec![None; steps];
-    let order: Vec<usize> = if reverse {
-        (0..steps).rev().collect()
-    } else {
-        (0..steps).collect()
-    };
-    for step in order {
-        let input = projected.narrow(1, step, 1)?.reshape(&[n, width])?;
-        let next = cell(&input, &state)?;
-        let out = match step_mask(lengths, step, projected)? {
-            None => {
-                state = next;
-                state[0].clone()
-            }
-            Some(real) => {
-                let out = next[0].mul(&real)?;
-                for (s, new) in state.iter_mut().zip(&next) {
-                    *s = s.add(&new.sub(s)?.mul(&real)?)?;
-                }
-                out
-            }
-        };
-        outputs[step] = Some(out.reshape(&[n, 1, hidden])?);
+    let mut outputs = Vec::with_capacity(inputs.len() + 1);
+    for input in inputs {
+        let rows = input.shape()[0];
+        if rows < state[0].shape()[0] {
+            state = state
+                .iter()
+                .map(|s| s.narrow(0, 0, rows))
+                .collect::<Result<_>>()?;
+        }
+        state = cell(input, &state)?;
+        outputs.push(state[0].clone());
     }
-    let outputs: Vec<Tensor> = outputs.into_iter().flatten().collect();
-    Tensor::concat(&outputs.iter().collect::<Vec<_>>(), 1)
+    outputs.push(Tensor::zeros(&[1, hidden], device)?);
+    Tensor::concat(&outputs.iter().collect::<Vec<_>>(), 0)
 }
