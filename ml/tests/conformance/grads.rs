@@ -354,10 +354,7 @@ fn grad_layer_norm(device: Device) -> TestResult {
     let f = |t: &[Tensor]| {
         use ringflow_ml::nn::Module;
         let mut dropout = rng::seeded(0, rng::streams::DROPOUT);
-        ln.forward(
-            &t[0],
-            &mut Forward::new(true, &mut dropout),
-        )
+        ln.forward(&t[0], &mut Forward::new(true, &mut dropout))
     };
     check("layer_norm", &[x, ln.gamma.clone(), ln.beta.clone()], &f)
 }
