@@ -597,7 +597,10 @@ fn attention_errors(device: Device) -> TestResult {
         .err()
         .ok_or("a [4, 3] value projection")?
         .to_string();
-    ensure(err.contains("the value projection [4, 3]"), err)
+    ensure(
+        err.contains("the value projection's weight [4, 3] and bias [4] are not [4, 4]"),
+        err,
+    )
 }
 
 device_test!(

@@ -45,6 +45,8 @@ impl TransformerEncoder {
 
     /// A block over `dim` features with `heads` attention heads (`dim` a multiple of
     /// `heads`), a feed-forward of `ff` hidden units (ReLU) and dropout `dropout` in `[0, 1)`.
+    /// `linear1` starts He-uniform, `linear2` and the attention's projections Glorot-uniform,
+    /// biases at zero and the layer norms at the identity.
     pub fn new(
         b: &mut ParamBuilder<'_>,
         dim: usize,

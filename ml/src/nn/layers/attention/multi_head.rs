@@ -68,19 +68,25 @@ impl MultiHeadAttention {
     ) -> Result<MultiHeadAttention> {
         let dim = query.weight.shape().first().copied().unwrap_or(0);
         check_settings(dim, heads, dropout)?;
-        for (name, l) in [("query", &query), ("key", &key), ("value", &value)]
-            .into_iter()
-            .chain([("output", &output)])
-        {
+        let named = [
+            ("query", &query),
+            ("key", &key),
+            ("value", &value),
+            ("output", &output),
+        ];
+        for (name, l) in named {
             let bias_fits = l.bias.as_ref().is_none_or(|b| b.shape() == [dim]);
             if l.weight.shape() != [dim, dim] || !bias_fits {
+                let bias = l
+                    .bias
+                    .as_ref()
+                    .map_or("no bias".to_string(), |b| format!("bias {:?}", b.shape()));
                 return Err(MlError::invalid(
                     OP,
                     format!(
-                        "the {name} projection {:?} (bias {:?}) is not [{dim}, {dim}] with a \
-                         [{dim}] bias",
+                        "the {name} projection's weight {:?} and {bias} are not [{dim}, {dim}] \
+                         with a [{dim}] bias or none",
                         l.weight.shape(),
-                        l.bias.as_ref().map(|b| b.shape().to_vec()),
                     ),
                 ));
             }
