@@ -136,16 +136,39 @@ impl GradSink {
         b: &Storage,
         transpose_b: bool,
     ) -> Result<()> {
+        self.add_product(t, |d, accumulate| {
+            Storage::matmul_into(d, a, transpose_a, b, transpose_b, accumulate)
+        })
+    }
+
+    /// Adds the batched product `op_a(a[i]) · op_b(b[i])` to `t`'s gradient (3-D operands), like
+    /// [`GradSink::add_matmul`].
+    pub fn add_bmm(
+        &mut self,
+        t: &Tensor,
+        a: &Storage,
+        transpose_a: bool,
+        b: &Storage,
+        transpose_b: bool,
+    ) -> Result<()> {
+        self.add_product(t, |d, accumulate| {
+            Storage::bmm_into(d, a, transpose_a, b, transpose_b, accumulate)
+        })
+    }
+
+    /// Adds a product to `t`'s gradient: `product(dst, accumulate)` writes it into `dst`,
+    /// adding to what `dst` holds when `accumulate`.
+    fn add_product(
+        &mut self,
+        t: &Tensor,
+        product: impl FnOnce(&mut Storage, bool) -> Result<()>,
+    ) -> Result<()> {
         self.accumulate_with(t, |slot| match slot {
-            GradWrite::Add(d) => {
-                Storage::matmul_into(d, a, transpose_a, b, transpose_b, true).map(|_| None)
-            }
-            GradWrite::Overwrite(d) => {
-                Storage::matmul_into(d, a, transpose_a, b, transpose_b, false).map(|_| None)
-            }
+            GradWrite::Add(d) => product(d, true).map(|_| None),
+            GradWrite::Overwrite(d) => product(d, false).map(|_| None),
             GradWrite::New => {
                 let mut d = Storage::zeros(t.shape(), t.device())?;
-                Storage::matmul_into(&mut d, a, transpose_a, b, transpose_b, false)?;
+                product(&mut d, false)?;
                 Ok(Some(d))
             }
         })

@@ -8,9 +8,11 @@
 //!
 //! Stock layers ([`layers`]): [`Linear`], [`Conv2d`], [`BatchNorm`], [`LayerNorm`],
 //! [`MaxPool2d`], [`AvgPool2d`], [`GlobalAvgPool2d`], [`Flatten`], [`Activation`], [`Dropout`],
-//! [`Embedding`], [`Residual`] and [`Sequential`]. [`ModelSpec`] describes a whole model: `kind
-//! = "mlp"` and `kind = "sequential"` (a list of layers, [`sequential`]) are built in, and a
-//! [`ModelRegistry`] maps further `kind`s to user code. [`ModelSummary`] is the Keras-style
+//! [`Embedding`], [`Residual`], [`Sequential`], the sequence layers [`Lstm`], [`Gru`],
+//! [`Bidirectional`] and [`SequencePool`], and the attention layers [`MultiHeadAttention`],
+//! [`TransformerEncoder`] and [`PositionEmbedding`]. [`ModelSpec`] describes a whole model:
+//! `kind = "mlp"` and `kind = "sequential"` (a list of layers, [`sequential`]) are built in, and
+//! a [`ModelRegistry`] maps further `kind`s to user code. [`ModelSummary`] is the Keras-style
 //! table of a model's layers.
 
 mod footprint;
@@ -26,7 +28,8 @@ pub use footprint::ModelFootprint;
 pub use layers::{
     Activation, ActivationKind, AvgPool2d, BatchNorm, BiGru, BiLstm, Bidirectional, Conv2d,
     Conv2dConfig, Dropout, Embedding, Flatten, GlobalAvgPool2d, Gru, Init, LayerNorm, Linear, Lstm,
-    MaxPool2d, Recurrent, Residual, SequencePool, SequencePoolKind, Sequential,
+    MaxPool2d, MultiHeadAttention, PositionEmbedding, PositionKind, Recurrent, Residual,
+    SequencePool, SequencePoolKind, Sequential, TransformerEncoder,
 };
 pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};

@@ -1,5 +1,5 @@
-//! Matrix products (2-D), the fused affine layer `x·W + b` and `x + a·b`, through the backend's
-//! GEMM.
+//! Matrix products (2-D), batched matrix products (3-D, with the right operand optionally read
+//! transposed), the fused affine layer `x·W + b` and `x + a·b`, through the backend's GEMM.
 
 use crate::autodiff::{Backward, GradSink};
 use crate::backend::Storage;
@@ -73,6 +73,38 @@ impl Backward for LinearBackward {
     }
 }
 
+/// `C[i] = A[i]·op(B[i])`, `op` a transpose when `transpose_b`:
+/// `dA = dC·op(B)ᵀ` and `dB = Aᵀ·dC` (`dB = dCᵀ·A` for a transposed `B`), each one batched GEMM
+/// straight into the gradient buffers.
+struct BmmBackward {
+    transpose_b: bool,
+}
+
+impl Backward for BmmBackward {
+    fn backward(
+        &self,
+        inputs: &[Tensor],
+        _: &Tensor,
+        g: &Storage,
+        sink: &mut GradSink,
+    ) -> Result<()> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        if sink.wants(a) {
+            let b_val = b.read();
+            sink.add_bmm(a, g, false, &b_val, !self.transpose_b)?;
+        }
+        if sink.wants(b) {
+            let a_val = a.read();
+            if self.transpose_b {
+                sink.add_bmm(b, g, true, &a_val, false)?;
+            } else {
+                sink.add_bmm(b, &a_val, true, g, false)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 fn check_matmul(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(usize, usize)> {
     same_device(op, &[a, b])?;
     if a.rank() != 2 || b.rank() != 2 || a.shape()[1] != b.shape()[0] {
@@ -86,7 +118,65 @@ fn check_matmul(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(usize, usiz
     Ok((a.shape()[0], b.shape()[1]))
 }
 
+/// `[B, m, p]` for `a` `[B, m, k]` and `b` `[B, k, p]` (`[B, p, k]` when `transpose_b`), or an
+/// error naming `op` and both shapes.
+fn check_bmm(op: &'static str, a: &Tensor, b: &Tensor, transpose_b: bool) -> Result<[usize; 3]> {
+    same_device(op, &[a, b])?;
+    if let (&[batch, m, k], &[b_batch, b_rows, b_cols]) = (a.shape(), b.shape()) {
+        let (inner, p) = if transpose_b {
+            (b_cols, b_rows)
+        } else {
+            (b_rows, b_cols)
+        };
+        if batch == b_batch && k == inner {
+            return Ok([batch, m, p]);
+        }
+    }
+    Err(MlError::ShapeMismatch {
+        op,
+        lhs: a.shape().to_vec(),
+        rhs: b.shape().to_vec(),
+        reason: if transpose_b {
+            "are not batches [B, m, k] and [B, p, k] of matrices"
+        } else {
+            "are not batches [B, m, k] and [B, k, p] of matrices"
+        },
+    })
+}
+
 impl Tensor {
+    fn bmm_impl(&self, rhs: &Tensor, transpose_b: bool) -> Result<Tensor> {
+        let op = if transpose_b { "bmm_t" } else { "bmm" };
+        let shape = check_bmm(op, self, rhs, transpose_b)?;
+        let mut out = Storage::zeros(&shape, self.device())?;
+        Storage::bmm_into(
+            &mut out,
+            &self.read(),
+            false,
+            &rhs.read(),
+            transpose_b,
+            false,
+        )?;
+        Ok(Tensor::from_op(
+            out,
+            &[self, rhs],
+            BmmBackward { transpose_b },
+        ))
+    }
+
+    /// The batched matrix product of `self` (`[B, m, k]`) and `rhs` (`[B, k, p]`): `[B, m, p]`,
+    /// entry `i` being `self[i]·rhs[i]`.
+    pub fn bmm(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.bmm_impl(rhs, false)
+    }
+
+    /// The batched product of `self` (`[B, m, k]`) and the transpose of each matrix of `rhs`
+    /// (`[B, p, k]`): `[B, m, p]`, entry `i` being `self[i]·rhs[i]ᵀ` (attention's `Q·Kᵀ`),
+    /// without materializing the transpose.
+    pub fn bmm_t(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.bmm_impl(rhs, true)
+    }
+
     /// The matrix product of `self` (`[m, k]`) and `rhs` (`[k, n]`).
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let (m, n) = check_matmul("matmul", self, rhs)?;

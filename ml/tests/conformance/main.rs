@@ -8,6 +8,9 @@
 //! - `conv`, `pool`, `norm`: convolution, pooling and batch normalization against direct
 //!   nested-loop references (values and gradients) and finite differences, and their errors.
 //! - `recurrent`: the LSTM and GRU against scalar references, padding, finite differences.
+//! - `attention`: batched matrix products; multi-head attention against a scalar reference,
+//!   padding, finite differences of it and of the Transformer encoder block; position
+//!   embeddings.
 //! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
 //! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
 //! - `checkpoint`: bit-exact resume and refusal of damaged files.
@@ -20,6 +23,7 @@
 
 mod helpers;
 
+mod attention;
 mod autodiff;
 mod checkpoint;
 mod checkpoint_fuzz;

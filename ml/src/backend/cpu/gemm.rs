@@ -1,6 +1,7 @@
 //! Matrix products through the `gemm` crate.
 
 use gemm::Parallelism;
+use rayon::prelude::*;
 
 use super::{CpuArray, slice, slice_mut};
 use crate::backend::matmul::MatmulOps;
@@ -144,6 +145,45 @@ impl MatmulOps for CpuArray {
     ) -> Result<()> {
         let (a, b) = (mat_ref(a, transpose_a), mat_ref(b, transpose_b));
         matmul_into(slice_mut(dst), a, b, accumulate);
+        Ok(())
+    }
+
+    fn bmm_into(
+        dst: &mut Self,
+        a: &Self,
+        transpose_a: bool,
+        b: &Self,
+        transpose_b: bool,
+        accumulate: bool,
+    ) -> Result<()> {
+        let entry = |x: &CpuArray| (x.shape()[0], x.shape()[1], x.shape()[2]);
+        let ((batch, a_rows, a_cols), (_, b_rows, b_cols)) = (entry(a), entry(b));
+        let out = dst.shape()[1] * dst.shape()[2];
+        if batch == 0 || out == 0 {
+            return Ok(());
+        }
+        let (a_data, b_data) = (slice(a), slice(b));
+        let operands = |i: usize| {
+            let (a_len, b_len) = (a_rows * a_cols, b_rows * b_cols);
+            let a = MatRef::new(&a_data[i * a_len..(i + 1) * a_len], a_rows, a_cols);
+            let b = MatRef::new(&b_data[i * b_len..(i + 1) * b_len], b_rows, b_cols);
+            let a = if transpose_a { a.t() } else { a };
+            (a, if transpose_b { b.t() } else { b })
+        };
+        let dst = slice_mut(dst);
+        // Enough entries to keep every thread busy: one single-threaded product per entry, in
+        // parallel; otherwise one entry after the other, each on every thread.
+        if batch > 1 && batch >= rayon::current_num_threads() {
+            dst.par_chunks_mut(out).enumerate().for_each(|(i, c)| {
+                let (a, b) = operands(i);
+                matmul_into_serial(c, a, b, accumulate);
+            });
+        } else {
+            for (i, c) in dst.chunks_mut(out).enumerate() {
+                let (a, b) = operands(i);
+                matmul_into(c, a, b, accumulate);
+            }
+        }
         Ok(())
     }
 }

@@ -213,4 +213,43 @@ impl MatmulOps for CudaStorage {
         let gpu = dst.gpu.clone();
         gpu.product(&p, &a.view(), &b.view(), &mut dst.view_mut())
     }
+
+    /// One strided-batched SGEMM over the batch entries, each entry's matrix right after the
+    /// previous one's.
+    fn bmm_into(
+        dst: &mut Self,
+        a: &Self,
+        transpose_a: bool,
+        b: &Self,
+        transpose_b: bool,
+        accumulate: bool,
+    ) -> Result<()> {
+        a.on_same_gpu("bmm", &[b.device(), dst.device()])?;
+        let (batch, a_rows, a_cols) = (a.shape[0], a.shape[1], a.shape[2]);
+        let (b_rows, b_cols) = (b.shape[1], b.shape[2]);
+        let (m, k) = if transpose_a {
+            (a_cols, a_rows)
+        } else {
+            (a_rows, a_cols)
+        };
+        let n = if transpose_b { b_rows } else { b_cols };
+        if batch == 0 || m == 0 || n == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            return if accumulate { Ok(()) } else { dst.fill(0.0) };
+        }
+        let p = Product {
+            m,
+            n,
+            k,
+            a: Operand::dense(a_cols, transpose_a).every(a_rows * a_cols),
+            b: Operand::dense(b_cols, transpose_b).every(b_rows * b_cols),
+            c: Operand::dense(n, false).every(m * n),
+            batch,
+            accumulate,
+        };
+        let gpu = dst.gpu.clone();
+        gpu.product(&p, &a.view(), &b.view(), &mut dst.view_mut())
+    }
 }

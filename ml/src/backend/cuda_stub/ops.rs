@@ -86,6 +86,9 @@ impl MatmulOps for CudaStorage {
     fn matmul_into(d: &mut Self, _: &Self, _: bool, _: &Self, _: bool, _: bool) -> Result<()> {
         match *d {}
     }
+    fn bmm_into(d: &mut Self, _: &Self, _: bool, _: &Self, _: bool, _: bool) -> Result<()> {
+        match *d {}
+    }
 }
 
 impl ConvOps for CudaStorage {
