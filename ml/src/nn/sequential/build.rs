@@ -3,7 +3,8 @@
 use crate::error::Result;
 use crate::nn::layers::{
     Activation, AvgPool2d, BatchNorm, Bidirectional, Conv2d, Dropout, Embedding, Flatten,
-    GlobalAvgPool2d, Gru, LayerNorm, Linear, Lstm, MaxPool2d, Residual, SequencePool, Sequential,
+    GlobalAvgPool2d, Gru, LayerNorm, Linear, Lstm, MaxPool2d, MultiHeadAttention,
+    PositionEmbedding, Residual, SequencePool, Sequential, TransformerEncoder,
 };
 use crate::nn::sequential::infer::{PlannedLayer, RecurrentCell, Resolved};
 use crate::nn::{ModelFootprint, ModelSummary, Module, ParamBuilder, SummaryRow};
@@ -65,6 +66,27 @@ fn build_layer(layer: &PlannedLayer, b: &mut ParamBuilder<'_>) -> Result<Box<dyn
             Box::new(stack.build(&mut b, *inputs, *layers, *dropout)?)
         }
         Resolved::SequencePool(kind) => Box::new(SequencePool { kind: *kind }),
+        Resolved::MultiHeadAttention {
+            dim,
+            heads,
+            dropout,
+        } => Box::new(MultiHeadAttention::new(&mut b, *dim, *heads, *dropout)?),
+        Resolved::TransformerEncoder {
+            dim,
+            heads,
+            ff,
+            dropout,
+            activation,
+        } => {
+            let mut block = TransformerEncoder::new(&mut b, *dim, *heads, *ff, *dropout)?;
+            block.activation = *activation;
+            Box::new(block)
+        }
+        Resolved::PositionEmbedding {
+            kind,
+            max_length,
+            dim,
+        } => Box::new(PositionEmbedding::new(&mut b, *kind, *max_length, *dim)?),
         Resolved::Residual { body, shortcut } => {
             let body = Box::new(build_list(body, &mut b)?);
             let shortcut = match shortcut {
@@ -193,6 +215,9 @@ fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
             Resolved::LayerNorm { .. } => 4,
             // Each step's gates, states and activations, per layer of the stack.
             Resolved::Recurrent { layers, .. } => 5 * *layers as u64,
+            // Projections, scores per head are T×T: taken as a few copies per value here.
+            Resolved::MultiHeadAttention { .. } => 6,
+            Resolved::TransformerEncoder { ff, dim, .. } => 10 + 2 * (*ff / (*dim).max(1)) as u64,
             _ => 1,
         };
         t.kept = t.kept.saturating_add(out.saturating_mul(copies));

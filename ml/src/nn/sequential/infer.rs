@@ -8,7 +8,7 @@ use crate::nn::sequential::sequence;
 use crate::nn::sequential::spec::{
     Conv2dSpec, LayerSpec, LinearSpec, Padding, PoolSpec, ResidualSpec,
 };
-use crate::nn::{ActivationKind, Init, SequencePoolKind};
+use crate::nn::{ActivationKind, Init, PositionKind, SequencePoolKind};
 use crate::ops::{Conv2dOptions, Pool2dOptions};
 
 /// The largest size a spec may give anything: channels, widths, kernels, strides, dimensions.
@@ -88,6 +88,37 @@ pub enum Resolved {
     },
     /// Pooling over each sequence's real steps.
     SequencePool(SequencePoolKind),
+    /// Self-attention over `dim` features.
+    MultiHeadAttention {
+        /// Features of each step.
+        dim: usize,
+        /// Heads.
+        heads: usize,
+        /// Dropout on the attention weights.
+        dropout: f32,
+    },
+    /// A Transformer encoder block.
+    TransformerEncoder {
+        /// Features of each step.
+        dim: usize,
+        /// Heads.
+        heads: usize,
+        /// Feed-forward units.
+        ff: usize,
+        /// Dropout.
+        dropout: f32,
+        /// The feed-forward's nonlinearity.
+        activation: ActivationKind,
+    },
+    /// Position vectors.
+    PositionEmbedding {
+        /// Sinusoidal or learned.
+        kind: PositionKind,
+        /// Positions (the longest sequence).
+        max_length: usize,
+        /// Features of each step.
+        dim: usize,
+    },
     /// A skip connection.
     Residual {
         /// The block's layers.
@@ -348,6 +379,9 @@ fn infer_layer(at: &At<'_>, spec: &LayerSpec) -> Result<PlannedLayer> {
         LayerSpec::Lstm(r) => sequence::recurrent(at, RecurrentCell::Lstm, r),
         LayerSpec::Gru(r) => sequence::recurrent(at, RecurrentCell::Gru, r),
         LayerSpec::SequencePool(p) => sequence::pool(at, p),
+        LayerSpec::MultiHeadAttention(a) => sequence::attention(at, a),
+        LayerSpec::TransformerEncoder(t) => sequence::transformer(at, t),
+        LayerSpec::PositionEmbedding(p) => sequence::positions(at, p),
         LayerSpec::Residual(r) => residual(at, r),
     }
 }

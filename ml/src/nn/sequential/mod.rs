@@ -38,8 +38,9 @@ use crate::nn::{
 
 pub use infer::{MAX_DIM, MAX_ELEMENTS, PlannedLayer, RecurrentCell, Resolved, batch_shape};
 pub use spec::{
-    BatchNormSpec, Conv2dSpec, DropoutSpec, EmbeddingSpec, LAYER_TYPES, LayerNormSpec, LayerSpec,
-    LinearSpec, Padding, Pair, PoolSpec, RecurrentSpec, ResidualSpec, SequencePoolSpec,
+    AttentionSpec, BatchNormSpec, Conv2dSpec, DropoutSpec, EmbeddingSpec, LAYER_TYPES,
+    LayerNormSpec, LayerSpec, LinearSpec, Padding, Pair, PoolSpec, PositionSpec, RecurrentSpec,
+    ResidualSpec, SequencePoolSpec, TransformerSpec,
 };
 
 /// The most axes one example's input may have.

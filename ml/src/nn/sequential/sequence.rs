@@ -1,10 +1,13 @@
 //! Shape inference of the layers that read sequences `[T, features]` (one example's shape; the
-//! batch is `[n, T, features]` with `T` the batch's longest sequence): recurrent layers and
-//! pooling over the steps.
+//! batch is `[n, T, features]` with `T` the batch's longest sequence): recurrent layers,
+//! pooling over the steps, attention, Transformer encoder blocks and position embeddings.
 
 use crate::error::Result;
 use crate::nn::sequential::infer::{At, PlannedLayer, RecurrentCell, Resolved, batch_shape};
-use crate::nn::sequential::spec::{RecurrentSpec, SequencePoolSpec};
+use crate::nn::sequential::spec::{
+    AttentionSpec, PositionSpec, RecurrentSpec, SequencePoolSpec, TransformerSpec,
+};
+use crate::nn::{ActivationKind, PositionKind};
 
 /// The most layers one recurrent entry may stack.
 const MAX_STACK: usize = 64;
@@ -72,4 +75,77 @@ pub(super) fn recurrent(
 pub(super) fn pool(at: &At<'_>, p: &SequencePoolSpec) -> Result<PlannedLayer> {
     let [_, features] = steps_and_features(at)?;
     at.planned(vec![features], 0, Resolved::SequencePool(p.reduce))
+}
+
+/// Checks `heads` (and `dropout`) for a layer over `dim` features.
+fn check_heads(at: &At<'_>, dim: usize, heads: usize, dropout: f32) -> Result<()> {
+    super::infer::check_sizes(at, &[("heads", heads)], 1)?;
+    if !dim.is_multiple_of(heads) {
+        return Err(at.error(format!(
+            "has heads = {heads}, which must divide the {dim} features of its input {}",
+            batch_shape(at.input)
+        )));
+    }
+    if !(0.0..1.0).contains(&dropout) {
+        return Err(at.error(format!("has dropout = {dropout}, outside [0, 1)")));
+    }
+    Ok(())
+}
+
+/// The query, key, value and output projections of `dim` features.
+fn attention_params(dim: u64) -> u64 {
+    dim.saturating_mul(dim)
+        .saturating_add(dim)
+        .saturating_mul(4)
+}
+
+/// `multi_head_attention`: `[T, dim]` → `[T, dim]`.
+pub(super) fn attention(at: &At<'_>, a: &AttentionSpec) -> Result<PlannedLayer> {
+    let [steps, dim] = steps_and_features(at)?;
+    check_heads(at, dim, a.heads, a.dropout)?;
+    let layer = Resolved::MultiHeadAttention {
+        dim,
+        heads: a.heads,
+        dropout: a.dropout,
+    };
+    at.planned(vec![steps, dim], attention_params(dim as u64), layer)
+}
+
+/// `transformer_encoder`: `[T, dim]` → `[T, dim]`.
+pub(super) fn transformer(at: &At<'_>, t: &TransformerSpec) -> Result<PlannedLayer> {
+    let [steps, dim] = steps_and_features(at)?;
+    check_heads(at, dim, t.heads, t.dropout)?;
+    super::infer::check_sizes(at, &[("ff", t.ff)], 1)?;
+    if !matches!(t.activation, ActivationKind::Relu | ActivationKind::Gelu) {
+        return Err(at.error("has an activation other than \"relu\" or \"gelu\""));
+    }
+    let (d, ff) = (dim as u64, t.ff as u64);
+    // Attention, the two feed-forward layers with biases, two layer norms.
+    let params = attention_params(d)
+        .saturating_add(d.saturating_mul(ff).saturating_mul(2))
+        .saturating_add(ff + d)
+        .saturating_add(4 * d);
+    let layer = Resolved::TransformerEncoder {
+        dim,
+        heads: t.heads,
+        ff: t.ff,
+        dropout: t.dropout,
+        activation: t.activation,
+    };
+    at.planned(vec![steps, dim], params, layer)
+}
+
+/// `position_embedding`: `[T, dim]` → `[T, dim]`, a table of `T` (the longest sequence) rows.
+pub(super) fn positions(at: &At<'_>, p: &PositionSpec) -> Result<PlannedLayer> {
+    let [steps, dim] = steps_and_features(at)?;
+    let params = match p.kind {
+        PositionKind::Sinusoidal => 0,
+        PositionKind::Learned => (steps as u64).saturating_mul(dim as u64),
+    };
+    let layer = Resolved::PositionEmbedding {
+        kind: p.kind,
+        max_length: steps,
+        dim,
+    };
+    at.planned(vec![steps, dim], params, layer)
 }

@@ -170,3 +170,41 @@ fn padded_batch(r: &mut rng::Rng) -> (Vec<f32>, Vec<usize>, Vec<f32>, Vec<f32>) 
     }
     (ids, lengths, rows, labels)
 }
+
+#[test]
+fn a_transformer_tagger_counts_what_pytorch_counts_and_runs_on_padded_batches() {
+    let fields = json!({ "layers": [
+        { "type": "embedding", "dim": 64 },
+        { "type": "position_embedding", "kind": "learned" },
+        { "type": "transformer_encoder", "heads": 4, "ff": 128 },
+        { "type": "linear" },
+    ]});
+    let plan = resolve(fields.clone(), &facts(Some(100), true, 5)).unwrap();
+    let params: Vec<u64> = plan.layers.iter().map(|l| l.params).collect();
+    // nn.TransformerEncoderLayer(64, 4, 128): in_proj 12,480 + out_proj 4,160 + linear1 8,320
+    // + linear2 8,256 + two norms 256 = 33,472; the learned positions 40 × 64.
+    assert_eq!(params, [6_400, 2_560, 33_472, 325]);
+    let resolved = SequentialBuilder
+        .resolve(&spec(fields), &facts(Some(100), true, 5))
+        .unwrap();
+    let model = Model::build(&resolved, &ModelRegistry::default(), 3, Device::Cpu).unwrap();
+    let ids = Tensor::from_vec(vec![5., 6., 7., 8., 9., 0.], &[2, 3], Device::Cpu).unwrap();
+    let mut r = rng::seeded(0, 0);
+    let out = model
+        .forward_sequences(&ids, &[3, 2], false, &mut r)
+        .unwrap();
+    assert_eq!(out.shape(), [2, 3, 5]);
+    let e = resolve(
+        json!({ "layers": [
+            { "type": "embedding", "dim": 6 },
+            { "type": "multi_head_attention", "heads": 4 },
+            { "type": "linear" },
+        ]}),
+        &facts(Some(100), true, 5),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("model.layers[1] (multi_head_attention) has heads = 4, which must divide the 6"),
+        "{e}"
+    );
+}

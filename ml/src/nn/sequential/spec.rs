@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::error::{MlError, Result};
-use crate::nn::{Init, SequencePoolKind};
+use crate::nn::{ActivationKind, Init, PositionKind, SequencePoolKind};
 
 /// A `[height, width]` pair written as one integer (both the same) or `[h, w]`: a kernel,
 /// stride or dilation.
@@ -289,6 +289,58 @@ fn default_reduce() -> SequencePoolKind {
     SequencePoolKind::Mean
 }
 
+/// `{ type = "multi_head_attention", heads, dropout = 0 }`: self-attention over `[n, T, dim]`
+/// (padded steps are no keys), `dim` a multiple of `heads`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionSpec {
+    /// Attention heads.
+    pub heads: usize,
+    /// Dropout on the attention weights while training.
+    #[serde(default)]
+    pub dropout: f32,
+}
+
+/// `{ type = "transformer_encoder", heads, ff, dropout = 0.1, activation = "relu" }`: one
+/// post-norm Transformer encoder block (PyTorch's `nn.TransformerEncoderLayer`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformerSpec {
+    /// Attention heads.
+    pub heads: usize,
+    /// Hidden units of the feed-forward.
+    pub ff: usize,
+    /// Dropout after the attention, inside the feed-forward and after it.
+    #[serde(default = "default_transformer_dropout")]
+    pub dropout: f32,
+    /// The feed-forward's nonlinearity, `"relu"` or `"gelu"`.
+    #[serde(default = "default_ff_activation")]
+    pub activation: ActivationKind,
+}
+
+fn default_transformer_dropout() -> f32 {
+    0.1
+}
+
+fn default_ff_activation() -> ActivationKind {
+    ActivationKind::Relu
+}
+
+/// `{ type = "position_embedding", kind = "sinusoidal" | "learned" }`: adds each step's
+/// position vector to `[n, T, dim]` (fixed sines and cosines, or a learned table of
+/// `max_length` rows).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PositionSpec {
+    /// Sinusoidal (default) or learned.
+    #[serde(default = "default_position_kind")]
+    pub kind: PositionKind,
+}
+
+fn default_position_kind() -> PositionKind {
+    PositionKind::Sinusoidal
+}
+
 /// `{ type = "residual", layers = [...], shortcut = [...] }`: the layers' output plus the
 /// input (or the shortcut's output).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -338,6 +390,12 @@ pub enum LayerSpec {
     Gru(RecurrentSpec),
     /// The mean or maximum over each sequence's real steps.
     SequencePool(SequencePoolSpec),
+    /// Multi-head self-attention.
+    MultiHeadAttention(AttentionSpec),
+    /// A Transformer encoder block.
+    TransformerEncoder(TransformerSpec),
+    /// Position vectors added to each step.
+    PositionEmbedding(PositionSpec),
     /// A skip connection around a list of layers.
     Residual(ResidualSpec),
 }
@@ -361,6 +419,9 @@ pub const LAYER_TYPES: &[&str] = &[
     "lstm",
     "gru",
     "sequence_pool",
+    "multi_head_attention",
+    "transformer_encoder",
+    "position_embedding",
     "residual",
 ];
 
@@ -385,6 +446,9 @@ impl LayerSpec {
             LayerSpec::Lstm(_) => "lstm",
             LayerSpec::Gru(_) => "gru",
             LayerSpec::SequencePool(_) => "sequence_pool",
+            LayerSpec::MultiHeadAttention(_) => "multi_head_attention",
+            LayerSpec::TransformerEncoder(_) => "transformer_encoder",
+            LayerSpec::PositionEmbedding(_) => "position_embedding",
             LayerSpec::Residual(_) => "residual",
         }
     }
@@ -445,6 +509,9 @@ impl LayerSpec {
             "lstm" => LayerSpec::Lstm(read(&at, &keys)?),
             "gru" => LayerSpec::Gru(read(&at, &keys)?),
             "sequence_pool" => LayerSpec::SequencePool(read(&at, &keys)?),
+            "multi_head_attention" => LayerSpec::MultiHeadAttention(read(&at, &keys)?),
+            "transformer_encoder" => LayerSpec::TransformerEncoder(read(&at, &keys)?),
+            "position_embedding" => LayerSpec::PositionEmbedding(read(&at, &keys)?),
             "residual" => LayerSpec::Residual(parse_residual(path, &at, &keys)?),
             other => {
                 return Err(MlError::spec(format!(
