@@ -5,20 +5,25 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use datafusion::arrow::array::{ArrayRef, Float32Array, Int64Array, StringArray};
+use datafusion::arrow::array::{ArrayRef, Float32Array, Int64Array, ListArray, StringArray};
+use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
 use ringflow_ml::checkpoint;
 use ringflow_ml::loss::LossKind;
-use ringflow_ml::nn::{Model, ModelRegistry};
-use ringflow_ml::{Device, Tensor, no_grad};
+use ringflow_ml::nn::{Model, ModelRegistry, SequenceOutput};
+use ringflow_ml::{Device, no_grad};
 use ringflow_proto::data::Location;
 use ringflow_proto::data::location::download_dir;
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::spec::JobSpec;
 
+use crate::data::batches::Batch;
+use crate::data::features::Rows;
+use crate::data::sequences;
 use crate::error::{ExecutorError, Result};
+use crate::train::forward::forward_batch;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::{Split, TaskContext, TrainEvent, evaluate, label_kind};
 
@@ -91,11 +96,18 @@ pub fn run_inference(
         read,
         converter,
         preprocessing,
+        entities,
         ..
     } = prepare_data(spec, &task.data, shape, label, ctx)?;
     let plan = ctx.epoch_plan(Split::Test, 0)?;
     let Some((output, id_column)) = &task.predict else {
-        let stats = evaluate(&model, spec.train.loss, &plan, converter, read)?;
+        let stats = evaluate(
+            &model,
+            spec.train.loss,
+            &plan,
+            (converter, read),
+            entities.as_ref(),
+        )?;
         ctx.report(TrainEvent::Evaluated(stats))?;
         return Ok(0);
     };
@@ -112,10 +124,16 @@ pub fn run_inference(
         for start in (0..batch.num_rows()).step_by(PREDICT_BATCH) {
             let part = batch.slice(start, PREDICT_BATCH.min(batch.num_rows() - start));
             let rows = converter.convert(&part, origin.file, origin.first_row + start as u64)?;
-            let x = Tensor::from_vec(rows.features, &shape.batch(rows.rows), device)?;
-            let out = no_grad(|| model.forward(&x, false, &mut rng))?.try_to_vec()?;
-            let columns =
+            let tagged =
+                (shape.sequence == Some(SequenceOutput::PerStep)).then(|| rows.lengths.clone());
+            let mut batch = as_batch(rows, tagged.is_some());
+            let out = no_grad(|| forward_batch(&model, &mut batch, false, &mut rng, device))?
+                .try_to_vec()?;
+            let mut columns =
                 prediction_columns(&out, shape.outputs, spec.train.loss, classes.as_deref());
+            if let Some(lengths) = tagged {
+                columns = per_sequence(columns, &lengths);
+            }
             let mut fields = Vec::new();
             let mut arrays: Vec<ArrayRef> = Vec::new();
             if let Some(id) = id_column {
@@ -170,6 +188,42 @@ pub fn run_inference(
         .map_err(|e| ExecutorError::output("read the staged predictions", e))?;
     block_on(async move { part.write(bytes).await }).map_err(ExecutorError::Storage)?;
     Ok(rows_written)
+}
+
+/// Converted rows as one batch: as they are, or sequences padded to their longest.
+fn as_batch(rows: Rows, per_step: bool) -> Batch {
+    if rows.lengths.is_empty() {
+        return Batch {
+            features: rows.features,
+            rows: rows.rows,
+            ..Batch::default()
+        };
+    }
+    let mut offset = 0;
+    let sequences: Vec<_> = (0..rows.rows)
+        .map(|i| {
+            let s = rows.sequence(i, offset, per_step);
+            offset += rows.lengths[i];
+            s
+        })
+        .collect();
+    sequences::pad(&sequences, per_step)
+}
+
+/// A tagger's per-token prediction columns as one list per row (`lengths` tokens each).
+fn per_sequence(
+    columns: Vec<(&'static str, ArrayRef)>,
+    lengths: &[usize],
+) -> Vec<(&'static str, ArrayRef)> {
+    columns
+        .into_iter()
+        .map(|(name, values)| {
+            let field = Arc::new(Field::new_list_field(values.data_type().clone(), false));
+            let offsets = OffsetBuffer::from_lengths(lengths.iter().copied());
+            let list: ArrayRef = Arc::new(ListArray::new(field, offsets, values, None));
+            (name, list)
+        })
+        .collect()
 }
 
 /// The prediction columns for `out` (rows × outputs): `prediction` (class name, class index

@@ -1,5 +1,6 @@
 //! What the train loop needs from the driver, and what it reports back.
 
+use ringflow_proto::metrics::entities::EntityCounts;
 use ringflow_proto::pb::EpochPlan;
 
 use crate::collective::Collective;
@@ -56,6 +57,10 @@ pub struct EpochStats {
     pub phases: PhaseTimes,
     /// The steps timed since the previous report (`--timeline`).
     pub spans: Vec<StepSpan>,
+    /// For token sequences: the real tokens of the rows trained.
+    pub tokens: u64,
+    /// For token sequences: the padding steps of the epoch's batches.
+    pub padding: u64,
 }
 
 /// Evaluation of one rank's share of the test split; ranks' stats add up.
@@ -69,6 +74,10 @@ pub struct EvalStats {
     pub correct: u64,
     /// Sum of squared errors (regression).
     pub squared_error: f64,
+    /// True when `rows` counts the real tokens of a tagger.
+    pub tokens: bool,
+    /// Entity counts of an IOB2 tagger (`train.metrics` has `"entity_f1"`).
+    pub entities: Option<EntityCounts>,
 }
 
 impl EvalStats {
@@ -78,6 +87,10 @@ impl EvalStats {
         self.loss_sum += other.loss_sum;
         self.correct += other.correct;
         self.squared_error += other.squared_error;
+        self.tokens |= other.tokens;
+        if let Some(e) = other.entities {
+            *self.entities.get_or_insert_with(EntityCounts::default) += e;
+        }
     }
 
     /// Fraction of correct predictions.

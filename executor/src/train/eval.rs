@@ -5,6 +5,7 @@ use std::sync::Arc;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::Model;
 use ringflow_ml::{Device, Tensor, no_grad};
+use ringflow_proto::metrics::entities::{EntityCounts, TagScheme};
 use ringflow_proto::pb::EpochPlan;
 
 use crate::data::batches::EpochStream;
@@ -17,13 +18,14 @@ use crate::train::forward::forward_batch;
 /// Rows per evaluation batch.
 const EVAL_BATCH: usize = ringflow_proto::data::EVAL_BATCH_ROWS;
 
-/// Loss, accuracy (classification) or squared error (regression) of `model` on `plan`'s rows.
+/// Loss, accuracy (classification) or squared error (regression) of `model` on `plan`'s rows
+/// (on the real tokens, for a tagger), and with `entities` the entity counts of its IOB2 tags.
 pub fn evaluate(
     model: &Model,
     loss_kind: LossKind,
     plan: &EpochPlan,
-    converter: Arc<Converter>,
-    read: ReadContext,
+    (converter, read): (Arc<Converter>, ReadContext),
+    entities: Option<&TagScheme>,
 ) -> Result<EvalStats> {
     // Evaluation is deterministic: dropout is off, so its generator is never drawn from.
     let mut rng = ringflow_ml::rng::seeded(0, 0);
@@ -37,6 +39,9 @@ pub fn evaluate(
             let labels = std::mem::take(&mut batch.labels);
             // Examples, or the real tokens of a tagger.
             let rows = labels.len();
+            let tagged = batch.is_sequences() && rows != batch.rows;
+            stats.tokens |= tagged;
+            let lengths = std::mem::take(&mut batch.lengths);
             let y = labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
             let output = forward_batch(model, &mut batch, false, &mut rng, device)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
@@ -45,10 +50,16 @@ pub fn evaluate(
             let out = output.try_to_vec()?;
             match loss_kind {
                 LossKind::CrossEntropy => {
-                    for (row, &label) in out.chunks_exact(shape.outputs).zip(&labels) {
-                        if argmax(row) == label as usize {
+                    let predicted: Vec<usize> =
+                        out.chunks_exact(shape.outputs).map(argmax).collect();
+                    for (&p, &label) in predicted.iter().zip(&labels) {
+                        if p == label as usize {
                             stats.correct += 1;
                         }
+                    }
+                    if let Some(scheme) = entities.filter(|_| tagged) {
+                        let counts = stats.entities.get_or_insert_with(Default::default);
+                        *counts += count_entities(scheme, &lengths, &labels, &predicted);
                     }
                 }
                 LossKind::BinaryCrossEntropy => {
@@ -68,6 +79,27 @@ pub fn evaluate(
         Ok(())
     })?;
     Ok(stats)
+}
+
+/// The entity counts of the sentences (of `lengths` tokens each) whose tokens' gold and
+/// predicted classes follow one another in `gold` and `predicted`.
+fn count_entities(
+    scheme: &TagScheme,
+    lengths: &[usize],
+    gold: &[f32],
+    predicted: &[usize],
+) -> EntityCounts {
+    let mut counts = EntityCounts::default();
+    let mut start = 0;
+    for &len in lengths {
+        let g: Vec<usize> = gold[start..start + len]
+            .iter()
+            .map(|&c| c as usize)
+            .collect();
+        counts += scheme.count(&g, &predicted[start..start + len]);
+        start += len;
+    }
+    counts
 }
 
 fn argmax(row: &[f32]) -> usize {

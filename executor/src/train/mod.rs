@@ -13,7 +13,7 @@
 
 mod context;
 mod eval;
-mod forward;
+pub(crate) mod forward;
 pub mod fusion;
 pub mod hooks;
 mod report;

@@ -36,6 +36,8 @@ impl From<&EpochStats> for pb::EpochReport {
             seconds: e.seconds,
             phases: Some((&e.phases).into()),
             spans: spans(&e.spans),
+            tokens: e.tokens,
+            padding: e.padding,
         }
     }
 }
@@ -48,6 +50,12 @@ impl From<&EvalStats> for pb::EvalReport {
             correct: e.correct,
             squared_error: e.squared_error,
             epoch: None,
+            tokens: e.tokens,
+            entities: e.entities.map(|c| pb::EntityCounts {
+                correct: c.correct,
+                predicted: c.predicted,
+                gold: c.gold,
+            }),
         }
     }
 }

@@ -13,7 +13,8 @@ use ringflow_proto::data::partition::unreadable;
 use ringflow_proto::data::sequences::SequenceRules;
 use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_proto::data::{DataStats, Preprocessing};
-use ringflow_proto::spec::JobSpec;
+use ringflow_proto::metrics::entities::TagScheme;
+use ringflow_proto::spec::{JobSpec, Metric};
 
 use crate::data::augment::Augmenter;
 use crate::data::cache::RowGroupCache;
@@ -63,6 +64,8 @@ pub struct TaskData {
     /// Random crops and flips of training batches (`data.augment`); never applied by
     /// evaluation and prediction.
     pub augment: Option<Augmenter>,
+    /// The IOB2 tags of a tagger whose `train.metrics` has `"entity_f1"`.
+    pub entities: Option<TagScheme>,
 }
 
 /// Sets up reading for `spec` and runs the preparation phases the task asks for. `label` is
@@ -140,9 +143,32 @@ pub fn prepare_data(
     Ok(TaskData {
         read,
         converter,
+        entities: entity_tags(spec, shape, &preprocessing)?,
         preprocessing,
         augment: Augmenter::new(data, spec.train.seed),
     })
+}
+
+/// The tag scheme `train.metrics = ["entity_f1"]` reads the classes with; `None` when the
+/// metric is not asked for.
+fn entity_tags(
+    spec: &JobSpec,
+    shape: &ModelShape,
+    preprocessing: &Preprocessing,
+) -> Result<Option<TagScheme>> {
+    if !spec.train.metrics.contains(&Metric::EntityF1) {
+        return Ok(None);
+    }
+    let refuse = |why: String| Err(ExecutorError::Spec(format!("train.metrics: {why}")));
+    if shape.sequence != Some(SequenceOutput::PerStep) {
+        return refuse("\"entity_f1\" needs a tagger (one label per token)".into());
+    }
+    let Some(classes) = &preprocessing.classes else {
+        return refuse("\"entity_f1\" needs tags named O, B-<type>, I-<type>".into());
+    };
+    TagScheme::parse(classes)
+        .map(Some)
+        .or_else(|e| refuse(e.to_string()))
 }
 
 /// The converter of the job's features and label (`label`: what it must hold, `None` when

@@ -80,6 +80,9 @@ struct Tally {
     /// Backup workers: rows of steps skipped to catch up.
     skipped: u64,
     phases: PhaseTimes,
+    /// Token sequences: real tokens trained, and the padding of their batches.
+    tokens: u64,
+    padding: u64,
 }
 
 /// The loss and throughput since the last progress report.
@@ -118,6 +121,9 @@ enum Step {
     /// This rank trained on `rows` rows.
     Trained {
         rows: u64,
+        /// Real tokens and padding steps of a batch of sequences (0 otherwise).
+        tokens: u64,
+        padding: u64,
         loss: f64,
         phases: PhaseTimes,
         contribution: Contribution,
@@ -160,10 +166,16 @@ impl Trainer<'_> {
                     }
                     Step::Trained {
                         rows,
+                        tokens,
+                        padding,
                         loss,
                         phases,
                         contribution,
-                    } => (rows, loss, phases, contribution),
+                    } => {
+                        (tally.tokens, tally.padding) =
+                            (tally.tokens + tokens, tally.padding + padding);
+                        (rows, loss, phases, contribution)
+                    }
                 };
             if contribution == Contribution::Dropped {
                 tally.late += rows;
@@ -202,6 +214,8 @@ impl Trainer<'_> {
             seconds,
             phases: tally.phases,
             spans: self.spans.take(),
+            tokens: tally.tokens,
+            padding: tally.padding,
         };
         let done = EpochDone {
             samples: stats.samples,
@@ -256,6 +270,7 @@ impl Trainer<'_> {
                     epoch,
                 })?;
         let rows = batch.rows;
+        let (tokens, padding) = (batch.tokens() as u64, batch.padding() as u64);
         let lr = spec
             .train
             .schedule
@@ -319,6 +334,8 @@ impl Trainer<'_> {
         }
         Ok(Step::Trained {
             rows: rows as u64,
+            tokens,
+            padding,
             loss: loss_value,
             phases,
             contribution,

@@ -353,8 +353,8 @@ impl<'a> Trainer<'a> {
             &self.model,
             self.task.spec.train.loss,
             &plan,
-            converter,
-            read,
+            (converter, read),
+            data.entities.as_ref(),
         )
     }
 
