@@ -24,6 +24,7 @@ mod process;
 mod recovery;
 mod s3;
 mod security;
+mod sequences;
 mod standalone;
 mod status;
 mod train;

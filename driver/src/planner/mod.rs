@@ -483,10 +483,13 @@ fn plan_sequences(
         return Ok(None);
     };
     let Some(columns) = sequences::detect(spec, schema).map_err(DriverError::Data)? else {
+        let none = Preprocessing::default();
+        sequences::check_metrics(spec, None, &none).map_err(DriverError::Data)?;
         return Ok(None);
     };
     let counts = sequences::count(spec, train, &columns)?;
     let preprocessing = counts.preprocessing(spec);
+    sequences::check_metrics(spec, Some(&columns), &preprocessing).map_err(DriverError::Data)?;
     let described = counts.describe(&preprocessing);
     let planned = PlannedSequences {
         columns,

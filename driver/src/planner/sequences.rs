@@ -21,7 +21,8 @@ use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::pb::Partition;
-use ringflow_proto::spec::JobSpec;
+use ringflow_proto::metrics::entities::TagScheme;
+use ringflow_proto::spec::{JobSpec, Metric};
 
 use super::footer::{LabelType, RowGroup, Split};
 use crate::error::{DriverError, Result};
@@ -462,4 +463,33 @@ pub fn check_schema(
             data.label
         )))
     }
+}
+
+/// Checks `train.metrics` against the job: `"entity_f1"` needs a tagger (`columns` per step)
+/// whose tag classes are IOB2 names.
+pub fn check_metrics(
+    spec: &JobSpec,
+    columns: Option<&SequenceColumns>,
+    p: &Preprocessing,
+) -> std::result::Result<(), String> {
+    if !spec.train.metrics.contains(&Metric::EntityF1) {
+        return Ok(());
+    }
+    if !columns.is_some_and(|c| c.per_step) {
+        return Err(
+            "train.metrics: \"entity_f1\" needs a tagger: a token sequence feature and a list \
+             label with one tag per token"
+                .into(),
+        );
+    }
+    let Some(classes) = &p.classes else {
+        return Err(format!(
+            "train.metrics: \"entity_f1\" needs the tags of `{}` as names (O, B-<type>, \
+             I-<type>), not integers",
+            spec.data.label
+        ));
+    };
+    TagScheme::parse(classes)
+        .map(|_| ())
+        .map_err(|e| format!("train.metrics: data.label `{}`: {e}", spec.data.label))
 }

@@ -41,7 +41,7 @@ pub fn evaluate(
             let rows = labels.len();
             let tagged = batch.is_sequences() && rows != batch.rows;
             stats.tokens |= tagged;
-            let lengths = std::mem::take(&mut batch.lengths);
+            let lengths = batch.lengths.clone();
             let y = labels_tensor(loss_kind, labels.clone(), shape.outputs, device)?;
             let output = forward_batch(model, &mut batch, false, &mut rng, device)?;
             let loss = loss_kind.compute(&output, &y)?.item()? as f64;
