@@ -1,10 +1,10 @@
 """The TensorFlow/Keras peer for ringflow's sequence tagging (issue 18's BiLSTM tagger).
 
-    python3 benches/keras_ner.py --batch 32 --epochs 10 [--label tags|pos]
+    python3 benches/keras_ner.py --batch 32 --epochs 10 [--lr 0.001] [--label tags|pos]
 
 Same data (the shipped Hironsan corpus, `examples/data/hironsan-ner/`), same model (embedding 64
 over the training split's vocabulary with padding id 0 and unknown id 1, bidirectional LSTM 128
-returning every step, dense to the tag classes), Adam (lr 1e-3), softmax cross-entropy averaged
+returning every step, dense to the tag classes), Adam (`--lr`, default 1e-3), softmax cross-entropy averaged
 over the real tokens (padding masked by `mask_zero`), on the CPU. As a static graph usually
 does, every sentence is padded to the longest one of the training split. Prints the training
 tokens/s of the epochs after the first (which includes tracing), counting real tokens only (as
@@ -26,6 +26,7 @@ from keras_rate import Rate
 parser = argparse.ArgumentParser()
 parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--epochs", type=int, default=10)
+parser.add_argument("--lr", type=float, default=1e-3)
 parser.add_argument("--label", default="tags", help="tags (entities) or pos (parts of speech)")
 parser.add_argument("--train", default="examples/data/hironsan-ner/train.parquet")
 parser.add_argument("--test", default="examples/data/hironsan-ner/test.parquet")
@@ -70,7 +71,7 @@ model = tf.keras.Sequential([
     tf.keras.layers.Dense(len(classes)),
 ])
 model.compile(
-    optimizer=tf.keras.optimizers.Adam(1e-3),
+    optimizer=tf.keras.optimizers.Adam(args.lr),
     loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
 )
 

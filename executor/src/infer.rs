@@ -118,22 +118,12 @@ pub fn run_inference(
         .map_err(|e| ExecutorError::output("create a staging file", e))?;
     let mut rows_written = 0u64;
     let device = task.device;
-    let mut rng = ringflow_ml::rng::seeded(0, 0);
     let stop = AtomicBool::new(false);
     read.for_each_batch(&plan.partitions, &stop, |batch, origin| {
         for start in (0..batch.num_rows()).step_by(PREDICT_BATCH) {
             let part = batch.slice(start, PREDICT_BATCH.min(batch.num_rows() - start));
             let rows = converter.convert(&part, origin.file, origin.first_row + start as u64)?;
-            let tagged =
-                (shape.sequence == Some(SequenceOutput::PerStep)).then(|| rows.lengths.clone());
-            let mut batch = as_batch(rows, tagged.is_some());
-            let out = no_grad(|| forward_batch(&model, &mut batch, false, &mut rng, device))?
-                .try_to_vec()?;
-            let mut columns =
-                prediction_columns(&out, shape.outputs, spec.train.loss, classes.as_deref());
-            if let Some(lengths) = tagged {
-                columns = per_sequence(columns, &lengths);
-            }
+            let columns = predict(&model, rows, (spec.train.loss, classes.as_deref()), device)?;
             let mut fields = Vec::new();
             let mut arrays: Vec<ArrayRef> = Vec::new();
             if let Some(id) = id_column {
@@ -188,6 +178,27 @@ pub fn run_inference(
         .map_err(|e| ExecutorError::output("read the staged predictions", e))?;
     block_on(async move { part.write(bytes).await }).map_err(ExecutorError::Storage)?;
     Ok(rows_written)
+}
+
+/// The prediction columns of converted `rows` (one list per row for a tagger).
+fn predict(
+    model: &Model,
+    rows: Rows,
+    (loss, classes): (LossKind, Option<&[String]>),
+    device: Device,
+) -> Result<Vec<(&'static str, ArrayRef)>> {
+    // Prediction is deterministic: dropout is off, so its generator is never drawn from.
+    let mut rng = ringflow_ml::rng::seeded(0, 0);
+    let shape = model.shape();
+    let tagged = (shape.sequence == Some(SequenceOutput::PerStep)).then(|| rows.lengths.clone());
+    let mut batch = as_batch(rows, tagged.is_some());
+    let out =
+        no_grad(|| forward_batch(model, &mut batch, false, &mut rng, device))?.try_to_vec()?;
+    let columns = prediction_columns(&out, shape.outputs, loss, classes);
+    Ok(match tagged {
+        Some(lengths) => per_sequence(columns, &lengths),
+        None => columns,
+    })
 }
 
 /// Converted rows as one batch: as they are, or sequences padded to their longest.

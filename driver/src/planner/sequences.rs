@@ -20,8 +20,8 @@ use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules, Token
 use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
 use ringflow_proto::data::{DataStats, Preprocessing};
-use ringflow_proto::pb::Partition;
 use ringflow_proto::metrics::entities::TagScheme;
+use ringflow_proto::pb::Partition;
 use ringflow_proto::spec::{JobSpec, Metric};
 
 use super::footer::{LabelType, RowGroup, Split};
