@@ -303,13 +303,8 @@ fn add_tokens(
             }
         }
         Elements::Ids(ids) => {
-            for id in &ids[range] {
-                let id = id.ok_or_else(|| null_element(row, column))?;
-                let id = u64::try_from(id).map_err(|_| {
-                    format!("row {row} (0-based): column `{column}` holds the token id {id}; ids must be ≥ 0")
-                })?;
-                into.max_id = into.max_id.max(Some(id));
-            }
+            let most = largest(&ids[range], (row, column), "token id")?;
+            into.max_id = into.max_id.max(most);
         }
     }
     Ok(())
@@ -338,13 +333,8 @@ fn add_labels(
             }
         }
         Elements::Ids(ids) => {
-            for l in &ids[range] {
-                let l = l.ok_or_else(|| null_element(row, column))?;
-                let l = u64::try_from(l).map_err(|_| {
-                    format!("row {row} (0-based): column `{column}` holds the class {l}; classes must be ≥ 0")
-                })?;
-                into.max_label = into.max_label.max(Some(l));
-            }
+            let most = largest(&ids[range], (row, column), "class")?;
+            into.max_label = into.max_label.max(most);
         }
     }
     Ok(())
@@ -396,6 +386,23 @@ fn add_scalar_labels(
         into.max_label = into.max_label.max(Some(v));
     }
     Ok(())
+}
+
+/// The largest of a row's integers (`what` each is, for the error on a null or negative one).
+fn largest(
+    values: &[Option<i64>],
+    (row, column): (u64, &str),
+    what: &str,
+) -> std::result::Result<Option<u64>, String> {
+    let mut most = None;
+    for v in values {
+        let v = v.ok_or_else(|| null_element(row, column))?;
+        let v = u64::try_from(v).map_err(|_| {
+            format!("row {row} (0-based): column `{column}` holds the {what} {v}; it must be ≥ 0")
+        })?;
+        most = most.max(Some(v));
+    }
+    Ok(most)
 }
 
 fn null_element(row: u64, column: &str) -> String {
@@ -492,4 +499,52 @@ pub fn check_metrics(
     TagScheme::parse(classes)
         .map(|_| ())
         .map_err(|e| format!("train.metrics: data.label `{}`: {e}", spec.data.label))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::Field;
+
+    use super::*;
+
+    fn list(t: DataType) -> DataType {
+        DataType::List(Arc::new(Field::new_list_field(t, true)))
+    }
+
+    fn spec(features: &str, model: &str) -> JobSpec {
+        let text = format!(
+            "[data]\ntrain = \"t\"\nfeatures = {features}\nlabel = \"y\"\n[model]\n{model}\n"
+        );
+        JobSpec::parse(&text, "j.toml".as_ref(), &[]).unwrap()
+    }
+
+    fn schema(x: DataType, y: DataType) -> Schema {
+        Schema::new(vec![
+            Field::new("x", x, false),
+            Field::new("z", DataType::Float32, false),
+            Field::new("y", y, false),
+        ])
+    }
+
+    const MLP: &str = "kind = \"mlp\"\nlayers = [3, 2]";
+    const EMBEDDING: &str = "kind = \"sequential\"\nlayers = [{ type = \"embedding\", dim = 4 }]";
+
+    #[test]
+    fn strings_are_tokens_and_integers_only_when_the_job_says_so() {
+        let ints = schema(list(DataType::Int32), DataType::Int64);
+        // A list of integers under an MLP is a feature vector, as before.
+        assert_eq!(detect(&spec("[\"x\"]", MLP), &ints), Ok(None));
+        let found = detect(&spec("[\"x\"]", EMBEDDING), &ints).unwrap().unwrap();
+        assert_eq!((found.tokens, found.per_step), (TokenType::Ids, false));
+        let tagged = schema(list(DataType::Int32), list(DataType::Utf8));
+        let found = detect(&spec("[\"x\"]", MLP), &tagged).unwrap().unwrap();
+        assert!(found.per_step && found.string_labels);
+        let strings = schema(list(DataType::Utf8), DataType::Utf8);
+        let found = detect(&spec("[\"x\"]", MLP), &strings).unwrap().unwrap();
+        assert_eq!((found.tokens, found.per_step), (TokenType::Strings, false));
+        let e = detect(&spec("[\"x\", \"z\"]", MLP), &strings).unwrap_err();
+        assert!(e.contains("`x` must be the only feature"), "{e}");
+    }
 }
