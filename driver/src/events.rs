@@ -33,6 +33,7 @@ use time::format_description::well_known::iso8601::{Config, EncodedConfig, TimeP
 use time::format_description::{BorrowedFormatItem, Component, modifier};
 use tracing::warn;
 
+use crate::figures::EntityFigures;
 use crate::planner::memory::MemoryEstimate;
 
 pub mod history;
@@ -141,6 +142,15 @@ pub enum Event {
         /// Mean over ranks of the seconds per step phase.
         #[serde(default)]
         phases: PhaseTimes,
+        /// Token sequences: the real tokens trained on, all ranks together.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens: Option<u64>,
+        /// Token sequences: the padding steps the batches held, all ranks together.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        padding: Option<u64>,
+        /// Token sequences: `tokens / seconds`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tokens_per_s: Option<f64>,
     },
     /// Rank 0 wrote a checkpoint that `--resume` can continue from.
     Checkpoint {
@@ -190,6 +200,12 @@ pub enum Event {
         /// Test mean squared error (regression).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         mse: Option<f64>,
+        /// A tagger: `rows` are its real tokens, and `accuracy` is per token.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        per_token: bool,
+        /// An IOB2 tagger (`train.metrics` has "entity_f1"): entity-level figures.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        entities: Option<EntityFigures>,
     },
     /// The job ended; the last event of a job.
     Finished {

@@ -7,6 +7,7 @@
 
 use ringflow_proto::metrics::entities::EntityCounts;
 use ringflow_proto::pb;
+use serde::{Deserialize, Serialize};
 
 /// The real tokens of the rows trained, and the padding steps their batches held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,44 @@ pub fn entities(e: &pb::EvalReport) -> Option<EntityCounts> {
         predicted: c.predicted,
         gold: c.gold,
     })
+}
+
+/// An IOB2 tagger's entity-level figures, as the event log, `ringflow history` and the web UI
+/// give them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EntityFigures {
+    /// The harmonic mean of precision and recall.
+    pub f1: f64,
+    /// Entities found right over entities predicted.
+    pub precision: f64,
+    /// Entities found right over entities in the labels.
+    pub recall: f64,
+    /// Predicted entities that match a labelled one exactly (tokens and type).
+    pub correct: u64,
+    /// Entities predicted.
+    pub predicted: u64,
+    /// Entities in the labels.
+    pub gold: u64,
+}
+
+impl From<EntityCounts> for EntityFigures {
+    fn from(c: EntityCounts) -> EntityFigures {
+        EntityFigures {
+            f1: c.f1(),
+            precision: c.precision(),
+            recall: c.recall(),
+            correct: c.correct,
+            predicted: c.predicted,
+            gold: c.gold,
+        }
+    }
+}
+
+impl EntityFigures {
+    /// `entity F1 0.7123 (precision 0.70, recall 0.72)`.
+    pub fn line(&self) -> String {
+        entity_line(self.f1, self.precision, self.recall)
+    }
 }
 
 /// `entity F1 0.7123 (precision 0.70, recall 0.72)`.

@@ -391,7 +391,7 @@ impl fmt::Display for JobSummary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use ringflow_proto::pb;
 
     use super::*;
@@ -410,7 +410,7 @@ mod tests {
 
     /// A summary of a job on 2 ranks that trained one epoch of 2 s on 100 rows each, then
     /// evaluated 50 rows each: `sequence` ranks report tokens and a tagger's entity counts.
-    fn trained(sequence: bool) -> JobSummary {
+    pub(crate) fn trained(sequence: bool) -> JobSummary {
         let mut p = JobProgress::new(2);
         for rank in 0..2 {
             let epoch = pb::EpochReport {

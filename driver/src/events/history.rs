@@ -4,8 +4,9 @@
 //! [`History::from_records`] folds the [`Record`]s of a log ([`read`](super::read)) into one
 //! [`JobHistory`] per job run (a resumed job adds a run to the same log): its id, name and
 //! state, when it was submitted and finished, its executors (and those lost or joined), one
-//! [`EpochRow`] per epoch (loss, rows, samples/s, seconds and where the steps' time went),
-//! checkpoints, recoveries, the test figures and the error of a failed job.
+//! [`EpochRow`] per epoch (loss, rows, samples/s, seconds and where the steps' time went; a
+//! sequence job's tokens, tokens/s and padding), checkpoints, recoveries, the test figures (a
+//! tagger's per token, with its entity F1) and the error of a failed job.
 //! [`JobHistory::render`] writes a job for people; serializing a [`History`] gives the same as
 //! one JSON object (`ringflow history --json`).
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Event, RankInfo, Record, ResumedFrom};
+use crate::figures::{EntityFigures, Tokens};
 use crate::planner::memory::MemoryEstimate;
 
 mod render;
@@ -154,6 +156,18 @@ pub struct EpochRow {
     pub phases: PhaseTimes,
     /// The phases as percentages of the steps' time, to a tenth of a percent.
     pub phase_percent: PhaseTimes,
+    /// Token sequences: the real tokens trained on, all ranks together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Token sequences: the padding steps the batches held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding: Option<u64>,
+    /// Token sequences: `tokens / seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+    /// Token sequences: `padding / (tokens + padding)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding_fraction: Option<f64>,
     /// The test split's figures after this epoch (`train.eval_every_epochs`; the last epoch's
     /// are the job's `test`).
     pub test: Option<Test>,
@@ -206,6 +220,12 @@ pub struct Test {
     pub accuracy: Option<f64>,
     /// Mean squared error (regression).
     pub mse: Option<f64>,
+    /// A tagger: `rows` are its real tokens, and `accuracy` is per token.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_token: bool,
+    /// An IOB2 tagger's entity-level figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entities: Option<EntityFigures>,
 }
 
 impl History {
@@ -341,9 +361,13 @@ impl JobHistory {
                 seconds,
                 samples_per_s,
                 phases,
+                tokens,
+                padding,
+                tokens_per_s,
             } => {
                 // An epoch run again after a recovery replaces its earlier run's record.
                 self.epochs.retain(|e| e.epoch < epoch);
+                let counts = Tokens::new(tokens.unwrap_or(0), padding.unwrap_or(0));
                 self.epochs.push(EpochRow {
                     epoch,
                     steps,
@@ -354,6 +378,10 @@ impl JobHistory {
                     samples_per_s,
                     phases,
                     phase_percent: phases.percent().map(|p| (p * 10.0).round() / 10.0),
+                    tokens,
+                    padding,
+                    tokens_per_s,
+                    padding_fraction: counts.map(|t| t.padding_fraction()),
                     test: None,
                 })
             }
@@ -393,6 +421,8 @@ impl JobHistory {
                 loss,
                 accuracy,
                 mse,
+                per_token,
+                entities,
             } => self.tested(
                 epoch,
                 Test {
@@ -400,6 +430,8 @@ impl JobHistory {
                     loss,
                     accuracy,
                     mse,
+                    per_token,
+                    entities,
                 },
             ),
             _ => {}

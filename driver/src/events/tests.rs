@@ -18,7 +18,80 @@ fn epoch(e: u64) -> Event {
             allreduce: 0.3,
             optimizer: 0.1,
         },
+        tokens: None,
+        padding: None,
+        tokens_per_s: None,
     }
+}
+
+#[test]
+fn sequence_figures_are_logged_only_for_sequence_jobs() {
+    let record = |event| Record {
+        job_id: "ner-0001".into(),
+        at: "2024-02-29T12:34:56.789Z".into(),
+        elapsed_s: 3.25,
+        event,
+    };
+    let plain = record(epoch(0)).to_line();
+    assert!(
+        !plain.contains("tokens") && !plain.contains("padding"),
+        "{plain}"
+    );
+    let Event::EpochEnd { phases, .. } = epoch(0) else {
+        unreachable!()
+    };
+    let tagged = record(Event::EpochEnd {
+        epoch: 0,
+        steps: 15,
+        loss: 0.4,
+        samples: 450,
+        dropped_samples: 0,
+        seconds: 2.8,
+        samples_per_s: 160.7,
+        phases,
+        tokens: Some(14_356),
+        padding: Some(630),
+        tokens_per_s: Some(5127.1),
+    });
+    let line = tagged.to_line();
+    for field in [
+        r#""tokens":14356,"#,
+        r#""padding":630,"#,
+        r#""tokens_per_s":5127.1}"#,
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+    assert_eq!(Record::from_line(&line).unwrap(), tagged);
+    let evaluated = |per_token, entities| {
+        record(Event::Evaluated {
+            epoch: None,
+            rows: 1164,
+            loss: 0.2,
+            accuracy: Some(0.94),
+            mse: None,
+            per_token,
+            entities,
+        })
+    };
+    let rows = evaluated(false, None).to_line();
+    assert!(
+        rows.ends_with(r#""accuracy":0.94,"loss":0.2,"rows":1164}"#),
+        "{rows}"
+    );
+    let counts = ringflow_proto::metrics::entities::EntityCounts {
+        correct: 7,
+        predicted: 10,
+        gold: 10,
+    };
+    let tagger = evaluated(true, Some(counts.into()));
+    let line = tagger.to_line();
+    for field in [
+        r#""entities":{"correct":7,"f1":0.7,"gold":10,"precision":0.7,"predicted":10,"recall":0.7}"#,
+        r#""per_token":true"#,
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
+    assert_eq!(Record::from_line(&line).unwrap(), tagger);
 }
 
 #[test]

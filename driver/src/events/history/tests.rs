@@ -27,6 +27,9 @@ fn epoch(e: u64) -> Event {
             allreduce: 0.25,
             optimizer: 0.25,
         },
+        tokens: None,
+        padding: None,
+        tokens_per_s: None,
     }
 }
 
@@ -87,6 +90,8 @@ fn sample() -> Vec<Record> {
                 loss: 0.5,
                 accuracy: Some(0.8),
                 mse: None,
+                per_token: false,
+                entities: None,
             },
         ),
         rec("m-0001", 4.5, epoch(1)),
@@ -99,6 +104,8 @@ fn sample() -> Vec<Record> {
                 loss: 0.3,
                 accuracy: Some(0.9),
                 mse: None,
+                per_token: false,
+                entities: None,
             },
         ),
         rec(
@@ -192,4 +199,95 @@ fn keeping_one_job_names_the_log_when_it_has_none() {
     assert_eq!(h.jobs.len(), 2, "both runs of a resumed job");
     let e = h.keep_job("m-0009").unwrap_err();
     assert_eq!(e.to_string(), "d/events.jsonl has no events of job m-0009");
+}
+
+/// A tagger's log: two epochs with tokens, tested after the first and after training.
+fn tagger() -> Vec<Record> {
+    let sequence = |e: u64, tokens: u64| {
+        let Event::EpochEnd { phases, .. } = epoch(e) else {
+            unreachable!()
+        };
+        Event::EpochEnd {
+            epoch: e,
+            steps: 15,
+            loss: 0.5,
+            samples: 450,
+            dropped_samples: 0,
+            seconds: 2.0,
+            samples_per_s: 225.0,
+            phases,
+            tokens: Some(tokens),
+            padding: Some(tokens / 4),
+            tokens_per_s: Some(tokens as f64 / 2.0),
+        }
+    };
+    let tested = |epoch, entities: Option<(u64, u64, u64)>| Event::Evaluated {
+        epoch,
+        rows: 1164,
+        loss: 0.25,
+        accuracy: Some(0.94123),
+        mse: None,
+        per_token: true,
+        entities: entities.map(|(correct, predicted, gold)| {
+            ringflow_proto::metrics::entities::EntityCounts {
+                correct,
+                predicted,
+                gold,
+            }
+            .into()
+        }),
+    };
+    vec![
+        rec("ner-0001", 0.0, submitted(None)),
+        rec("ner-0001", 2.5, sequence(0, 14_356)),
+        rec("ner-0001", 2.7, tested(Some(0), Some((50, 100, 100)))),
+        rec("ner-0001", 4.5, sequence(1, 14_400)),
+        rec("ner-0001", 5.0, tested(None, Some((70, 100, 97)))),
+    ]
+}
+
+#[test]
+fn a_sequence_jobs_epochs_have_tokens_padding_and_entity_f1() {
+    let h = History::from_records("f".into(), tagger());
+    let j = &h.jobs[0];
+    assert_eq!(j.epochs[0].tokens, Some(14_356));
+    assert_eq!(j.epochs[0].padding_fraction, Some(0.2), "3589 of 17945");
+    let text = j.render();
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines.iter().find(|l| l.contains("epoch ")).unwrap();
+    assert!(
+        header.contains("samples/s  tokens  tokens/s  padding  seconds"),
+        "{text}"
+    );
+    assert!(header.ends_with("test  entity F1"), "{text}");
+    let row = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("1/2"))
+        .unwrap();
+    assert!(row.contains(" 225   14356      7178    20.0% "), "{text}");
+    assert!(row.ends_with("acc 0.9412     0.5000"), "{text}");
+    assert!(
+        text.contains(
+            "  test: token accuracy 0.9412, entity F1 0.7107 (precision 0.70, recall 0.72), loss \
+             0.2500 (1164 tokens)\n"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(&h).unwrap();
+    let epoch = &json["jobs"][0]["epochs"][0];
+    assert_eq!(epoch["tokens_per_s"], 7178.0);
+    assert_eq!(epoch["test"]["per_token"], true);
+    assert_eq!(epoch["test"]["entities"]["f1"], 0.5);
+
+    // A job that is not a sequence: no token columns or fields.
+    let h = History::from_records("f".into(), sample());
+    let text = h.jobs[0].render();
+    assert!(
+        !text.contains("tokens") && !text.contains("entity"),
+        "{text}"
+    );
+    let json = serde_json::to_string(&h).unwrap();
+    for field in ["tokens", "padding", "per_token", "entities"] {
+        assert!(!json.contains(field), "{field} in {json}");
+    }
 }
