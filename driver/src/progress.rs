@@ -6,6 +6,8 @@ use ringflow_proto::pb::{self, EpochReport, EvalReport, TaskOutcome};
 use ringflow_proto::phases::PhaseTimes;
 use serde::{Deserialize, Serialize};
 
+use crate::figures::Tokens;
+
 /// One epoch over all ranks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EpochSummary {
@@ -26,6 +28,33 @@ pub struct EpochSummary {
     pub samples_per_s: f64,
     /// Mean over ranks of the time per phase, in seconds.
     pub phases: PhaseTimes,
+    /// Token sequences: the real tokens of the rows trained, all ranks together (0 otherwise).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
+    /// Token sequences: the padding steps the batches held, all ranks together.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub padding: u64,
+}
+
+impl EpochSummary {
+    /// The epoch's real tokens and padding; `None` for a job that is not a sequence.
+    pub fn tokens(&self) -> Option<Tokens> {
+        Tokens::new(self.tokens, self.padding)
+    }
+
+    /// Real tokens per second of a sequence job (`tokens / seconds`).
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        self.tokens().map(|t| t.per_second(self.seconds))
+    }
+
+    /// The share of padding in a sequence job's batches: `padding / (tokens + padding)`.
+    pub fn padding_fraction(&self) -> Option<f64> {
+        self.tokens().map(|t| t.padding_fraction())
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Collects per-rank reports of one job.
@@ -36,6 +65,8 @@ pub struct JobProgress {
     eval: Vec<Option<EvalReport>>,
     /// Evaluations after epochs while training goes on, by epoch: each rank's share.
     epoch_evals: BTreeMap<u64, Vec<Option<EvalReport>>>,
+    /// Those evaluations once every rank reported its share, added up, by epoch.
+    epoch_tests: BTreeMap<u64, EvalReport>,
     outcomes: Vec<Option<TaskOutcome>>,
     finished_epochs: Vec<EpochSummary>,
     /// Each rank's phase times in the latest epoch it reported.
@@ -55,6 +86,7 @@ impl JobProgress {
             epochs: BTreeMap::new(),
             eval: vec![None; world],
             epoch_evals: BTreeMap::new(),
+            epoch_tests: BTreeMap::new(),
             outcomes: vec![None; world],
             finished_epochs: Vec::new(),
             last_phases: vec![None; world],
@@ -103,6 +135,8 @@ impl JobProgress {
             seconds,
             samples_per_s: samples as f64 / seconds.max(1e-9),
             phases,
+            tokens: reports.iter().map(|r| r.tokens).sum(),
+            padding: reports.iter().map(|r| r.padding).sum(),
         };
         // An epoch run again after a recovery (the ring went back to its start) replaces the
         // record of its earlier run.
@@ -133,7 +167,15 @@ impl JobProgress {
             return None;
         }
         let shares = self.epoch_evals.remove(&epoch)?;
-        Some(total(shares.iter().flatten()))
+        let sum = total(shares.iter().flatten());
+        self.epoch_tests.insert(epoch, sum);
+        Some(sum)
+    }
+
+    /// The evaluations after epochs while training went on, every rank's shares added up, by
+    /// 0-based epoch.
+    pub fn epoch_tests(&self) -> &BTreeMap<u64, EvalReport> {
+        &self.epoch_tests
     }
 
     /// Records a rank's outcome.
@@ -160,7 +202,8 @@ impl JobProgress {
     }
 }
 
-/// The ranks' evaluation shares added up.
+/// The ranks' evaluation shares added up: counts and sums add, a tagger's shares count tokens,
+/// and entity counts add where any rank counted them.
 fn total<'a>(shares: impl Iterator<Item = &'a EvalReport>) -> EvalReport {
     let mut sum = EvalReport::default();
     for r in shares {
@@ -168,6 +211,13 @@ fn total<'a>(shares: impl Iterator<Item = &'a EvalReport>) -> EvalReport {
         sum.loss_sum += r.loss_sum;
         sum.correct += r.correct;
         sum.squared_error += r.squared_error;
+        sum.tokens |= r.tokens;
+        if let Some(c) = r.entities {
+            let s = sum.entities.get_or_insert_default();
+            s.correct += c.correct;
+            s.predicted += c.predicted;
+            s.gold += c.gold;
+        }
     }
     sum
 }
@@ -200,5 +250,79 @@ mod tests {
         p.epoch_done(1, report(1, 10));
         let done: Vec<(u64, u64)> = p.epochs().iter().map(|e| (e.epoch, e.samples)).collect();
         assert_eq!(done, [(0, 20), (1, 20)]);
+    }
+
+    #[test]
+    fn epochs_add_the_ranks_tokens_and_padding() {
+        let mut p = JobProgress::new(2);
+        let seq = |tokens, padding| EpochReport {
+            tokens,
+            padding,
+            seconds: 2.0,
+            ..report(0, 10)
+        };
+        p.epoch_done(0, seq(300, 20));
+        let e = p.epoch_done(1, seq(500, 180)).unwrap();
+        assert_eq!((e.tokens, e.padding), (800, 200));
+        assert_eq!(e.tokens_per_s(), Some(400.0));
+        assert_eq!(e.padding_fraction(), Some(0.2));
+        // Not a sequence job: no token figures, and none in its JSON.
+        let mut p = JobProgress::new(1);
+        let e = p.epoch_done(0, report(0, 10)).unwrap();
+        assert_eq!((e.tokens_per_s(), e.padding_fraction()), (None, None));
+        let json = serde_json::to_string(&e).unwrap();
+        assert!(
+            !json.contains("tokens") && !json.contains("padding"),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn evaluations_add_the_ranks_entity_counts() {
+        let share = |correct, predicted, gold| EvalReport {
+            rows: 100,
+            correct: 90,
+            tokens: true,
+            entities: Some(pb::EntityCounts {
+                correct,
+                predicted,
+                gold,
+            }),
+            ..Default::default()
+        };
+        let mut p = JobProgress::new(3);
+        p.evaluated(0, share(7, 10, 9));
+        p.evaluated(1, share(3, 5, 6));
+        assert_eq!(p.evaluation(), None, "rank 2 has not reported");
+        // A rank whose share held no sentence with entities (no counts) adds nothing.
+        p.evaluated(
+            2,
+            EvalReport {
+                rows: 4,
+                tokens: true,
+                ..Default::default()
+            },
+        );
+        let e = p.evaluation().unwrap();
+        assert_eq!((e.rows, e.correct, e.tokens), (204, 180, true));
+        assert_eq!(
+            e.entities,
+            Some(pb::EntityCounts {
+                correct: 10,
+                predicted: 15,
+                gold: 15,
+            })
+        );
+        // Rows of a job that is not a tagger: no tokens, no entities.
+        let mut p = JobProgress::new(2);
+        for rank in 0..2 {
+            let rows = EvalReport {
+                rows: 50,
+                ..Default::default()
+            };
+            assert!(p.epoch_evaluated(rank, 0, rows).is_none() == (rank == 0));
+        }
+        let e = p.epoch_tests()[&0];
+        assert_eq!((e.rows, e.tokens, e.entities), (100, false, None));
     }
 }

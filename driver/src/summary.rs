@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::figures::{self, Tokens};
 use crate::progress::{EpochSummary, JobProgress};
 
 /// How a job ended.
@@ -83,6 +84,17 @@ pub struct JobSummary {
     /// Training throughput: samples over the training loop's time (slowest rank), excluding
     /// setup and evaluation.
     pub train_samples_per_s: f64,
+    /// Token sequences: the real tokens trained on, all ranks and finished epochs together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_tokens: Option<u64>,
+    /// Token sequences: real tokens per second over the training loop's time (as
+    /// `train_samples_per_s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_tokens_per_s: Option<f64>,
+    /// Token sequences: the share of padding in the batches of the whole run,
+    /// `padding / (tokens + padding)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub padding_fraction: Option<f64>,
     /// Mean training loss of the last epoch.
     pub final_train_loss: Option<f64>,
     /// Test accuracy (classification).
@@ -91,8 +103,21 @@ pub struct JobSummary {
     pub test_mse: Option<f64>,
     /// Mean test loss.
     pub test_loss: Option<f64>,
-    /// Rows evaluated.
+    /// Rows evaluated (a tagger's real tokens).
     pub test_rows: Option<u64>,
+    /// A tagger: the real tokens evaluated (its `test_rows`, over which `test_accuracy` is per
+    /// token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_tokens: Option<u64>,
+    /// An IOB2 tagger (`train.metrics` has "entity_f1"): entity-level F1 on the test split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_entity_f1: Option<f64>,
+    /// Entity-level precision: entities found right over entities predicted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_entity_precision: Option<f64>,
+    /// Entity-level recall: entities found right over entities in the labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_entity_recall: Option<f64>,
     /// Where the model was saved.
     pub model_path: Option<String>,
     /// Whether every rank ended with bit-identical parameters (compared by checksum).
@@ -179,6 +204,11 @@ impl JobSummary {
             (None, false) => JobStatus::Succeeded,
         };
         let checksums: Vec<u64> = outcomes.iter().map(|o| o.param_checksum).collect();
+        let tokens = Tokens::new(
+            progress.epochs().iter().map(|e| e.tokens).sum(),
+            progress.epochs().iter().map(|e| e.padding).sum(),
+        );
+        let entities = eval.as_ref().and_then(figures::entities);
         JobSummary {
             job: job.to_string(),
             job_id: job_id.to_string(),
@@ -199,6 +229,15 @@ impl JobSummary {
             } else {
                 0.0
             },
+            train_tokens: tokens.map(|t| t.tokens),
+            train_tokens_per_s: tokens.map(|t| {
+                if train_seconds > 0.0 {
+                    t.tokens as f64 / train_seconds
+                } else {
+                    0.0
+                }
+            }),
+            padding_fraction: tokens.map(|t| t.padding_fraction()),
             final_train_loss: progress.epochs().last().map(|e| e.loss),
             test_accuracy: eval
                 .filter(|_| classification)
@@ -208,6 +247,10 @@ impl JobSummary {
                 .map(|e| e.squared_error / e.rows.max(1) as f64),
             test_loss: eval.map(|e| e.loss_sum / e.rows.max(1) as f64),
             test_rows: eval.map(|e| e.rows),
+            test_tokens: eval.filter(|e| e.tokens).map(|e| e.rows),
+            test_entity_f1: entities.map(|c| c.f1()),
+            test_entity_precision: entities.map(|c| c.precision()),
+            test_entity_recall: entities.map(|c| c.recall()),
             model_path: outcomes
                 .iter()
                 .find(|o| !o.model_dir.is_empty())
@@ -261,6 +304,38 @@ impl JobSummary {
     }
 }
 
+impl JobSummary {
+    /// `accuracy 0.9000` or `token accuracy 0.9412`, `mse 1.5000`, and a tagger's
+    /// `entity F1 0.7123 (precision 0.70, recall 0.72)`: the test figures there are.
+    fn test_figures(&self) -> Vec<String> {
+        let mut figures = Vec::new();
+        if let Some(acc) = self.test_accuracy {
+            let name = if self.test_tokens.is_some() {
+                "token accuracy"
+            } else {
+                "accuracy"
+            };
+            figures.push(format!("{name} {acc:.4}"));
+        }
+        if let Some(mse) = self.test_mse {
+            figures.push(format!("mse {mse:.4}"));
+        }
+        if let (Some(f1), Some(p), Some(r)) = (
+            self.test_entity_f1,
+            self.test_entity_precision,
+            self.test_entity_recall,
+        ) {
+            figures.push(figures::entity_line(f1, p, r));
+        }
+        figures
+    }
+
+    /// `(1164 tokens)` for a tagger, `(50 rows)` otherwise.
+    fn test_count(&self, rows: u64) -> String {
+        format!("({})", figures::evaluated(rows, self.test_tokens.is_some()))
+    }
+}
+
 impl fmt::Display for JobSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let plural = if self.executors == 1 { "" } else { "s" };
@@ -272,19 +347,15 @@ impl fmt::Display for JobSummary {
         if let Some(e) = &self.error {
             writeln!(f, "  error: {e}")?;
         }
+        let test = self.test_figures();
         if self.kind != "train" {
-            if let (Some(acc), Some(rows)) = (self.test_accuracy, self.test_rows) {
+            if let (false, Some(rows)) = (test.is_empty(), self.test_rows) {
                 writeln!(
                     f,
-                    "  accuracy {acc:.4}, loss {:.4} ({rows} rows)",
-                    self.test_loss.unwrap_or(f64::NAN)
-                )?;
-            }
-            if let (Some(mse), Some(rows)) = (self.test_mse, self.test_rows) {
-                writeln!(
-                    f,
-                    "  mse {mse:.4}, loss {:.4} ({rows} rows)",
-                    self.test_loss.unwrap_or(f64::NAN)
+                    "  {}, loss {:.4} {}",
+                    test.join(", "),
+                    self.test_loss.unwrap_or(f64::NAN),
+                    self.test_count(rows)
                 )?;
             }
             if let (Some(out), Some(rows)) = (&self.output, self.rows_written) {
@@ -292,18 +363,23 @@ impl fmt::Display for JobSummary {
             }
             return Ok(());
         }
-        writeln!(
+        write!(
             f,
             "  epochs {}, steps {}, samples {}, training {:.0} samples/s",
             self.epochs, self.steps, self.samples, self.train_samples_per_s
         )?;
+        if let (Some(rate), Some(padding)) = (self.train_tokens_per_s, self.padding_fraction) {
+            write!(
+                f,
+                ", {rate:.0} tokens/s, padding {}",
+                figures::percent(padding)
+            )?;
+        }
+        writeln!(f)?;
         if let Some(loss) = self.final_train_loss {
             write!(f, "  final train loss {loss:.4}")?;
-            if let (Some(acc), Some(rows)) = (self.test_accuracy, self.test_rows) {
-                write!(f, ", test accuracy {acc:.4} ({rows} rows)")?;
-            }
-            if let (Some(mse), Some(rows)) = (self.test_mse, self.test_rows) {
-                write!(f, ", test mse {mse:.4} ({rows} rows)")?;
+            if let (false, Some(rows)) = (test.is_empty(), self.test_rows) {
+                write!(f, ", test {} {}", test.join(", "), self.test_count(rows))?;
             }
             writeln!(f)?;
         }
@@ -315,7 +391,9 @@ impl fmt::Display for JobSummary {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use ringflow_proto::pb;
+
     use super::*;
 
     fn sample() -> JobSummary {
@@ -328,6 +406,99 @@ mod tests {
             cancelled: false,
         };
         JobSummary::new(end, true, &JobProgress::new(2))
+    }
+
+    /// A summary of a job on 2 ranks that trained one epoch of 2 s on 100 rows each, then
+    /// evaluated 50 rows each: `sequence` ranks report tokens and a tagger's entity counts.
+    pub(crate) fn trained(sequence: bool) -> JobSummary {
+        let mut p = JobProgress::new(2);
+        for rank in 0..2 {
+            let epoch = pb::EpochReport {
+                steps: 4,
+                samples: 100,
+                loss: 0.5,
+                seconds: 2.0,
+                tokens: if sequence { 3000 } else { 0 },
+                padding: if sequence { 100 + 200 * rank as u64 } else { 0 },
+                ..Default::default()
+            };
+            p.epoch_done(rank, epoch);
+            p.evaluated(
+                rank,
+                pb::EvalReport {
+                    rows: if sequence { 600 } else { 50 },
+                    correct: if sequence { 540 } else { 45 },
+                    loss_sum: 10.0,
+                    tokens: sequence,
+                    entities: sequence.then_some(pb::EntityCounts {
+                        correct: 7 * rank as u64,
+                        predicted: 10,
+                        gold: 10,
+                    }),
+                    ..Default::default()
+                },
+            );
+        }
+        let end = JobEnd {
+            job: "j",
+            job_id: "j-1",
+            executors: 2,
+            wall_s: 5.0,
+            error: None,
+            cancelled: false,
+        };
+        JobSummary::new(end, true, &p)
+    }
+
+    #[test]
+    fn a_sequence_jobs_summary_has_its_token_and_entity_figures() {
+        let s = trained(true);
+        let json: serde_json::Value = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["train_tokens"], 6000);
+        assert_eq!(json["train_tokens_per_s"], 3000.0, "6000 tokens in 2 s");
+        assert_eq!(json["padding_fraction"], 0.0625, "400 of 6400 steps");
+        assert_eq!(json["test_accuracy"], 0.9, "per token");
+        assert_eq!(json["test_tokens"], 1200);
+        assert_eq!(json["test_entity_precision"], 0.35);
+        assert_eq!(json["test_entity_recall"], 0.35);
+        assert!((json["test_entity_f1"].as_f64().unwrap() - 0.35).abs() < 1e-12);
+        assert_eq!(json["history"][0]["tokens"], 6000);
+        assert_eq!(json["history"][0]["padding"], 400);
+        let back = JobSummary::from_json(&json.to_string()).unwrap();
+        assert_eq!(back.history[0].tokens_per_s(), Some(3000.0));
+        let text = s.to_string();
+        assert!(
+            text.contains(
+                "  epochs 1, steps 4, samples 200, training 100 samples/s, 3000 tokens/s, \
+                 padding 6.2%\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  final train loss 0.5000, test token accuracy 0.9000, entity F1 0.3500 \
+                 (precision 0.35, recall 0.35) (1200 tokens)\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn other_jobs_summaries_have_no_token_or_entity_fields() {
+        let s = trained(false);
+        let json = serde_json::to_string(&s).unwrap();
+        for field in ["tokens", "padding", "entity"] {
+            assert!(!json.contains(field), "{field} in {json}");
+        }
+        let text = s.to_string();
+        assert!(
+            text.contains("  epochs 1, steps 4, samples 200, training 100 samples/s\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  final train loss 0.5000, test accuracy 0.9000 (100 rows)\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //!
 //! For each job in the log (a resumed job adds a run to the same log) it prints the job's id,
 //! name and state, when it was submitted and finished, its executors (and those lost or joined),
-//! one line per epoch (loss, rows, samples/s, seconds and where the steps' time went),
-//! checkpoints, recoveries, the test figures and the error of a failed job
-//! ([`History`]). `--json` prints the same as one JSON object.
+//! one line per epoch (loss, rows, samples/s, seconds and where the steps' time went; a
+//! token-sequence job's tokens, tokens/s and padding, and an IOB2 tagger's entity F1),
+//! checkpoints, recoveries, the test figures (a tagger's per token) and the error of a failed
+//! job ([`History`]). `--json` prints the same as one JSON object.
 
 use std::process::ExitCode;
 

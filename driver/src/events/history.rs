@@ -4,8 +4,9 @@
 //! [`History::from_records`] folds the [`Record`]s of a log ([`read`](super::read)) into one
 //! [`JobHistory`] per job run (a resumed job adds a run to the same log): its id, name and
 //! state, when it was submitted and finished, its executors (and those lost or joined), one
-//! [`EpochRow`] per epoch (loss, rows, samples/s, seconds and where the steps' time went),
-//! checkpoints, recoveries, the test figures and the error of a failed job.
+//! [`EpochRow`] per epoch (loss, rows, samples/s, seconds and where the steps' time went; a
+//! sequence job's tokens, tokens/s and padding), checkpoints, recoveries, the test figures (a
+//! tagger's per token, with its entity F1) and the error of a failed job.
 //! [`JobHistory::render`] writes a job for people; serializing a [`History`] gives the same as
 //! one JSON object (`ringflow history --json`).
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Event, RankInfo, Record, ResumedFrom};
+use crate::figures::{EntityFigures, Tokens};
 use crate::planner::memory::MemoryEstimate;
 
 mod render;
@@ -154,6 +156,18 @@ pub struct EpochRow {
     pub phases: PhaseTimes,
     /// The phases as percentages of the steps' time, to a tenth of a percent.
     pub phase_percent: PhaseTimes,
+    /// Token sequences: the real tokens trained on, all ranks together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Token sequences: the padding steps the batches held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding: Option<u64>,
+    /// Token sequences: `tokens / seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
+    /// Token sequences: `padding / (tokens + padding)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padding_fraction: Option<f64>,
     /// The test split's figures after this epoch (`train.eval_every_epochs`; the last epoch's
     /// are the job's `test`).
     pub test: Option<Test>,
@@ -206,6 +220,12 @@ pub struct Test {
     pub accuracy: Option<f64>,
     /// Mean squared error (regression).
     pub mse: Option<f64>,
+    /// A tagger: `rows` are its real tokens, and `accuracy` is per token.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub per_token: bool,
+    /// An IOB2 tagger's entity-level figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entities: Option<EntityFigures>,
 }
 
 impl History {
@@ -341,9 +361,13 @@ impl JobHistory {
                 seconds,
                 samples_per_s,
                 phases,
+                tokens,
+                padding,
+                tokens_per_s,
             } => {
                 // An epoch run again after a recovery replaces its earlier run's record.
                 self.epochs.retain(|e| e.epoch < epoch);
+                let counts = Tokens::new(tokens.unwrap_or(0), padding.unwrap_or(0));
                 self.epochs.push(EpochRow {
                     epoch,
                     steps,
@@ -354,6 +378,10 @@ impl JobHistory {
                     samples_per_s,
                     phases,
                     phase_percent: phases.percent().map(|p| (p * 10.0).round() / 10.0),
+                    tokens,
+                    padding,
+                    tokens_per_s,
+                    padding_fraction: counts.map(|t| t.padding_fraction()),
                     test: None,
                 })
             }
@@ -393,6 +421,8 @@ impl JobHistory {
                 loss,
                 accuracy,
                 mse,
+                per_token,
+                entities,
             } => self.tested(
                 epoch,
                 Test {
@@ -400,6 +430,8 @@ impl JobHistory {
                     loss,
                     accuracy,
                     mse,
+                    per_token,
+                    entities,
                 },
             ),
             _ => {}
@@ -427,198 +459,4 @@ impl JobHistory {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(job: &str, elapsed_s: f64, event: Event) -> Record {
-        Record {
-            job_id: job.into(),
-            at: format!("2025-01-01T00:00:{:06.3}Z", elapsed_s),
-            elapsed_s,
-            event,
-        }
-    }
-
-    fn epoch(e: u64) -> Event {
-        Event::EpochEnd {
-            epoch: e,
-            steps: 10,
-            loss: 1.0 / (e + 1) as f64,
-            samples: 640,
-            dropped_samples: 0,
-            seconds: 2.0,
-            samples_per_s: 320.0,
-            phases: PhaseTimes {
-                data: 0.5,
-                forward: 0.5,
-                backward: 0.5,
-                allreduce: 0.25,
-                optimizer: 0.25,
-            },
-        }
-    }
-
-    fn submitted(resumed_from: Option<ResumedFrom>) -> Event {
-        Event::Submitted {
-            name: "m".into(),
-            kind: "train".into(),
-            executors: 2,
-            epochs: Some(2),
-            steps_per_epoch: Some(10),
-            rows: Some(1280),
-            batch_size: Some(64),
-            model: Some("mlp".into()),
-            device: Some("cpu".into()),
-            resumed_from,
-            memory: None,
-        }
-    }
-
-    fn sample() -> Vec<Record> {
-        vec![
-            rec("m-0001", 0.0, submitted(None)),
-            rec(
-                "m-0001",
-                0.5,
-                Event::Started {
-                    ranks: vec![
-                        RankInfo {
-                            rank: 0,
-                            executor_id: "e1".into(),
-                            host: "h".into(),
-                        },
-                        RankInfo {
-                            rank: 1,
-                            executor_id: "e2".into(),
-                            host: "h".into(),
-                        },
-                    ],
-                },
-            ),
-            rec("m-0001", 2.5, epoch(0)),
-            rec(
-                "m-0001",
-                2.6,
-                Event::Checkpoint {
-                    epochs_done: 1,
-                    step: 10,
-                    path: "runs/m/checkpoint".into(),
-                    seconds: 0.1,
-                },
-            ),
-            rec(
-                "m-0001",
-                2.7,
-                Event::Evaluated {
-                    epoch: Some(0),
-                    rows: 100,
-                    loss: 0.5,
-                    accuracy: Some(0.8),
-                    mse: None,
-                },
-            ),
-            rec("m-0001", 4.5, epoch(1)),
-            rec(
-                "m-0001",
-                5.0,
-                Event::Evaluated {
-                    epoch: None,
-                    rows: 100,
-                    loss: 0.3,
-                    accuracy: Some(0.9),
-                    mse: None,
-                },
-            ),
-            rec(
-                "m-0001",
-                5.5,
-                Event::Finished {
-                    state: "succeeded".into(),
-                    error: None,
-                    summary: Some(serde_json::json!({"model_path": "runs/m/model"})),
-                },
-            ),
-            rec(
-                "m-0001",
-                0.0,
-                submitted(Some(ResumedFrom {
-                    epochs_done: 1,
-                    step: 10,
-                })),
-            ),
-            rec(
-                "m-0002",
-                0.0,
-                Event::Finished {
-                    state: "failed".into(),
-                    error: Some("rank 1 failed: boom".into()),
-                    summary: None,
-                },
-            ),
-        ]
-    }
-
-    #[test]
-    fn jobs_are_summarized_in_the_order_they_ran() {
-        let h = History::from_records("f".into(), sample());
-        assert_eq!(h.jobs.len(), 3);
-        // A resumed job under a new driver, with the same id: a job of its own.
-        let resumed = &h.jobs[1];
-        assert_eq!(
-            (resumed.job_id.as_str(), resumed.state.as_str()),
-            ("m-0001", "unfinished")
-        );
-        assert!(resumed.epochs.is_empty());
-        assert!(resumed.render().contains("resumed after epoch 1 (step 10)"));
-        let j = &h.jobs[0];
-        assert_eq!((j.state.as_str(), j.epochs.len()), ("succeeded", 2));
-        assert_eq!(j.duration_s, 5.5);
-        assert_eq!(j.epochs[1].phase_percent.allreduce, 12.5);
-        assert_eq!(j.model_path.as_deref(), Some("runs/m/model"));
-        assert_eq!(h.jobs[2].error.as_deref(), Some("rank 1 failed: boom"));
-
-        let text = j.render();
-        assert!(
-            text.starts_with("job m-0001 (m, train): succeeded\n"),
-            "{text}"
-        );
-        assert!(text.contains("rank 0 e1 on h, rank 1 e2 on h"), "{text}");
-        assert!(text.contains("\n  2/2    0.5000"), "{text}");
-        assert!(
-            text.contains("checkpoints: 1, the last after 1 epochs"),
-            "{text}"
-        );
-        assert!(
-            text.contains("test: accuracy 0.9000, loss 0.3000 (100 rows)"),
-            "{text}"
-        );
-        let failed = h.jobs[2].render();
-        assert!(failed.contains("  error: rank 1 failed: boom"), "{failed}");
-        assert!(failed.contains("never started"), "{failed}");
-
-        // Each epoch's row has its test figure: after epoch 1 while training, after epoch 2
-        // the final evaluation.
-        let row = |n: &str| {
-            text.lines()
-                .find(|l| l.trim_start().starts_with(n))
-                .unwrap_or_else(|| panic!("no row {n}: {text}"))
-                .to_string()
-        };
-        assert!(row("1/2").ends_with("acc 0.8000"), "{text}");
-        assert!(row("2/2").ends_with("acc 0.9000"), "{text}");
-
-        let json = serde_json::to_value(&h).unwrap();
-        assert_eq!(json["jobs"][0]["epochs"].as_array().unwrap().len(), 2);
-        assert_eq!(json["jobs"][0]["epochs"][0]["test"]["accuracy"], 0.8);
-        assert_eq!(json["jobs"][0]["executors"][1]["executor_id"], "e2");
-    }
-
-    #[test]
-    fn keeping_one_job_names_the_log_when_it_has_none() {
-        let mut h = History::from_records("d/events.jsonl".into(), sample());
-        h.keep_job("m-0001").unwrap();
-        assert_eq!(h.jobs.len(), 2, "both runs of a resumed job");
-        let e = h.keep_job("m-0009").unwrap_err();
-        assert_eq!(e.to_string(), "d/events.jsonl has no events of job m-0009");
-    }
-}
+mod tests;

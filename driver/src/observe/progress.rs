@@ -3,6 +3,11 @@
 //! A progress bar when stderr is a terminal ([`Bar`]) and plain lines otherwise ([`Lines`]),
 //! so that CI logs stay readable; both print the driver's messages, the test figures after an
 //! epoch, and one line per epoch (`epoch 1/5: loss …`). [`for_stderr`] picks one.
+//!
+//! The events of an epoch and of a test have no fields for a token-sequence job's tokens and a
+//! tagger's entity counts: the driver follows those lines with lines of its own (messages),
+//! `  14356 tokens, 5127 tokens/s, padding 4.2%` and `  token accuracy 0.9412, entity F1 0.7123
+//! (precision 0.70, recall 0.72) (1164 tokens)` ([`crate::figures`]).
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};

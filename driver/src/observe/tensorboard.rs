@@ -2,7 +2,11 @@
 //!
 //! [`TensorBoard`] is an [`Observer`]: it writes the training loss and throughput of every
 //! progress report at its global step, each epoch's loss and throughput at the epoch's number,
-//! and the test figures after each evaluated epoch and at the end.
+//! and the test figures after each evaluated epoch and at the end. At the end it also writes a
+//! token-sequence job's `train/tokens_per_s` and `train/padding_fraction` at each epoch's
+//! number, and an IOB2 tagger's `test/entity_f1`, `test/entity_precision` and
+//! `test/entity_recall`, from the job's summary (the events of epochs and tests have no fields
+//! for them).
 //!
 //! An event file is a sequence of TFRecords, each
 //! `u64 LE length | u32 LE masked CRC32C of the length | data | u32 LE masked CRC32C of data`,
@@ -102,16 +106,36 @@ impl Observer for TensorBoard {
         );
     }
 
+    /// The test figures after training; and a sequence job's tokens/s and padding of each
+    /// epoch, which the epoch events do not carry (the summary's history does).
     fn summary(&mut self, summary: &JobSummary) {
+        for e in &summary.history {
+            if let (Some(rate), Some(padding)) = (e.tokens_per_s(), e.padding_fraction()) {
+                self.writer.scalars(
+                    e.epoch as i64 + 1,
+                    &[
+                        ("train/tokens_per_s", rate),
+                        ("train/padding_fraction", padding),
+                    ],
+                );
+            }
+        }
         let step = if self.epochs_done > 0 {
             self.epochs_done
         } else {
             summary.epochs
         } as i64;
-        self.writer.scalars(
-            step,
-            &test_scalars(summary.test_accuracy, summary.test_loss, summary.test_mse),
+        let mut values = test_scalars(summary.test_accuracy, summary.test_loss, summary.test_mse);
+        values.extend(
+            [
+                ("test/entity_f1", summary.test_entity_f1),
+                ("test/entity_precision", summary.test_entity_precision),
+                ("test/entity_recall", summary.test_entity_recall),
+            ]
+            .into_iter()
+            .filter_map(|(tag, v)| v.map(|v| (tag, v))),
         );
+        self.writer.scalars(step, &values);
     }
 
     /// Every record is flushed as it is written; an event file without scalars is removed
@@ -337,6 +361,67 @@ mod tests {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The events of the file at `path`, each record's checksums checked.
+    fn read_events(path: &Path) -> Vec<Event> {
+        let bytes = std::fs::read(path).unwrap();
+        let mut at = 0;
+        let mut events = Vec::new();
+        while at < bytes.len() {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            let data = &bytes[at + 12..at + 12 + len];
+            let crc = u32::from_le_bytes(bytes[at + 12 + len..at + 16 + len].try_into().unwrap());
+            assert_eq!(crc, masked_crc32c(data));
+            events.push(Event::decode(data).unwrap());
+            at += 16 + len;
+        }
+        events
+    }
+
+    /// The scalars written: (step, tag, value), the version record left out.
+    fn scalars_of(path: &Path) -> Vec<(i64, String, f32)> {
+        read_events(path)
+            .into_iter()
+            .flat_map(|e| {
+                let values = e.summary.map(|s| s.value).unwrap_or_default();
+                values
+                    .into_iter()
+                    .map(move |v| (e.step, v.tag, v.simple_value.unwrap()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sequence_jobs_summary_writes_its_tokens_padding_and_entity_scalars() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tb = TensorBoard::create(dir.path()).unwrap();
+        tb.summary(&crate::summary::tests::trained(true));
+        let path = tb.writer.path.clone();
+        let tags: Vec<(i64, String, f32)> = scalars_of(&path);
+        let scalar = |tag: &str| {
+            tags.iter()
+                .find(|(_, t, _)| t == tag)
+                .map(|(step, _, v)| (*step, *v))
+        };
+        assert_eq!(scalar("train/tokens_per_s"), Some((1, 3000.0)));
+        assert_eq!(scalar("train/padding_fraction"), Some((1, 0.0625)));
+        assert_eq!(scalar("test/accuracy"), Some((1, 0.9)));
+        for tag in [
+            "test/entity_f1",
+            "test/entity_precision",
+            "test/entity_recall",
+        ] {
+            assert_eq!(scalar(tag), Some((1, 0.35)), "{tag}");
+        }
+        // A job that is not a sequence writes none of them.
+        let mut tb = TensorBoard::create(&dir.path().join("mlp")).unwrap();
+        tb.summary(&crate::summary::tests::trained(false));
+        let tags = scalars_of(&tb.writer.path.clone());
+        assert!(tags.iter().all(|(_, t, _)| !t.contains("token")
+            && !t.contains("padding")
+            && !t.contains("entity")));
+        assert!(tags.iter().any(|(_, t, _)| t == "test/accuracy"));
+    }
+
     #[test]
     fn crc32c_known_vectors() {
         assert_eq!(crc32c(b""), 0);
@@ -418,17 +503,7 @@ mod tests {
         assert!(name.starts_with("events.out.tfevents."), "{name}");
         assert!(name.ends_with(".ringflow"), "{name}");
         // Two records, each framed and checksummed.
-        let bytes = std::fs::read(&path).unwrap();
-        let mut at = 0;
-        let mut events = Vec::new();
-        while at < bytes.len() {
-            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-            let data = &bytes[at + 12..at + 12 + len];
-            let crc = u32::from_le_bytes(bytes[at + 12 + len..at + 16 + len].try_into().unwrap());
-            assert_eq!(crc, masked_crc32c(data));
-            events.push(Event::decode(data).unwrap());
-            at += 16 + len;
-        }
+        let events = read_events(&path);
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].file_version.as_deref(), Some("brain.Event:2"));
         let values = &events[1].summary.as_ref().unwrap().value;

@@ -164,4 +164,4 @@ pub fn planning_refusal(e: DriverError) -> Refusal {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -20,7 +20,7 @@ pub(super) fn train_work(task: &pb::Task) -> &pb::TrainWork {
     }
 }
 
-pub(super) fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
+pub(crate) fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
     pb::ExecutorInfo {
         executor_id: id.into(),
         host: host.into(),
@@ -183,7 +183,7 @@ fn with_devices(id: &str, host: &str, port: u16, devices: &[&str]) -> pb::Execut
 
 /// A planned training job on `executors` executors with `cluster.device = device` (the plan
 /// is made up: no data is read).
-pub(super) fn train_on(device: &str, executors: usize) -> JobKind {
+pub(crate) fn train_on(device: &str, executors: usize) -> JobKind {
     let text = format!(
         r#"
 [data]

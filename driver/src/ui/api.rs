@@ -8,6 +8,7 @@ use ringflow_proto::pb::job_event::Event;
 use ringflow_proto::phases::PhaseTimes;
 use serde::Serialize;
 
+use crate::figures;
 use crate::planner::memory::MemoryEstimate;
 use crate::scheduler::{Job, Scheduler};
 use crate::summary::JobSummary;
@@ -93,6 +94,8 @@ pub struct Series {
     pub test_accuracy: Option<f64>,
     /// Test loss once the job has evaluated after training.
     pub test_loss: Option<f64>,
+    /// An IOB2 tagger's entity-level F1 once the job has evaluated after training.
+    pub test_entity_f1: Option<f64>,
 }
 
 /// One evaluation of the test split.
@@ -108,6 +111,14 @@ pub struct TestPoint {
     pub accuracy: Option<f64>,
     /// Mean squared error (regression).
     pub mse: Option<f64>,
+    /// A tagger: the accuracy is per token.
+    pub per_token: bool,
+    /// An IOB2 tagger's entity-level F1.
+    pub entity_f1: Option<f64>,
+    /// An IOB2 tagger's entity-level precision.
+    pub entity_precision: Option<f64>,
+    /// An IOB2 tagger's entity-level recall.
+    pub entity_recall: Option<f64>,
 }
 
 /// One progress report.
@@ -140,6 +151,10 @@ pub struct EpochPoint {
     pub seconds: f64,
     /// Fractions of the epoch's time per phase (of the mean over the ranks).
     pub phases: Option<PhaseTimes>,
+    /// Token sequences: real tokens per second over the epoch.
+    pub tokens_per_s: Option<f64>,
+    /// Token sequences: the share of padding in the epoch's batches.
+    pub padding_fraction: Option<f64>,
 }
 
 /// The state name used by the API.
@@ -250,9 +265,11 @@ pub fn executors(s: &Scheduler, now: Instant) -> Vec<ExecutorView> {
     out
 }
 
-/// A job's metric series.
+/// A job's metric series: from its events, with the figures of token-sequence jobs (which
+/// the events do not carry) from its combined reports.
 pub fn series(j: &Job) -> Series {
     let mut out = Series::default();
+    let reports = j.reports();
     for e in j.events() {
         match &e.event {
             Some(Event::Step(s)) => out.steps.push(StepPoint {
@@ -261,39 +278,124 @@ pub fn series(j: &Job) -> Series {
                 loss: s.loss,
                 samples_per_s: s.samples_per_s,
             }),
-            Some(Event::Epoch(d)) => out.epochs.push(EpochPoint {
-                t: e.at_s,
-                epoch: d.epoch + 1,
-                step: (d.epoch + 1) * d.steps,
-                loss: d.loss,
-                samples_per_s: d.samples_per_s,
-                seconds: d.seconds,
-                phases: d.phases.and_then(|p| PhaseTimes::from(p).shares()),
-            }),
-            Some(Event::Test(x)) => out.tests.push(TestPoint {
-                t: e.at_s,
-                epoch: x.epoch + 1,
-                loss: x.loss,
-                accuracy: x.accuracy,
-                mse: x.mse,
-            }),
+            Some(Event::Epoch(d)) => {
+                let done = reports.epochs().iter().find(|e| e.epoch == d.epoch);
+                out.epochs.push(EpochPoint {
+                    t: e.at_s,
+                    epoch: d.epoch + 1,
+                    step: (d.epoch + 1) * d.steps,
+                    loss: d.loss,
+                    samples_per_s: d.samples_per_s,
+                    seconds: d.seconds,
+                    phases: d.phases.and_then(|p| PhaseTimes::from(p).shares()),
+                    tokens_per_s: done.and_then(|e| e.tokens_per_s()),
+                    padding_fraction: done.and_then(|e| e.padding_fraction()),
+                });
+            }
+            Some(Event::Test(x)) => {
+                let tested = reports.epoch_tests().get(&x.epoch);
+                let entities = tested.and_then(figures::entities);
+                out.tests.push(TestPoint {
+                    t: e.at_s,
+                    epoch: x.epoch + 1,
+                    loss: x.loss,
+                    accuracy: x.accuracy,
+                    mse: x.mse,
+                    per_token: tested.is_some_and(|r| r.tokens),
+                    entity_f1: entities.map(|c| c.f1()),
+                    entity_precision: entities.map(|c| c.precision()),
+                    entity_recall: entities.map(|c| c.recall()),
+                });
+            }
             Some(Event::SummaryJson(json)) => {
                 if let Ok(summary) = serde_json::from_str::<JobSummary>(json) {
-                    out.test_accuracy = summary.test_accuracy;
-                    out.test_loss = summary.test_loss;
-                    if let (true, Some(loss)) = (summary.kind == "train", summary.test_loss) {
-                        out.tests.push(TestPoint {
-                            t: e.at_s,
-                            epoch: summary.epochs,
-                            loss,
-                            accuracy: summary.test_accuracy,
-                            mse: summary.test_mse,
-                        });
-                    }
+                    summarized(&mut out, &summary, e.at_s);
                 }
             }
             _ => {}
         }
     }
     out
+}
+
+/// The test figures of a job's `summary`, sent `at_s` seconds after submission.
+fn summarized(out: &mut Series, summary: &JobSummary, at_s: f64) {
+    out.test_accuracy = summary.test_accuracy;
+    out.test_loss = summary.test_loss;
+    out.test_entity_f1 = summary.test_entity_f1;
+    if let (true, Some(loss)) = (summary.kind == "train", summary.test_loss) {
+        out.tests.push(TestPoint {
+            t: at_s,
+            epoch: summary.epochs,
+            loss,
+            accuracy: summary.test_accuracy,
+            mse: summary.test_mse,
+            per_token: summary.test_tokens.is_some(),
+            entity_f1: summary.test_entity_f1,
+            entity_precision: summary.test_entity_precision,
+            entity_recall: summary.test_entity_recall,
+        });
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use pb::report_request::Report;
+
+    use super::*;
+    use crate::scheduler::tests::{info, train_on};
+
+    /// A job on 2 ranks that trained epoch 0 (`sequence`: with tokens) and was tested after
+    /// it (`sequence`: as an IOB2 tagger).
+    pub(in crate::ui) fn trained(sequence: bool) -> Job {
+        let t0 = Instant::now();
+        let mut job = Job::new("job-1".into(), train_on("cpu", 2), t0);
+        job.start(vec![info("e1", "h1", 1), info("e2", "h1", 2)], t0);
+        for rank in 0..2 {
+            let epoch = pb::EpochReport {
+                steps: 8,
+                samples: 225,
+                seconds: 2.0,
+                tokens: if sequence { 3000 } else { 0 },
+                padding: if sequence { 1000 } else { 0 },
+                ..Default::default()
+            };
+            job.report(rank, Some(Report::Epoch(epoch)), t0);
+            let share = pb::EvalReport {
+                rows: 500,
+                correct: 450,
+                epoch: Some(0),
+                tokens: sequence,
+                entities: sequence.then_some(pb::EntityCounts {
+                    correct: 3,
+                    predicted: 4,
+                    gold: 5,
+                }),
+                ..Default::default()
+            };
+            job.report(rank, Some(Report::Eval(share)), t0);
+        }
+        job
+    }
+
+    #[test]
+    fn a_sequence_jobs_series_has_its_tokens_padding_and_entity_figures() {
+        let s = series(&trained(true));
+        assert_eq!(s.epochs[0].tokens_per_s, Some(3000.0), "6000 tokens in 2 s");
+        assert_eq!(s.epochs[0].padding_fraction, Some(0.25));
+        let test = &s.tests[0];
+        assert!(test.per_token);
+        assert_eq!(test.accuracy, Some(0.9));
+        assert_eq!(
+            (test.entity_precision, test.entity_recall),
+            (Some(0.75), Some(0.6))
+        );
+        assert!((test.entity_f1.unwrap() - 2.0 / 3.0).abs() < 1e-12);
+
+        let s = series(&trained(false));
+        assert_eq!(s.epochs[0].tokens_per_s, None);
+        assert_eq!(s.epochs[0].padding_fraction, None);
+        assert!(!s.tests[0].per_token);
+        assert_eq!(s.tests[0].entity_f1, None);
+    }
 }

@@ -1,9 +1,10 @@
 //! Prometheus text exposition (format 0.0.4) of the driver's state at `/metrics`.
 //!
 //! Everything is computed from the scheduler at scrape time: job and executor counts, and per
-//! job its steps, samples, loss, throughput, all-reduce seconds and bytes, and a histogram of
-//! step-phase times built from every rank's per-step spans (the same ones `--timeline` draws),
-//! or, where a job has none, from its per-epoch phase totals.
+//! job its steps, samples, loss, throughput (and a token-sequence job's tokens/s, padding and
+//! entity F1), all-reduce seconds and bytes, and a histogram of step-phase times built from
+//! every rank's per-step spans (the same ones `--timeline` draws), or, where a job has none,
+//! from its per-epoch phase totals.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -14,6 +15,7 @@ use ringflow_proto::pb::job_event::Event;
 use ringflow_proto::phases::PhaseTimes;
 
 use super::api::state_name;
+use crate::figures;
 use crate::scheduler::{Job, JobKind, Scheduler};
 use crate::summary::JobSummary;
 
@@ -63,6 +65,11 @@ struct JobTotals {
     /// The latest evaluation of the test split: accuracy, or a regression's MSE.
     test_accuracy: Option<f64>,
     test_mse: Option<f64>,
+    /// An IOB2 tagger's entity-level F1 at the latest evaluation.
+    test_entity_f1: Option<f64>,
+    /// Token sequences: the latest finished epoch's real tokens per second and padding share.
+    tokens_per_s: Option<f64>,
+    padding_fraction: Option<f64>,
     allreduce_s: f64,
     /// Per phase: (bucket counts, sum, count) of per-step mean times.
     phases: BTreeMap<&'static str, ([u64; PHASE_BUCKETS.len()], f64, u64)>,
@@ -73,6 +80,10 @@ fn totals(job: &Job) -> JobTotals {
     let mut finished_steps = 0;
     let mut spans_seen = false;
     let mut epoch_phases = Vec::new();
+    let reports = job.reports();
+    if let Some(last) = reports.epochs().last() {
+        (t.tokens_per_s, t.padding_fraction) = (last.tokens_per_s(), last.padding_fraction());
+    }
     for e in job.events() {
         match &e.event {
             Some(Event::Step(s)) => {
@@ -91,12 +102,20 @@ fn totals(job: &Job) -> JobTotals {
                     epoch_phases.push((*p, d.steps));
                 }
             }
-            Some(Event::Test(x)) => (t.test_accuracy, t.test_mse) = (x.accuracy, x.mse),
+            Some(Event::Test(x)) => {
+                (t.test_accuracy, t.test_mse) = (x.accuracy, x.mse);
+                t.test_entity_f1 = reports
+                    .epoch_tests()
+                    .get(&x.epoch)
+                    .and_then(figures::entities)
+                    .map(|c| c.f1());
+            }
             Some(Event::SummaryJson(json)) => {
                 if let Ok(summary) = serde_json::from_str::<JobSummary>(json)
                     && summary.test_loss.is_some()
                 {
                     (t.test_accuracy, t.test_mse) = (summary.test_accuracy, summary.test_mse);
+                    t.test_entity_f1 = summary.test_entity_f1;
                 }
             }
             Some(Event::Spans(ranks)) => {
@@ -295,6 +314,27 @@ fn job_figures(f: &mut Family<'_>, jobs: &[(&Job, JobTotals)]) {
     );
     per_job(
         f,
+        "ringflow_job_tokens_per_second",
+        "gauge",
+        "Real tokens trained per second in the latest finished epoch (token sequences).",
+        &|_, t| t.tokens_per_s,
+    );
+    per_job(
+        f,
+        "ringflow_job_padding_fraction",
+        "gauge",
+        "The share of padding in the latest finished epoch's batches (token sequences).",
+        &|_, t| t.padding_fraction,
+    );
+    per_job(
+        f,
+        "ringflow_job_test_entity_f1",
+        "gauge",
+        "The entity-level F1 at the latest evaluation of the test split (IOB2 taggers).",
+        &|_, t| t.test_entity_f1,
+    );
+    per_job(
+        f,
         "ringflow_allreduce_seconds_total",
         "counter",
         "Seconds ranks waited for gradient all-reduces in finished epochs, all ranks together.",
@@ -361,6 +401,19 @@ mod tests {
     fn mlp_sizes_come_from_the_spec() {
         let spec = ringflow_ml::nn::ModelSpec::mlp(&[784, 1024, 10], "relu");
         assert_eq!(mlp_params(&spec), Some(784 * 1024 + 1024 + 1024 * 10 + 10));
+    }
+
+    #[test]
+    fn a_sequence_jobs_totals_have_its_tokens_padding_and_entity_f1() {
+        let t = totals(&crate::ui::api::tests::trained(true));
+        assert_eq!(
+            (t.tokens_per_s, t.padding_fraction),
+            (Some(3000.0), Some(0.25))
+        );
+        assert!((t.test_entity_f1.unwrap() - 2.0 / 3.0).abs() < 1e-12);
+        let t = totals(&crate::ui::api::tests::trained(false));
+        assert_eq!((t.tokens_per_s, t.padding_fraction), (None, None));
+        assert_eq!(t.test_entity_f1, None);
     }
 
     #[test]

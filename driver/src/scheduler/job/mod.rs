@@ -161,6 +161,12 @@ impl Job {
         self.progress.reports().latest_phases(rank)
     }
 
+    /// The ranks' reports combined: finished epochs and evaluations (for the web UI, which
+    /// shows the figures of token-sequence jobs that the job's events do not carry).
+    pub fn reports(&self) -> &crate::progress::JobProgress {
+        self.progress.reports()
+    }
+
     /// An executor registered with the driver while this job waits or runs.
     pub fn executor_registered(&mut self, info: &pb::ExecutorInfo) {
         if !self.is_finished() {

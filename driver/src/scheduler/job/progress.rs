@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use super::{Job, JobKind};
 use crate::error::JobError;
 use crate::events::{Event, micros};
+use crate::figures::{self, EntityFigures};
 use crate::progress::JobProgress;
 
 /// The ranks' reports of one ring (numbered anew when the ring is re-formed).
@@ -179,6 +180,7 @@ impl Job {
         let Some(done) = self.progress.progress.epoch_done(rank, e) else {
             return;
         };
+        let tokens = done.tokens();
         self.feed.log(Event::EpochEnd {
             epoch: done.epoch,
             steps: done.steps,
@@ -186,8 +188,11 @@ impl Job {
             samples: done.samples,
             dropped_samples: done.dropped_samples,
             seconds: micros(done.seconds),
-            samples_per_s: (done.samples_per_s * 10.0).round() / 10.0,
+            samples_per_s: tenths(done.samples_per_s),
             phases: done.phases.map(micros),
+            tokens: tokens.map(|t| t.tokens),
+            padding: tokens.map(|t| t.padding),
+            tokens_per_s: done.tokens_per_s().map(tenths),
         });
         self.progress.epochs_done = done.epoch + 1;
         info!(
@@ -195,6 +200,8 @@ impl Job {
             epoch = done.epoch,
             rows = done.samples,
             dropped_rows = done.dropped_samples,
+            tokens = done.tokens,
+            padding = done.padding,
             "epoch trained"
         );
         let epochs = self.epochs();
@@ -209,6 +216,11 @@ impl Job {
             dropped_samples: done.dropped_samples,
             phases: Some(done.phases.into()),
         }));
+        // The epoch's event has no room for a sequence job's tokens: a line for people follows
+        // its line.
+        if let Some(t) = tokens {
+            self.feed.message(format!("  {}", t.line(done.seconds)));
+        }
     }
 
     /// A rank ended with `result`; `who` names its executor in errors. An error that may be
@@ -288,13 +300,7 @@ impl Job {
         };
         self.progress.evaluation_logged = true;
         let figures = self.test_figures(&e);
-        self.feed.log(Event::Evaluated {
-            epoch: None,
-            rows: e.rows,
-            loss: figures.loss,
-            accuracy: figures.accuracy,
-            mse: figures.mse,
-        });
+        self.feed.log(evaluated(None, &e, &figures));
     }
 
     /// Every rank evaluated the test split after `epoch` while training goes on: logged, and
@@ -309,16 +315,17 @@ impl Job {
             epoch,
             accuracy = figures.accuracy,
             mse = figures.mse,
+            entity_f1 = figures::entities(e).map(|c| c.f1()),
             "test split evaluated"
         );
-        self.feed.log(Event::Evaluated {
-            epoch: Some(epoch),
-            rows: e.rows,
-            loss: figures.loss,
-            accuracy: figures.accuracy,
-            mse: figures.mse,
-        });
+        self.feed.log(evaluated(Some(epoch), e, &figures));
+        let tagger = figures::tagger_test_line(e, figures.accuracy);
         self.feed.push(pb::job_event::Event::Test(figures));
+        // The test event has no room for a tagger's tokens and entity figures: a line for
+        // people follows its line.
+        if let Some(line) = tagger {
+            self.feed.message(format!("  {line}"));
+        }
     }
 
     /// The test figures of summed evaluation shares (`epoch` left at 0 for the caller).
@@ -335,5 +342,24 @@ impl Job {
             accuracy: classification.then(|| e.correct as f64 / rows),
             mse: (!classification).then(|| e.squared_error / rows),
         }
+    }
+}
+
+/// `x` to a tenth, for readable logs.
+fn tenths(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// The event log's record of an evaluation of the test split after `epoch` (`None`: after
+/// training), from the ranks' shares added up (`e`) and their test figures.
+fn evaluated(epoch: Option<u64>, e: &pb::EvalReport, figures: &pb::EpochTest) -> Event {
+    Event::Evaluated {
+        epoch,
+        rows: e.rows,
+        loss: figures.loss,
+        accuracy: figures.accuracy,
+        mse: figures.mse,
+        per_token: e.tokens,
+        entities: figures::entities(e).map(EntityFigures::from),
     }
 }

@@ -367,3 +367,54 @@ fn a_caller_lost_while_it_asked_is_left_out_of_the_new_ring() {
         Some((0, 1))
     );
 }
+
+#[test]
+fn a_sequence_job_s_epoch_and_test_lines_are_followed_by_its_tokens_and_entities() {
+    use pb::report_request::Report;
+    let t0 = Instant::now();
+    let mut job = Job::new("job-1".into(), train_on("cpu", 2), t0);
+    job.start(vec![info("e1", "h1", 1), info("e2", "h1", 2)], t0);
+    let before = messages(&job).len();
+    let epoch = |epoch, tokens, padding| pb::EpochReport {
+        epoch,
+        steps: 8,
+        samples: 225,
+        loss: 0.4,
+        seconds: 2.8,
+        tokens,
+        padding,
+        ..Default::default()
+    };
+    for rank in 0..2 {
+        job.report(rank, Some(Report::Epoch(epoch(0, 7178, 315))), t0);
+    }
+    assert_eq!(
+        messages(&job)[before..],
+        ["  14356 tokens, 5127 tokens/s, padding 4.2%"]
+    );
+    for (rank, gold) in [(0, 48), (1, 49)] {
+        let share = pb::EvalReport {
+            rows: 582,
+            correct: 548,
+            loss_sum: 100.0,
+            epoch: Some(0),
+            tokens: true,
+            entities: Some(pb::EntityCounts {
+                correct: 35,
+                predicted: 50,
+                gold,
+            }),
+            ..Default::default()
+        };
+        job.report(rank, Some(Report::Eval(share)), t0);
+    }
+    assert_eq!(
+        messages(&job)[before + 1..],
+        ["  token accuracy 0.9416, entity F1 0.7107 (precision 0.70, recall 0.72) (1164 tokens)"]
+    );
+    // An epoch without tokens (a job that is not a sequence) says nothing more.
+    for rank in 0..2 {
+        job.report(rank, Some(Report::Epoch(epoch(1, 0, 0))), t0);
+    }
+    assert_eq!(messages(&job).len(), before + 2);
+}

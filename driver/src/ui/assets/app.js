@@ -152,6 +152,17 @@ function chart(id, points) {
   });
 }
 
+// A token-sequence job's figures: "epoch 3: 5210 tokens/s, padding 4.2%; test after epoch 3:
+// entity F1 0.7123 (precision 0.70, recall 0.72)", from its latest epoch and tagger test.
+function sequenceLine(epochs, tests) {
+  const parts = [];
+  const e = epochs[epochs.length - 1];
+  if (e) parts.push("epoch " + e.epoch + ": " + fmt(e.tokens_per_s, 0) + " tokens/s, padding " + fmt(100 * e.padding_fraction, 1) + "%");
+  const t = tests[tests.length - 1];
+  if (t) parts.push("test after epoch " + t.epoch + ": entity F1 " + fmt(t.entity_f1, 4) + " (precision " + fmt(t.entity_precision, 2) + ", recall " + fmt(t.entity_recall, 2) + ")");
+  return parts.join("; ");
+}
+
 async function renderCharts(jobs) {
   document.getElementById("chart-job").textContent = selected || "(none yet)";
   const job = jobs.find(j => j.id === selected);
@@ -166,8 +177,17 @@ async function renderCharts(jobs) {
   // Test figures by epoch: accuracy for classifiers, mean squared error for regressions.
   const tests = m.tests.filter(p => p.accuracy !== null || p.mse !== null);
   const regression = tests.length > 0 && tests[0].accuracy === null;
-  document.getElementById("test-title").textContent = regression ? "test MSE (by epoch)" : "test accuracy (by epoch)";
+  const perToken = tests.length > 0 && tests[0].per_token;
+  document.getElementById("test-title").textContent = regression ? "test MSE (by epoch)" : (perToken ? "test token accuracy (by epoch)" : "test accuracy (by epoch)");
   chart("accuracy-chart", tests.map(p => [p.epoch, regression ? p.mse : p.accuracy]));
+  // Token sequences: real tokens/s by epoch, and an IOB2 tagger's entity F1 by epoch.
+  const sequences = m.epochs.filter(p => p.tokens_per_s !== null);
+  const entities = m.tests.filter(p => p.entity_f1 !== null);
+  document.getElementById("tokens-figure").hidden = sequences.length === 0;
+  document.getElementById("entity-figure").hidden = entities.length === 0;
+  if (sequences.length > 0) chart("tokens-chart", sequences.map(p => [p.epoch, p.tokens_per_s]));
+  if (entities.length > 0) chart("entity-chart", entities.map(p => [p.epoch, p.entity_f1]));
+  document.getElementById("job-figures").textContent = sequenceLine(sequences, entities);
 }
 
 async function refresh() {
