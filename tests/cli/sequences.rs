@@ -42,9 +42,12 @@ epochs = 3
 batch_size = 32
 optimizer = {{ kind = "adam", lr = 0.01 }}
 metrics = ["accuracy", "entity_f1"]
+[cluster]
+checkpoint_dir = "{ckpt}"
 "#,
             train = s(&data.join("train.parquet")),
             test = s(&data.join("test.parquet")),
+            ckpt = s(&dir.join(name)),
         ),
     )
 }
@@ -217,8 +220,10 @@ fn bad_sequences_are_refused_by_file_row_and_lengths() {
             &format!(
                 "[data]\ntrain = \"{}\"\nfeatures = [\"tokens\"]\nlabel = \"tags\"\nmax_length = \
                  4\n{extra}\n[model]\nkind = \"sequential\"\nlayers = [{{ type = \"embedding\", \
-                 dim = 4 }}, {{ type = \"gru\", hidden = 4 }}, {{ type = \"linear\" }}]\n",
-                s(&file)
+                 dim = 4 }}, {{ type = \"gru\", hidden = 4 }}, {{ type = \"linear\" }}]\n\
+                 [cluster]\ncheckpoint_dir = \"{}\"\n",
+                s(&file),
+                s(&dir.path().join("bad"))
             ),
         )
     };
@@ -305,8 +310,11 @@ layers = [
 epochs = 8
 batch_size = 32
 optimizer = {{ kind = "adam", lr = 0.02 }}
+[cluster]
+checkpoint_dir = "{ckpt}"
 "#,
-            f = s(&file)
+            f = s(&file),
+            ckpt = s(&dir.path().join("cls"))
         ),
     );
     let out = dir.path().join("cls.json");
