@@ -5,7 +5,7 @@
 # part-of-speech tagger, and the Transformer tagger.
 #
 #   benches/ner_vs_keras.sh BIN [REPEATS] [PYTHON] [EPOCHS] [LR]
-#       # REPEATS 3; PYTHON with tensorflow-cpu and pyarrow; EPOCHS 20; LR 0.005
+#       # REPEATS 3; PYTHON with tensorflow-cpu and pyarrow; EPOCHS 20; LR 0.002
 #
 # tokens/s count real tokens only (not padding), median over the epochs after the first (the
 # first includes Keras's tracing and ringflow's first read of the data); Keras pads every
@@ -19,7 +19,7 @@ if [ $# -lt 1 ]; then
     echo "usage: benches/ner_vs_keras.sh BIN [REPEATS] [PYTHON] [EPOCHS] [LR]" >&2
     exit 2
 fi
-BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}" EPOCHS="${4:-20}" LR="${5:-0.005}"
+BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}" EPOCHS="${4:-20}" LR="${5:-0.002}"
 [ -x "$BIN" ] || { echo "$BIN is not an executable" >&2; exit 2; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -33,7 +33,8 @@ ringflow() {
     "$PY" - "$out" <<'PYEOF'
 import json, statistics, sys
 s = json.load(open(sys.argv[1]))
-later = [e["tokens_per_s"] for e in s["history"][1:]] or [s["history"][0]["tokens_per_s"]]
+rates = [e["tokens"] / e["seconds"] for e in s["history"]]
+later = rates[1:] or rates
 print(f"{statistics.median(later):.0f} {s['padding_fraction']:.3f} {s['test_accuracy']:.4f} "
       f"{s.get('test_entity_f1', 0):.4f} {s.get('test_entity_precision', 0):.4f} "
       f"{s.get('test_entity_recall', 0):.4f}")
@@ -72,6 +73,6 @@ echo "BiLSTM tagger on 2 executors (same settings):"
 echo "  ringflow $(ringflow ner_bilstm 2 "${SETTINGS[@]}")"
 echo "Part-of-speech tagger (examples/pos_tagger.toml as it is, and Keras at its settings):"
 echo "  ringflow $(ringflow pos_tagger 1)"
-echo "  keras $(keras --label pos --epochs 10)"
+echo "  keras $(keras --label pos --epochs 10 --lr 0.005)"
 echo "Transformer tagger (examples/ner_transformer.toml as it is):"
 echo "  ringflow $(ringflow ner_transformer 1)"
