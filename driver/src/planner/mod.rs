@@ -314,10 +314,15 @@ impl JobPlan {
             facts.sequence = Some(counts.facts(&spec, &planned.columns, &planned.preprocessing));
             facts.outputs = counts.outputs(&planned.preprocessing);
         }
+        let longest = sequence.as_ref().map(|(_, counts)| counts.longest);
         let sequence = sequence.map(|(planned, _)| planned);
         spec.model = builder.resolve(&spec.model, &facts)?;
         let model = builder.shape(&spec.model)?;
-        let footprint = memory::footprint(registry, &spec)?;
+        let footprint = match longest {
+            // Batches are padded to their own longest sentence, at most the training split's.
+            Some(longest) => memory::footprint(registry, &at_most_steps(&spec, longest))?,
+            None => memory::footprint(registry, &spec)?,
+        };
         let summary = builder.summary(&spec.model)?;
         let check = |key, listed| check_split(key, listed, &spec, &model, true, prep.as_ref());
         let train = check("data.train", train)?;
@@ -471,6 +476,18 @@ impl JobPlan {
             self.string_label && self.spec.data.label_classes.is_none() && self.sequence.is_none();
         (moments, labels)
     }
+}
+
+/// `spec` with a sequence model's input shortened to `steps` (when shorter than
+/// `data.max_length`), for estimating the memory of batches no longer than that.
+fn at_most_steps(spec: &JobSpec, steps: usize) -> JobSpec {
+    let mut shorter = spec.clone();
+    let steps = steps.clamp(1, spec.data.max_length());
+    if shorter.model.params.get("sequence") == Some(&serde_json::Value::Bool(true)) {
+        let input = serde_json::json!([steps]);
+        shorter.model.params.insert("input".into(), input);
+    }
+    shorter
 }
 
 /// For a job whose feature is a token sequence (in the first training file's schema), the

@@ -531,6 +531,27 @@ mod tests {
     const MLP: &str = "kind = \"mlp\"\nlayers = [3, 2]";
     const EMBEDDING: &str = "kind = \"sequential\"\nlayers = [{ type = \"embedding\", dim = 4 }]";
 
+    /// The memory estimate of the shipped tagger with `max_length`: activations per row.
+    fn activations(max_length: usize) -> u64 {
+        let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/hironsan-ner");
+        let text = format!(
+            "[data]\ntrain = \"{data}/train.parquet\"\nfeatures = [\"tokens\"]\nlabel = \
+             \"tags\"\nmax_length = {max_length}\non_too_long = \"truncate\"\n[model]\nkind = \"sequential\"\nlayers = \
+             [{{ type = \"embedding\", dim = 8 }}, {{ type = \"lstm\", hidden = 8 }}, {{ type = \
+             \"linear\" }}]\n"
+        );
+        let spec = JobSpec::parse(&text, "j.toml".as_ref(), &[]).unwrap();
+        let plan = super::super::JobPlan::new(spec, &ringflow_ml::nn::ModelRegistry::default());
+        plan.unwrap().footprint.unwrap().activations_per_row
+    }
+
+    #[test]
+    fn the_memory_estimate_takes_the_longest_sentence_not_max_length() {
+        // The corpus's longest sentence has 102 tokens: both estimates are for 102 steps.
+        assert_eq!(activations(1024), activations(128));
+        assert!(activations(50) < activations(128));
+    }
+
     #[test]
     fn strings_are_tokens_and_integers_only_when_the_job_says_so() {
         let ints = schema(list(DataType::Int32), DataType::Int64);
