@@ -347,43 +347,10 @@ fn add_scalar_labels(
     column: &str,
     into: &mut SequenceCounts,
 ) -> std::result::Result<(), String> {
-    use datafusion::arrow::array::{Array, AsArray};
-    if let Some(row) = (0..label.len()).find(|&i| label.is_null(i)) {
-        return Err(format!(
-            "row {} (0-based): column `{column}`: the label is null",
-            first_row + row as u64
-        ));
-    }
-    if is_string(label.data_type()) {
-        let s =
-            datafusion::arrow::compute::cast(label, &DataType::Utf8).map_err(|e| e.to_string())?;
-        let classes = into.stats.labels.get_or_insert_with(BTreeSet::new);
-        for v in s.as_string::<i32>().iter().flatten() {
-            classes.insert(v.to_string());
-        }
-        if classes.len() > MAX_CLASSES {
-            return Err(format!(
-                "column `{column}` has more than {MAX_CLASSES} distinct labels"
-            ));
-        }
-        return Ok(());
-    }
-    let ints = datafusion::arrow::compute::cast(label, &DataType::Int64).map_err(|_| {
-        format!(
-            "column `{column}` (data.label) has type {}; a label must be a class",
-            label.data_type()
-        )
-    })?;
-    let ints = ints.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
-    for (i, v) in ints.iter().enumerate() {
-        let v = v.unwrap_or_default();
-        let v = u64::try_from(v).map_err(|_| {
-            format!(
-                "row {} (0-based): column `{column}` holds the class {v}; classes must be ≥ 0",
-                first_row + i as u64
-            )
-        })?;
-        into.max_label = into.max_label.max(Some(v));
+    let values = Elements::read(label)
+        .map_err(|t| format!("column `{column}` (data.label) holds {t}; a class must be one"))?;
+    for row in 0..values.len() {
+        add_labels(&values, row..row + 1, first_row + row as u64, column, into)?;
     }
     Ok(())
 }

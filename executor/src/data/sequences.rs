@@ -9,8 +9,6 @@
 
 use std::collections::HashMap;
 
-use datafusion::arrow::array::{ArrayRef, AsArray};
-use datafusion::arrow::datatypes::{DataType, Int64Type};
 use datafusion::arrow::record_batch::RecordBatch;
 use rand::seq::SliceRandom;
 use ringflow_ml::rng::Rng;
@@ -19,7 +17,7 @@ use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules};
 use ringflow_proto::data::vocab::{PAD, Vocabulary};
 
 use crate::data::batches::Batch;
-use crate::data::features::{Rows, string_values};
+use crate::data::features::Rows;
 use crate::error::{ExecutorError, Result};
 
 /// One row of a sequence column: its token ids and its labels (one per token, one for the
@@ -140,13 +138,15 @@ impl SequenceConverter {
         if self.per_step {
             return Ok(Labels::PerStep(ListColumn::read(col).map_err(fail)?));
         }
-        let list = read_scalar(col).map_err(fail)?;
-        let mut out = Vec::with_capacity(list.len());
-        for (i, v) in list.iter().enumerate() {
-            let class = self
-                .class_of(v)
-                .map_err(|m| fail(format!("row {} (0-based): {m}", first_row + i as u64)))?;
-            out.push(class);
+        let values = Elements::read(col).map_err(|t| {
+            fail(format!(
+                "(data.label) has type {t}; a class must be a string or an integer"
+            ))
+        })?;
+        let mut out = Vec::with_capacity(values.len());
+        for row in 0..values.len() {
+            self.push_labels(&values, row..row + 1, &mut out)
+                .map_err(|m| fail(format!("row {} (0-based): {m}", first_row + row as u64)))?;
         }
         Ok(Labels::PerSequence(out))
     }
@@ -242,46 +242,6 @@ enum Labels {
     PerStep(ListColumn),
     PerSequence(Vec<f32>),
     None,
-}
-
-/// A scalar label column's values.
-enum ScalarColumn {
-    Strings(Vec<Option<String>>),
-    Ints(Vec<Option<i64>>),
-}
-
-impl ScalarColumn {
-    fn len(&self) -> usize {
-        match self {
-            ScalarColumn::Strings(v) => v.len(),
-            ScalarColumn::Ints(v) => v.len(),
-        }
-    }
-
-    fn iter(&self) -> Box<dyn Iterator<Item = Scalar<'_>> + '_> {
-        match self {
-            ScalarColumn::Strings(v) => Box::new(v.iter().map(|s| Scalar::String(s.as_deref()))),
-            ScalarColumn::Ints(v) => Box::new(v.iter().map(|i| Scalar::Int(*i))),
-        }
-    }
-}
-
-/// The labels of a scalar column as strings or integers.
-fn read_scalar(col: &ArrayRef) -> std::result::Result<ScalarColumn, String> {
-    if ringflow_proto::data::is_string(col.data_type()) {
-        return string_values(col).map(ScalarColumn::Strings);
-    }
-    if !col.data_type().is_integer() {
-        return Err(format!(
-            "(data.label) has type {}; a class must be a string or an integer",
-            col.data_type()
-        ));
-    }
-    let ints = datafusion::arrow::compute::cast(col, &DataType::Int64)
-        .map_err(|e| format!("cannot be read as integers: {e}"))?;
-    Ok(ScalarColumn::Ints(
-        ints.as_primitive::<Int64Type>().iter().collect(),
-    ))
 }
 
 impl Rows {

@@ -49,6 +49,43 @@ pub enum Elements {
     Ids(Vec<Option<i64>>),
 }
 
+impl Elements {
+    /// The values of a column of strings or integers (a list column's elements, or a scalar
+    /// label column: one per row); the error is the type it has instead, as "T, not strings
+    /// or integers".
+    pub fn read(values: &ArrayRef) -> Result<Elements, String> {
+        if is_string(values.data_type()) {
+            let utf8 = datafusion::arrow::compute::cast(values, &DataType::Utf8)
+                .map_err(|e| format!("strings that cannot be read: {e}"))?;
+            let s = utf8.as_string::<i32>();
+            Ok(Elements::Strings(
+                s.iter().map(|v| v.map(str::to_string)).collect(),
+            ))
+        } else if values.data_type().is_integer() {
+            let ints = datafusion::arrow::compute::cast(values, &DataType::Int64)
+                .map_err(|e| format!("integers that cannot be read: {e}"))?;
+            Ok(Elements::Ids(
+                ints.as_primitive::<Int64Type>().iter().collect(),
+            ))
+        } else {
+            Err(format!("{}, not strings or integers", values.data_type()))
+        }
+    }
+
+    /// How many values there are.
+    pub fn len(&self) -> usize {
+        match self {
+            Elements::Strings(v) => v.len(),
+            Elements::Ids(v) => v.len(),
+        }
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl ListColumn {
     /// Reads `column` (a list of strings or integers; an error sentence otherwise, or for a
     /// null row, naming the row within the batch).
@@ -69,21 +106,7 @@ impl ListColumn {
         if let Some(row) = (0..column.len()).find(|&i| column.is_null(i)) {
             return Err(format!("row {row} of the batch is null"));
         }
-        let values = if is_string(values.data_type()) {
-            let utf8 = datafusion::arrow::compute::cast(&values, &DataType::Utf8)
-                .map_err(|e| format!("cannot be read as strings: {e}"))?;
-            let s = utf8.as_string::<i32>();
-            Elements::Strings(s.iter().map(|v| v.map(str::to_string)).collect())
-        } else if values.data_type().is_integer() {
-            let ints = datafusion::arrow::compute::cast(&values, &DataType::Int64)
-                .map_err(|e| format!("cannot be read as integers: {e}"))?;
-            Elements::Ids(ints.as_primitive::<Int64Type>().iter().collect())
-        } else {
-            return Err(format!(
-                "holds lists of {}, not of strings or integers",
-                values.data_type()
-            ));
-        };
+        let values = Elements::read(&values).map_err(|t| format!("holds lists of {t}"))?;
         Ok(ListColumn { offsets, values })
     }
 
