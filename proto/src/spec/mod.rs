@@ -7,6 +7,7 @@
 //! `docs/job-spec.md`; the types here are the reference.
 
 mod error;
+mod fusion;
 #[cfg(test)]
 mod fuzz;
 mod images;
@@ -15,6 +16,9 @@ mod overrides;
 mod sequences;
 
 pub use error::SpecError;
+pub use fusion::{
+    AUTO_CANDIDATES_MIB, BucketSizes, DEFAULT_BUCKET_MIB, FIRST_BUCKET_MIB, Fusion, MAX_BUCKET_MIB,
+};
 pub use images::{AugmentSpec, ImageSpec, MAX_EXAMPLE_VALUES, MAX_IMAGE_SIDE, MAX_SHAPE_DIMS};
 pub use overrides::Override;
 pub use sequences::{
@@ -286,6 +290,10 @@ pub struct ClusterSpec {
     /// rest (default 0: every step waits for every rank). See docs/backup-workers.md.
     #[serde(default)]
     pub backup_workers: usize,
+    /// Tensor fusion: the gradient buckets' size in MiB, or `"auto"` to try a few sizes in the
+    /// first steps and keep the fastest (default 25 MiB). See [`Fusion`].
+    #[serde(default)]
+    pub fusion: Fusion,
 }
 
 impl Default for ClusterSpec {
@@ -299,6 +307,7 @@ impl Default for ClusterSpec {
             comm_timeout_s: defaults::comm_timeout_s(),
             checkpoint_every_steps: 0,
             backup_workers: 0,
+            fusion: Fusion::default(),
             min_executors: None,
             max_executors: None,
         }
