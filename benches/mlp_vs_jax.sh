@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The MLPs of issue 19 trained by ringflow (1 executor, both cores) and by JAX (XLA on the CPU)
+# on the same MNIST Parquet, plain SGD lr 0.05, alternating runs, with nothing else running.
+#
+#   benches/mlp_vs_jax.sh BIN [REPEATS] [PYTHON]    # REPEATS 3; PYTHON with jax and pyarrow
+#
+# Two models: the wide 784-1024-1024-10 MLP at batch 256 (where GEMM dominates; figure: samples/s
+# of the epochs after the first) and the small 784-100-10 MLP at batch 128 over the whole run
+# (figure: ringflow's `train_samples_per_s`, epoch 1's first read of the Parquet included, against
+# JAX's whole run, compilation included, with the data already in memory). 3 epochs each.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ $# -lt 1 ]; then
+    echo "usage: benches/mlp_vs_jax.sh BIN [REPEATS] [PYTHON]" >&2
+    exit 2
+fi
+BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}"
+[ -x "$BIN" ] || { echo "$BIN is not an executable" >&2; exit 2; }
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+# ringflow on LAYERS with BATCH for 3 epochs: "later_epochs_samples_per_s whole_run_samples_per_s
+# test_accuracy".
+ringflow() {
+    local layers="$1" batch="$2" out="$WORK/summary.json"
+    "$BIN" local examples/mnist.toml --executors 1 --ui off \
+        --set "model.layers=[$layers]" --set "train.epochs=3" --set "train.batch_size=$batch" \
+        --set 'train.optimizer={ kind = "sgd", lr = 0.05 }' --set 'train.schedule={ kind = "constant" }' \
+        --set "cluster.checkpoint_dir=$WORK/run" --summary-json "$out" >/dev/null 2>&1
+    "$PY" - "$out" <<'PYEOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+later = [e["samples_per_s"] for e in s["history"][1:]]
+print(f"{sum(later) / len(later):.0f} {s['train_samples_per_s']:.0f} {s['test_accuracy']:.4f}")
+PYEOF
+    rm -rf "$WORK/run" "$out"
+}
+
+# JAX on LAYERS with BATCH for 3 epochs: "later_epochs_samples_per_s whole_run_samples_per_s".
+jax() {
+    "$PY" benches/jax_mlp.py --layers "$1" --batch "$2" --epochs 3 2>/dev/null | tail -1 |
+        sed -E 's/.* samples_per_s=([0-9]+) whole_run_samples_per_s=([0-9]+).*/\1 \2/'
+}
+
+RESULTS="$WORK/results"
+for i in $(seq 1 "$REPEATS"); do
+    read -r rw _ rwa < <(ringflow 784,1024,1024,10 256)
+    read -r jw _ < <(jax 784,1024,1024,10 256)
+    read -r _ rs rsa < <(ringflow 784,100,10 128)
+    read -r _ js < <(jax 784,100,10 128)
+    echo "run $i: wide MLP (epochs 2-3): ringflow $rw samples/s (accuracy $rwa), jax $jw;" \
+        "small MLP (whole run): ringflow $rs (accuracy $rsa), jax $js"
+    echo "$rw $jw $rs $js" >>"$RESULTS"
+done
+"$PY" - "$RESULTS" <<'PYEOF'
+import statistics, sys
+rows = [[float(x) for x in l.split()] for l in open(sys.argv[1])]
+rw, jw, rs, js = (statistics.median(c) for c in zip(*rows))
+print(f"median: wide MLP ringflow {rw:.0f} vs jax {jw:.0f} samples/s ({rw / jw:.2f}x); "
+      f"small MLP whole run ringflow {rs:.0f} vs jax {js:.0f} ({rs / js:.2f}x)")
+PYEOF
