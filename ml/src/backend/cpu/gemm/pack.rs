@@ -1,0 +1,118 @@
+//! Packing: copies a block of an operand into the panel order the microkernel reads
+//! contiguously, zero-padding the last panel, whatever the operand's strides (this is where
+//! transposed operands are handled).
+//!
+//! `a` blocks become panels of [`MR`] rows: step `p` of a panel holds the panel's rows at column
+//! `p`. `b` blocks become panels of [`NR`] columns: step `p` holds the panel's columns at row `p`.
+
+use super::kernel_avx2::{MR, NR};
+use super::view::Operand;
+
+/// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    /// First logical row.
+    pub row: usize,
+    /// First logical column.
+    pub col: usize,
+    /// Rows in the block.
+    pub rows: usize,
+    /// Columns in the block.
+    pub cols: usize,
+}
+
+/// Elements a block of `a` takes once packed (rows rounded up to whole panels).
+pub fn packed_a_len(rows: usize, depth: usize) -> usize {
+    rows.div_ceil(MR) * MR * depth
+}
+
+/// Elements a block of `b` takes once packed (columns rounded up to whole panels).
+pub fn packed_b_len(depth: usize, cols: usize) -> usize {
+    cols.div_ceil(NR) * NR * depth
+}
+
+/// Checks that every element of `block` lies inside `op`'s storage; after this, the packing
+/// loops index without further checks.
+fn check_block(op: &Operand<'_>, block: Block) {
+    assert!(
+        block.row + block.rows <= op.rows && block.col + block.cols <= op.cols,
+        "a packed block lies inside its operand"
+    );
+    if block.rows > 0 && block.cols > 0 {
+        let last = (block.row + block.rows - 1) * op.row_stride
+            + (block.col + block.cols - 1) * op.col_stride;
+        assert!(
+            last < op.data.len(),
+            "a packed block's elements lie in the operand's storage"
+        );
+    }
+}
+
+/// Packs `block` of `a` (rows × depth) into `out` as panels of [`MR`] rows.
+pub fn pack_a(out: &mut [f32], a: &Operand<'_>, block: Block) {
+    check_block(a, block);
+    let out = &mut out[..packed_a_len(block.rows, block.cols)];
+    let depth = block.cols;
+    for (panel, dst) in out.chunks_exact_mut(MR * depth).enumerate() {
+        let first = panel * MR;
+        let live = MR.min(block.rows - first);
+        if live < MR {
+            dst.fill(0.0);
+        }
+        for r in 0..live {
+            let base = (block.row + first + r) * a.row_stride + block.col * a.col_stride;
+            for p in 0..depth {
+                let src = base + p * a.col_stride;
+                debug_assert!(src < a.data.len() && p * MR + r < dst.len());
+                // SAFETY: `check_block` proved every element of the block in bounds (src is
+                // one of them) and dst holds depth steps of MR elements.
+                unsafe { *dst.get_unchecked_mut(p * MR + r) = *a.data.get_unchecked(src) };
+            }
+        }
+    }
+}
+
+/// Packs `block` of `b` (depth × cols) into `out` as panels of [`NR`] columns.
+pub fn pack_b(out: &mut [f32], b: &Operand<'_>, block: Block) {
+    check_block(b, block);
+    let depth = block.rows;
+    let out = &mut out[..packed_b_len(depth, block.cols)];
+    for (panel, dst) in out.chunks_exact_mut(NR * depth).enumerate() {
+        let first = panel * NR;
+        let live = NR.min(block.cols - first);
+        let col = block.col + first;
+        if b.col_stride == 1 {
+            pack_b_rows(dst, b, block.row, col, live);
+        } else {
+            pack_b_strided(dst, b, block.row, col, live);
+        }
+    }
+}
+
+/// One `b` panel whose columns are contiguous in memory: a copy of `live` elements per step.
+fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+    for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
+        let start = (row + p) * b.row_stride + col;
+        step[..live].copy_from_slice(&b.data[start..start + live]);
+        step[live..].fill(0.0);
+    }
+}
+
+/// One `b` panel read with a column stride (a transposed `b`): column by column, each a
+/// contiguous run in memory when the row stride is 1.
+fn pack_b_strided(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+    let depth = dst.len() / NR;
+    if live < NR {
+        dst.fill(0.0);
+    }
+    for j in 0..live {
+        let base = row * b.row_stride + (col + j) * b.col_stride;
+        for p in 0..depth {
+            let src = base + p * b.row_stride;
+            debug_assert!(src < b.data.len() && p * NR + j < dst.len());
+            // SAFETY: `pack_b` checked every element of the block in bounds (src is one of
+            // them) and dst holds depth steps of NR elements.
+            unsafe { *dst.get_unchecked_mut(p * NR + j) = *b.data.get_unchecked(src) };
+        }
+    }
+}
