@@ -38,6 +38,37 @@ pub fn even_parts(len: usize, max: usize, unit: usize) -> impl Iterator<Item = (
         .map(move |start| (start, size.min(len - start)))
 }
 
+/// Rows up to which a product reads a row-major `b` where it lies instead of packing it: the
+/// few 6-row panels of a short `a` reuse each `b` panel too little to repay its copy, and the
+/// panel's lines stay in L1/L2 between them.
+pub const DIRECT_B_MAX_ROWS: usize = 96;
+
+/// Where the microkernel reads a block of `b` from.
+#[derive(Clone, Copy)]
+enum BSource<'a> {
+    /// Packed panels, `kc × NR` each.
+    Packed(&'a [f32]),
+    /// The operand itself from the block's first element, rows `ld` apart, for whole panels;
+    /// the last, partial panel packed in `edge`.
+    Direct {
+        data: &'a [f32],
+        ld: usize,
+        edge: &'a [f32],
+    },
+}
+
+impl<'a> BSource<'a> {
+    /// Panel `jp` of `cols` columns over `kc` steps: its elements and the distance between
+    /// its steps.
+    fn panel(self, jp: usize, cols: usize, kc: usize) -> (&'a [f32], usize) {
+        match self {
+            BSource::Packed(buf) => (&buf[jp * kc * NR..(jp + 1) * kc * NR], NR),
+            BSource::Direct { data, ld, .. } if cols == NR => (&data[jp * NR..], ld),
+            BSource::Direct { edge, .. } => (edge, NR),
+        }
+    }
+}
+
 /// `dst = a · b` (or `+=` when `accumulate`) for one rectangle: `a` holds the rectangle's rows
 /// (`dst.rows() × k`), `b` its columns (`k × dst.cols()`).
 pub fn product(
@@ -49,62 +80,72 @@ pub fn product(
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     debug_assert!(a.rows == m && b.rows == k && b.cols == n);
+    let direct = b.col_stride == 1 && m <= DIRECT_B_MAX_ROWS;
     let (mut a_buf, mut b_buf) = BUFFERS.with(Cell::take);
     for (col, nc) in even_parts(n, NC, NR) {
         for (depth, kc) in even_parts(k, KC, 1) {
             let overwrite = depth == 0 && !accumulate;
-            grow(&mut b_buf, packed_b_len(kc, nc));
-            pack_b(
-                &mut b_buf,
-                b,
-                Block {
+            let source = if direct {
+                let whole = nc / NR * NR;
+                let edge = Block {
+                    row: depth,
+                    col: col + whole,
+                    rows: kc,
+                    cols: nc - whole,
+                };
+                grow(&mut b_buf, packed_b_len(kc, edge.cols));
+                pack_b(cpu, &mut b_buf, b, edge);
+                let start = depth * b.row_stride + col;
+                BSource::Direct {
+                    data: &b.data[start..],
+                    ld: b.row_stride,
+                    edge: &b_buf,
+                }
+            } else {
+                let block = Block {
                     row: depth,
                     col,
                     rows: kc,
                     cols: nc,
-                },
-            );
+                };
+                grow(&mut b_buf, packed_b_len(kc, nc));
+                pack_b(cpu, &mut b_buf, b, block);
+                BSource::Packed(&b_buf)
+            };
             for (row, mc) in even_parts(m, MC, MR) {
                 grow(&mut a_buf, packed_a_len(mc, kc));
-                pack_a(
-                    &mut a_buf,
-                    a,
-                    Block {
-                        row,
-                        col: depth,
-                        rows: mc,
-                        cols: kc,
-                    },
-                );
-                let mut block = dst.sub(row, col, mc, nc);
-                sweep(cpu, &mut block, kc, (&a_buf, &b_buf), overwrite);
+                let block = Block {
+                    row,
+                    col: depth,
+                    rows: mc,
+                    cols: kc,
+                };
+                pack_a(cpu, &mut a_buf, a, block);
+                let mut tiles = dst.sub(row, col, mc, nc);
+                sweep(cpu, &mut tiles, kc, (&a_buf, source), overwrite);
             }
         }
     }
     BUFFERS.with(|cell| cell.set((a_buf, b_buf)));
 }
 
-/// Every microkernel tile of one packed `a` block times one packed `b` block: a `b` panel
-/// stays in L1 while the `a` panels stream from L2.
+/// Every microkernel tile of one packed `a` block times one block of `b`: a `b` panel stays
+/// in L1 while the `a` panels stream from L2.
 fn sweep(
     cpu: Avx2Fma,
     block: &mut DstTile<'_>,
     kc: usize,
-    (a, b): (&[f32], &[f32]),
+    (a, b): (&[f32], BSource<'_>),
     overwrite: bool,
 ) {
     let (mc, nc) = (block.rows(), block.cols());
-    for (jp, b_panel) in b.chunks_exact(kc * NR).take(nc.div_ceil(NR)).enumerate() {
+    for jp in 0..nc.div_ceil(NR) {
         let (col, cols) = (jp * NR, NR.min(nc - jp * NR));
+        let b_panel = b.panel(jp, cols, kc);
         for (ip, a_panel) in a.chunks_exact(kc * MR).take(mc.div_ceil(MR)).enumerate() {
             let (row, rows) = (ip * MR, MR.min(mc - ip * MR));
-            cpu.tile(
-                kc,
-                a_panel,
-                b_panel,
-                block.sub(row, col, rows, cols),
-                overwrite,
-            );
+            let tile = block.sub(row, col, rows, cols);
+            cpu.tile(kc, a_panel, b_panel, tile, overwrite);
         }
     }
 }

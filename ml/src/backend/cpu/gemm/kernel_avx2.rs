@@ -39,19 +39,21 @@ impl Avx2Fma {
     }
 
     /// `tile = a_panel · b_panel` over `kc` steps (`+=` unless `overwrite`), where `a_panel`
-    /// holds `kc` groups of [`MR`] elements and `b_panel` `kc` groups of [`NR`]. Only the
-    /// tile's own rows and columns are read or written; the panels are zero-padded past them.
+    /// holds `kc` groups of [`MR`] elements and `b_panel` `kc` groups of [`NR`], `b_step`
+    /// apart ([`NR`] when packed, the operand's row stride when read in place). Only the
+    /// tile's own rows and columns are written; the panels are zero-padded past them.
     pub fn tile(
         self,
         kc: usize,
         a_panel: &[f32],
-        b_panel: &[f32],
+        (b_panel, b_step): (&[f32], usize),
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
+        assert!(a_panel.len() >= kc * MR, "the a panel holds kc steps");
         assert!(
-            a_panel.len() >= kc * MR && b_panel.len() >= kc * NR,
-            "panels hold kc steps"
+            kc == 0 || b_panel.len() >= (kc - 1) * b_step + NR,
+            "the b panel holds kc steps"
         );
         assert!(
             tile.rows() <= MR && tile.cols() <= NR,
@@ -62,7 +64,13 @@ impl Avx2Fma {
         // hold `kc` steps (asserted above) and `tile` covers its rows × cols with its row
         // stride, uniquely borrowed for the call (a `DstTile` is handed to one caller at a time).
         unsafe {
-            x86::tile(kc, a_panel.as_ptr(), b_panel.as_ptr(), tile, overwrite);
+            x86::tile(
+                kc,
+                a_panel.as_ptr(),
+                (b_panel.as_ptr(), b_step),
+                tile,
+                overwrite,
+            );
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("the token exists only on x86_64");
@@ -80,13 +88,14 @@ mod x86 {
     /// it is a whole 6 × 16 tile, through a stack buffer for the edges.
     ///
     /// # Safety
-    /// AVX2 and FMA are available; `a` points at `kc * MR` and `b` at `kc * NR` readable
-    /// elements; `tile` is writable as described by its rows, columns and row stride.
+    /// AVX2 and FMA are available; `a` points at `kc * MR` readable elements and `b` at `kc`
+    /// runs of `NR`, `b_step` apart; `tile` is writable as described by its rows, columns and
+    /// row stride.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
         kc: usize,
         mut a: *const f32,
-        mut b: *const f32,
+        (mut b, b_step): (*const f32, usize),
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
@@ -103,7 +112,7 @@ mod x86 {
                     acc[2 * r + 1] = _mm256_fmadd_ps(ar, b1, acc[2 * r + 1]);
                 }
                 a = a.add(MR);
-                b = b.add(NR);
+                b = b.add(b_step);
             }
         }
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());

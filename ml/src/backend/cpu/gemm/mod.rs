@@ -10,6 +10,7 @@
 mod blocked;
 mod kernel_avx2;
 mod pack;
+mod pack_avx2;
 mod threading;
 mod view;
 

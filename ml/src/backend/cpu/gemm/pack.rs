@@ -5,7 +5,7 @@
 //! `a` blocks become panels of [`MR`] rows: step `p` of a panel holds the panel's rows at column
 //! `p`. `b` blocks become panels of [`NR`] columns: step `p` holds the panel's columns at row `p`.
 
-use super::kernel_avx2::{MR, NR};
+use super::kernel_avx2::{Avx2Fma, MR, NR};
 use super::view::Operand;
 
 /// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.
@@ -49,13 +49,22 @@ fn check_block(op: &Operand<'_>, block: Block) {
 }
 
 /// Packs `block` of `a` (rows × depth) into `out` as panels of [`MR`] rows.
-pub fn pack_a(out: &mut [f32], a: &Operand<'_>, block: Block) {
+pub fn pack_a(cpu: Avx2Fma, out: &mut [f32], a: &Operand<'_>, block: Block) {
     check_block(a, block);
     let out = &mut out[..packed_a_len(block.rows, block.cols)];
     let depth = block.cols;
     for (panel, dst) in out.chunks_exact_mut(MR * depth).enumerate() {
         let first = panel * MR;
         let live = MR.min(block.rows - first);
+        let start = (block.row + first) * a.row_stride + block.col * a.col_stride;
+        if live == MR && a.col_stride == 1 {
+            cpu.pack_a_rows(dst, &a.data[start..], a.row_stride, depth);
+            continue;
+        }
+        if live == MR && a.row_stride == 1 {
+            pack_a_columns(dst, a, start);
+            continue;
+        }
         if live < MR {
             dst.fill(0.0);
         }
@@ -72,8 +81,17 @@ pub fn pack_a(out: &mut [f32], a: &Operand<'_>, block: Block) {
     }
 }
 
+/// One whole `a` panel whose rows are contiguous in memory (a transposed `a`): a copy of
+/// [`MR`] elements per step.
+fn pack_a_columns(dst: &mut [f32], a: &Operand<'_>, start: usize) {
+    for (p, step) in dst.chunks_exact_mut(MR).enumerate() {
+        let at = start + p * a.col_stride;
+        step.copy_from_slice(&a.data[at..at + MR]);
+    }
+}
+
 /// Packs `block` of `b` (depth × cols) into `out` as panels of [`NR`] columns.
-pub fn pack_b(out: &mut [f32], b: &Operand<'_>, block: Block) {
+pub fn pack_b(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
     check_block(b, block);
     let depth = block.rows;
     let out = &mut out[..packed_b_len(depth, block.cols)];
@@ -83,6 +101,9 @@ pub fn pack_b(out: &mut [f32], b: &Operand<'_>, block: Block) {
         let col = block.col + first;
         if b.col_stride == 1 {
             pack_b_rows(dst, b, block.row, col, live);
+        } else if live == NR && b.row_stride == 1 {
+            let start = block.row + col * b.col_stride;
+            cpu.pack_b_columns(dst, &b.data[start..], b.col_stride, depth);
         } else {
             pack_b_strided(dst, b, block.row, col, live);
         }
@@ -91,6 +112,13 @@ pub fn pack_b(out: &mut [f32], b: &Operand<'_>, block: Block) {
 
 /// One `b` panel whose columns are contiguous in memory: a copy of `live` elements per step.
 fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+    if live == NR {
+        for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
+            let start = (row + p) * b.row_stride + col;
+            step.copy_from_slice(&b.data[start..start + NR]);
+        }
+        return;
+    }
     for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
         let start = (row + p) * b.row_stride + col;
         step[..live].copy_from_slice(&b.data[start..start + live]);
