@@ -3,8 +3,9 @@
 //! The destination is cut into one rectangle per thread, along its longer side first (a grid
 //! when there are many threads), each a whole number of microkernel tiles; every rectangle is
 //! then an independent blocked product on its own thread, packing only the rows of `a` and the
-//! columns of `b` it needs. No thread waits on another until the end, and rayon's work stealing
-//! evens out a core that another process is using.
+//! columns of `b` it needs. No thread waits on another until the end. The split is static, as
+//! suits an executor that owns its cores: a core that another process keeps busy slows its
+//! rectangle, and the product with it.
 
 use super::blocked;
 use super::kernel_avx2::{Avx2Fma, MR, NR};
