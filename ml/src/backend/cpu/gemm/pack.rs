@@ -95,8 +95,17 @@ pub fn pack_b(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
     check_block(b, block);
     let depth = block.rows;
     let out = &mut out[..packed_b_len(depth, block.cols)];
-    for (panel, dst) in out.chunks_exact_mut(NR * depth).enumerate() {
-        let first = panel * NR;
+    let whole = if b.col_stride == 1 {
+        block.cols / NR
+    } else {
+        0
+    };
+    let (by_rows, rest) = out.split_at_mut(whole * NR * depth);
+    if whole > 0 {
+        pack_b_whole_rows(by_rows, b, block);
+    }
+    for (i, dst) in rest.chunks_exact_mut(NR * depth).enumerate() {
+        let first = (whole + i) * NR;
         let live = NR.min(block.cols - first);
         let col = block.col + first;
         if b.col_stride == 1 {
@@ -110,15 +119,23 @@ pub fn pack_b(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
     }
 }
 
-/// One `b` panel whose columns are contiguous in memory: a copy of `live` elements per step.
-fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
-    if live == NR {
-        for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
-            let start = (row + p) * b.row_stride + col;
-            step.copy_from_slice(&b.data[start..start + NR]);
+/// The whole panels of a block of a row-major `b` (`out` holds exactly them), row by row:
+/// each row of the block is read once, front to back, and dealt out 16 elements per panel.
+fn pack_b_whole_rows(out: &mut [f32], b: &Operand<'_>, block: Block) {
+    let depth = block.rows;
+    let width = out.len() / depth;
+    for p in 0..depth {
+        let start = (block.row + p) * b.row_stride + block.col;
+        let row = &b.data[start..start + width];
+        for (jp, chunk) in row.chunks_exact(NR).enumerate() {
+            let at = (jp * depth + p) * NR;
+            out[at..at + NR].copy_from_slice(chunk);
         }
-        return;
     }
+}
+
+/// The partial `b` panel of a row-major `b`: a copy of `live` elements per step.
+fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
     for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
         let start = (row + p) * b.row_stride + col;
         step[..live].copy_from_slice(&b.data[start..start + live]);

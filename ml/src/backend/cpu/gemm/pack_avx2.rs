@@ -90,12 +90,17 @@ mod x86 {
                 // SAFETY: row r's elements p0..p0 + 8 lie in `src` (p0 + 8 <= depth).
                 *row = unsafe { _mm256_loadu_ps(src.as_ptr().add(r * ld + p0)) };
             }
-            for (q, column) in transpose8(rows).into_iter().enumerate() {
-                debug_assert!((p0 + q) * MR + MR <= dst.len());
-                // SAFETY: step p0 + q < depth has MR slots in `dst`; the mask writes only
-                // those MR lanes.
-                unsafe { _mm256_maskstore_ps(dst.as_mut_ptr().add((p0 + q) * MR), mask, column) };
+            let columns = transpose8(rows);
+            for (q, column) in columns.into_iter().enumerate().take(7) {
+                debug_assert!((p0 + q + 1) * MR + 2 <= dst.len());
+                // SAFETY: step p0 + q + 1 < depth follows in `dst`, so the 8 lanes from step
+                // p0 + q's slots end inside it; its first 2 slots are written again next.
+                unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add((p0 + q) * MR), column) };
             }
+            debug_assert!((p0 + 7) * MR + MR <= dst.len());
+            // SAFETY: step p0 + 7 < depth has MR slots in `dst`; the mask writes only those
+            // (a full store could pass the end of the panel).
+            unsafe { _mm256_maskstore_ps(dst.as_mut_ptr().add((p0 + 7) * MR), mask, columns[7]) };
         }
         for p in full..depth {
             for r in 0..MR {
