@@ -99,10 +99,17 @@ mod x86 {
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
+        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
+        // Ask for the tile's rows now, so that they are in L1 when the sums are written.
+        for r in 0..rows {
+            let row = c.wrapping_add(r * ld);
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
+        }
         let mut acc = [_mm256_setzero_ps(); 2 * MR];
-        for _ in 0..kc {
-            // SAFETY: each of the kc steps reads MR elements at `a` and NR at `b`, within the
-            // panels' promised lengths; the pointers then move to the next step.
+        // One step of depth; called only with `a` at a step's MR elements and `b` at its NR.
+        let step = |acc: &mut [__m256; 2 * MR], a: *const f32, b: *const f32| {
+            // SAFETY: the caller passes a step's MR elements at `a` and NR at `b`.
             unsafe {
                 let b0 = _mm256_loadu_ps(b);
                 let b1 = _mm256_loadu_ps(b.add(8));
@@ -111,11 +118,25 @@ mod x86 {
                     acc[2 * r] = _mm256_fmadd_ps(ar, b0, acc[2 * r]);
                     acc[2 * r + 1] = _mm256_fmadd_ps(ar, b1, acc[2 * r + 1]);
                 }
-                a = a.add(MR);
-                b = b.add(b_step);
+            }
+        };
+        for _ in 0..kc / 4 {
+            // SAFETY: four of the kc steps, each MR elements at `a` and NR at `b` within the
+            // panels' promised lengths; the pointers then move past them.
+            unsafe {
+                step(&mut acc, a, b);
+                step(&mut acc, a.add(MR), b.add(b_step));
+                step(&mut acc, a.add(2 * MR), b.add(2 * b_step));
+                step(&mut acc, a.add(3 * MR), b.add(3 * b_step));
+                a = a.wrapping_add(4 * MR);
+                b = b.wrapping_add(4 * b_step);
             }
         }
-        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
+        for _ in 0..kc % 4 {
+            step(&mut acc, a, b);
+            a = a.wrapping_add(MR);
+            b = b.wrapping_add(b_step);
+        }
         if rows == MR && cols == NR {
             for (r, pair) in acc.chunks_exact(2).enumerate() {
                 // SAFETY: a whole tile: row r's 16 elements lie at c + r * ld.
