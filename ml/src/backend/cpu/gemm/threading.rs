@@ -11,9 +11,10 @@ use super::blocked;
 use super::kernel_avx2::{Avx2Fma, MR, NR};
 use super::view::{DstTile, Operand};
 
-/// Multiply-adds below which a product stays on the calling thread: waking the pool costs a
-/// few microseconds, the time of about this much work on one core.
-pub const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// Multiply-adds below which a product stays on the calling thread: waking the pool's threads
+/// costs microseconds, the time of about this much work on one core (the `gemm` crate's own
+/// threshold is of the same order).
+pub const PARALLEL_MIN_MACS: usize = 1 << 19;
 
 /// How many rectangles to cut along the rows and along the columns for `threads` threads:
 /// as many rectangles as threads where the product has that many tiles, and among those the
