@@ -1,11 +1,13 @@
 //! Matrix products on the CPU.
 //!
 //! On x86-64 CPUs with AVX2 and FMA (detected at run time, once), products run on this
-//! module's own blocked GEMM: operands are packed into panels ([`pack`], which also reads
-//! transposed operands, so callers never copy), a 6 × 16 register-blocked microkernel
-//! ([`kernel_avx2`]) sweeps the tiles of cache-sized blocks ([`blocked`]), and large products
-//! are cut into one rectangle per thread of the current rayon pool ([`threading`]). Elsewhere
-//! they go through the `gemm` crate. Nothing depends on the machine the binary was built on.
+//! module's own blocked GEMM: operands are packed into panels (`pack.rs`, `pack_avx2.rs`, which
+//! also read transposed operands, so callers never copy), a 6 × 16 register-blocked
+//! microkernel (`kernel_avx2.rs`) sweeps the tiles of cache-sized blocks (`blocked.rs`), and
+//! large products are cut into one rectangle per thread of the current rayon pool
+//! (`threading.rs`). Thin products (fewer than 16 rows or columns) and other CPUs go through
+//! the `gemm` crate. Nothing depends on the machine the binary was built on: no
+//! `target-cpu=native` is needed or used.
 
 mod blocked;
 mod kernel_avx2;
