@@ -1,8 +1,9 @@
 //! CPU kernels over contiguous ndarray storage.
 //!
 //! Every function here takes and returns arrays in standard (row-major, contiguous) layout, so the
-//! hot loops run over plain slices that the compiler vectorizes. Matrix products go through the
-//! `gemm` crate's multithreaded kernels; everything else is a single pass over memory.
+//! hot loops run over plain slices that the compiler vectorizes. Matrix products go through
+//! [`gemm`]: a packed AVX2 + FMA GEMM chosen at run time (the `gemm` crate on other CPUs);
+//! everything else is a single pass over memory.
 //!
 //! The CPU backend's storage is [`CpuArray`] itself: each file holds one kind of kernel and the
 //! implementation of that kind's backend trait (`elementwise.rs` implements

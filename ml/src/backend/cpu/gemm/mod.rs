@@ -1,8 +1,26 @@
-//! Matrix products through the `gemm` crate.
+//! Matrix products on the CPU.
+//!
+//! On x86-64 CPUs with AVX2 and FMA (detected at run time, once), products run on this
+//! module's own blocked GEMM: operands are packed into panels (`pack.rs`, `pack_avx2.rs`, which
+//! also read transposed operands, so callers never copy), a 6 × 16 register-blocked
+//! microkernel (`kernel_avx2.rs`) sweeps the tiles of cache-sized blocks (`blocked.rs`), and
+//! large products are cut into one rectangle per thread of the current rayon pool
+//! (`threading.rs`). Thin products (fewer than 16 rows or columns) and other CPUs go through
+//! the `gemm` crate. Nothing depends on the machine the binary was built on: no
+//! `target-cpu=native` is needed or used.
+
+mod blocked;
+mod kernel_avx2;
+mod pack;
+mod pack_avx2;
+mod threading;
+mod view;
 
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use self::kernel_avx2::Avx2Fma;
+use self::view::{DstTile, Operand};
 use super::{CpuArray, slice, slice_mut};
 use crate::backend::matmul::MatmulOps;
 use crate::error::Result;
@@ -61,25 +79,49 @@ impl<'a> MatRef<'a> {
 /// `dst (m×n) = a (m×k) · b (k×n)`, or `dst += a · b` when `accumulate` is set.
 ///
 /// `dst` is row-major and contiguous. Large products run on all threads of the current rayon
-/// pool (the executor sizes it to its `--cores`); `gemm` itself stays single-threaded below its
-/// threading threshold.
+/// pool (the executor sizes it to its `--cores`); small ones stay on the calling thread.
 pub fn matmul_into(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    gemm_into(dst, a, b, accumulate, Parallelism::Rayon(0));
+    product(dst, a, b, accumulate, true);
 }
 
 /// [`matmul_into`] on the calling thread only: for the many small products of a loop that is
 /// itself parallel (a convolution's images).
 pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    gemm_into(dst, a, b, accumulate, Parallelism::None);
+    product(dst, a, b, accumulate, false);
 }
 
-/// [`matmul_into`] with the given threading.
-fn gemm_into(
+/// Which implementation runs a product.
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    /// This module's packed AVX2 + FMA GEMM.
+    Packed(Avx2Fma),
+    /// The `gemm` crate.
+    Portable,
+}
+
+impl Kernel {
+    /// The fastest implementation for an `m × n` product on this CPU.
+    fn for_product(m: usize, n: usize) -> Self {
+        match Avx2Fma::detect() {
+            Some(cpu) if packing_pays(m, n) => Kernel::Packed(cpu),
+            _ => Kernel::Portable,
+        }
+    }
+}
+
+/// [`matmul_into`], on the pool's threads when `threaded`.
+fn product(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
+    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
+    product_with(Kernel::for_product(m, n), dst, (a, b), accumulate, threaded);
+}
+
+/// [`product`] through the given implementation.
+fn product_with(
+    kernel: Kernel,
     dst: &mut [f32],
-    a: MatRef<'_>,
-    b: MatRef<'_>,
+    (a, b): (MatRef<'_>, MatRef<'_>),
     accumulate: bool,
-    parallelism: Parallelism,
+    threaded: bool,
 ) {
     let (m, k) = a.logical_dims();
     let (k2, n) = b.logical_dims();
@@ -94,11 +136,56 @@ fn gemm_into(
         }
         return;
     }
+    match kernel {
+        Kernel::Packed(cpu) => {
+            let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
+            if threaded {
+                threading::product(cpu, dst, &a, &b, accumulate);
+            } else {
+                blocked::product(cpu, dst, &a, &b, accumulate);
+            }
+        }
+        Kernel::Portable => {
+            let parallelism = if threaded {
+                Parallelism::Rayon(0)
+            } else {
+                Parallelism::None
+            };
+            portable_product(dst, a, b, accumulate, parallelism);
+        }
+    }
+}
+
+/// Whether a product is wide enough for the packed 6 × 16 microkernel: with fewer than
+/// [`SMALL_SIDE`] rows or columns (a recurrent step of a small batch, a classifier's last
+/// layer) it would compute mostly padding, and packing would cost as much as the product; the
+/// `gemm` crate's kernels for thin products are faster there.
+fn packing_pays(m: usize, n: usize) -> bool {
+    m >= SMALL_SIDE && n >= SMALL_SIDE
+}
+
+/// Rows or columns below which a product goes to the `gemm` crate (see [`packing_pays`]).
+const SMALL_SIDE: usize = 16;
+
+/// The product through the `gemm` crate: thin products, and CPUs without AVX2 and FMA.
+fn portable_product(
+    dst: &mut [f32],
+    a: MatRef<'_>,
+    b: MatRef<'_>,
+    accumulate: bool,
+    parallelism: Parallelism,
+) {
+    let (m, k) = a.logical_dims();
+    let n = b.logical_dims().1;
     let (a_rs, a_cs) = a.strides();
     let (b_rs, b_cs) = b.strides();
-    // SAFETY: the pointers cover m×k, k×n and m×n elements with the given strides (checked by
-    // the assertions above and by the callers' shape checks), `dst` does not alias `a` or `b`
-    // (it is a unique borrow), and f32 is one of gemm's supported element types.
+    assert!(
+        a.data.len() >= m * k && b.data.len() >= k * n,
+        "operands hold their elements"
+    );
+    // SAFETY: the pointers cover m×k, k×n and m×n elements with the given strides (asserted
+    // here and in `product`), `dst` does not alias `a` or `b` (it is a unique borrow), and f32
+    // is one of gemm's supported element types.
     unsafe {
         gemm::gemm(
             m,
@@ -189,78 +276,4 @@ impl MatmulOps for CpuArray {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-        let mut out = vec![0.0; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                for p in 0..k {
-                    out[i * n + j] += a[i * k + p] * b[p * n + j];
-                }
-            }
-        }
-        out
-    }
-
-    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-        let mut t = vec![0.0; x.len()];
-        for r in 0..rows {
-            for c in 0..cols {
-                t[c * rows + r] = x[r * cols + c];
-            }
-        }
-        t
-    }
-
-    #[test]
-    fn products_match_the_definition_in_every_orientation() {
-        let (m, k, n) = (37, 53, 29);
-        let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
-        let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
-        let want = naive(&a, &b, m, k, n);
-        let at = transpose(&a, m, k);
-        let bt = transpose(&b, k, n);
-        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-            let (ad, ar, ac) = if ta { (&at, k, m) } else { (&a, m, k) };
-            let (bd, br, bc) = if tb { (&bt, n, k) } else { (&b, k, n) };
-            let mut dst = vec![1.0; m * n];
-            matmul_into(
-                &mut dst,
-                MatRef {
-                    data: ad,
-                    rows: ar,
-                    cols: ac,
-                    transposed: ta,
-                },
-                MatRef {
-                    data: bd,
-                    rows: br,
-                    cols: bc,
-                    transposed: tb,
-                },
-                false,
-            );
-            assert_eq!(dst, want, "transposes {ta} {tb}");
-            matmul_into(
-                &mut dst,
-                MatRef {
-                    data: ad,
-                    rows: ar,
-                    cols: ac,
-                    transposed: ta,
-                },
-                MatRef {
-                    data: bd,
-                    rows: br,
-                    cols: bc,
-                    transposed: tb,
-                },
-                true,
-            );
-            let twice: Vec<f32> = want.iter().map(|x| 2.0 * x).collect();
-            assert_eq!(dst, twice, "accumulating, transposes {ta} {tb}");
-        }
-    }
-}
+mod tests;

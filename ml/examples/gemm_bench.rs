@@ -1,0 +1,158 @@
+//! GEMM throughput on the CPU for the products ringflow runs (MLP layers forward and backward,
+//! im2col convolutions, LSTM gates, square products): GFLOP/s of the crate's `matmul_into` on
+//! all threads of the pool and on the calling thread only, next to the `gemm` crate's on the
+//! same shapes.
+//!
+//! ```text
+//! cargo run --release -p ringflow-ml --example gemm_bench -- [--shapes FILE] [--seconds S]
+//! ```
+//!
+//! `--shapes` names a file of `name m k n a_transposed b_transposed` lines (`#` starts a
+//! comment; `benches/gemm_shapes.txt` is the default). Runs on all cores (set
+//! `RAYON_NUM_THREADS` to use fewer). Each figure is the best of the timed repetitions within
+//! `S` seconds (default 0.3) after a warm-up; a busy machine lowers them. Prints one line per
+//! shape: `name m k n ta tb ours ours_serial gemm_crate` (GFLOP/s), the format
+//! `benches/gemm_vs_numpy.sh` reads.
+
+use std::time::{Duration, Instant};
+
+use ringflow_ml::backend::cpu::gemm::{MatRef, matmul_into, matmul_into_serial};
+
+/// One product to time.
+struct Shape {
+    name: String,
+    m: usize,
+    k: usize,
+    n: usize,
+    a_t: bool,
+    b_t: bool,
+}
+
+fn parse_shapes(text: &str) -> Result<Vec<Shape>, String> {
+    let mut shapes = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let bad = || {
+            format!(
+                "line {}: expected `name m k n a_t b_t`, got `{line}`",
+                i + 1
+            )
+        };
+        if f.len() != 6 {
+            return Err(bad());
+        }
+        let num = |s: &str| s.parse::<usize>().map_err(|_| bad());
+        shapes.push(Shape {
+            name: f[0].to_string(),
+            m: num(f[1])?,
+            k: num(f[2])?,
+            n: num(f[3])?,
+            a_t: num(f[4])? != 0,
+            b_t: num(f[5])? != 0,
+        });
+    }
+    Ok(shapes)
+}
+
+/// The shortest of the timed repetitions of `f` within about `budget` (at least 3).
+fn best_time(budget: Duration, mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    let mut best = f64::INFINITY;
+    let mut runs = 0;
+    while runs < 3 || start.elapsed() < budget {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed().as_secs_f64());
+        runs += 1;
+    }
+    best
+}
+
+/// The `gemm` crate on the same operands (threaded on the pool when `threads` > 1).
+fn gemm_crate(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>) {
+    let (m, k) = a.logical_dims();
+    let n = b.logical_dims().1;
+    let strides = |x: MatRef<'_>| {
+        if x.transposed {
+            (1, x.cols as isize)
+        } else {
+            (x.cols as isize, 1)
+        }
+    };
+    let ((a_rs, a_cs), (b_rs, b_cs)) = (strides(a), strides(b));
+    assert!(dst.len() == m * n && a.data.len() >= m * k && b.data.len() >= k * n);
+    // SAFETY: the operands hold m×k and k×n elements with these strides (asserted above) and
+    // `dst` is a unique borrow of m×n elements.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.data.as_ptr(),
+            a_cs,
+            a_rs,
+            b.data.as_ptr(),
+            b_cs,
+            b_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(0),
+        );
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+    };
+    let seconds: f64 = value("--seconds").map_or(Ok(0.3), |s| s.parse())?;
+    let path = value("--shapes").map_or("benches/gemm_shapes.txt", |s| s.as_str());
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
+    let shapes = parse_shapes(&text).map_err(|e| format!("{path}: {e}"))?;
+    let budget = Duration::from_secs_f64(seconds);
+    println!("# threads: {}", rayon::current_num_threads());
+    println!("# name m k n ta tb ours_gflops ours_serial_gflops gemm_crate_gflops");
+    for s in shapes {
+        let fill = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7 + seed) % 13) as f32 / 13.0 - 0.5)
+                .collect()
+        };
+        let (a_data, b_data) = (fill(s.m * s.k, 1), fill(s.k * s.n, 2));
+        let a = if s.a_t {
+            MatRef::new(&a_data, s.k, s.m).t()
+        } else {
+            MatRef::new(&a_data, s.m, s.k)
+        };
+        let b = if s.b_t {
+            MatRef::new(&b_data, s.n, s.k).t()
+        } else {
+            MatRef::new(&b_data, s.k, s.n)
+        };
+        let mut dst = vec![0.0f32; s.m * s.n];
+        let flops = 2.0 * (s.m * s.k * s.n) as f64;
+        let ours = flops / best_time(budget, || matmul_into(&mut dst, a, b, false)) / 1e9;
+        let serial = flops / best_time(budget, || matmul_into_serial(&mut dst, a, b, false)) / 1e9;
+        let reference = flops / best_time(budget, || gemm_crate(&mut dst, a, b)) / 1e9;
+        println!(
+            "{} {} {} {} {} {} {ours:.1} {serial:.1} {reference:.1}",
+            s.name, s.m, s.k, s.n, s.a_t as u8, s.b_t as u8
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+//! The AVX2 + FMA microkernel: one 6 × 16 tile of the destination from a packed 6-row panel of
+//! `a` and a packed 16-column panel of `b`.
+//!
+//! Twelve 8-wide accumulators (6 rows × 2 vectors) stay in registers for the whole `k` loop;
+//! each step loads two vectors of `b`, broadcasts six elements of `a` and issues twelve fused
+//! multiply-adds, which keeps both FMA pipes of a Zen or Haswell core busy. The kernel is only
+//! reachable through [`Avx2Fma`], a token that exists only after the CPU was seen to support
+//! both features at run time, so one binary runs everywhere and fast where it can.
+
+use std::sync::OnceLock;
+
+use super::DstTile;
+
+/// Rows of the destination tile (and of a packed `a` panel).
+pub const MR: usize = 6;
+/// Columns of the destination tile (and of a packed `b` panel).
+pub const NR: usize = 16;
+
+/// Proof that the running CPU has AVX2 and FMA: the only way to call the microkernel.
+#[derive(Clone, Copy, Debug)]
+pub struct Avx2Fma(());
+
+impl Avx2Fma {
+    /// The token, when this CPU supports AVX2 and FMA (detected once, then cached).
+    pub fn detect() -> Option<Self> {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        let yes = *DETECTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                false
+            }
+        });
+        yes.then_some(Avx2Fma(()))
+    }
+
+    /// `tile = a_panel · b_panel` over `kc` steps (`+=` unless `overwrite`), where `a_panel`
+    /// holds `kc` groups of [`MR`] elements and `b_panel` `kc` groups of [`NR`], `b_step`
+    /// apart ([`NR`] when packed, the operand's row stride when read in place). Only the
+    /// tile's own rows and columns are written; the panels are zero-padded past them.
+    pub fn tile(
+        self,
+        kc: usize,
+        a_panel: &[f32],
+        (b_panel, b_step): (&[f32], usize),
+        tile: DstTile<'_>,
+        overwrite: bool,
+    ) {
+        assert!(a_panel.len() >= kc * MR, "the a panel holds kc steps");
+        assert!(
+            kc == 0 || b_panel.len() >= (kc - 1) * b_step + NR,
+            "the b panel holds kc steps"
+        );
+        assert!(
+            tile.rows() <= MR && tile.cols() <= NR,
+            "a tile fits the microkernel"
+        );
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `self` exists only when AVX2 and FMA were detected on this CPU; the panels
+        // hold `kc` steps (asserted above) and `tile` covers its rows × cols with its row
+        // stride, uniquely borrowed for the call (a `DstTile` is handed to one caller at a time).
+        unsafe {
+            x86::tile(
+                kc,
+                a_panel.as_ptr(),
+                (b_panel.as_ptr(), b_step),
+                tile,
+                overwrite,
+            );
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("the token exists only on x86_64");
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{MR, NR};
+    use crate::backend::cpu::gemm::DstTile;
+
+    /// The microkernel. Accumulates in registers, then writes the tile: straight to memory when
+    /// it is a whole 6 × 16 tile, through a stack buffer for the edges.
+    ///
+    /// # Safety
+    /// AVX2 and FMA are available; `a` points at `kc * MR` readable elements and `b` at `kc`
+    /// runs of `NR`, `b_step` apart; `tile` is writable as described by its rows, columns and
+    /// row stride.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile(
+        kc: usize,
+        mut a: *const f32,
+        (mut b, b_step): (*const f32, usize),
+        tile: DstTile<'_>,
+        overwrite: bool,
+    ) {
+        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
+        // Ask for the tile's rows now, so that they are in L1 when the sums are written.
+        for r in 0..rows {
+            let row = c.wrapping_add(r * ld);
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
+        }
+        let mut acc = [_mm256_setzero_ps(); 2 * MR];
+        // One step of depth; called only with `a` at a step's MR elements and `b` at its NR.
+        let step = |acc: &mut [__m256; 2 * MR], a: *const f32, b: *const f32| {
+            // SAFETY: the caller passes a step's MR elements at `a` and NR at `b`.
+            unsafe {
+                let b0 = _mm256_loadu_ps(b);
+                let b1 = _mm256_loadu_ps(b.add(8));
+                for r in 0..MR {
+                    let ar = _mm256_broadcast_ss(&*a.add(r));
+                    acc[2 * r] = _mm256_fmadd_ps(ar, b0, acc[2 * r]);
+                    acc[2 * r + 1] = _mm256_fmadd_ps(ar, b1, acc[2 * r + 1]);
+                }
+            }
+        };
+        for _ in 0..kc / 4 {
+            // SAFETY: four of the kc steps, each MR elements at `a` and NR at `b` within the
+            // panels' promised lengths; the pointers then move past them.
+            unsafe {
+                step(&mut acc, a, b);
+                step(&mut acc, a.add(MR), b.add(b_step));
+                step(&mut acc, a.add(2 * MR), b.add(2 * b_step));
+                step(&mut acc, a.add(3 * MR), b.add(3 * b_step));
+                a = a.wrapping_add(4 * MR);
+                b = b.wrapping_add(4 * b_step);
+            }
+        }
+        for _ in 0..kc % 4 {
+            step(&mut acc, a, b);
+            a = a.wrapping_add(MR);
+            b = b.wrapping_add(b_step);
+        }
+        if rows == MR && cols == NR {
+            for (r, pair) in acc.chunks_exact(2).enumerate() {
+                // SAFETY: a whole tile: row r's 16 elements lie at c + r * ld.
+                unsafe {
+                    let row = c.add(r * ld);
+                    let (mut lo, mut hi) = (pair[0], pair[1]);
+                    if !overwrite {
+                        lo = _mm256_add_ps(lo, _mm256_loadu_ps(row));
+                        hi = _mm256_add_ps(hi, _mm256_loadu_ps(row.add(8)));
+                    }
+                    _mm256_storeu_ps(row, lo);
+                    _mm256_storeu_ps(row.add(8), hi);
+                }
+            }
+            return;
+        }
+        let mut buf = [0.0f32; MR * NR];
+        for (r, pair) in acc.chunks_exact(2).enumerate() {
+            // SAFETY: buf holds MR rows of NR elements.
+            unsafe {
+                _mm256_storeu_ps(buf.as_mut_ptr().add(r * NR), pair[0]);
+                _mm256_storeu_ps(buf.as_mut_ptr().add(r * NR + 8), pair[1]);
+            }
+        }
+        for (r, row) in buf.chunks_exact(NR).take(rows).enumerate() {
+            for (j, &v) in row[..cols].iter().enumerate() {
+                // SAFETY: r < rows and j < cols, inside the tile.
+                unsafe {
+                    let out = c.add(r * ld + j);
+                    *out = if overwrite { v } else { *out + v };
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Packing: copies a block of an operand into the panel order the microkernel reads
+//! contiguously, zero-padding the last panel, whatever the operand's strides (this is where
+//! transposed operands are handled).
+//!
+//! `a` blocks become panels of [`MR`] rows: step `p` of a panel holds the panel's rows at column
+//! `p`. `b` blocks become panels of [`NR`] columns: step `p` holds the panel's columns at row `p`.
+
+use super::kernel_avx2::{Avx2Fma, MR, NR};
+use super::view::Operand;
+
+/// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    /// First logical row.
+    pub row: usize,
+    /// First logical column.
+    pub col: usize,
+    /// Rows in the block.
+    pub rows: usize,
+    /// Columns in the block.
+    pub cols: usize,
+}
+
+/// Elements a block of `a` takes once packed (rows rounded up to whole panels).
+pub fn packed_a_len(rows: usize, depth: usize) -> usize {
+    rows.div_ceil(MR) * MR * depth
+}
+
+/// Elements a block of `b` takes once packed (columns rounded up to whole panels).
+pub fn packed_b_len(depth: usize, cols: usize) -> usize {
+    cols.div_ceil(NR) * NR * depth
+}
+
+/// Checks that every element of `block` lies inside `op`'s storage; after this, the packing
+/// loops index without further checks.
+fn check_block(op: &Operand<'_>, block: Block) {
+    assert!(
+        block.row + block.rows <= op.rows && block.col + block.cols <= op.cols,
+        "a packed block lies inside its operand"
+    );
+    if block.rows > 0 && block.cols > 0 {
+        let last = (block.row + block.rows - 1) * op.row_stride
+            + (block.col + block.cols - 1) * op.col_stride;
+        assert!(
+            last < op.data.len(),
+            "a packed block's elements lie in the operand's storage"
+        );
+    }
+}
+
+/// Packs `block` of `a` (rows × depth) into `out` as panels of [`MR`] rows.
+pub fn pack_a(cpu: Avx2Fma, out: &mut [f32], a: &Operand<'_>, block: Block) {
+    check_block(a, block);
+    let out = &mut out[..packed_a_len(block.rows, block.cols)];
+    let depth = block.cols;
+    for (panel, dst) in out.chunks_exact_mut(MR * depth).enumerate() {
+        let first = panel * MR;
+        let live = MR.min(block.rows - first);
+        let start = (block.row + first) * a.row_stride + block.col * a.col_stride;
+        if live == MR && a.col_stride == 1 {
+            cpu.pack_a_rows(dst, &a.data[start..], a.row_stride, depth);
+            continue;
+        }
+        if live == MR && a.row_stride == 1 {
+            pack_a_columns(dst, a, start);
+            continue;
+        }
+        if live < MR {
+            dst.fill(0.0);
+        }
+        for r in 0..live {
+            let base = (block.row + first + r) * a.row_stride + block.col * a.col_stride;
+            for p in 0..depth {
+                let src = base + p * a.col_stride;
+                debug_assert!(src < a.data.len() && p * MR + r < dst.len());
+                // SAFETY: `check_block` proved every element of the block in bounds (src is
+                // one of them) and dst holds depth steps of MR elements.
+                unsafe { *dst.get_unchecked_mut(p * MR + r) = *a.data.get_unchecked(src) };
+            }
+        }
+    }
+}
+
+/// One whole `a` panel whose rows are contiguous in memory (a transposed `a`): a copy of
+/// [`MR`] elements per step.
+fn pack_a_columns(dst: &mut [f32], a: &Operand<'_>, start: usize) {
+    for (p, step) in dst.chunks_exact_mut(MR).enumerate() {
+        let at = start + p * a.col_stride;
+        step.copy_from_slice(&a.data[at..at + MR]);
+    }
+}
+
+/// Packs `block` of `b` (depth × cols) into `out` as panels of [`NR`] columns.
+pub fn pack_b(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
+    check_block(b, block);
+    let depth = block.rows;
+    let out = &mut out[..packed_b_len(depth, block.cols)];
+    let whole = if b.col_stride == 1 {
+        block.cols / NR
+    } else {
+        0
+    };
+    let (by_rows, rest) = out.split_at_mut(whole * NR * depth);
+    if whole > 0 {
+        pack_b_whole_rows(by_rows, b, block);
+    }
+    for (i, dst) in rest.chunks_exact_mut(NR * depth).enumerate() {
+        let first = (whole + i) * NR;
+        let live = NR.min(block.cols - first);
+        let col = block.col + first;
+        if b.col_stride == 1 {
+            pack_b_rows(dst, b, block.row, col, live);
+        } else if live == NR && b.row_stride == 1 {
+            let start = block.row + col * b.col_stride;
+            cpu.pack_b_columns(dst, &b.data[start..], b.col_stride, depth);
+        } else {
+            pack_b_strided(dst, b, block.row, col, live);
+        }
+    }
+}
+
+/// The whole panels of a block of a row-major `b` (`out` holds exactly them), row by row:
+/// each row of the block is read once, front to back, and dealt out 16 elements per panel.
+fn pack_b_whole_rows(out: &mut [f32], b: &Operand<'_>, block: Block) {
+    let depth = block.rows;
+    let width = out.len() / depth;
+    for p in 0..depth {
+        let start = (block.row + p) * b.row_stride + block.col;
+        let row = &b.data[start..start + width];
+        for (jp, chunk) in row.chunks_exact(NR).enumerate() {
+            let at = (jp * depth + p) * NR;
+            out[at..at + NR].copy_from_slice(chunk);
+        }
+    }
+}
+
+/// The partial `b` panel of a row-major `b`: a copy of `live` elements per step.
+fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+    for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
+        let start = (row + p) * b.row_stride + col;
+        step[..live].copy_from_slice(&b.data[start..start + live]);
+        step[live..].fill(0.0);
+    }
+}
+
+/// One `b` panel read with a column stride (a transposed `b`): column by column, each a
+/// contiguous run in memory when the row stride is 1.
+fn pack_b_strided(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+    let depth = dst.len() / NR;
+    if live < NR {
+        dst.fill(0.0);
+    }
+    for j in 0..live {
+        let base = row * b.row_stride + (col + j) * b.col_stride;
+        for p in 0..depth {
+            let src = base + p * b.row_stride;
+            debug_assert!(src < b.data.len() && p * NR + j < dst.len());
+            // SAFETY: `pack_b` checked every element of the block in bounds (src is one of
+            // them) and dst holds depth steps of NR elements.
+            unsafe { *dst.get_unchecked_mut(p * NR + j) = *b.data.get_unchecked(src) };
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Products against a naive f64 reference: odd sizes, vectors, depth 1, sizes that are not
+//! multiples of the microkernel or of the cache blocks, every transposition, accumulate on and
+//! off, serial and threaded; and a property test over random shapes.
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Operands of one product: `a` stored `m × k` (or `k × m` when transposed), `b` likewise.
+struct Case {
+    m: usize,
+    k: usize,
+    n: usize,
+    a_t: bool,
+    b_t: bool,
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Case {
+    fn new((m, k, n): (usize, usize, usize), (a_t, b_t): (bool, bool), seed: u64) -> Self {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 2001) as f32 / 1000.0 - 1.0
+        };
+        let a = (0..m * k).map(|_| next()).collect();
+        let b = (0..k * n).map(|_| next()).collect();
+        Case {
+            m,
+            k,
+            n,
+            a_t,
+            b_t,
+            a,
+            b,
+        }
+    }
+
+    fn a(&self) -> MatRef<'_> {
+        if self.a_t {
+            MatRef::new(&self.a, self.k, self.m).t()
+        } else {
+            MatRef::new(&self.a, self.m, self.k)
+        }
+    }
+
+    fn b(&self) -> MatRef<'_> {
+        if self.b_t {
+            MatRef::new(&self.b, self.n, self.k).t()
+        } else {
+            MatRef::new(&self.b, self.k, self.n)
+        }
+    }
+
+    /// Logical element `(i, p)` of `a` and `(p, j)` of `b`, from the stored layout.
+    fn at(&self, i: usize, p: usize, j: usize) -> (f64, f64) {
+        let a = if self.a_t {
+            self.a[p * self.m + i]
+        } else {
+            self.a[i * self.k + p]
+        };
+        let b = if self.b_t {
+            self.b[j * self.k + p]
+        } else {
+            self.b[p * self.n + j]
+        };
+        (f64::from(a), f64::from(b))
+    }
+
+    /// `init + a · b` in f64, and the sum of `|a_ip · b_pj|` per element (the error scale).
+    fn reference(&self, init: &[f32]) -> (Vec<f64>, Vec<f64>) {
+        let mut want: Vec<f64> = init.iter().map(|&x| f64::from(x)).collect();
+        let mut scale = vec![0.0; self.m * self.n];
+        for i in 0..self.m {
+            for j in 0..self.n {
+                for p in 0..self.k {
+                    let (x, y) = self.at(i, p, j);
+                    want[i * self.n + j] += x * y;
+                    scale[i * self.n + j] += (x * y).abs();
+                }
+            }
+        }
+        (want, scale)
+    }
+
+    /// Runs the product into a destination holding `init` (`accumulate` set) or garbage (not
+    /// set) and checks every element against the reference.
+    fn check(&self, accumulate: bool, threaded: bool) -> std::result::Result<(), String> {
+        for kernel in kernels() {
+            self.check_with(kernel, accumulate, threaded)?;
+        }
+        Ok(())
+    }
+
+    /// [`Case::check`] through one implementation.
+    fn check_with(
+        &self,
+        kernel: Kernel,
+        accumulate: bool,
+        threaded: bool,
+    ) -> std::result::Result<(), String> {
+        let len = self.m * self.n;
+        let init: Vec<f32> = (0..len).map(|i| (i % 7) as f32 - 3.0).collect();
+        let mut dst = if accumulate {
+            init.clone()
+        } else {
+            vec![f32::NAN; len]
+        };
+        product_with(kernel, &mut dst, (self.a(), self.b()), accumulate, threaded);
+        let zeros = vec![0.0; len];
+        let (want, scale) = self.reference(if accumulate { &init } else { &zeros });
+        for (idx, (&got, (&w, &s))) in dst.iter().zip(want.iter().zip(&scale)).enumerate() {
+            let tolerance = 1e-5 * (s + w.abs()) + 1e-6;
+            if (f64::from(got) - w).abs() > tolerance || got.is_nan() {
+                let (i, j) = (idx / self.n, idx % self.n);
+                return Err(format!(
+                    "{kernel:?} {}×{}×{} (a_t {}, b_t {}, accumulate {accumulate}, \
+                     threaded {threaded}): element ({i}, {j}) is {got}, want {w}",
+                    self.m, self.k, self.n, self.a_t, self.b_t
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every implementation this CPU can run: the packed kernel is checked on every shape, also
+/// those [`matmul_into`] would send to the `gemm` crate.
+fn kernels() -> Vec<Kernel> {
+    let mut kernels = vec![Kernel::Portable];
+    kernels.extend(Avx2Fma::detect().map(Kernel::Packed));
+    kernels
+}
+
+/// The public entry points, which pick an implementation by shape, give the same products.
+#[test]
+fn the_entry_points_match_the_reference() {
+    for dims in [(3, 40, 700), (40, 9, 40), (300, 70, 5)] {
+        let case = Case::new(dims, (true, false), 7);
+        let mut dst = vec![0.0; dims.0 * dims.2];
+        matmul_into(&mut dst, case.a(), case.b(), false);
+        let mut serial = vec![0.0; dims.0 * dims.2];
+        matmul_into_serial(&mut serial, case.a(), case.b(), false);
+        let (want, _) = case.reference(&vec![0.0; dst.len()]);
+        for ((got, one), w) in dst.iter().zip(&serial).zip(&want) {
+            assert!((f64::from(*got) - w).abs() < 1e-4 && (f64::from(*one) - w).abs() < 1e-4);
+        }
+    }
+}
+
+const ORIENTATIONS: [(bool, bool); 4] =
+    [(false, false), (true, false), (false, true), (true, true)];
+
+fn check_all(dims: (usize, usize, usize), seed: u64) {
+    for orientation in ORIENTATIONS {
+        let case = Case::new(dims, orientation, seed);
+        for accumulate in [false, true] {
+            for threaded in [false, true] {
+                if let Err(e) = case.check(accumulate, threaded) {
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn small_and_odd_shapes_match_the_reference() {
+    let sizes = [1, 2, 5, 6, 7, 15, 16, 17, 31, 33];
+    let mut seed = 0;
+    for &m in &sizes {
+        for &n in &sizes {
+            for k in [1, 3, 17] {
+                seed += 1;
+                check_all((m, k, n), seed);
+            }
+        }
+    }
+}
+
+#[test]
+fn vectors_and_depth_one_match_the_reference() {
+    for (i, dims) in [
+        (1, 300, 1),
+        (1, 64, 777),
+        (777, 64, 1),
+        (300, 1, 200),
+        (1, 1, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check_all(dims, 100 + i as u64);
+    }
+}
+
+/// Shapes that cross the cache blocks (depth past `KC`, rows past `MC`) and split across
+/// threads into uneven rectangles.
+#[test]
+fn products_larger_than_a_cache_block_match_the_reference() {
+    for (i, dims) in [
+        (150, 300, 70),
+        (37, 530, 290),
+        (291, 257, 33),
+        (64, 129, 1000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        check_all(dims, 200 + i as u64);
+    }
+}
+
+#[test]
+fn a_product_wider_than_a_column_block_matches_the_reference() {
+    let case = Case::new((7, 3, blocked::NC + 21), (false, true), 300);
+    for accumulate in [false, true] {
+        case.check(accumulate, true).unwrap();
+        case.check(accumulate, false).unwrap();
+    }
+}
+
+#[test]
+fn an_empty_depth_clears_or_keeps_the_destination() {
+    let (a, b) = (MatRef::new(&[], 3, 0), MatRef::new(&[], 0, 4));
+    let mut dst = vec![5.0; 12];
+    matmul_into(&mut dst, a, b, true);
+    assert_eq!(dst, vec![5.0; 12]);
+    matmul_into(&mut dst, a, b, false);
+    assert_eq!(dst, vec![0.0; 12]);
+}
+
+#[test]
+fn threads_split_the_longer_side_into_whole_tiles() {
+    assert_eq!(threading::grid(256, 1024, 2), (1, 2));
+    assert_eq!(threading::grid(1024, 256, 2), (2, 1));
+    assert_eq!(threading::grid(256, 10, 2), (2, 1));
+    assert_eq!(threading::grid(4, 10, 8), (1, 1));
+    assert_eq!(threading::grid(1024, 1024, 16), (4, 4));
+}
+
+#[test]
+fn even_parts_cover_the_length_in_units() {
+    let parts: Vec<_> = blocked::even_parts(784, blocked::KC, 1).collect();
+    assert_eq!(parts, vec![(0, 196), (196, 196), (392, 196), (588, 196)]);
+    let parts: Vec<_> = blocked::even_parts(256, blocked::MC, 6).collect();
+    assert_eq!(parts, vec![(0, 132), (132, 124)]);
+    assert_eq!(blocked::even_parts(0, 10, 6).count(), 0);
+}
+
+/// The same product on a pool of `threads` threads, against the reference.
+fn check_on_pool(threads: usize, dims: (usize, usize, usize)) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    for orientation in ORIENTATIONS {
+        let case = Case::new(dims, orientation, threads as u64);
+        pool.install(|| case.check(true, true)).unwrap();
+    }
+}
+
+#[test]
+fn every_pool_size_gives_the_reference_product() {
+    for threads in [1, 2, 3, 5, 8] {
+        check_on_pool(threads, (97, 70, 203));
+    }
+}
+
+proptest! {
+    #![proptest_config(crate::fuzz::config(256))]
+    #[test]
+    fn fuzz_gemm_products(
+        m in 1usize..80,
+        k in 1usize..300,
+        n in 1usize..80,
+        a_t: bool,
+        b_t: bool,
+        accumulate: bool,
+        threaded: bool,
+        seed: u64,
+    ) {
+        let case = Case::new((m, k, n), (a_t, b_t), seed);
+        prop_assert_eq!(case.check(accumulate, threaded), Ok(()));
+    }
+}
+
+#[test]
+fn batched_products_match_the_reference() {
+    use ndarray::{ArrayD, IxDyn};
+    let (batch, m, k, n) = (3, 9, 20, 18);
+    let case: Vec<Case> = (0..batch)
+        .map(|i| Case::new((m, k, n), (false, true), 400 + i))
+        .collect();
+    let stack = |parts: Vec<f32>, shape: &[usize]| ArrayD::from_shape_vec(IxDyn(shape), parts);
+    let a = stack(case.iter().flat_map(|c| c.a.clone()).collect(), &[3, m, k]).unwrap();
+    let b = stack(case.iter().flat_map(|c| c.b.clone()).collect(), &[3, n, k]).unwrap();
+    let mut dst = ArrayD::zeros(IxDyn(&[3, m, n]));
+    <CpuArray as MatmulOps>::bmm_into(&mut dst, &a, false, &b, true, false).unwrap();
+    let out = dst.as_slice().unwrap();
+    for (i, c) in case.iter().enumerate() {
+        let (want, _) = c.reference(&vec![0.0; m * n]);
+        for (got, w) in out[i * m * n..(i + 1) * m * n].iter().zip(&want) {
+            assert!(
+                (f64::from(*got) - w).abs() < 1e-4,
+                "entry {i}: {got} vs {w}"
+            );
+        }
+    }
+}

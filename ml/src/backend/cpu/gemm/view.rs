@@ -1,0 +1,153 @@
+//! Views the blocked product works through: an operand read with strides (so transposed
+//! operands need no copy) and rectangles of the destination that threads write in parallel.
+
+use std::marker::PhantomData;
+
+use super::MatRef;
+
+/// A logical `rows × cols` operand: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
+#[derive(Clone, Copy)]
+pub struct Operand<'a> {
+    /// The stored elements.
+    pub data: &'a [f32],
+    /// Logical rows.
+    pub rows: usize,
+    /// Logical columns.
+    pub cols: usize,
+    /// Distance between logical rows.
+    pub row_stride: usize,
+    /// Distance between logical columns.
+    pub col_stride: usize,
+}
+
+impl<'a> Operand<'a> {
+    /// The operand a [`MatRef`] describes, with its storage checked to cover every element.
+    pub fn of(m: MatRef<'a>) -> Self {
+        let (rows, cols) = m.logical_dims();
+        let (row_stride, col_stride) = if m.transposed {
+            (1, m.cols)
+        } else {
+            (m.cols, 1)
+        };
+        assert!(
+            m.data.len() >= m.rows * m.cols,
+            "a {}×{} operand holds only {} elements",
+            m.rows,
+            m.cols,
+            m.data.len()
+        );
+        Operand {
+            data: m.data,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        }
+    }
+
+    /// The same operand read transposed.
+    pub fn t(self) -> Self {
+        Operand {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+}
+
+/// A rectangle of the row-major destination, `rows × cols` with row stride `ld`, exclusively
+/// owned by whoever holds it: rectangles are only made by splitting a unique borrow into
+/// disjoint parts.
+pub struct DstTile<'a> {
+    ptr: *mut f32,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    _borrow: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: a tile is the only handle on its elements (see `split_rows`/`split_cols`), like a
+// `&mut [f32]`, which is `Send`.
+unsafe impl Send for DstTile<'_> {}
+
+impl<'a> DstTile<'a> {
+    /// The whole of `dst`, a contiguous row-major `rows × cols` matrix.
+    pub fn new(dst: &'a mut [f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(
+            dst.len(),
+            rows * cols,
+            "the destination holds rows × cols elements"
+        );
+        DstTile {
+            ptr: dst.as_mut_ptr(),
+            rows,
+            cols,
+            ld: cols,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Rows of the rectangle.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns of the rectangle.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Distance between rows in memory.
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+
+    /// The first element (for the microkernel, which writes rows × cols from it).
+    pub fn ptr(&self) -> *mut f32 {
+        self.ptr
+    }
+
+    /// The sub-rectangle at `(row, col)` of `rows × cols`, borrowed from this one.
+    pub fn sub(&mut self, row: usize, col: usize, rows: usize, cols: usize) -> DstTile<'_> {
+        assert!(
+            row + rows <= self.rows && col + cols <= self.cols,
+            "a sub-rectangle lies inside its rectangle"
+        );
+        DstTile {
+            // SAFETY: (row, col) is inside the rectangle (asserted), so the offset stays in the
+            // allocation the rectangle covers.
+            ptr: unsafe { self.ptr.add(row * self.ld + col) },
+            rows,
+            cols,
+            ld: self.ld,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Splits into the rows before `at` and those from `at` on.
+    pub fn split_rows(self, at: usize) -> (Self, Self) {
+        assert!(at <= self.rows, "a split point lies inside the rectangle");
+        let bottom = DstTile {
+            // SAFETY: row `at` is at most one past the last row: the offset stays within (or
+            // one past) the rectangle's allocation.
+            ptr: unsafe { self.ptr.add(at * self.ld) },
+            rows: self.rows - at,
+            ..self
+        };
+        (DstTile { rows: at, ..self }, bottom)
+    }
+
+    /// Splits into the columns before `at` and those from `at` on.
+    pub fn split_cols(self, at: usize) -> (Self, Self) {
+        assert!(at <= self.cols, "a split point lies inside the rectangle");
+        let right = DstTile {
+            // SAFETY: column `at` is at most one past the last column of the first row.
+            ptr: unsafe { self.ptr.add(at) },
+            cols: self.cols - at,
+            ..self
+        };
+        (DstTile { cols: at, ..self }, right)
+    }
+}
