@@ -13,6 +13,7 @@ mod errors;
 mod helpers;
 mod history;
 mod images;
+mod ingest;
 mod listeners;
 mod load;
 mod lost;

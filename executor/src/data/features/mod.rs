@@ -191,6 +191,18 @@ enum ColumnShape<'a> {
     List64(&'a GenericListArray<i64>, usize),
 }
 
+impl ColumnShape<'_> {
+    /// Values per row.
+    fn width(&self) -> usize {
+        match self {
+            ColumnShape::Scalar(_) => 1,
+            ColumnShape::Fixed(_, w) | ColumnShape::List32(_, w) | ColumnShape::List64(_, w) => {
+                *w
+            }
+        }
+    }
+}
+
 impl Converter {
     /// A converter for `features` and `label` (`None`: features only, as prediction reads),
     /// scaling features by `1 / scale`, for a model with `inputs` inputs.
@@ -293,56 +305,9 @@ impl Converter {
             return s.convert(batch, file, first_row);
         }
         let rows = batch.num_rows();
-        let mut shapes = Vec::with_capacity(self.features.len());
-        let mut width = 0;
-        for name in &self.features {
-            let site = Site {
-                file,
-                column: name,
-                first_row,
-            };
-            let col = batch
-                .column_by_name(name)
-                .ok_or_else(|| site.column_error("is missing from the data"))?;
-            let shape = column_shape(col, &site)?;
-            width += match &shape {
-                ColumnShape::Scalar(_) => 1,
-                ColumnShape::Fixed(_, w)
-                | ColumnShape::List32(_, w)
-                | ColumnShape::List64(_, w) => *w,
-            };
-            shapes.push(shape);
-        }
+        let (shapes, width) = self.shapes(batch, file, first_row)?;
         if width != self.inputs {
-            let detail: Vec<String> = self
-                .features
-                .iter()
-                .zip(&shapes)
-                .map(|(n, s)| {
-                    let w = match s {
-                        ColumnShape::Scalar(_) => 1,
-                        ColumnShape::Fixed(_, w)
-                        | ColumnShape::List32(_, w)
-                        | ColumnShape::List64(_, w) => *w,
-                    };
-                    format!("`{n}`: {w}")
-                })
-                .collect();
-            let message = match &self.shape {
-                Some(shape) => format!(
-                    "data.shape {shape:?} needs {} values per row, but row {first_row} has \
-                     {width} ({})",
-                    self.inputs,
-                    detail.join(", ")
-                ),
-                None => format!(
-                    "data.features give {width} values per row from row {first_row} ({}), but \
-                     the model takes {} inputs",
-                    detail.join(", "),
-                    self.inputs
-                ),
-            };
-            return Err(ExecutorError::data(file, message));
+            return Err(self.width_error(&shapes, width, file, first_row));
         }
         let mut features = vec![0.0f32; rows * width];
         let mut offset = 0;
@@ -383,6 +348,68 @@ impl Converter {
         })
     }
 
+    /// The values each row of `batch` gives with this converter's feature columns (for a
+    /// reader that learns the width from the data, as `bench ingest` does).
+    pub fn width_of(&self, batch: &RecordBatch, file: &str, first_row: u64) -> Result<usize> {
+        Ok(self.shapes(batch, file, first_row)?.1)
+    }
+
+    /// Each feature column's shape in `batch`, and the values a row gives in all.
+    fn shapes<'a>(
+        &self,
+        batch: &'a RecordBatch,
+        file: &str,
+        first_row: u64,
+    ) -> Result<(Vec<ColumnShape<'a>>, usize)> {
+        let mut shapes = Vec::with_capacity(self.features.len());
+        let mut width = 0;
+        for name in &self.features {
+            let site = Site {
+                file,
+                column: name,
+                first_row,
+            };
+            let col = batch
+                .column_by_name(name)
+                .ok_or_else(|| site.column_error("is missing from the data"))?;
+            let shape = column_shape(col, &site)?;
+            width += shape.width();
+            shapes.push(shape);
+        }
+        Ok((shapes, width))
+    }
+
+    /// The error for rows of `width` values where the model takes another number.
+    fn width_error(
+        &self,
+        shapes: &[ColumnShape<'_>],
+        width: usize,
+        file: &str,
+        first_row: u64,
+    ) -> ExecutorError {
+        let detail: Vec<String> = self
+            .features
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| format!("`{n}`: {}", s.width()))
+            .collect();
+        let message = match &self.shape {
+            Some(shape) => format!(
+                "data.shape {shape:?} needs {} values per row, but row {first_row} has \
+                 {width} ({})",
+                self.inputs,
+                detail.join(", ")
+            ),
+            None => format!(
+                "data.features give {width} values per row from row {first_row} ({}), but \
+                 the model takes {} inputs",
+                detail.join(", "),
+                self.inputs
+            ),
+        };
+        ExecutorError::data(file, message)
+    }
+
     /// Writes one column's values at `offset` of each row; returns its width.
     fn write_column(
         &self,
@@ -396,12 +423,11 @@ impl Converter {
         match shape {
             ColumnShape::Scalar(col) => {
                 with_numeric!(col, arr => {
-                    let values = arr.values();
-                    for (r, v) in values.iter().enumerate() {
-                        out[r * stride + offset] = v.as_f32() * mul;
-                    }
+                    copy_rows(arr.values(), 1, out, stride, offset, mul);
                 }, unreachable!("checked numeric"));
-                check_finite(out, stride, offset, 1, site)?;
+                if may_be_non_finite(col.data_type(), mul) {
+                    check_finite(out, stride, offset, 1, site)?;
+                }
                 Ok(1)
             }
             ColumnShape::Fixed(list, w) => {
@@ -411,7 +437,9 @@ impl Converter {
                     let values = &arr.values()[start..start + list.len() * w];
                     copy_rows(values, *w, out, stride, offset, mul);
                 }, unreachable!("checked numeric"));
-                check_finite(out, stride, offset, *w, site)?;
+                if may_be_non_finite(child.data_type(), mul) {
+                    check_finite(out, stride, offset, *w, site)?;
+                }
                 Ok(*w)
             }
             ColumnShape::List32(list, w) => write_list(list, *w, out, stride, offset, mul, site),
@@ -594,7 +622,9 @@ fn write_list<O: OffsetSizeTrait>(
         let values = &arr.values()[start..start + list.len() * w];
         copy_rows(values, w, out, stride, offset, mul);
     }, unreachable!("checked numeric"));
-    check_finite(out, stride, offset, w, site)?;
+    if may_be_non_finite(child.data_type(), mul) {
+        check_finite(out, stride, offset, w, site)?;
+    }
     Ok(w)
 }
 
@@ -610,12 +640,39 @@ fn copy_rows<T: AsF32>(
     if w == 0 {
         return;
     }
+    if w == stride {
+        // One column fills whole rows: a single loop over contiguous values, which the
+        // compiler vectorizes (widen, convert, multiply).
+        for (d, &s) in out.iter_mut().zip(values) {
+            *d = s.as_f32() * mul;
+        }
+        return;
+    }
     for (r, src) in values.chunks_exact(w).enumerate() {
         let dst = &mut out[r * stride + offset..r * stride + offset + w];
         for (d, &s) in dst.iter_mut().zip(src) {
             *d = s.as_f32() * mul;
         }
     }
+}
+
+/// Whether values of type `t` times `mul` may be NaN or infinite, so that they must be checked:
+/// floats may hold them, and an integer overflows f32 only through a huge multiplier (the
+/// product of the type's largest magnitude and `mul` bounds every product, as rounding is
+/// monotone).
+fn may_be_non_finite(t: &DataType, mul: f32) -> bool {
+    let largest: f32 = match t {
+        DataType::Int8 => 128.0,
+        DataType::Int16 => 32_768.0,
+        DataType::Int32 => 2f32.powi(31),
+        DataType::Int64 => 2f32.powi(63),
+        DataType::UInt8 => 255.0,
+        DataType::UInt16 => 65_535.0,
+        DataType::UInt32 => 2f32.powi(32),
+        DataType::UInt64 => 2f32.powi(64),
+        _ => return true,
+    };
+    !(largest * mul.abs()).is_finite()
 }
 
 /// Fails on the first NaN or infinity among this column's values.
