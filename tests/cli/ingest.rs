@@ -27,7 +27,9 @@ fn write_pixels(path: &std::path::Path, rows: usize) {
         ),
         (
             "label",
-            Arc::new(Int32Array::from_iter_values((0..rows as i32).map(|i| i % 10))),
+            Arc::new(Int32Array::from_iter_values(
+                (0..rows as i32).map(|i| i % 10),
+            )),
         ),
     ];
     write_parquet(path, columns, 1000);
@@ -49,7 +51,17 @@ fn bench_ingest_counts_every_row_of_a_directory() {
     write_pixels(&dir.path().join("b.parquet"), 700);
     let path = s(dir.path());
     let run = ringflow(
-        &["bench", "ingest", &path, "--columns", "px", "--label", "label", "--batch", "64"],
+        &[
+            "bench",
+            "ingest",
+            &path,
+            "--columns",
+            "px",
+            "--label",
+            "label",
+            "--batch",
+            "64",
+        ],
         DEADLINE,
     );
     let line = run.assert_success().stdout.trim().to_string();
@@ -58,7 +70,10 @@ fn bench_ingest_counts_every_row_of_a_directory() {
     assert_eq!(field(&line, "rows"), "3200", "{line}");
     assert_eq!(field(&line, "width"), "4", "{line}");
     assert_eq!(field(&line, "batches"), "50", "{line}");
-    assert!(field(&line, "rows_per_s").parse::<f64>().unwrap() > 0.0, "{line}");
+    assert!(
+        field(&line, "rows_per_s").parse::<f64>().unwrap() > 0.0,
+        "{line}"
+    );
     assert!(field(&line, "MB").parse::<f64>().unwrap() > 0.0, "{line}");
 
     let run = ringflow(&["bench", "ingest", &path, "--label", "label"], DEADLINE);

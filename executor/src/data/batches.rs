@@ -209,7 +209,10 @@ impl EpochStream {
         batch
             .features
             .extend_from_slice(&self.current.features[a * w..b * w]);
-        batch.labels.extend_from_slice(&self.current.labels[a..b]);
+        // A converter without a label (`bench ingest` of features alone) gives none.
+        if let Some(labels) = self.current.labels.get(a..b) {
+            batch.labels.extend_from_slice(labels);
+        }
         batch.rows += n;
         self.cursor = b;
         Ok(true)

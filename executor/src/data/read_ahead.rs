@@ -67,13 +67,16 @@ impl ReadAhead {
         let count = READ_DECODERS.min(partitions.len());
         let decoders = (0..count)
             .map(|k| {
-                let share: Vec<Partition> = partitions
-                    .iter()
-                    .skip(k)
-                    .step_by(count)
-                    .cloned()
-                    .collect();
-                spawn(k, share, converter.clone(), read.clone(), depth, stop.clone())
+                let share: Vec<Partition> =
+                    partitions.iter().skip(k).step_by(count).cloned().collect();
+                spawn(
+                    k,
+                    share,
+                    converter.clone(),
+                    read.clone(),
+                    depth,
+                    stop.clone(),
+                )
             })
             .collect();
         ReadAhead {
@@ -89,7 +92,10 @@ impl ReadAhead {
     pub fn next_chunk(&mut self, deadline: Duration) -> Result<Option<Rows>> {
         while self.next < self.partitions {
             let k = self.next % self.decoders.len();
-            let chunks = self.decoders[k].chunks.as_ref().expect("open until dropped");
+            let chunks = self.decoders[k]
+                .chunks
+                .as_ref()
+                .expect("open until dropped");
             match chunks.recv_timeout(deadline) {
                 Ok(Ok(Piece::Rows(rows))) => return Ok(Some(rows)),
                 Ok(Ok(Piece::End)) => self.next += 1,
@@ -149,7 +155,9 @@ fn spawn(
         Err(e) => {
             // The channel is empty, so this does not block; the loop reads it in turn.
             let why = format!("the OS cannot start a reader thread: {e}");
-            let _ = report.send(Err(CommError::new(Peer::Local, CommOp::ReadData, why).into()));
+            let _ = report.send(Err(
+                CommError::new(Peer::Local, CommOp::ReadData, why).into()
+            ));
             None
         }
     };

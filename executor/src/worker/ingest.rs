@@ -133,7 +133,9 @@ mod tests {
         ]));
         let px: Vec<u8> = (0..rows * 3).map(|i| (i % 251) as u8).collect();
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values((0..rows as i64).map(|i| i % 10))),
+            Arc::new(Int64Array::from_iter_values(
+                (0..rows as i64).map(|i| i % 10),
+            )),
             Arc::new(FixedSizeListArray::new(
                 item,
                 3,
@@ -171,7 +173,21 @@ mod tests {
             batch: 256,
         };
         let r = measure(&spec).unwrap();
-        assert_eq!((r.rows, r.width, r.batches), (4500, 4, 4500u64.div_ceil(256)));
+        assert_eq!(
+            (r.rows, r.width, r.batches),
+            (4500, 4, 4500u64.div_ceil(256))
+        );
+        // Features alone, without a label.
+        let alone = IngestSpec {
+            features: vec!["label".into()],
+            label: None,
+            ..spec
+        };
+        let r = measure(&alone).unwrap();
+        assert_eq!(
+            (r.rows, r.width, r.batches),
+            (4500, 1, 4500u64.div_ceil(256))
+        );
     }
 
     #[test]

@@ -196,9 +196,7 @@ impl ColumnShape<'_> {
     fn width(&self) -> usize {
         match self {
             ColumnShape::Scalar(_) => 1,
-            ColumnShape::Fixed(_, w) | ColumnShape::List32(_, w) | ColumnShape::List64(_, w) => {
-                *w
-            }
+            ColumnShape::Fixed(_, w) | ColumnShape::List32(_, w) | ColumnShape::List64(_, w) => *w,
         }
     }
 }

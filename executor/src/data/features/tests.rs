@@ -276,15 +276,33 @@ fn every_numeric_type_converts_bit_exactly_alone_and_beside_others() {
     let values: Vec<ArrayRef> = vec![
         Arc::new(UInt8Array::from_iter_values(ints.iter().map(|&v| v as u8))),
         Arc::new(Int8Array::from_iter_values(ints.iter().map(|&v| v as i8))),
-        Arc::new(Int16Array::from_iter_values(ints.iter().map(|&v| -v as i16))),
-        Arc::new(UInt16Array::from_iter_values(ints.iter().map(|&v| v as u16 * 257))),
-        Arc::new(Int32Array::from_iter_values(ints.iter().map(|&v| v as i32 * 8_388_609))),
-        Arc::new(UInt32Array::from_iter_values(ints.iter().map(|&v| v as u32 * 16_777_219))),
-        Arc::new(Int64Array::from_iter_values(ints.iter().map(|&v| (1 << 53) + v))),
-        Arc::new(UInt64Array::from_iter_values(ints.iter().map(|&v| u64::MAX - v as u64))),
-        Arc::new(Float16Array::from_iter_values(ints.iter().map(|&v| half::f16::from_f32(v as f32 / 3.0)))),
-        Arc::new(Float32Array::from_iter_values(ints.iter().map(|&v| v as f32 / 3.0))),
-        Arc::new(Float64Array::from_iter_values(ints.iter().map(|&v| v as f64 / 3.0 + 1e-9))),
+        Arc::new(Int16Array::from_iter_values(
+            ints.iter().map(|&v| -v as i16),
+        )),
+        Arc::new(UInt16Array::from_iter_values(
+            ints.iter().map(|&v| v as u16 * 257),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            ints.iter().map(|&v| v as i32 * 8_388_609),
+        )),
+        Arc::new(UInt32Array::from_iter_values(
+            ints.iter().map(|&v| v as u32 * 16_777_219),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            ints.iter().map(|&v| (1 << 53) + v),
+        )),
+        Arc::new(UInt64Array::from_iter_values(
+            ints.iter().map(|&v| u64::MAX - v as u64),
+        )),
+        Arc::new(Float16Array::from_iter_values(
+            ints.iter().map(|&v| half::f16::from_f32(v as f32 / 3.0)),
+        )),
+        Arc::new(Float32Array::from_iter_values(
+            ints.iter().map(|&v| v as f32 / 3.0),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            ints.iter().map(|&v| v as f64 / 3.0 + 1e-9),
+        )),
     ];
     for scale in [None, Some(255.0f32), Some(3.0)] {
         let mul = scale.map_or(1.0, |s| 1.0 / s);
@@ -314,9 +332,16 @@ fn every_numeric_type_converts_bit_exactly_alone_and_beside_others() {
             ));
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             // Alone: a scalar of 6 rows, then lists of 2 rows of 3.
-            let b = batch(vec![("x", v.clone()), ("y", Arc::new(Int64Array::from(vec![0; 6])))]);
+            let b = batch(vec![
+                ("x", v.clone()),
+                ("y", Arc::new(Int64Array::from(vec![0; 6]))),
+            ]);
             let got = conv(&["x"], LabelKind::Regression, scale, 1).convert(&b, "t", 0);
-            assert_eq!(bits(&got.unwrap().features), bits(&want), "{t} scalar, {scale:?}");
+            assert_eq!(
+                bits(&got.unwrap().features),
+                bits(&want),
+                "{t} scalar, {scale:?}"
+            );
             for (kind, col) in [("fixed", &fixed), ("list", &list), ("large list", &large)] {
                 let b = batch(vec![
                     ("x", col.clone()),
@@ -352,9 +377,15 @@ fn integers_scaled_past_f32_are_refused() {
         "{msg}"
     );
     let fixed = fixed_u8(&[[1, 2, 3], [4, 250, 6]]);
-    let b = batch(vec![("p", fixed), ("y", Arc::new(Int32Array::from(vec![0, 1])))]);
+    let b = batch(vec![
+        ("p", fixed),
+        ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+    ]);
     let msg = error(&conv(&["p"], LabelKind::Regression, Some(1e-37), 3), &b);
-    assert!(msg.contains("`p` row 101") && msg.contains("element 1"), "{msg}");
+    assert!(
+        msg.contains("`p` row 101") && msg.contains("element 1"),
+        "{msg}"
+    );
 }
 
 /// A null in a fixed-size list of bytes, or a null row of one, names the file, column and row.
@@ -366,7 +397,12 @@ fn nulls_in_byte_lists_name_file_column_and_row() {
     let b = batch(vec![
         (
             "p",
-            Arc::new(FixedSizeListArray::new(item.clone(), 3, Arc::new(pixels), None)),
+            Arc::new(FixedSizeListArray::new(
+                item.clone(),
+                3,
+                Arc::new(pixels),
+                None,
+            )),
         ),
         ("y", Arc::new(Int32Array::from(vec![0, 1]))),
     ]);
@@ -381,7 +417,10 @@ fn nulls_in_byte_lists_name_file_column_and_row() {
         Arc::new(UInt8Array::from(vec![1, 2, 3, 4, 5, 6])),
         Some(NullBuffer::from(vec![true, false])),
     );
-    let b = batch(vec![("p", Arc::new(rows)), ("y", Arc::new(Int32Array::from(vec![0, 1])))]);
+    let b = batch(vec![
+        ("p", Arc::new(rows)),
+        ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+    ]);
     let msg = error(&conv(&["p"], LabelKind::Regression, None, 3), &b);
     assert!(msg.contains("`p` row 101") && msg.contains("null"), "{msg}");
 }
