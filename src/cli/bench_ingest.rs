@@ -79,7 +79,7 @@ fn line(files: &[String], columns: &[String], bytes: u64, r: &IngestReport) -> S
     let seconds = r.seconds.max(1e-9);
     format!(
         "ingest files={} columns={} rows={} width={} batches={} seconds={:.3} rows_per_s={:.0} \
-         MB={:.1} MB_per_s={:.1}",
+         bytes={bytes} MB_per_s={:.1}",
         files.len(),
         columns.join(","),
         r.rows,
@@ -87,7 +87,6 @@ fn line(files: &[String], columns: &[String], bytes: u64, r: &IngestReport) -> S
         r.batches,
         r.seconds,
         r.rows as f64 / seconds,
-        bytes as f64 / 1e6,
         bytes as f64 / 1e6 / seconds,
     )
 }

@@ -14,6 +14,7 @@ use ringflow_proto::data::{Preprocessing, is_string};
 
 use crate::data::sequences::SequenceConverter;
 use crate::error::{ExecutorError, Result};
+use values::{AsF32, copy_rows, may_be_non_finite};
 
 /// What the label column must hold.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -64,29 +65,6 @@ pub fn string_values(col: &ArrayRef) -> std::result::Result<Vec<Option<String>>,
         .map_err(|e| format!("cannot be read as strings: {e}"))?;
     let strings = utf8.as_string::<i32>();
     Ok(strings.iter().map(|v| v.map(str::to_string)).collect())
-}
-
-/// Values of one numeric Arrow type as f32.
-trait AsF32: Copy {
-    fn as_f32(self) -> f32;
-}
-
-macro_rules! as_f32 {
-    ($($t:ty),*) => {$(
-        impl AsF32 for $t {
-            #[inline(always)]
-            fn as_f32(self) -> f32 { self as f32 }
-        }
-    )*};
-}
-as_f32!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
-
-// Arrow's half-precision type (the `half` crate, same version as Arrow's).
-impl AsF32 for half::f16 {
-    #[inline(always)]
-    fn as_f32(self) -> f32 {
-        self.to_f32()
-    }
 }
 
 /// Calls `$body` with `$arr` bound to the concrete primitive array for a numeric data type.
@@ -626,53 +604,6 @@ fn write_list<O: OffsetSizeTrait>(
     Ok(w)
 }
 
-/// Copies `w` values per row into `out` at `offset` of each `stride`-wide row, times `mul`.
-fn copy_rows<T: AsF32>(
-    values: &[T],
-    w: usize,
-    out: &mut [f32],
-    stride: usize,
-    offset: usize,
-    mul: f32,
-) {
-    if w == 0 {
-        return;
-    }
-    if w == stride {
-        // One column fills whole rows: a single loop over contiguous values, which the
-        // compiler vectorizes (widen, convert, multiply).
-        for (d, &s) in out.iter_mut().zip(values) {
-            *d = s.as_f32() * mul;
-        }
-        return;
-    }
-    for (r, src) in values.chunks_exact(w).enumerate() {
-        let dst = &mut out[r * stride + offset..r * stride + offset + w];
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = s.as_f32() * mul;
-        }
-    }
-}
-
-/// Whether values of type `t` times `mul` may be NaN or infinite, so that they must be checked:
-/// floats may hold them, and an integer overflows f32 only through a huge multiplier (the
-/// product of the type's largest magnitude and `mul` bounds every product, as rounding is
-/// monotone).
-fn may_be_non_finite(t: &DataType, mul: f32) -> bool {
-    let largest: f32 = match t {
-        DataType::Int8 => 128.0,
-        DataType::Int16 => 32_768.0,
-        DataType::Int32 => 2f32.powi(31),
-        DataType::Int64 => 2f32.powi(63),
-        DataType::UInt8 => 255.0,
-        DataType::UInt16 => 65_535.0,
-        DataType::UInt32 => 2f32.powi(32),
-        DataType::UInt64 => 2f32.powi(64),
-        _ => return true,
-    };
-    !(largest * mul.abs()).is_finite()
-}
-
 /// Fails on the first NaN or infinity among this column's values.
 fn check_finite(
     out: &[f32],
@@ -702,3 +633,4 @@ fn check_finite(
 
 #[cfg(test)]
 mod tests;
+mod values;
