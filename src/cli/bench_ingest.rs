@@ -45,6 +45,7 @@ pub fn run(args: IngestArgs) -> anyhow::Result<ExitCode> {
     );
     let mut read = features.clone();
     read.extend(args.label.clone());
+    check_columns(&split, &read)?;
     let bytes = footer::column_bytes(&split, &read);
     let partitions = assign::evaluation(&split.groups, 1)
         .pop()
@@ -58,6 +59,20 @@ pub fn run(args: IngestArgs) -> anyhow::Result<ExitCode> {
     })?;
     println!("{}", line(&listing.files, &read, bytes, &report));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Fails unless every file has every column of `columns` (even a file without rows).
+fn check_columns(split: &footer::Split, columns: &[String]) -> anyhow::Result<()> {
+    for (file, schema) in &split.schemas {
+        if let Some(missing) = columns.iter().find(|c| schema.index_of(c).is_err()) {
+            let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            anyhow::bail!(
+                "{file} has no column `{missing}` (its columns: {})",
+                have.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Every column of the first file that can be a feature, but the label.

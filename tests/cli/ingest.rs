@@ -94,6 +94,17 @@ fn bench_ingest_errors_name_the_file_and_column() {
     let err = run.assert_clean_failure();
     assert!(err.contains(&file) && err.contains("`pixels`"), "{err}");
 
+    // A file without rows is checked against its footer all the same.
+    let no_rows = dir.path().join("none.parquet");
+    write_pixels(&no_rows, 0);
+    let no_rows = s(&no_rows);
+    let run = ringflow(
+        &["bench", "ingest", &no_rows, "--columns", "pixels"],
+        DEADLINE,
+    );
+    let err = run.assert_clean_failure();
+    assert!(err.contains(&no_rows) && err.contains("`pixels`"), "{err}");
+
     let empty = s(&dir.path().join("nothing"));
     std::fs::create_dir(&empty).unwrap();
     let run = ringflow(&["bench", "ingest", &empty], DEADLINE);
