@@ -3,6 +3,7 @@
 //! - `bench allreduce`: ring all-reduce bandwidth on local executor processes.
 //! - `bench train`: training steps per second of an MLP on one device (CPU or GPU) with synthetic
 //!   in-memory data, for side-by-side comparisons with PyTorch (`benches/gpu_mlp.py`).
+//! - `bench ingest`: Parquet to `f32` batches per second ([`super::bench_ingest`]).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -25,6 +26,8 @@ pub enum BenchCommand {
     Allreduce(AllreduceArgs),
     /// Time training steps of an MLP on one device with synthetic data (no data loading).
     Train(TrainArgs),
+    /// Time reading Parquet files into f32 batches, as training reads them (rows/s, MB/s).
+    Ingest(super::bench_ingest::IngestArgs),
 }
 
 #[derive(Args)]
@@ -65,6 +68,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Allreduce(args) => allreduce(args),
         BenchCommand::Train(args) => train(args),
+        BenchCommand::Ingest(args) => super::bench_ingest::run(args),
     }
 }
 
@@ -414,7 +418,7 @@ mod tests {
         let argv = ["bench", "train"].iter().chain(args);
         match Cli::try_parse_from(argv).expect("valid arguments").cmd {
             BenchCommand::Train(a) => a,
-            BenchCommand::Allreduce(_) => unreachable!("parsed bench train"),
+            _ => unreachable!("parsed bench train"),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The `ringflow` command line: a thin clap layer over the driver and executor libraries.
 
 mod bench;
+mod bench_ingest;
 mod daemons;
 mod history;
 mod infer;
@@ -55,7 +56,7 @@ enum Command {
     Predict(infer::PredictArgs),
     /// Summarize the jobs of a checkpoint directory from their event log (`events.jsonl`).
     History(history::HistoryArgs),
-    /// Measure ringflow: `bench allreduce`, `bench train`.
+    /// Measure ringflow: `bench allreduce`, `bench train`, `bench ingest`.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
 }

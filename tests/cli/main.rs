@@ -14,6 +14,7 @@ mod fusion;
 mod helpers;
 mod history;
 mod images;
+mod ingest;
 mod listeners;
 mod load;
 mod lost;

@@ -87,6 +87,24 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
     Ok(split)
 }
 
+/// Bytes of `split`'s Parquet files that reading `columns` fetches: the compressed column
+/// chunks of those top-level columns in every row group.
+pub fn column_bytes(split: &Split, columns: &[String]) -> u64 {
+    split
+        .footers
+        .iter()
+        .flat_map(|f| f.row_groups())
+        .flat_map(|rg| rg.columns())
+        .filter(|c| {
+            c.column_path()
+                .parts()
+                .first()
+                .is_some_and(|root| columns.contains(root))
+        })
+        .map(|c| u64::try_from(c.compressed_size()).unwrap_or(0))
+        .sum()
+}
+
 /// The largest value of the number column `column` over every row group of `split`, from the
 /// footers' statistics: `Ok(None)` for a split without rows, an error sentence (naming the
 /// file) when a row group has no statistics for it or a value is not a whole number ≥ 0.

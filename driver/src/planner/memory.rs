@@ -26,7 +26,7 @@
 
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelFootprint;
-use ringflow_proto::data::partition::READ_BATCH_ROWS;
+use ringflow_proto::data::partition::{READ_BATCH_ROWS, read_ahead_chunks};
 use ringflow_proto::data::{EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
 use ringflow_proto::size::format_bytes;
 use ringflow_proto::spec::JobSpec;
@@ -38,10 +38,6 @@ use crate::planner::footer::RowGroup;
 /// What an executor process needs before any job: code, runtime threads, DataFusion and the
 /// RPC stacks (less than an idle executor's resident memory, about 40 MiB).
 pub const RUNTIME_BYTES: u64 = 24 << 20;
-
-/// Converted chunks alive between the reader and the training loop when it is busy: two in the
-/// channel and one being cut into batches.
-const READ_AHEAD_CHUNKS: u64 = 3;
 
 /// Bytes of one `f32`.
 const F32: u64 = 4;
@@ -314,11 +310,13 @@ fn cache(spec: &JobSpec, share: u64) -> u64 {
         .min(share)
 }
 
-/// The converted chunks in flight: each at most [`READ_BATCH_ROWS`] rows of `groups`.
+/// The converted chunks in flight between the decoders and the training loop
+/// ([`read_ahead_chunks`]): each at most [`READ_BATCH_ROWS`] rows of `groups`.
 fn read_ahead(groups: &[RowGroup], width: u64) -> u64 {
     let largest = groups.iter().map(|g| g.rows).max().unwrap_or(0);
     let chunk = largest.min(READ_BATCH_ROWS as u64);
-    (READ_AHEAD_CHUNKS * chunk).saturating_mul(row_bytes(width))
+    let row = row_bytes(width);
+    (read_ahead_chunks(row) * chunk).saturating_mul(row)
 }
 
 /// The setting that sizes the model: `model.layers` for the MLP, the model table otherwise.
@@ -426,7 +424,8 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         let row = 4 * 785;
         assert_eq!(part(&e, "shuffle buffer"), 10_000 * row);
         assert_eq!(part(&e, "row-group cache"), 24_000_000);
-        assert_eq!(part(&e, "read-ahead"), 3 * 4096 * row);
+        // 2 decoders with 2 chunks of 4096 rows ready each, 1 being converted each, 1 being cut.
+        assert_eq!(part(&e, "read-ahead"), 7 * 4096 * row);
         // 79,510 weights × (weights, gradients, buckets, adagrad's sum).
         assert_eq!(part(&e, "model and optimizer"), 4 * 79_510 * 4);
         // One 128-row step (no test split, so no evaluation batch to compare with).

@@ -1,8 +1,9 @@
 //! An epoch's partitions streamed into a bounded shuffle buffer and cut into mini-batches.
 //!
-//! A background thread reads the partitions of an [`EpochPlan`] in order (the driver shuffles
-//! that order each epoch), converts each record batch to numbers and hands it over through a
-//! channel of two chunks. The training thread keeps a shuffle buffer of `shuffle_buffer` rows:
+//! Decoder threads ([`read_ahead`](crate::data::read_ahead)) read the partitions of an
+//! [`EpochPlan`] ahead of the training loop, convert each record batch to numbers and hand the
+//! chunks back in plan order (the driver shuffles that order each epoch), within a bounded
+//! number of bytes. The training thread keeps a shuffle buffer of `shuffle_buffer` rows:
 //! each row of a batch is drawn uniformly from the buffer and its place is refilled from the
 //! stream (TensorFlow's `shuffle(buffer_size)` semantics). Memory therefore stays at the buffer
 //! plus a few read chunks, whatever the size of the data set; with a buffer at least as large
@@ -14,9 +15,6 @@
 //! epoch, like PyTorch's `DataLoader` with `drop_last=False`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rand::RngExt;
@@ -25,8 +23,9 @@ use ringflow_proto::pb::EpochPlan;
 
 use crate::data::features::{Converter, Rows};
 use crate::data::partitions::ReadContext;
+use crate::data::read_ahead::ReadAhead;
 use crate::data::sequences::{self, BucketPool, Sequence};
-use crate::error::{CommError, CommOp, Peer, Result};
+use crate::error::Result;
 
 /// How long the training thread waits for the next chunk before declaring the reader stuck.
 const READ_DEADLINE: Duration = Duration::from_secs(600);
@@ -69,9 +68,7 @@ impl Batch {
 
 /// The rows of one epoch plan, in shuffled (training) or file (evaluation) order.
 pub struct EpochStream {
-    chunks: Receiver<Result<Rows>>,
-    reader: Option<JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
+    chunks: ReadAhead,
     width: usize,
     shuffle: Option<(ShuffleBuffer, Rng)>,
     current: Rows,
@@ -124,20 +121,14 @@ impl EpochStream {
             pool: BucketPool::default(),
             offset: 0,
         });
+        // A converted row: its features (a sequence's tokens: at most the model's input width)
+        // and label as f32.
+        let row_bytes = 4 * (width as u64 + 1);
         // Sequences are kept as rows of their own length, not in the fixed-width buffer.
         let width = if sequences.is_some() { 0 } else { width };
-        let (tx, rx) = sync_channel(2);
-        let stop = Arc::new(AtomicBool::new(false));
-        let partitions = plan.partitions.clone();
-        let reader_stop = stop.clone();
-        let reader = std::thread::Builder::new()
-            .name("ringflow-reader".into())
-            .spawn(move || read_partitions(&partitions, &converter, &read, &tx, &reader_stop))
-            .expect("the OS can start a reader thread");
+        let chunks = ReadAhead::start(&plan.partitions, converter, read, row_bytes);
         EpochStream {
-            chunks: rx,
-            reader: Some(reader),
-            stop,
+            chunks,
             width,
             shuffle: shuffle.map(|(capacity, rng)| {
                 let capacity = capacity.max(1);
@@ -191,25 +182,17 @@ impl EpochStream {
             if self.exhausted {
                 return Ok(false);
             }
-            match self.chunks.recv_timeout(READ_DEADLINE) {
-                Ok(Ok(rows)) => {
+            match self.chunks.next_chunk(READ_DEADLINE)? {
+                Some(rows) => {
                     self.current = rows;
                     self.cursor = 0;
                     if let Some(s) = self.sequences.as_mut() {
                         s.offset = 0;
                     }
                 }
-                Ok(Err(e)) => return Err(e),
-                Err(RecvTimeoutError::Disconnected) => {
+                None => {
                     self.exhausted = true;
                     return Ok(false);
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let why = format!(
-                        "reading this executor's partitions produced nothing for {} s",
-                        READ_DEADLINE.as_secs()
-                    );
-                    return Err(CommError::new(Peer::Local, CommOp::ReadData, why).into());
                 }
             }
         }
@@ -226,7 +209,10 @@ impl EpochStream {
         batch
             .features
             .extend_from_slice(&self.current.features[a * w..b * w]);
-        batch.labels.extend_from_slice(&self.current.labels[a..b]);
+        // A converter without a label (`bench ingest` of features alone) gives none.
+        if let Some(labels) = self.current.labels.get(a..b) {
+            batch.labels.extend_from_slice(labels);
+        }
         batch.rows += n;
         self.cursor = b;
         Ok(true)
@@ -365,42 +351,14 @@ impl EpochStream {
     }
 }
 
-impl Drop for EpochStream {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        // Unblock a reader waiting on a full channel, then wait for it to notice.
-        while self.chunks.try_recv().is_ok() {}
-        if let Some(h) = self.reader.take() {
-            drop(std::mem::replace(&mut self.chunks, sync_channel(1).1));
-            let _ = h.join();
-        }
-    }
-}
-
 /// `wanted` rows, but never more than the `available` rows a plan holds: what a buffer may
 /// reserve up front.
 fn bounded(wanted: usize, available: u64) -> usize {
     wanted.min(usize::try_from(available).unwrap_or(usize::MAX))
 }
 
-fn read_partitions(
-    partitions: &[ringflow_proto::pb::Partition],
-    converter: &Converter,
-    read: &ReadContext,
-    tx: &SyncSender<Result<Rows>>,
-    stop: &AtomicBool,
-) {
-    let result = read.for_each_batch(partitions, stop, |batch, origin| {
-        let rows = converter.convert(batch, origin.file, origin.first_row)?;
-        Ok(tx.send(Ok(rows)).is_ok())
-    });
-    if let Err(e) = result {
-        let _ = tx.send(Err(e));
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use datafusion::arrow::array::{ArrayRef, Float32Array};
@@ -416,7 +374,7 @@ mod tests {
 
     /// A Parquet file with `rows` rows of `x = i` and `y = 2i`, in row groups of 100, and the
     /// plan that reads all of it.
-    fn data(dir: &std::path::Path, rows: usize) -> EpochPlan {
+    pub(crate) fn data(dir: &std::path::Path, rows: usize) -> EpochPlan {
         let path = dir.join("d.parquet");
         let schema = Arc::new(Schema::new(vec![
             Field::new("x", DataType::Float32, false),

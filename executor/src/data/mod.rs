@@ -28,5 +28,6 @@ mod fuzz;
 pub mod images;
 pub mod partitions;
 pub mod prep;
+pub mod read_ahead;
 pub mod sequences;
 pub mod source;

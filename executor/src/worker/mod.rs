@@ -14,6 +14,7 @@ mod bench;
 mod client;
 mod context;
 mod health;
+pub mod ingest;
 mod ring;
 mod task;
 

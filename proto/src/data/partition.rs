@@ -36,6 +36,29 @@ use object_store::{ObjectStore, ObjectStoreExt};
 /// Rows decoded per record batch.
 pub const READ_BATCH_ROWS: usize = 4096;
 
+/// Threads that decode an executor's partitions ahead of its training loop. Partition `i` of an
+/// epoch goes to decoder `i % READ_DECODERS`, and the loop takes the partitions back in order,
+/// so that the rows it sees do not depend on which decoder finished first.
+pub const READ_DECODERS: usize = 2;
+
+/// Bytes of converted rows (features and labels as `f32`) that the decoders may hold ready
+/// ahead of the training loop, all together; each may always hold one chunk.
+pub const READ_AHEAD_BYTES: u64 = 64 << 20;
+
+/// Converted chunks of [`READ_BATCH_ROWS`] rows of `row_bytes` bytes that each decoder may hold
+/// ready: its share of [`READ_AHEAD_BYTES`], at least 1 and at most 16.
+pub fn read_ahead_depth(row_bytes: u64) -> usize {
+    let chunk = (READ_BATCH_ROWS as u64).saturating_mul(row_bytes.max(1));
+    let depth = READ_AHEAD_BYTES / (READ_DECODERS as u64) / chunk;
+    depth.clamp(1, 16) as usize
+}
+
+/// The most converted chunks alive between the decoders and the training loop: those held
+/// ready, the one each decoder is converting, and the one the loop is cutting into batches.
+pub fn read_ahead_chunks(row_bytes: u64) -> u64 {
+    (READ_DECODERS * (read_ahead_depth(row_bytes) + 1) + 1) as u64
+}
+
 /// Batches of a partition that arrive asynchronously (from an object store or the driver).
 pub type BatchStream = BoxStream<'static, std::result::Result<RecordBatch, String>>;
 

@@ -14,6 +14,7 @@ use ringflow_proto::data::{Preprocessing, is_string};
 
 use crate::data::sequences::SequenceConverter;
 use crate::error::{ExecutorError, Result};
+use values::{AsF32, copy_rows, may_be_non_finite};
 
 /// What the label column must hold.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -64,29 +65,6 @@ pub fn string_values(col: &ArrayRef) -> std::result::Result<Vec<Option<String>>,
         .map_err(|e| format!("cannot be read as strings: {e}"))?;
     let strings = utf8.as_string::<i32>();
     Ok(strings.iter().map(|v| v.map(str::to_string)).collect())
-}
-
-/// Values of one numeric Arrow type as f32.
-trait AsF32: Copy {
-    fn as_f32(self) -> f32;
-}
-
-macro_rules! as_f32 {
-    ($($t:ty),*) => {$(
-        impl AsF32 for $t {
-            #[inline(always)]
-            fn as_f32(self) -> f32 { self as f32 }
-        }
-    )*};
-}
-as_f32!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
-
-// Arrow's half-precision type (the `half` crate, same version as Arrow's).
-impl AsF32 for half::f16 {
-    #[inline(always)]
-    fn as_f32(self) -> f32 {
-        self.to_f32()
-    }
 }
 
 /// Calls `$body` with `$arr` bound to the concrete primitive array for a numeric data type.
@@ -191,6 +169,16 @@ enum ColumnShape<'a> {
     List64(&'a GenericListArray<i64>, usize),
 }
 
+impl ColumnShape<'_> {
+    /// Values per row.
+    fn width(&self) -> usize {
+        match self {
+            ColumnShape::Scalar(_) => 1,
+            ColumnShape::Fixed(_, w) | ColumnShape::List32(_, w) | ColumnShape::List64(_, w) => *w,
+        }
+    }
+}
+
 impl Converter {
     /// A converter for `features` and `label` (`None`: features only, as prediction reads),
     /// scaling features by `1 / scale`, for a model with `inputs` inputs.
@@ -293,56 +281,9 @@ impl Converter {
             return s.convert(batch, file, first_row);
         }
         let rows = batch.num_rows();
-        let mut shapes = Vec::with_capacity(self.features.len());
-        let mut width = 0;
-        for name in &self.features {
-            let site = Site {
-                file,
-                column: name,
-                first_row,
-            };
-            let col = batch
-                .column_by_name(name)
-                .ok_or_else(|| site.column_error("is missing from the data"))?;
-            let shape = column_shape(col, &site)?;
-            width += match &shape {
-                ColumnShape::Scalar(_) => 1,
-                ColumnShape::Fixed(_, w)
-                | ColumnShape::List32(_, w)
-                | ColumnShape::List64(_, w) => *w,
-            };
-            shapes.push(shape);
-        }
+        let (shapes, width) = self.shapes(batch, file, first_row)?;
         if width != self.inputs {
-            let detail: Vec<String> = self
-                .features
-                .iter()
-                .zip(&shapes)
-                .map(|(n, s)| {
-                    let w = match s {
-                        ColumnShape::Scalar(_) => 1,
-                        ColumnShape::Fixed(_, w)
-                        | ColumnShape::List32(_, w)
-                        | ColumnShape::List64(_, w) => *w,
-                    };
-                    format!("`{n}`: {w}")
-                })
-                .collect();
-            let message = match &self.shape {
-                Some(shape) => format!(
-                    "data.shape {shape:?} needs {} values per row, but row {first_row} has \
-                     {width} ({})",
-                    self.inputs,
-                    detail.join(", ")
-                ),
-                None => format!(
-                    "data.features give {width} values per row from row {first_row} ({}), but \
-                     the model takes {} inputs",
-                    detail.join(", "),
-                    self.inputs
-                ),
-            };
-            return Err(ExecutorError::data(file, message));
+            return Err(self.width_error(&shapes, width, file, first_row));
         }
         let mut features = vec![0.0f32; rows * width];
         let mut offset = 0;
@@ -383,6 +324,68 @@ impl Converter {
         })
     }
 
+    /// The values each row of `batch` gives with this converter's feature columns (for a
+    /// reader that learns the width from the data, as `bench ingest` does).
+    pub fn width_of(&self, batch: &RecordBatch, file: &str, first_row: u64) -> Result<usize> {
+        Ok(self.shapes(batch, file, first_row)?.1)
+    }
+
+    /// Each feature column's shape in `batch`, and the values a row gives in all.
+    fn shapes<'a>(
+        &self,
+        batch: &'a RecordBatch,
+        file: &str,
+        first_row: u64,
+    ) -> Result<(Vec<ColumnShape<'a>>, usize)> {
+        let mut shapes = Vec::with_capacity(self.features.len());
+        let mut width = 0;
+        for name in &self.features {
+            let site = Site {
+                file,
+                column: name,
+                first_row,
+            };
+            let col = batch
+                .column_by_name(name)
+                .ok_or_else(|| site.column_error("is missing from the data"))?;
+            let shape = column_shape(col, &site)?;
+            width += shape.width();
+            shapes.push(shape);
+        }
+        Ok((shapes, width))
+    }
+
+    /// The error for rows of `width` values where the model takes another number.
+    fn width_error(
+        &self,
+        shapes: &[ColumnShape<'_>],
+        width: usize,
+        file: &str,
+        first_row: u64,
+    ) -> ExecutorError {
+        let detail: Vec<String> = self
+            .features
+            .iter()
+            .zip(shapes)
+            .map(|(n, s)| format!("`{n}`: {}", s.width()))
+            .collect();
+        let message = match &self.shape {
+            Some(shape) => format!(
+                "data.shape {shape:?} needs {} values per row, but row {first_row} has \
+                 {width} ({})",
+                self.inputs,
+                detail.join(", ")
+            ),
+            None => format!(
+                "data.features give {width} values per row from row {first_row} ({}), but \
+                 the model takes {} inputs",
+                detail.join(", "),
+                self.inputs
+            ),
+        };
+        ExecutorError::data(file, message)
+    }
+
     /// Writes one column's values at `offset` of each row; returns its width.
     fn write_column(
         &self,
@@ -396,12 +399,11 @@ impl Converter {
         match shape {
             ColumnShape::Scalar(col) => {
                 with_numeric!(col, arr => {
-                    let values = arr.values();
-                    for (r, v) in values.iter().enumerate() {
-                        out[r * stride + offset] = v.as_f32() * mul;
-                    }
+                    copy_rows(arr.values(), 1, out, stride, offset, mul);
                 }, unreachable!("checked numeric"));
-                check_finite(out, stride, offset, 1, site)?;
+                if may_be_non_finite(col.data_type(), mul) {
+                    check_finite(out, stride, offset, 1, site)?;
+                }
                 Ok(1)
             }
             ColumnShape::Fixed(list, w) => {
@@ -411,7 +413,9 @@ impl Converter {
                     let values = &arr.values()[start..start + list.len() * w];
                     copy_rows(values, *w, out, stride, offset, mul);
                 }, unreachable!("checked numeric"));
-                check_finite(out, stride, offset, *w, site)?;
+                if may_be_non_finite(child.data_type(), mul) {
+                    check_finite(out, stride, offset, *w, site)?;
+                }
                 Ok(*w)
             }
             ColumnShape::List32(list, w) => write_list(list, *w, out, stride, offset, mul, site),
@@ -594,28 +598,10 @@ fn write_list<O: OffsetSizeTrait>(
         let values = &arr.values()[start..start + list.len() * w];
         copy_rows(values, w, out, stride, offset, mul);
     }, unreachable!("checked numeric"));
-    check_finite(out, stride, offset, w, site)?;
+    if may_be_non_finite(child.data_type(), mul) {
+        check_finite(out, stride, offset, w, site)?;
+    }
     Ok(w)
-}
-
-/// Copies `w` values per row into `out` at `offset` of each `stride`-wide row, times `mul`.
-fn copy_rows<T: AsF32>(
-    values: &[T],
-    w: usize,
-    out: &mut [f32],
-    stride: usize,
-    offset: usize,
-    mul: f32,
-) {
-    if w == 0 {
-        return;
-    }
-    for (r, src) in values.chunks_exact(w).enumerate() {
-        let dst = &mut out[r * stride + offset..r * stride + offset + w];
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = s.as_f32() * mul;
-        }
-    }
 }
 
 /// Fails on the first NaN or infinity among this column's values.
@@ -647,3 +633,4 @@ fn check_finite(
 
 #[cfg(test)]
 mod tests;
+mod values;

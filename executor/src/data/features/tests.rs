@@ -263,3 +263,164 @@ fn wrong_types_widths_and_missing_columns() {
         "{msg}"
     );
 }
+
+/// A column of each numeric type with the values of `ints` (as that type), alone — the
+/// contiguous path — and beside a scalar column — the strided path — as a scalar, a fixed-size
+/// list and a list of 3: every value converts exactly as Arrow's cast to f32 times `1 / scale`.
+#[test]
+fn every_numeric_type_converts_bit_exactly_alone_and_beside_others() {
+    use datafusion::arrow::array::{Int16Array, LargeListArray, UInt16Array, UInt32Array};
+    use datafusion::arrow::buffer::OffsetBuffer;
+    use datafusion::arrow::compute::cast;
+    let ints: Vec<i64> = vec![0, 1, 7, 100, 127, 255];
+    let values: Vec<ArrayRef> = vec![
+        Arc::new(UInt8Array::from_iter_values(ints.iter().map(|&v| v as u8))),
+        Arc::new(Int8Array::from_iter_values(ints.iter().map(|&v| v as i8))),
+        Arc::new(Int16Array::from_iter_values(
+            ints.iter().map(|&v| -v as i16),
+        )),
+        Arc::new(UInt16Array::from_iter_values(
+            ints.iter().map(|&v| v as u16 * 257),
+        )),
+        Arc::new(Int32Array::from_iter_values(
+            ints.iter().map(|&v| v as i32 * 8_388_609),
+        )),
+        Arc::new(UInt32Array::from_iter_values(
+            ints.iter().map(|&v| v as u32 * 16_777_219),
+        )),
+        Arc::new(Int64Array::from_iter_values(
+            ints.iter().map(|&v| (1 << 53) + v),
+        )),
+        Arc::new(UInt64Array::from_iter_values(
+            ints.iter().map(|&v| u64::MAX - v as u64),
+        )),
+        Arc::new(Float16Array::from_iter_values(
+            ints.iter().map(|&v| half::f16::from_f32(v as f32 / 3.0)),
+        )),
+        Arc::new(Float32Array::from_iter_values(
+            ints.iter().map(|&v| v as f32 / 3.0),
+        )),
+        Arc::new(Float64Array::from_iter_values(
+            ints.iter().map(|&v| v as f64 / 3.0 + 1e-9),
+        )),
+    ];
+    for scale in [None, Some(255.0f32), Some(3.0)] {
+        let mul = scale.map_or(1.0, |s| 1.0 / s);
+        for v in &values {
+            let t = v.data_type().clone();
+            let want: Vec<f32> = cast(v, &DataType::Float32)
+                .unwrap()
+                .as_primitive::<Float32Type>()
+                .values()
+                .iter()
+                .map(|x| x * mul)
+                .collect();
+            let item = Arc::new(Field::new("item", t.clone(), false));
+            let fixed: ArrayRef =
+                Arc::new(FixedSizeListArray::new(item.clone(), 3, v.clone(), None));
+            let list: ArrayRef = Arc::new(ListArray::new(
+                item.clone(),
+                OffsetBuffer::from_lengths([3, 3]),
+                v.clone(),
+                None,
+            ));
+            let large: ArrayRef = Arc::new(LargeListArray::new(
+                item,
+                OffsetBuffer::from_lengths([3, 3]),
+                v.clone(),
+                None,
+            ));
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            // Alone: a scalar of 6 rows, then lists of 2 rows of 3.
+            let b = batch(vec![
+                ("x", v.clone()),
+                ("y", Arc::new(Int64Array::from(vec![0; 6]))),
+            ]);
+            let got = conv(&["x"], LabelKind::Regression, scale, 1).convert(&b, "t", 0);
+            assert_eq!(
+                bits(&got.unwrap().features),
+                bits(&want),
+                "{t} scalar, {scale:?}"
+            );
+            for (kind, col) in [("fixed", &fixed), ("list", &list), ("large list", &large)] {
+                let b = batch(vec![
+                    ("x", col.clone()),
+                    ("s", Arc::new(Float32Array::from(vec![-1.0, -2.0]))),
+                    ("y", Arc::new(Int64Array::from(vec![0, 0]))),
+                ]);
+                let alone = conv(&["x"], LabelKind::Regression, scale, 3).convert(&b, "t", 0);
+                assert_eq!(bits(&alone.unwrap().features), bits(&want), "{t} {kind}");
+                let beside = conv(&["s", "x"], LabelKind::Regression, scale, 4);
+                let mut expect = vec![-mul];
+                expect.extend(&want[..3]);
+                expect.push(-2.0 * mul);
+                expect.extend(&want[3..]);
+                let got = beside.convert(&b, "t", 0).unwrap().features;
+                assert_eq!(bits(&got), bits(&expect), "{t} {kind} beside a scalar");
+            }
+        }
+    }
+}
+
+/// Integers are not checked for infinities, unless the scale is small enough to overflow f32.
+#[test]
+fn integers_scaled_past_f32_are_refused() {
+    let b = batch(vec![
+        ("x", Arc::new(UInt8Array::from(vec![1, 200]))),
+        ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+    ]);
+    let ok = conv(&["x"], LabelKind::Regression, Some(1e-36), 1).convert(&b, "t", 0);
+    assert_eq!(ok.unwrap().features, vec![1e36, 200.0 * 1e36]);
+    let msg = error(&conv(&["x"], LabelKind::Regression, Some(1e-38), 1), &b);
+    assert!(
+        msg.contains("data/t.parquet") && msg.contains("`x` row 101") && msg.contains("not finite"),
+        "{msg}"
+    );
+    let fixed = fixed_u8(&[[1, 2, 3], [4, 250, 6]]);
+    let b = batch(vec![
+        ("p", fixed),
+        ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+    ]);
+    let msg = error(&conv(&["p"], LabelKind::Regression, Some(1e-37), 3), &b);
+    assert!(
+        msg.contains("`p` row 101") && msg.contains("element 1"),
+        "{msg}"
+    );
+}
+
+/// A null in a fixed-size list of bytes, or a null row of one, names the file, column and row.
+#[test]
+fn nulls_in_byte_lists_name_file_column_and_row() {
+    use datafusion::arrow::buffer::NullBuffer;
+    let item = Arc::new(Field::new("item", DataType::UInt8, true));
+    let pixels = UInt8Array::from(vec![Some(1), Some(2), Some(3), Some(4), None, Some(6)]);
+    let b = batch(vec![
+        (
+            "p",
+            Arc::new(FixedSizeListArray::new(
+                item.clone(),
+                3,
+                Arc::new(pixels),
+                None,
+            )),
+        ),
+        ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+    ]);
+    let msg = error(&conv(&["p"], LabelKind::Regression, None, 3), &b);
+    assert!(
+        msg.contains("data/t.parquet") && msg.contains("`p` row 101") && msg.contains("element 1"),
+        "{msg}"
+    );
+    let rows = FixedSizeListArray::new(
+        item,
+        3,
+        Arc::new(UInt8Array::from(vec![1, 2, 3, 4, 5, 6])),
+        Some(NullBuffer::from(vec![true, false])),
+    );
+    let b = batch(vec![
+        ("p", Arc::new(rows)),
+        ("y", Arc::new(Int32Array::from(vec![0, 1]))),
+    ]);
+    let msg = error(&conv(&["p"], LabelKind::Regression, None, 3), &b);
+    assert!(msg.contains("`p` row 101") && msg.contains("null"), "{msg}");
+}
