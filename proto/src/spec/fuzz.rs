@@ -89,6 +89,7 @@ const KEYS: &[&str] = &[
     "cluster.max_executors",
     "cluster.checkpoint_every_steps",
     "cluster.backup_workers",
+    "cluster.compression",
 ];
 
 /// Words that are valid somewhere in a spec, and some that are valid nowhere.
@@ -107,6 +108,8 @@ const WORDS: &[&str] = &[
     "mse",
     "binary_cross_entropy",
     "none",
+    "fp16",
+    "bf16",
     "linear",
     "sqrt",
     "standard",
