@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::figures::{self, Tokens};
-use crate::progress::{EpochSummary, JobProgress};
+use crate::progress::{EpochSummary, FusionSummary, JobProgress};
 
 /// How a job ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,6 +152,9 @@ pub struct JobSummary {
     /// The model's trainable values, when its kind says.
     #[serde(default)]
     pub trainable_parameters: Option<u64>,
+    /// On a ring: the gradient buckets (`cluster.fusion`), and what `"auto"` tried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fusion: Option<FusionSummary>,
 }
 
 /// How a job ended, for its [`JobSummary`].
@@ -277,6 +280,7 @@ impl JobSummary {
             executors_lost: 0,
             parameters: None,
             trainable_parameters: None,
+            fusion: progress.fusion(),
         }
     }
 }
@@ -387,6 +391,9 @@ impl fmt::Display for JobSummary {
                 write!(f, ", test {} {}", test.join(", "), self.test_count(rows))?;
             }
             writeln!(f)?;
+        }
+        if let Some(fusion) = self.fusion.as_ref().filter(|f| !f.trials.is_empty()) {
+            writeln!(f, "  {fusion}")?;
         }
         if let Some(p) = &self.model_path {
             writeln!(f, "  model saved to {p}")?;

@@ -11,6 +11,7 @@ mod data_limits;
 mod deploy;
 mod distributed;
 mod errors;
+mod fusion;
 mod helpers;
 mod history;
 mod images;

@@ -8,6 +8,7 @@ pub use crate::train::timeline::PhaseTimes;
 use crate::train::timeline::StepSpan;
 
 use crate::error::Result;
+use crate::train::autotune::FusionState;
 
 /// Which part of the data a plan covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,8 @@ pub struct EpochStats {
     pub tokens: u64,
     /// For token sequences: the padding steps of the epoch's batches.
     pub padding: u64,
+    /// On a ring, the gradient buckets in use at the epoch's end.
+    pub fusion: Option<FusionState>,
 }
 
 /// Evaluation of one rank's share of the test split; ranks' stats add up.

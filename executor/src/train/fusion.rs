@@ -1,8 +1,9 @@
 //! Tensor fusion: gradients packed into buckets and all-reduced while backward still runs.
 //!
 //! Parameters are grouped, in the order their gradients become ready (the reverse of creation
-//! order: the last layer's first), into a small first bucket (1 MiB) and then buckets of about
-//! 25 MiB (PyTorch DDP's and Horovod's sizes). During the backward pass the autodiff hook
+//! order: the last layer's first), into a small first bucket (at most 1 MiB) and then buckets
+//! of about `cluster.fusion` MiB (25 by default, PyTorch DDP's size; `"auto"` chooses it in the
+//! first steps, [`crate::train::autotune`]). During the backward pass the autodiff hook
 //! reports each finished parameter; when a bucket's last gradient arrives it is copied into the
 //! bucket's buffer and handed to the communication thread, which reduces it while the training
 //! thread continues backward. The loop waits only before the optimizer step, then copies the
@@ -18,14 +19,10 @@ use std::time::{Duration, Instant};
 
 use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{Device, PinnedHost, Tensor, TensorKey};
+use ringflow_proto::spec::BucketSizes;
 
 use crate::collective::{Collective, PendingReduce, ReduceOp};
 use crate::error::Result;
-
-/// Bytes in the first bucket, which is reduced while most of backward is still ahead.
-pub const FIRST_BUCKET_BYTES: usize = 1 << 20;
-/// Bytes in the other buckets.
-pub const BUCKET_BYTES: usize = 25 << 20;
 
 struct Bucket {
     params: Vec<Tensor>,
@@ -74,30 +71,20 @@ impl Drop for Bucket {
 pub struct GradientBuckets {
     buckets: Vec<Bucket>,
     bucket_of: HashMap<TensorKey, usize>,
+    /// The size limits of the plan.
+    sizes: BucketSizes,
     /// Time in the copies between the gradients and the buckets since the last
     /// [`GradientBuckets::take_staging`].
     staging: Duration,
 }
 
 impl GradientBuckets {
-    /// Plans the buckets for `params`.
-    pub fn new(params: &ParamStore) -> GradientBuckets {
-        Self::with_sizes(params, FIRST_BUCKET_BYTES, BUCKET_BYTES)
-    }
-
-    /// Plans the buckets with explicit size limits (in bytes).
-    pub fn with_sizes(params: &ParamStore, first: usize, rest: usize) -> GradientBuckets {
+    /// The buckets for `params` with the given size limits.
+    pub fn new(params: &ParamStore, sizes: BucketSizes) -> GradientBuckets {
         let mut buckets: Vec<Bucket> = Vec::new();
         let mut bucket_of = HashMap::new();
-        let ordered: Vec<&Tensor> = params.iter().map(|p| &p.tensor).collect();
-        for t in ordered.into_iter().rev() {
-            // While the first bucket is being filled its smaller limit applies.
-            let limit = if buckets.len() <= 1 { first } else { rest };
-            let start_new = match buckets.last() {
-                None => true,
-                Some(b) => (b.numel + t.numel()) * 4 > limit && b.numel > 0,
-            };
-            if start_new {
+        for (t, new_bucket) in Self::assign(params, sizes) {
+            if new_bucket {
                 buckets.push(Bucket {
                     params: Vec::new(),
                     numel: 0,
@@ -107,7 +94,9 @@ impl GradientBuckets {
                     pinned: None,
                 });
             }
-            let b = buckets.last_mut().expect("just ensured");
+            let b = buckets
+                .last_mut()
+                .expect("the first parameter starts a bucket");
             b.params.push(t.clone());
             b.numel += t.numel();
             bucket_of.insert(t.key(), buckets.len() - 1);
@@ -123,8 +112,53 @@ impl GradientBuckets {
         GradientBuckets {
             buckets,
             bucket_of,
+            sizes,
             staging: Duration::ZERO,
         }
+    }
+
+    /// The bucket sizes (in floats, in reduction order) that `sizes` gives `params`, without
+    /// allocating the buffers.
+    pub fn plan(params: &ParamStore, sizes: BucketSizes) -> Vec<usize> {
+        let mut plan: Vec<usize> = Vec::new();
+        for (t, new_bucket) in Self::assign(params, sizes) {
+            if new_bucket {
+                plan.push(0);
+            }
+            *plan
+                .last_mut()
+                .expect("the first parameter starts a bucket") += t.numel();
+        }
+        plan
+    }
+
+    /// The parameters in the order their gradients become ready (the reverse of creation),
+    /// each with whether it starts a new bucket.
+    fn assign(params: &ParamStore, sizes: BucketSizes) -> Vec<(&Tensor, bool)> {
+        let mut out = Vec::new();
+        let (mut buckets, mut filled) = (0usize, 0usize);
+        let ordered: Vec<&Tensor> = params.iter().map(|p| &p.tensor).collect();
+        for t in ordered.into_iter().rev() {
+            // While the first bucket is being filled its smaller limit applies.
+            let limit = if buckets <= 1 {
+                sizes.first
+            } else {
+                sizes.rest
+            };
+            let new_bucket = buckets == 0 || ((filled + t.numel()) * 4 > limit && filled > 0);
+            if new_bucket {
+                buckets += 1;
+                filled = 0;
+            }
+            filled += t.numel();
+            out.push((t, new_bucket));
+        }
+        out
+    }
+
+    /// The size limits the buckets were planned with.
+    pub fn limits(&self) -> BucketSizes {
+        self.sizes
     }
 
     /// The number of buckets.
@@ -224,8 +258,13 @@ mod tests {
     fn a_small_first_bucket_then_large_ones_in_readiness_order() {
         let spec = ModelSpec::mlp(&[784, 1024, 1024, 10], "relu");
         let model = Model::build(&spec, &ModelRegistry::default(), 1, Device::Cpu).unwrap();
-        let b = GradientBuckets::with_sizes(model.params(), 64 << 10, 4 << 20);
+        let limits = BucketSizes {
+            first: 64 << 10,
+            rest: 4 << 20,
+        };
+        let b = GradientBuckets::new(model.params(), limits);
         let sizes = b.sizes();
+        assert_eq!(GradientBuckets::plan(model.params(), limits), sizes);
         assert_eq!(sizes.iter().sum::<usize>(), model.params().numel());
         // The last layer (10250 floats) and the next bias fit the 64 KiB first bucket...
         assert_eq!(sizes[0], 10 + 10_240 + 1024);
@@ -247,7 +286,7 @@ mod tests {
         let loss =
             ringflow_ml::loss::cross_entropy(&model.forward(&x, true, &mut rng).unwrap(), &y)
                 .unwrap();
-        let mut buckets = GradientBuckets::new(model.params());
+        let mut buckets = GradientBuckets::new(model.params(), BucketSizes::of_mib(25.0));
         let mut comm = Solo;
         buckets.begin();
         let mut ready = 0;

@@ -11,6 +11,7 @@
 //!
 //! [`Collective`]: crate::collective::Collective
 
+pub mod autotune;
 mod context;
 mod eval;
 pub(crate) mod forward;

@@ -2,6 +2,7 @@
 
 use ringflow_proto::pb;
 
+use crate::train::autotune::FusionState;
 use crate::train::context::{EpochStats, EvalStats, TrainEvent};
 use crate::train::timeline::StepSpan;
 use crate::train::trainer::TrainOutcome;
@@ -38,6 +39,25 @@ impl From<&EpochStats> for pb::EpochReport {
             spans: spans(&e.spans),
             tokens: e.tokens,
             padding: e.padding,
+            fusion: e.fusion.as_ref().map(pb::FusionReport::from),
+        }
+    }
+}
+
+impl From<&FusionState> for pb::FusionReport {
+    fn from(f: &FusionState) -> Self {
+        pb::FusionReport {
+            first_bucket_bytes: f.sizes.first as u64,
+            bucket_bytes: f.sizes.rest as u64,
+            tuned: f.tuned,
+            trials: f
+                .trials
+                .iter()
+                .map(|t| pb::FusionTrial {
+                    bucket_bytes: t.sizes.rest as u64,
+                    step_seconds: t.step_seconds,
+                })
+                .collect(),
         }
     }
 }

@@ -10,17 +10,18 @@ use std::time::Duration;
 
 use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{MlError, Tensor};
+use ringflow_proto::spec::Fusion;
 
 use crate::collective::Collective;
 use crate::error::{CommError, CommOp, Peer, Result};
-use crate::train::fusion::GradientBuckets;
+use crate::train::autotune::{FusionState, TunedBuckets};
 
 /// How a step's gradients are combined across ranks.
 pub enum GradientSync {
     /// A world of one.
     Alone,
     /// Bucketed ring all-reduce, overlapped with backward.
-    Ring(GradientBuckets),
+    Ring(TunedBuckets),
     /// Backup workers: the average of the first N−b ranks' gradients (a flat staging buffer).
     Backup(Vec<f32>),
     /// NCCL on the GPUs of one host.
@@ -41,7 +42,12 @@ impl GradientSync {
     /// The way `comm` combines gradients of `params`. With the `nccl` feature this is a
     /// collective step of the ring (its ranks decide together whether NCCL can carry the
     /// gradients, waiting at most `timeout`).
-    pub fn new(comm: &mut dyn Collective, params: &ParamStore, timeout: Duration) -> GradientSync {
+    pub fn new(
+        comm: &mut dyn Collective,
+        params: &ParamStore,
+        fusion: Fusion,
+        timeout: Duration,
+    ) -> GradientSync {
         if comm.world() == 1 {
             return GradientSync::Alone;
         }
@@ -62,7 +68,7 @@ impl GradientSync {
         }
         #[cfg(not(feature = "nccl"))]
         let _ = timeout;
-        GradientSync::Ring(GradientBuckets::new(params))
+        GradientSync::Ring(TunedBuckets::new(params, fusion))
     }
 
     /// Runs the backward pass of `loss`; on a ring, buckets start reducing as they complete.
@@ -73,7 +79,7 @@ impl GradientSync {
         buckets.begin();
         let mut comm_error = None;
         let r = loss.backward_with(|p| {
-            buckets.ready(p, comm).map_err(|e| {
+            buckets.buckets().ready(p, comm).map_err(|e| {
                 comm_error = Some(e);
                 MlError::Backward("a gradient all-reduce failed".into())
             })
@@ -94,7 +100,7 @@ impl GradientSync {
         match self {
             GradientSync::Alone => Ok(Contribution::Used),
             GradientSync::Ring(buckets) => {
-                buckets.finish(comm)?;
+                buckets.finish(params, comm)?;
                 Ok(Contribution::Used)
             }
             #[cfg(feature = "nccl")]
@@ -149,7 +155,16 @@ impl GradientSync {
     /// ([`GradientBuckets::take_staging`]); `None` for the other ways.
     pub fn take_staging(&mut self) -> Option<Duration> {
         match self {
-            GradientSync::Ring(buckets) => Some(buckets.take_staging()),
+            GradientSync::Ring(buckets) => Some(buckets.buckets().take_staging()),
+            _ => None,
+        }
+    }
+
+    /// On a ring, the gradient buckets in use and what `cluster.fusion = "auto"` tried;
+    /// `None` for the other ways.
+    pub fn fusion(&self) -> Option<FusionState> {
+        match self {
+            GradientSync::Ring(buckets) => Some(buckets.state()),
             _ => None,
         }
     }

@@ -88,6 +88,7 @@ const KEYS: &[&str] = &[
     "cluster.min_executors",
     "cluster.max_executors",
     "cluster.checkpoint_every_steps",
+    "cluster.fusion",
     "cluster.backup_workers",
     "cluster.compression",
 ];

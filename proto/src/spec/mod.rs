@@ -7,6 +7,7 @@
 //! `docs/job-spec.md`; the types here are the reference.
 
 mod error;
+mod fusion;
 #[cfg(test)]
 mod fuzz;
 mod images;
@@ -15,6 +16,9 @@ mod overrides;
 mod sequences;
 
 pub use error::SpecError;
+pub use fusion::{
+    AUTO_CANDIDATES_MIB, BucketSizes, DEFAULT_BUCKET_MIB, FIRST_BUCKET_MIB, Fusion, MAX_BUCKET_MIB,
+};
 pub use images::{AugmentSpec, ImageSpec, MAX_EXAMPLE_VALUES, MAX_IMAGE_SIDE, MAX_SHAPE_DIMS};
 pub use overrides::Override;
 pub use sequences::{
@@ -291,6 +295,10 @@ pub struct ClusterSpec {
     /// docs/job-spec.md.
     #[serde(default)]
     pub compression: Compression,
+    /// Tensor fusion: the gradient buckets' size in MiB, or `"auto"` to try a few sizes in the
+    /// first steps and keep the fastest (default 25 MiB). See [`Fusion`].
+    #[serde(default)]
+    pub fusion: Fusion,
 }
 
 /// `cluster.compression`: the number format gradients travel in on the ring. Parameters
@@ -344,6 +352,7 @@ impl Default for ClusterSpec {
             checkpoint_every_steps: 0,
             backup_workers: 0,
             compression: Compression::None,
+            fusion: Fusion::default(),
             min_executors: None,
             max_executors: None,
         }

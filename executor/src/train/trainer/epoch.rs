@@ -216,6 +216,7 @@ impl Trainer<'_> {
             spans: self.spans.take(),
             tokens: tally.tokens,
             padding: tally.padding,
+            fusion: self.sync.fusion(),
         };
         let done = EpochDone {
             samples: stats.samples,

@@ -270,7 +270,8 @@ impl<'a> Trainer<'a> {
     /// Sets up the gradient synchronisation and the test hooks for the current ring.
     fn connect_sync(&mut self) -> Result<()> {
         let timeout = Duration::from_secs(self.task.spec.cluster.comm_timeout_s);
-        self.sync = GradientSync::new(self.ring.get(), self.model.params(), timeout);
+        let fusion = self.task.spec.cluster.fusion;
+        self.sync = GradientSync::new(self.ring.get(), self.model.params(), fusion, timeout);
         self.hooks = TestHooks::for_rank(self.position.rank)?;
         Ok(())
     }

@@ -217,6 +217,9 @@ impl JobSpec {
                 ),
             ));
         }
+        if let Some(why) = c.fusion.problem() {
+            return Err(Invalid::new("cluster.fusion", why));
+        }
         if c.threads == Some(0) {
             return Err(Invalid::new("cluster.threads", "must be at least 1".into()));
         }
