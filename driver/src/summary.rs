@@ -128,6 +128,10 @@ pub struct JobSummary {
     pub kind: String,
     /// Where executors read the data: `"direct"` or `"driver"` (Arrow Flight).
     pub data_source: Option<String>,
+    /// Training: how gradients travelled on the ring (`cluster.compression`: `"none"`,
+    /// `"fp16"` or `"bf16"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
     /// Peak resident memory of each rank's executor process, in MiB.
     pub peak_rss_mib: Vec<f64>,
     /// Prediction: where the parts were written, and how many rows.
@@ -263,6 +267,7 @@ impl JobSummary {
             history: progress.epochs().to_vec(),
             kind: "train".into(),
             data_source: None,
+            compression: None,
             peak_rss_mib: outcomes
                 .iter()
                 .map(|o| (o.peak_rss_bytes as f64 / (1 << 20) as f64 * 10.0).round() / 10.0)

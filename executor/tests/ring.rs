@@ -4,7 +4,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use ringflow_executor::collective::{
-    Collective, JobSecret, ReduceOp, RingCollective, RingConfig, RingListener, StepResult,
+    Collective, Compression, JobSecret, ReduceOp, RingCollective, RingConfig, RingListener,
+    StepResult,
 };
 use ringflow_executor::error::{CommOp, ExecutorError, Peer};
 
@@ -28,6 +29,7 @@ fn config(
         secret: secret.clone(),
         timeout,
         backup_workers: 0,
+        compression: Compression::None,
     }
 }
 
@@ -47,6 +49,16 @@ fn with_backup_ring<T: Send + 'static>(
     timeout: Duration,
     f: impl Fn(usize, RingCollective) -> T + Send + Sync + Clone + 'static,
 ) -> Vec<T> {
+    with_configured_ring(n, timeout, move |cfg| cfg.backup_workers = backups, f)
+}
+
+/// [`with_ring`] where `configure` adjusts each rank's configuration first.
+fn with_configured_ring<T: Send + 'static>(
+    n: usize,
+    timeout: Duration,
+    configure: impl Fn(&mut RingConfig),
+    f: impl Fn(usize, RingCollective) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
     let ls = listeners(n);
     let peers: Vec<String> = ls.iter().map(|l| l.local_addr().to_string()).collect();
     let secret = JobSecret::random();
@@ -55,7 +67,7 @@ fn with_backup_ring<T: Send + 'static>(
         .enumerate()
         .map(|(rank, l)| {
             let mut cfg = config("job-1", rank, &peers, &secret, timeout);
-            cfg.backup_workers = backups;
+            configure(&mut cfg);
             let f = f.clone();
             std::thread::spawn(move || {
                 let ring = RingCollective::connect(&l, cfg).expect("the ring forms");
@@ -422,4 +434,143 @@ fn a_ring_forms_while_its_ports_are_flooded_with_silent_connections() {
         assert!(evicted >= 46, "{stats:?}");
     }
     drop(flood);
+}
+
+/// Gradient-like values with fractions that 16-bit floats cannot hold, of both signs.
+fn fractions(rank: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| (((rank * 7919 + i * 31) % 1001) as f32 - 500.0) / 77.7)
+        .collect()
+}
+
+/// Whether `v` is a value of `codec`'s 16-bit format (decoding its encoding gives it back).
+fn representable(codec: Compression, v: f32) -> bool {
+    match codec {
+        Compression::Fp16 => half::f16::from_f32(v).to_f32() == v,
+        Compression::Bf16 => half::bf16::from_f32(v).to_f32() == v,
+        Compression::None => true,
+    }
+}
+
+/// With fp16 or bf16, gradients come back within the codec's rounding of the f32 sum, as the
+/// codec's values, bit-identical on every rank (the owner of each segment included), for odd
+/// lengths and segments of several chunks; other all-reduces on the same ring stay exact f32.
+#[test]
+fn compressed_gradients_are_rounded_sums_identical_on_every_rank() {
+    for (codec, eps) in [
+        (Compression::Fp16, 2f32.powi(-11)),
+        (Compression::Bf16, 2f32.powi(-8)),
+    ] {
+        for n in [2usize, 3, 4] {
+            let lengths = [1, n + 1, 997, 200_003];
+            let results = with_configured_ring(
+                n,
+                Duration::from_secs(20),
+                move |cfg| cfg.compression = codec,
+                move |rank, mut ring| {
+                    let mut out = Vec::new();
+                    for len in lengths {
+                        for op in [ReduceOp::Sum, ReduceOp::Average] {
+                            let sent = ring.start_gradient_reduce(fractions(rank, len), op);
+                            out.push(sent.unwrap().wait().unwrap());
+                        }
+                    }
+                    // Not a 16-bit value, and its sums over up to 4 ranks are exact in f32.
+                    let mut exact = vec![1.0 + 2f32.powi(-20); 5];
+                    ring.all_reduce(&mut exact, ReduceOp::Sum).unwrap();
+                    (out, exact)
+                },
+            );
+            for (li, &len) in lengths.iter().enumerate() {
+                for (oi, scale) in [1.0, 1.0 / n as f32].into_iter().enumerate() {
+                    let first = &results[0].0[2 * li + oi];
+                    assert_eq!(first.len(), len);
+                    for (rank, r) in results.iter().enumerate() {
+                        let got = &r.0[2 * li + oi];
+                        let same = got
+                            .iter()
+                            .zip(first)
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(
+                            same,
+                            "{codec} N={n} len={len} rank {rank} differs from rank 0"
+                        );
+                    }
+                    let inputs: Vec<Vec<f32>> = (0..n).map(|k| fractions(k, len)).collect();
+                    for (i, &g) in first.iter().enumerate() {
+                        let parts: Vec<f32> = inputs.iter().map(|v| v[i]).collect();
+                        let want = parts.iter().sum::<f32>() * scale;
+                        let bound = parts.iter().map(|p| p.abs()).sum::<f32>() * scale;
+                        let at = format!("{codec} N={n} len={len} op {oi} i={i}: {g} vs {want}");
+                        assert!((g - want).abs() <= n as f32 * eps * bound + 1e-6, "{at}");
+                        assert!(representable(codec, g), "{at} is not a {codec} value");
+                    }
+                }
+            }
+            for (_, exact) in &results {
+                assert_eq!(exact, &vec![(1.0 + 2f32.powi(-20)) * n as f32; 5]);
+            }
+        }
+    }
+}
+
+/// An average of gradients each within fp16's range stays finite (values are scaled before
+/// they travel); one beyond it fails the step on every rank with a typed error, and the ring
+/// goes on; bf16 has f32's range.
+#[test]
+fn gradients_beyond_fp16s_range_fail_the_step_on_every_rank() {
+    for codec in [Compression::Fp16, Compression::Bf16] {
+        let results = with_configured_ring(
+            4,
+            Duration::from_secs(10),
+            move |cfg| cfg.compression = codec,
+            |_, mut ring| {
+                let mut reduce = |v: f32| {
+                    let sent = ring.start_gradient_reduce(vec![v; 9], ReduceOp::Average);
+                    sent.unwrap().wait()
+                };
+                let near_max = reduce(60_000.0).map(|r| r[0]);
+                let over = reduce(80_000.0).map(|r| r[0]);
+                let after = reduce(3.0).map(|r| r[0]);
+                (near_max, over, after)
+            },
+        );
+        let near = |got: f32, want: f32| (got - want).abs() <= 4.0 * 2f32.powi(-8) * want;
+        for (near_max, over, after) in results {
+            let near_max = near_max.unwrap();
+            assert!(near(near_max, 60_000.0), "{codec}: {near_max}");
+            match (codec, over) {
+                (Compression::Fp16, Err(ExecutorError::CompressedGradient { codec: c, value })) => {
+                    assert_eq!((c, value), (Compression::Fp16, f32::INFINITY));
+                }
+                (Compression::Bf16, Ok(r)) => assert!(near(r, 80_000.0), "bf16: {r}"),
+                (_, other) => panic!("{codec}: {other:?}"),
+            }
+            assert_eq!(after.unwrap(), 3.0, "{codec}: the ring goes on");
+        }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_compression_fail_with_a_sentence() {
+    let results = with_configured_ring(
+        2,
+        Duration::from_secs(5),
+        |cfg| {
+            if cfg.rank == 1 {
+                cfg.compression = Compression::Fp16;
+            }
+        },
+        |_, mut ring| {
+            let sent = ring.start_gradient_reduce(vec![1.0; 10], ReduceOp::Average);
+            sent.unwrap().wait().unwrap_err().to_string()
+        },
+    );
+    assert!(
+        results
+            .iter()
+            .any(|m| m.contains("sends gradients as fp16, rank 0 as f32")
+                && m.contains("cluster.compression")),
+        "{results:?}"
+    );
 }

@@ -3,6 +3,7 @@
 mod backup;
 mod chaos;
 mod cnn;
+mod compression;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod data;

@@ -10,16 +10,19 @@
 //! algorithm needs.
 //!
 //! All-reduce is reduce-scatter followed by all-gather (Patarasuk & Yuan; Horovod, NCCL): the
-//! buffer is cut into N segments, and each rank sends and receives 2(N−1)/N of it.
+//! buffer is cut into N segments, and each rank sends and receives 2(N−1)/N of it. With
+//! gradient compression the same algorithm sends 16-bit floats ([`super::compressed`]).
 
 use std::net::TcpStream;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ringflow_proto::spec::Compression;
+
 use crate::collective::ReduceOp;
 pub use crate::collective::wire::CHUNK;
-use crate::collective::wire::{describe, read_f32s};
+use crate::collective::wire::{describe, read_values};
 use crate::error::{CommError, CommOp, Peer};
 
 type Result<T> = std::result::Result<T, CommError>;
@@ -30,6 +33,26 @@ pub enum Outgoing {
     Header([u64; 3]),
     /// Payload.
     Floats(Vec<f32>),
+    /// Compressed payload: the bits of 16-bit floats.
+    Halves(Vec<u16>),
+}
+
+/// A value type that travels on the ring, with the link's pool of buffers for it.
+pub trait Element: bytemuck::Pod + Default {
+    /// The pool of buffers the writer has finished with.
+    fn pool(link: &Link) -> &Receiver<Vec<Self>>;
+}
+
+impl Element for f32 {
+    fn pool(link: &Link) -> &Receiver<Vec<f32>> {
+        &link.pool
+    }
+}
+
+impl Element for u16 {
+    fn pool(link: &Link) -> &Receiver<Vec<u16>> {
+        &link.pool16
+    }
 }
 
 /// One rank's connections in the ring.
@@ -47,6 +70,8 @@ pub struct Link {
     op: CommOp,
     /// Buffers the writer has finished with, for reuse.
     pool: Receiver<Vec<f32>>,
+    /// Compressed buffers the writer has finished with, for reuse.
+    pool16: Receiver<Vec<u16>>,
 }
 
 /// What a rank's [`Link`] is made of once its ring is connected.
@@ -67,6 +92,8 @@ pub struct LinkEnds {
     pub writer_error: Arc<Mutex<Option<CommError>>>,
     /// Buffers the writer has finished with, for reuse.
     pub pool: Receiver<Vec<f32>>,
+    /// Compressed buffers the writer has finished with, for reuse.
+    pub pool16: Receiver<Vec<u16>>,
 }
 
 /// Operation codes in headers.
@@ -91,6 +118,34 @@ fn op_name(code: u64) -> String {
     op_of(code).map_or_else(|| "an unknown operation".into(), |op| op.to_string())
 }
 
+/// Where a header's first word keeps the codec of an all-reduce's payload (the top byte; the
+/// operation code is the low byte and a broadcast's root the bits between).
+const CODEC_SHIFT: u32 = 56;
+
+/// The header code of `codec` (f32 is 0, as in headers from before compression).
+fn codec_code(codec: Compression) -> u64 {
+    match codec {
+        Compression::None => 0,
+        Compression::Fp16 => 1,
+        Compression::Bf16 => 2,
+    }
+}
+
+/// How a header's first word says its payload travels, in words.
+fn codec_name(word: u64) -> &'static str {
+    match word >> CODEC_SHIFT {
+        0 => "f32",
+        1 => "fp16",
+        2 => "bf16",
+        _ => "an unknown format",
+    }
+}
+
+/// A header's root (a broadcast's; 0 for the other collectives).
+fn root_of(word: u64) -> u64 {
+    (word & ((1 << CODEC_SHIFT) - 1)) >> 8
+}
+
 impl Link {
     /// Closes both directions of the ring at this rank after a failure: the left neighbour's
     /// writes fail and the right neighbour reads end-of-stream (the writer finishes), so the
@@ -112,6 +167,7 @@ impl Link {
             outgoing,
             writer_error,
             pool,
+            pool16,
         } = ends;
         Link {
             rank,
@@ -125,20 +181,20 @@ impl Link {
             sequence: 0,
             op: CommOp::AllReduce,
             pool,
+            pool16,
         }
     }
 
-    /// A buffer of `n` floats (contents unspecified), reused from the pool when possible.
-    fn buffer(&self, n: usize) -> Vec<f32> {
-        let mut v = self
-            .pool
+    /// A buffer of `n` values (contents unspecified), reused from the pool when possible.
+    pub(super) fn buffer<T: Element>(&self, n: usize) -> Vec<T> {
+        let mut v = T::pool(self)
             .try_recv()
             .unwrap_or_else(|_| Vec::with_capacity(CHUNK));
-        v.resize(n, 0.0);
+        v.resize(n, T::default());
         v
     }
 
-    fn send(&self, item: Outgoing) -> Result<()> {
+    pub(super) fn send(&self, item: Outgoing) -> Result<()> {
         if let Some(e) = self
             .writer_error
             .lock()
@@ -155,7 +211,7 @@ impl Link {
 
     fn send_range(&self, buf: &[f32]) -> Result<()> {
         for chunk in buf.chunks(CHUNK) {
-            let mut out = self.buffer(chunk.len());
+            let mut out = self.buffer::<f32>(chunk.len());
             out.copy_from_slice(chunk);
             self.send(Outgoing::Floats(out))?;
         }
@@ -177,12 +233,19 @@ impl Link {
     }
 
     /// Sends this operation's header right and checks that the left neighbour's matches, so
-    /// that ranks calling different collectives fail loudly instead of exchanging garbage.
-    fn agree(&mut self, code: OpCode, len: usize, root: usize) -> Result<()> {
+    /// that ranks calling different collectives, or sending gradients in different formats,
+    /// fail loudly instead of exchanging garbage.
+    pub(super) fn agree(
+        &mut self,
+        code: OpCode,
+        codec: Compression,
+        len: usize,
+        root: usize,
+    ) -> Result<()> {
         self.sequence += 1;
         self.op = op_of(code as u64).unwrap_or(self.op);
         let header = [
-            code as u64 | ((root as u64) << 8),
+            code as u64 | ((root as u64) << 8) | (codec_code(codec) << CODEC_SHIFT),
             self.sequence,
             len as u64,
         ];
@@ -190,37 +253,51 @@ impl Link {
         let mut theirs = [0u64; 3];
         std::io::Read::read_exact(&mut self.left, bytemuck::cast_slice_mut(&mut theirs))
             .map_err(|e| self.recv_error(e, "starting a collective"))?;
-        if theirs != header {
-            let why = format!(
-                "collective mismatch: {} started {} #{} of {} values (root {}), rank {} \
-                 started {} #{} of {len} values (root {root})",
+        if theirs == header {
+            return Ok(());
+        }
+        let codecs = |w: u64| w >> CODEC_SHIFT;
+        let why = if codecs(theirs[0]) != codecs(header[0]) && theirs[1..] == header[1..] {
+            format!(
+                "{} sends gradients as {}, rank {} as {}: every rank of a job must use the \
+                 same cluster.compression",
+                self.left_peer,
+                codec_name(theirs[0]),
+                self.rank,
+                codec_name(header[0]),
+            )
+        } else {
+            format!(
+                "collective mismatch: {} started {} #{} of {} values (root {}, {}), rank {} \
+                 started {} #{} of {len} values (root {root}, {})",
                 self.left_peer,
                 op_name(theirs[0]),
                 theirs[1],
                 theirs[2],
-                theirs[0] >> 8,
+                root_of(theirs[0]),
+                codec_name(theirs[0]),
                 self.rank,
                 op_name(header[0]),
                 header[1],
-            );
-            return Err(CommError::new(self.left_peer.clone(), self.op, why));
-        }
-        Ok(())
+                codec_name(header[0]),
+            )
+        };
+        Err(CommError::new(self.left_peer.clone(), self.op, why))
     }
 
-    /// Receives `len` floats from the left, chunk by chunk, handing each chunk's range and
+    /// Receives `len` values from the left, chunk by chunk, handing each chunk's range and
     /// buffer to `each`, which may forward the buffer or drop it.
-    fn receive(
+    pub(super) fn receive<T: Element>(
         &mut self,
         len: usize,
         what: &str,
-        mut each: impl FnMut(std::ops::Range<usize>, Vec<f32>, &Link) -> Result<()>,
+        mut each: impl FnMut(std::ops::Range<usize>, Vec<T>, &Link) -> Result<()>,
     ) -> Result<()> {
         let mut at = 0;
         while at < len {
             let n = CHUNK.min(len - at);
-            let mut incoming = self.buffer(n);
-            if let Err(e) = read_f32s(&mut self.left, &mut incoming) {
+            let mut incoming = self.buffer::<T>(n);
+            if let Err(e) = read_values(&mut self.left, &mut incoming) {
                 return Err(self.recv_error(e, what));
             }
             each(at..at + n, incoming, self)?;
@@ -235,7 +312,8 @@ fn seg_start(i: usize, n: usize, len: usize) -> usize {
     (i as u128 * len as u128 / n as u128) as usize
 }
 
-fn segment(i: usize, n: usize, len: usize) -> std::ops::Range<usize> {
+/// Segment `i` of `n` over a buffer of `len`.
+pub(super) fn segment(i: usize, n: usize, len: usize) -> std::ops::Range<usize> {
     seg_start(i, n, len)..seg_start(i + 1, n, len)
 }
 
@@ -245,7 +323,7 @@ pub fn all_reduce(link: &mut Link, buf: &mut [f32], op: ReduceOp) -> Result<()> 
     if n == 1 {
         return Ok(());
     }
-    link.agree(OpCode::AllReduce, len, 0)?;
+    link.agree(OpCode::AllReduce, Compression::None, len, 0)?;
     let scale = 1.0 / n as f32;
     // Reduce-scatter: step s sends segment r−s and receives segment r−s−1, adds this rank's
     // values into the received partial sum and forwards it; the last step's sums are final.
@@ -254,7 +332,7 @@ pub fn all_reduce(link: &mut Link, buf: &mut [f32], op: ReduceOp) -> Result<()> 
         let seg = segment((r + 2 * n - s - 1) % n, n, len);
         let last = s == n - 2;
         let base = seg.start;
-        link.receive(
+        link.receive::<f32>(
             seg.len(),
             "reducing gradients",
             |range, mut partial, link| {
@@ -278,7 +356,7 @@ pub fn all_reduce(link: &mut Link, buf: &mut [f32], op: ReduceOp) -> Result<()> 
         let seg = segment((r + n - s) % n, n, len);
         let forward = s < n - 2;
         let base = seg.start;
-        link.receive(
+        link.receive::<f32>(
             seg.len(),
             "gathering reduced gradients",
             |range, incoming, link| {
@@ -299,12 +377,12 @@ pub fn broadcast(link: &mut Link, buf: &mut [f32], root: usize) -> Result<()> {
     if n == 1 {
         return Ok(());
     }
-    link.agree(OpCode::Broadcast, buf.len(), root)?;
+    link.agree(OpCode::Broadcast, Compression::None, buf.len(), root)?;
     if r == root {
         return link.send_range(buf);
     }
     let forward = (r + 1) % n != root;
-    link.receive(
+    link.receive::<f32>(
         buf.len(),
         "receiving a broadcast",
         |range, incoming, link| {
@@ -325,13 +403,13 @@ pub fn all_gather(link: &mut Link, mine: &[f32]) -> Result<Vec<f32>> {
     if n == 1 {
         return Ok(out);
     }
-    link.agree(OpCode::AllGather, m, 0)?;
+    link.agree(OpCode::AllGather, Compression::None, m, 0)?;
     link.send_range(mine)?;
     for s in 0..n - 1 {
         let piece = (r + 2 * n - s - 1) % n;
         let forward = s < n - 2;
         let base = piece * m;
-        link.receive(m, "gathering values", |range, incoming, link| {
+        link.receive::<f32>(m, "gathering values", |range, incoming, link| {
             out[base + range.start..base + range.end].copy_from_slice(&incoming);
             if forward {
                 link.send(Outgoing::Floats(incoming))?;

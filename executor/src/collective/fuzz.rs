@@ -214,6 +214,7 @@ fn fuzz_ring_collective_frames() {
         let (_peer, left) = pairs.fed(&bytes);
         let (out_tx, _out_rx) = channel();
         let (_pool_tx, pool_rx) = channel();
+        let (_pool16_tx, pool16_rx) = channel();
         let left_rank = (op.rank + op.world - 1) % op.world;
         let left_name = format!("rank {left_rank} (127.0.0.1:1)");
         let ends = LinkEnds {
@@ -225,6 +226,7 @@ fn fuzz_ring_collective_frames() {
             outgoing: out_tx,
             writer_error: Arc::new(Mutex::new(None)),
             pool: pool_rx,
+            pool16: pool16_rx,
         };
         let mut link = Link::new(ends, Duration::from_secs(5));
         let (result, largest) = largest_allocation(|| op.run(&mut link));

@@ -12,6 +12,7 @@
 
 mod algorithms;
 mod backup;
+mod compressed;
 mod handshake;
 mod listener;
 #[cfg(feature = "nccl")]
@@ -28,6 +29,7 @@ pub use listener::RingListener;
 #[cfg(feature = "nccl")]
 pub use nccl::NcclAllReduce;
 pub use ring::{RingCollective, RingConfig};
+pub use ringflow_proto::spec::Compression;
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -113,6 +115,13 @@ pub trait Collective: Send {
     /// Starts combining `buf` across all ranks and returns at once; operations complete in the
     /// order they were started. This is how gradient buckets overlap with the backward pass.
     fn start_all_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce>;
+
+    /// [`Collective::start_all_reduce`] for gradients: a ring with `cluster.compression` sends
+    /// them as 16-bit floats and sums them in f32, and every rank ends with the same values.
+    /// Collectives without compression reduce them as f32.
+    fn start_gradient_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce> {
+        self.start_all_reduce(buf, op)
+    }
 
     /// Replaces `buf` on every rank by `root`'s.
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()>;

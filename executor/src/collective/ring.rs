@@ -20,10 +20,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ringflow_proto::listener::Connection;
-use tracing::debug;
+use ringflow_proto::spec::Compression;
+use tracing::info;
 
 use crate::collective::algorithms::{self, Link, LinkEnds, Outgoing};
 use crate::collective::backup::BackupReduce;
+use crate::collective::compressed;
 use crate::collective::handshake::{self, JobSecret, Lane};
 use crate::collective::listener::RingListener;
 use crate::collective::wire::{configure, describe, write_f32s};
@@ -49,10 +51,13 @@ pub struct RingConfig {
     /// `cluster.backup_workers`: ranks whose gradients a step may do without (0: every step
     /// all-reduces on the ring). At most `world − 1` are used.
     pub backup_workers: usize,
+    /// `cluster.compression`: the format gradients travel in ([`Collective::start_gradient_reduce`]);
+    /// every other collective sends f32.
+    pub compression: Compression,
 }
 
 enum Request {
-    AllReduce(Vec<f32>, ReduceOp, Sender<Result<Vec<f32>>>),
+    AllReduce(Vec<f32>, ReduceOp, Compression, Sender<Result<Vec<f32>>>),
     Broadcast(Vec<f32>, usize, Sender<Result<Vec<f32>>>),
     AllGather(Vec<f32>, Sender<Result<Vec<f32>>>),
 }
@@ -62,6 +67,7 @@ pub struct RingCollective {
     rank: usize,
     world: usize,
     timeout: Duration,
+    compression: Compression,
     requests: Option<Sender<Request>>,
     comm: Option<JoinHandle<()>>,
     backup: Option<BackupReduce>,
@@ -86,6 +92,7 @@ impl RingCollective {
                 rank: 0,
                 world: 1,
                 timeout: cfg.timeout,
+                compression: cfg.compression,
                 requests: None,
                 comm: None,
                 backup: None,
@@ -156,12 +163,14 @@ impl RingCollective {
             )?),
             None => None,
         };
-        debug!(rank = cfg.rank, world, backups, "ring formed");
+        let compression = cfg.compression;
+        info!(rank = cfg.rank, world, backups, %compression, "ring formed");
         let (req_tx, comm) = start_threads(&cfg, left, right)?;
         Ok(RingCollective {
             rank: cfg.rank,
             world,
             timeout: cfg.timeout,
+            compression: cfg.compression,
             requests: Some(req_tx),
             comm: Some(comm),
             backup,
@@ -203,7 +212,19 @@ impl Collective for RingCollective {
         if self.world == 1 {
             return Ok(PendingReduce::ready(Ok(buf)));
         }
-        self.submit(CommOp::AllReduce, |tx| Request::AllReduce(buf, op, tx))
+        self.submit(CommOp::AllReduce, |tx| {
+            Request::AllReduce(buf, op, Compression::None, tx)
+        })
+    }
+
+    fn start_gradient_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce> {
+        if self.world == 1 {
+            return Ok(PendingReduce::ready(Ok(buf)));
+        }
+        let codec = self.compression;
+        self.submit(CommOp::AllReduce, |tx| {
+            Request::AllReduce(buf, op, codec, tx)
+        })
     }
 
     fn broadcast(&mut self, buf: &mut [f32], root: usize) -> Result<()> {
@@ -272,6 +293,7 @@ fn start_threads(
     let (right_rank, left_rank) = ((cfg.rank + 1) % world, (cfg.rank + world - 1) % world);
     let (out_tx, out_rx) = channel::<Outgoing>();
     let (pool_tx, pool_rx) = channel::<Vec<f32>>();
+    let (pool16_tx, pool16_rx) = channel::<Vec<u16>>();
     let writer_error = Arc::new(Mutex::new(None));
     let writer = Writer {
         stream: right,
@@ -281,7 +303,7 @@ fn start_threads(
     };
     std::thread::Builder::new()
         .name("ringflow-ring-writer".into())
-        .spawn(move || writer.run(out_rx, pool_tx))
+        .spawn(move || writer.run(out_rx, pool_tx, pool16_tx))
         .map_err(|e| CommError::thread(CommOp::FormRing, e))?;
     let ends = LinkEnds {
         rank: cfg.rank,
@@ -292,6 +314,7 @@ fn start_threads(
         outgoing: out_tx,
         writer_error,
         pool: pool_rx,
+        pool16: pool16_rx,
     };
     let link = Link::new(ends, cfg.timeout);
     let (req_tx, req_rx) = channel();
@@ -307,13 +330,27 @@ fn comm_loop(mut link: Link, requests: Receiver<Request>) {
     let mut aborted = false;
     for request in requests {
         match request {
-            Request::AllReduce(mut buf, op, reply) => {
-                let r = match broken.clone() {
-                    Some(e) => Err(e),
-                    None => algorithms::all_reduce(&mut link, &mut buf, op).map(|_| buf),
+            Request::AllReduce(mut buf, op, codec, reply) => {
+                let r = match (broken.clone(), codec) {
+                    (Some(e), _) => Err(e),
+                    (None, Compression::None) => {
+                        algorithms::all_reduce(&mut link, &mut buf, op).map(|_| buf)
+                    }
+                    (None, codec) => {
+                        compressed::all_reduce(&mut link, &mut buf, op, codec).map(|_| buf)
+                    }
                 };
                 note_failure(&r, &mut broken);
-                let _ = reply.send(r.map_err(ExecutorError::from));
+                // Values beyond the codec's range fail the step on every rank alike, with the
+                // ring intact.
+                let r = r.map_err(ExecutorError::from).and_then(|buf| {
+                    match codec {
+                        Compression::None => Ok(()),
+                        codec => compressed::check_finite(codec, &buf),
+                    }
+                    .map(|_| buf)
+                });
+                let _ = reply.send(r);
             }
             Request::Broadcast(mut buf, root, reply) => {
                 let r = match broken.clone() {
@@ -356,7 +393,7 @@ struct Writer {
 }
 
 impl Writer {
-    fn run(mut self, items: Receiver<Outgoing>, pool: Sender<Vec<f32>>) {
+    fn run(mut self, items: Receiver<Outgoing>, pool: Sender<Vec<f32>>, pool16: Sender<Vec<u16>>) {
         // The operation being sent, from the last header (one comes before any payload).
         let mut op = CommOp::AllReduce;
         for item in items {
@@ -368,6 +405,11 @@ impl Writer {
                 Outgoing::Floats(f) => {
                     let r = write_f32s(&mut self.stream, &f);
                     let _ = pool.send(f);
+                    r
+                }
+                Outgoing::Halves(h) => {
+                    let r = std::io::Write::write_all(&mut self.stream, bytemuck::cast_slice(&h));
+                    let _ = pool16.send(h);
                     r
                 }
             };

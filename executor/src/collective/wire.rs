@@ -4,7 +4,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// Floats per pipelined chunk (256 KiB): the unit of every ring read and write.
+/// Values per pipelined chunk (256 KiB of f32, 128 KiB of 16-bit floats): the unit of every
+/// ring read and write.
 pub const CHUNK: usize = 64 * 1024;
 
 /// Why a ring read or write failed, in words that name the peer.
@@ -31,6 +32,12 @@ pub fn configure(stream: &TcpStream, deadline: Duration) -> std::io::Result<()> 
 
 /// Reads exactly `buf.len()` floats (little-endian on the wire, as on every supported target).
 pub fn read_f32s(stream: &mut TcpStream, buf: &mut [f32]) -> std::io::Result<()> {
+    read_values(stream, buf)
+}
+
+/// Reads exactly `buf.len()` values of a plain type: f32, or the 16-bit floats of compressed
+/// gradients (little-endian on the wire).
+pub fn read_values<T: bytemuck::Pod>(stream: &mut TcpStream, buf: &mut [T]) -> std::io::Result<()> {
     stream.read_exact(bytemuck::cast_slice_mut(buf))
 }
 

@@ -8,6 +8,7 @@ pub use comm::{CommError, CommOp, Peer};
 
 use ringflow_ml::MlError;
 use ringflow_proto::data::DataError;
+use ringflow_proto::spec::Compression;
 
 /// Everything that can stop an executor's task.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +69,16 @@ pub enum ExecutorError {
         /// The step within the epoch.
         step: u64,
     },
+    /// A gradient all-reduce sent as 16-bit floats (`cluster.compression`) gave a value that is
+    /// not finite: with fp16, a gradient beyond its range (±65504); with bf16 (f32's range),
+    /// gradients that diverged.
+    #[error("{}", compressed_gradient(*.codec, *.value))]
+    CompressedGradient {
+        /// The compression in use.
+        codec: Compression,
+        /// The first value that is not finite (infinite or NaN).
+        value: f32,
+    },
     /// A checkpoint, model or output location cannot be used, read or written; the message
     /// names the location.
     #[error(transparent)]
@@ -108,6 +119,19 @@ impl ExecutorError {
             cause: Box::new(cause),
         }
     }
+}
+
+/// The sentence of [`ExecutorError::CompressedGradient`].
+fn compressed_gradient(codec: Compression, value: f32) -> String {
+    let cause = match codec {
+        Compression::Fp16 => {
+            "fp16 holds magnitudes up to 65504 and a larger gradient overflows; set \
+             cluster.compression = \"bf16\" (f32's range) or \"none\", or lower \
+             train.optimizer.lr"
+        }
+        _ => "the gradients diverged; lower train.optimizer.lr",
+    };
+    format!("a gradient all-reduce sent as {codec} (cluster.compression) gave {value}: {cause}")
 }
 
 /// The executor's result type.

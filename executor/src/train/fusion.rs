@@ -232,7 +232,7 @@ fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<Duration> {
     let copy = Instant::now();
     Tensor::gather_grads(&b.params, &mut buf)?;
     let took = copy.elapsed();
-    b.pending = Some(comm.start_all_reduce(buf, ReduceOp::Average)?);
+    b.pending = Some(comm.start_gradient_reduce(buf, ReduceOp::Average)?);
     Ok(took)
 }
 

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use ringflow_proto::pb;
+use ringflow_proto::spec::Compression;
 
 use crate::collective::{JobSecret, RingConfig};
-use crate::error::{CommError, CommOp, Peer, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// The least deadline for ring reads and writes, whatever the task says.
 const MIN_RING_TIMEOUT: Duration = Duration::from_secs(1);
@@ -18,6 +19,15 @@ pub fn ring_config(header: &pb::TaskHeader, driver: &str) -> Result<RingConfig> 
         let why = "the task's ring secret is not 32 bytes";
         CommError::new(Peer::driver(driver), CommOp::FormRing, why)
     })?;
+    let compression = match header.compression.as_str() {
+        "" => Compression::None,
+        word => Compression::from_word(word).ok_or_else(|| {
+            ExecutorError::Protocol(format!(
+                "gradient compression {word:?}, which this executor does not know (it knows \
+                 \"none\", \"fp16\" and \"bf16\"); run executors of the driver's version"
+            ))
+        })?,
+    };
     Ok(RingConfig {
         job_id: header.job_id.clone(),
         rank: header.rank as usize,
@@ -25,6 +35,7 @@ pub fn ring_config(header: &pb::TaskHeader, driver: &str) -> Result<RingConfig> 
         secret,
         timeout: Duration::from_millis(header.ring_timeout_ms).max(MIN_RING_TIMEOUT),
         backup_workers: header.backup_workers as usize,
+        compression,
     })
 }
 
@@ -53,6 +64,14 @@ mod tests {
         assert_eq!((cfg.rank, cfg.peers.len()), (2, 3));
         assert_eq!(cfg.timeout, MIN_RING_TIMEOUT, "the floor applies");
         assert_eq!(cfg.backup_workers, 1);
+        assert_eq!(cfg.compression, Compression::None, "an empty word is f32");
+        h.compression = "bf16".into();
+        let cfg = ring_config(&h, "http://driver:7077").unwrap();
+        assert_eq!(cfg.compression, Compression::Bf16);
+        h.compression = "fp8".into();
+        let err = ring_config(&h, "http://driver:7077").unwrap_err();
+        assert!(err.to_string().contains("\"fp8\""), "{err}");
+        h.compression.clear();
         h.secret.pop();
         let err = ring_config(&h, "http://driver:7077")
             .unwrap_err()

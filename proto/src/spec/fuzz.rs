@@ -90,6 +90,7 @@ const KEYS: &[&str] = &[
     "cluster.checkpoint_every_steps",
     "cluster.fusion",
     "cluster.backup_workers",
+    "cluster.compression",
 ];
 
 /// Words that are valid somewhere in a spec, and some that are valid nowhere.
@@ -108,6 +109,8 @@ const WORDS: &[&str] = &[
     "mse",
     "binary_cross_entropy",
     "none",
+    "fp16",
+    "bf16",
     "linear",
     "sqrt",
     "standard",

@@ -290,10 +290,54 @@ pub struct ClusterSpec {
     /// rest (default 0: every step waits for every rank). See docs/backup-workers.md.
     #[serde(default)]
     pub backup_workers: usize,
+    /// How gradients travel on the ring: `"none"` (f32, the default), `"fp16"` or `"bf16"`
+    /// (16-bit floats on the wire, sums kept in f32; Horovod's `Compression.fp16`). See
+    /// docs/job-spec.md.
+    #[serde(default)]
+    pub compression: Compression,
     /// Tensor fusion: the gradient buckets' size in MiB, or `"auto"` to try a few sizes in the
     /// first steps and keep the fastest (default 25 MiB). See [`Fusion`].
     #[serde(default)]
     pub fusion: Fusion,
+}
+
+/// `cluster.compression`: the number format gradients travel in on the ring. Parameters
+/// (broadcasts), statistics and metrics always travel as f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// 32-bit floats: exact sums, 4 bytes a value.
+    #[default]
+    None,
+    /// IEEE half precision: 2 bytes a value, 11 significant bits, magnitudes up to 65504.
+    Fp16,
+    /// bfloat16: 2 bytes a value, 8 significant bits, f32's range.
+    Bf16,
+}
+
+impl Compression {
+    /// Every codec, in the order the docs list them.
+    pub const ALL: [Compression; 3] = [Compression::None, Compression::Fp16, Compression::Bf16];
+
+    /// The spec's word for it (`"none"`, `"fp16"`, `"bf16"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Fp16 => "fp16",
+            Compression::Bf16 => "bf16",
+        }
+    }
+
+    /// The codec the spec's `word` names, if any.
+    pub fn from_word(word: &str) -> Option<Compression> {
+        Compression::ALL.into_iter().find(|c| c.as_str() == word)
+    }
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Default for ClusterSpec {
@@ -307,6 +351,7 @@ impl Default for ClusterSpec {
             comm_timeout_s: defaults::comm_timeout_s(),
             checkpoint_every_steps: 0,
             backup_workers: 0,
+            compression: Compression::None,
             fusion: Fusion::default(),
             min_executors: None,
             max_executors: None,

@@ -181,6 +181,9 @@ impl Job {
                     s.parameters = Some(model.total());
                     s.trainable_parameters = Some(model.trainable);
                 }
+                if let JobKind::Train(plan) = &self.kind {
+                    s.compression = Some(plan.spec.cluster.compression.as_str().into());
+                }
                 if let JobKind::Infer { predict, .. } = &self.kind {
                     s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
                     s.output = predict.as_ref().map(|(o, _)| o.clone());

@@ -36,6 +36,7 @@ impl Job {
             JobKind::Train(plan) => {
                 header.spec_json = plan.spec.to_json();
                 header.backup_workers = plan.spec.cluster.backup_workers as u32;
+                header.compression = plan.spec.cluster.compression.as_str().into();
                 pb::task::Work::Train(self.training_work(plan, rank))
             }
             JobKind::Infer {

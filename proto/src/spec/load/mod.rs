@@ -4,7 +4,7 @@ use std::path::Path;
 
 use toml::Table;
 
-use super::{JobSpec, NAME_RULE, Override, SpecError, check_name};
+use super::{Compression, JobSpec, NAME_RULE, Override, SpecError, check_name};
 use crate::data::paths::is_filesystem_root;
 
 impl JobSpec {
@@ -204,6 +204,16 @@ impl JobSpec {
                     "must be less than cluster.executors ({}), not {}: at least one rank's \
                      gradients must make each step",
                     c.executors, c.backup_workers
+                ),
+            ));
+        }
+        if c.compression != Compression::None && c.backup_workers > 0 {
+            return Err(Invalid::new(
+                "cluster.compression",
+                format!(
+                    "is \"{}\", but with cluster.backup_workers gradients go to rank 0's \
+                     aggregator as f32, not over the ring; set one of them only",
+                    c.compression
                 ),
             ));
         }

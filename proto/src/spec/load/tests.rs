@@ -319,3 +319,31 @@ fn round_trips_through_json_for_executors() {
     let s = parse(MNIST, &[]).unwrap();
     assert_eq!(JobSpec::from_json(&s.to_json()).unwrap(), s);
 }
+
+/// `cluster.compression` defaults to f32 gradients, takes the codecs' words, refuses others
+/// naming the key, and refuses backup workers, whose gradients bypass the ring.
+#[test]
+fn gradient_compression_is_a_checked_cluster_key() {
+    assert_eq!(
+        parse(MNIST, &[]).unwrap().cluster.compression,
+        Compression::None
+    );
+    for c in Compression::ALL {
+        let set = format!("cluster.compression={c}");
+        assert_eq!(parse(MNIST, &[&set]).unwrap().cluster.compression, c);
+    }
+    let msg = parse(MNIST, &["cluster.compression=fp8"])
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("cluster.compression"), "{msg}");
+    let both = [
+        "cluster.executors=3",
+        "cluster.backup_workers=1",
+        "cluster.compression=bf16",
+    ];
+    let msg = parse(MNIST, &both).unwrap_err().to_string();
+    assert!(
+        msg.contains("cluster.compression") && msg.contains("cluster.backup_workers"),
+        "{msg}"
+    );
+}
