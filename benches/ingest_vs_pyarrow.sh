@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 
 REPEATS="${1:-5}"
 SYNTHETIC="${2:-}"
-PYTHON="${PYTHON:-/work/bench-venv/bin/python}"
+PYTHON="${PYTHON:-python3}"   # with pyarrow and numpy
 BIN=target/release/ringflow
 [ -x "$BIN" ] || cargo build --release --bin ringflow
 WORK="$(mktemp -d)"
