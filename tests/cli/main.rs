@@ -25,6 +25,7 @@ mod recovery;
 mod s3;
 mod security;
 mod sequences;
+mod shared_memory;
 mod standalone;
 mod status;
 mod train;

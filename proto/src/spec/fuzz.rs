@@ -89,6 +89,7 @@ const KEYS: &[&str] = &[
     "cluster.max_executors",
     "cluster.checkpoint_every_steps",
     "cluster.backup_workers",
+    "cluster.shared_memory",
 ];
 
 /// Words that are valid somewhere in a spec, and some that are valid nowhere.

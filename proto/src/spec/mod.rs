@@ -286,6 +286,11 @@ pub struct ClusterSpec {
     /// rest (default 0: every step waits for every rank). See docs/backup-workers.md.
     #[serde(default)]
     pub backup_workers: usize,
+    /// Executors that share a host all-reduce through a shared-memory segment instead of TCP,
+    /// and a job spanning several hosts reduces within each host first (default true). See
+    /// docs/collectives.md.
+    #[serde(default = "defaults::shared_memory")]
+    pub shared_memory: bool,
 }
 
 impl Default for ClusterSpec {
@@ -299,6 +304,7 @@ impl Default for ClusterSpec {
             comm_timeout_s: defaults::comm_timeout_s(),
             checkpoint_every_steps: 0,
             backup_workers: 0,
+            shared_memory: defaults::shared_memory(),
             min_executors: None,
             max_executors: None,
         }
@@ -308,6 +314,9 @@ impl Default for ClusterSpec {
 mod defaults {
     use ringflow_ml::Device;
 
+    pub fn shared_memory() -> bool {
+        true
+    }
     pub fn sql_timeout_s() -> u64 {
         300
     }
