@@ -100,6 +100,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
             threads: 1,
             scheduler: SchedulerConfig::default(),
             hosts: args.hosts,
+            log_filter: super::log_filter().to_string(),
             ..LocalConfig::new(args.ranks)
         };
         let mut cluster = LocalCluster::start(config, ModelRegistry::default()).await?;

@@ -14,6 +14,7 @@ const JOINED: &str = "all-reduces through shared memory";
 fn train(executors: usize, hosts: usize, shared: bool) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
     write_regression_data(&data, &[400, 400], 50);
     let spec = regression_job(dir.path(), "shm", &s(&data), "", "");
     let out = dir.path().join("summary.json");

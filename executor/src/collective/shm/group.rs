@@ -9,7 +9,8 @@
 //!
 //! A barrier is a per-rank counter in the segment: a rank arrives by storing the barrier's
 //! number, and waits until every rank's counter has reached it — spinning briefly (only when
-//! the host has a core per rank), then sleeping on a futex in short slices. Every slice it
+//! the host has a core per rank), yielding its core a few times, then sleeping on a futex in
+//! short slices. Every slice it
 //! checks that the ranks it waits for are alive (`kill(pid, 0)`, and not a zombie) and that
 //! none gave up; a dead rank fails the wait at once, naming it, and a silent one after the
 //! deadline.
@@ -26,8 +27,10 @@ type Result<T> = std::result::Result<T, CommError>;
 
 /// How long a sleeping rank sleeps before it checks its peers again.
 const SLEEP_SLICE: Duration = Duration::from_millis(2);
-/// Spins before sleeping, when every rank of the host has a core of its own.
-const SPINS: u32 = 20_000;
+/// Spins before yielding, when every rank of the host has a core of its own.
+const SPINS: u32 = 4_000;
+/// Yields of the core before sleeping.
+const YIELDS: u32 = 16;
 
 /// This rank's view of its host's segment.
 pub struct ShmGroup {
@@ -198,7 +201,7 @@ impl ShmGroup {
     fn wait(&self, what: &str, limit: Duration) -> Result<()> {
         let h = self.seg.header();
         let start = Instant::now();
-        let mut spins = 0;
+        let (mut spins, mut yields) = (0, 0);
         loop {
             let wake = h.wake.load(Ordering::SeqCst);
             self.check_aborted()?;
@@ -210,6 +213,11 @@ impl ShmGroup {
             if spins < self.spins {
                 spins += 1;
                 std::hint::spin_loop();
+                continue;
+            }
+            if yields < YIELDS {
+                yields += 1;
+                std::thread::yield_now();
                 continue;
             }
             for j in (late..self.seg.ranks()).filter(|&j| !arrived(j)) {
