@@ -202,6 +202,7 @@ impl ShmGroup {
         let h = self.seg.header();
         let start = Instant::now();
         let (mut spins, mut yields) = (0, 0);
+        let mut last_check = start;
         loop {
             let wake = h.wake.load(Ordering::SeqCst);
             self.check_aborted()?;
@@ -220,8 +221,12 @@ impl ShmGroup {
                 std::thread::yield_now();
                 continue;
             }
-            for j in (late..self.seg.ranks()).filter(|&j| !arrived(j)) {
-                self.check_alive(j, what)?;
+            // Every arrival wakes every sleeper: look at the processes once per slice only.
+            if last_check.elapsed() >= SLEEP_SLICE {
+                for j in (late..self.seg.ranks()).filter(|&j| !arrived(j)) {
+                    self.check_alive(j, what)?;
+                }
+                last_check = Instant::now();
             }
             if start.elapsed() >= limit {
                 let why = format!(
