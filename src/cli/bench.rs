@@ -1,6 +1,7 @@
 //! `ringflow bench`: measurements of ringflow itself.
 //!
-//! - `bench allreduce`: ring all-reduce bandwidth on local executor processes.
+//! - `bench allreduce`: all-reduce bandwidth on local executor processes (through shared
+//!   memory, over the TCP ring with `--shared-memory false`, hierarchically with `--hosts N`).
 //! - `bench train`: training steps per second of an MLP on one device (CPU or GPU) with synthetic
 //!   in-memory data, for side-by-side comparisons with PyTorch (`benches/gpu_mlp.py`).
 //! - `bench ingest`: Parquet to `f32` batches per second ([`super::bench_ingest`]).
@@ -22,7 +23,7 @@ use crate::local::{LocalCluster, LocalConfig};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// Time ring all-reduces among N local executor processes.
+    /// Time all-reduces among N local executor processes.
     Allreduce(AllreduceArgs),
     /// Time training steps of an MLP on one device with synthetic data (no data loading).
     Train(TrainArgs),
@@ -55,6 +56,16 @@ pub struct AllreduceArgs {
     /// Check all-reduce, broadcast and all-gather against serial computations instead of timing.
     #[arg(long)]
     check: bool,
+
+    /// Ranks of one host all-reduce through shared memory (`false`: over TCP, as across
+    /// hosts), like the job spec's `cluster.shared_memory`.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    shared_memory: bool,
+
+    /// Spread the ranks over this many simulated hosts (each its own host identity): with
+    /// shared memory, the hierarchical all-reduce (within each host, then among the hosts).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    hosts: usize,
 }
 
 #[derive(serde::Deserialize)]
@@ -76,6 +87,10 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.ranks >= 1, "--ranks must be at least 1");
     anyhow::ensure!(args.iters >= 1, "--iters must be at least 1");
     anyhow::ensure!(args.size_mb > 0.0, "--size-mb must be positive");
+    anyhow::ensure!(
+        (1..=args.ranks).contains(&args.hosts),
+        "--hosts must be between 1 and --ranks"
+    );
     let floats = args
         .floats
         .unwrap_or_else(|| ((args.size_mb * 1048576.0) / 4.0).round() as u64);
@@ -88,6 +103,8 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         let config = LocalConfig {
             threads: 1,
             scheduler: SchedulerConfig::default(),
+            hosts: args.hosts,
+            log_filter: super::log_filter().to_string(),
             ..LocalConfig::new(args.ranks)
         };
         let mut cluster = LocalCluster::start(config, ModelRegistry::default()).await?;
@@ -103,6 +120,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
                     warmup: args.warmup,
                     iters: args.iters,
                     check: args.check,
+                    shared_memory: args.shared_memory,
                 }),
                 ..Default::default()
             })

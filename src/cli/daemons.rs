@@ -231,6 +231,13 @@ pub struct ExecutorArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
     memory: Option<u64>,
 
+    /// Which executors share this one's memory: those with the same identity all-reduce
+    /// through shared memory (default: this machine's boot id and this process's network, IPC
+    /// and PID namespaces). Give executors of one machine different identities to make them
+    /// count as different hosts.
+    #[arg(long, value_name = "ID")]
+    host_identity: Option<String>,
+
     /// Most connections the ring port holds at once (peers of the job, plus those still in
     /// their handshake; at the bound the oldest of those makes room).
     #[arg(long, value_name = "N", default_value_t = ListenerLimits::RING.max_connections)]
@@ -273,6 +280,7 @@ impl TryFrom<&ExecutorArgs> for ExecutorConfig {
             security: a.security.client()?,
             health: a.health,
             memory: a.memory,
+            host_identity: a.host_identity.clone(),
             limits: ExecutorLimits {
                 ring: a.timeouts.limits(
                     ListenerLimits::RING,

@@ -34,6 +34,11 @@ pub struct LocalArgs {
     /// know).
     #[arg(long, env = "RINGFLOW_SECRET_FILE", value_name = "PATH")]
     secret_file: Option<PathBuf>,
+
+    /// Spread the executors over this many simulated hosts (each its own host identity), to
+    /// try the hierarchical all-reduce across hosts on one machine.
+    #[arg(long, value_name = "N", default_value_t = 1, hide = true)]
+    simulate_hosts: usize,
 }
 
 /// `--ui ADDR` or `--ui off`.
@@ -59,6 +64,7 @@ impl TryFrom<(&LocalArgs, &JobSpec)> for LocalConfig {
             ui: parse_ui(&args.ui)?,
             secret: Secret::resolve(args.secret_file.as_deref())?,
             log_filter: super::log_filter().to_string(),
+            hosts: args.simulate_hosts,
             ..shared
         })
     }

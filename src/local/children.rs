@@ -30,18 +30,20 @@ pub struct Children {
 
 impl Children {
     /// Starts `n` executors of this very binary against `driver_url`, each with `threads`
-    /// compute threads and a ring listener on loopback, proving `secret` to it.
+    /// compute threads and a ring listener on loopback, proving `secret` to it; with `hosts`
+    /// above 1, executor `i` claims to be on simulated host `i mod hosts`.
     pub fn spawn(
         n: usize,
         driver_url: &str,
         secret: &Secret,
         threads: usize,
         log: &str,
+        hosts: usize,
     ) -> anyhow::Result<Children> {
         let exe = std::env::current_exe().context("cannot find this program's path")?;
         let mut procs = Vec::with_capacity(n);
         let parent = std::process::id() as libc::pid_t;
-        for _ in 0..n {
+        for i in 0..n {
             let mut cmd = Command::new(&exe);
             cmd.args([
                 "executor",
@@ -73,6 +75,9 @@ impl Children {
                     }
                     Ok(())
                 });
+            }
+            if hosts > 1 {
+                cmd.args(["--host-identity", &format!("simulated-host-{}", i % hosts)]);
             }
             cmd.env(SECRET_ENV, std::ffi::OsStr::from_bytes(secret.expose()));
             let child = cmd.spawn().context("cannot start an executor process")?;

@@ -47,6 +47,10 @@ pub struct LocalConfig {
     pub log_filter: String,
     /// The scheduler's timing.
     pub scheduler: SchedulerConfig,
+    /// Hosts the executors pretend to be on (1: this machine, as it is): with more, executor
+    /// `i` gets host identity `simulated-host-{i mod hosts}`, so that shared memory and the
+    /// hierarchical all-reduce across hosts can be tried and measured on one machine.
+    pub hosts: usize,
 }
 
 impl LocalConfig {
@@ -60,6 +64,7 @@ impl LocalConfig {
             ui: None,
             secret: None,
             log_filter: "warn".into(),
+            hosts: 1,
             scheduler: SchedulerConfig {
                 heartbeat_interval: Duration::from_millis(500),
                 executor_timeout: Duration::from_secs(10),
@@ -174,8 +179,14 @@ impl LocalCluster {
     pub fn start_executors(&mut self, waiting_job: Option<&str>) -> anyhow::Result<Vec<u32>> {
         let c = &self.config;
         let url = self.driver.url();
-        let mut children =
-            Children::spawn(c.executors, &url, &self.secret, c.threads, &c.log_filter)?;
+        let mut children = Children::spawn(
+            c.executors,
+            &url,
+            &self.secret,
+            c.threads,
+            &c.log_filter,
+            c.hosts,
+        )?;
         let reporter = self.driver.exit_reporter();
         let host = ringflow_executor::worker::hostname();
         let job_id = waiting_job.map(str::to_string);

@@ -28,6 +28,7 @@ mod recovery;
 mod s3;
 mod security;
 mod sequences;
+mod shared_memory;
 mod standalone;
 mod status;
 mod train;

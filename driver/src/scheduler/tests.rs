@@ -46,6 +46,7 @@ pub(super) fn bench(executors: usize) -> JobKind {
             warmup: 0,
             iters: 1,
             check: false,
+            shared_memory: false,
         },
     }
 }

@@ -8,16 +8,19 @@
 //! thread ([`ring`]), accepting its peers on a [`RingListener`]. With backup workers the ring also carries star connections to rank 0,
 //! whose aggregator averages each step's first N−b gradients ([`backup`]). With the `nccl`
 //! feature, rings whose ranks all train on GPUs of one host average gradients on the devices
-//! (`nccl`).
+//! (`nccl`). Ranks that share a host all-reduce through shared memory instead, and jobs spanning
+//! several hosts hierarchically ([`host`], [`shm`]).
 
 mod algorithms;
 mod backup;
 mod compressed;
 mod handshake;
+pub mod host;
 mod listener;
 #[cfg(feature = "nccl")]
 mod nccl;
 mod ring;
+pub mod shm;
 mod wire;
 
 #[cfg(test)]
@@ -25,11 +28,13 @@ mod fuzz;
 
 pub use backup::{BackupReduce, StepResult};
 pub use handshake::JobSecret;
+pub use host::{HostCollective, HostConfig};
 pub use listener::RingListener;
 #[cfg(feature = "nccl")]
 pub use nccl::NcclAllReduce;
 pub use ring::{RingCollective, RingConfig};
 pub use ringflow_proto::spec::Compression;
+pub use shm::host_identity;
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};

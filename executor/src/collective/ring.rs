@@ -80,6 +80,11 @@ fn peer(cfg: &RingConfig, rank: usize) -> Peer {
 }
 
 impl RingCollective {
+    /// The format gradients travel in on this ring (`cluster.compression`).
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
     /// Joins the ring described by `cfg`, accepting the left neighbour on `listener`.
     pub fn connect(listener: &RingListener, cfg: RingConfig) -> Result<RingCollective> {
         let world = cfg.peers.len();

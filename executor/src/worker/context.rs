@@ -7,8 +7,8 @@ use ringflow_proto::pb;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
-use super::ring::ring_config;
-use crate::collective::{RingCollective, RingListener};
+use super::ring;
+use crate::collective::RingListener;
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};
 
@@ -154,12 +154,11 @@ impl TaskContext for RemoteContext<'_> {
                     let why = "the driver re-formed the ring with a task that is not training";
                     return Err(self.reform_failed(why.into()).into());
                 };
-                let config = ring_config(header, self.client.url())?;
                 self.rank = header.rank;
                 self.ring.generation = header.generation;
-                let ring = RingCollective::connect(self.ring.listener, config)?;
+                let comm = ring::connect(self.ring.listener, header, self.client.url())?;
                 return Ok(Recovered {
-                    comm: Box::new(ring),
+                    comm,
                     steps_per_epoch: work.steps_per_epoch,
                 });
             }

@@ -60,6 +60,9 @@ pub struct ExecutorConfig {
     /// The memory its tasks may use, in bytes (`ringflow executor --memory`); `None`: the
     /// smaller of the machine's memory and the process's cgroup limit ([`crate::memory`]).
     pub memory: Option<u64>,
+    /// Which executors share this one's memory (`ringflow executor --host-identity`); `None`:
+    /// this machine's and process's own ([`crate::collective::host_identity`]).
+    pub host_identity: Option<String>,
     /// Bounds on the connections of the ring and health ports.
     pub limits: ExecutorLimits,
 }
@@ -108,6 +111,10 @@ fn executor_info(
         memory_source: memory
             .map(|m| m.source.as_str().to_string())
             .unwrap_or_default(),
+        host_identity: config
+            .host_identity
+            .clone()
+            .unwrap_or_else(crate::collective::host_identity),
     }
 }
 

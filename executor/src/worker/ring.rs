@@ -1,13 +1,34 @@
 //! [`ring_config`]: the one place where a task's header, the driver's word, becomes the
-//! configuration of a ring this executor connects (a task's first ring and every re-formed one).
+//! configuration of a ring this executor connects (a task's first ring and every re-formed one);
+//! [`connect`] joins it, through shared memory where ranks share hosts.
 
 use std::time::Duration;
 
 use ringflow_proto::pb;
 use ringflow_proto::spec::Compression;
 
-use crate::collective::{JobSecret, RingConfig};
+use crate::collective::{Collective, HostConfig, JobSecret, RingConfig, RingListener, host};
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
+
+/// Joins the collective a task's `header` describes: the ring, and shared memory among the
+/// ranks of each host when the job allows it.
+pub fn connect(
+    listener: &RingListener,
+    header: &pb::TaskHeader,
+    driver: &str,
+) -> Result<Box<dyn Collective>> {
+    let cfg = ring_config(header, driver)?;
+    host::connect(listener, cfg, host_config(header))
+}
+
+/// Where the ranks of a task's `header` run, and whether they share memory.
+pub fn host_config(header: &pb::TaskHeader) -> HostConfig {
+    HostConfig {
+        hosts: header.hosts.clone(),
+        generation: header.generation,
+        shared_memory: header.shared_memory,
+    }
+}
 
 /// The least deadline for ring reads and writes, whatever the task says.
 const MIN_RING_TIMEOUT: Duration = Duration::from_secs(1);

@@ -1,5 +1,5 @@
 //! Running one task the driver assigned: its header becomes the ring this executor connects
-//! ([`ring_config`], the one place a ring's configuration is built from the driver's word), its work
+//! ([`ring::connect`]: the ring, and shared memory where ranks share hosts), its work
 //! (train, evaluate or predict, benchmark) runs, and its end is reported.
 
 use ringflow_ml::Device;
@@ -11,9 +11,9 @@ use tracing::{info, warn};
 
 use super::client::DriverClient;
 use super::context::{RemoteContext, RingPlace};
-use super::ring::ring_config;
+use super::ring;
 use super::{Current, ExecutorConfig, bench, peak_rss_bytes};
-use crate::collective::{Broken, Collective, RingCollective, RingListener};
+use crate::collective::{Broken, Collective, RingListener};
 use crate::error::{ExecutorError, Result};
 use crate::infer::{InferTask, run_inference};
 use crate::placement;
@@ -215,11 +215,10 @@ fn connect_ring(
     work: &pb::task::Work,
     driver: &str,
 ) -> Result<Box<dyn Collective>> {
-    let cfg = ring_config(header, driver)?;
-    let (rank, world) = (cfg.rank, cfg.peers.len());
+    let (rank, world) = (header.rank as usize, header.ring.len());
     let elastic_joiner = matches!(work, pb::task::Work::Train(t) if t.join && t.elastic);
-    match RingCollective::connect(listener, cfg) {
-        Ok(ring) => Ok(Box::new(ring)),
+    match ring::connect(listener, header, driver) {
+        Ok(ring) => Ok(ring),
         Err(ExecutorError::Comm(why)) if elastic_joiner => {
             Ok(Box::new(Broken { rank, world, why }))
         }

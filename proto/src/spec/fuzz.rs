@@ -91,6 +91,7 @@ const KEYS: &[&str] = &[
     "cluster.fusion",
     "cluster.backup_workers",
     "cluster.compression",
+    "cluster.shared_memory",
 ];
 
 /// Words that are valid somewhere in a spec, and some that are valid nowhere.

@@ -299,6 +299,11 @@ pub struct ClusterSpec {
     /// first steps and keep the fastest (default 25 MiB). See [`Fusion`].
     #[serde(default)]
     pub fusion: Fusion,
+    /// Executors that share a host all-reduce through a shared-memory segment instead of TCP,
+    /// and a job spanning several hosts reduces within each host first (default true). See
+    /// docs/collectives.md.
+    #[serde(default = "defaults::shared_memory")]
+    pub shared_memory: bool,
 }
 
 /// `cluster.compression`: the number format gradients travel in on the ring. Parameters
@@ -353,6 +358,7 @@ impl Default for ClusterSpec {
             backup_workers: 0,
             compression: Compression::None,
             fusion: Fusion::default(),
+            shared_memory: defaults::shared_memory(),
             min_executors: None,
             max_executors: None,
         }
@@ -362,6 +368,9 @@ impl Default for ClusterSpec {
 mod defaults {
     use ringflow_ml::Device;
 
+    pub fn shared_memory() -> bool {
+        true
+    }
     pub fn sql_timeout_s() -> u64 {
         300
     }

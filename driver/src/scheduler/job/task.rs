@@ -17,16 +17,14 @@ use crate::planner::JobPlan;
 impl Job {
     /// The task of `rank`.
     pub fn task_for(&self, rank: u32) -> pb::Task {
-        let ring = self
-            .members
-            .ranks()
-            .iter()
-            .map(|e| e.ring_address.clone())
-            .collect();
+        let ranks = self.members.ranks();
+        let ring = ranks.iter().map(|e| e.ring_address.clone()).collect();
+        let hosts = ranks.iter().map(|e| e.host_identity.clone()).collect();
         let mut header = pb::TaskHeader {
             job_id: self.id.clone(),
             rank,
             ring,
+            hosts,
             generation: self.members.generation(),
             secret: self.members.secret().to_vec(),
             ring_timeout_ms: self.kind.comm_timeout().as_millis() as u64,
@@ -37,6 +35,7 @@ impl Job {
                 header.spec_json = plan.spec.to_json();
                 header.backup_workers = plan.spec.cluster.backup_workers as u32;
                 header.compression = plan.spec.cluster.compression.as_str().into();
+                header.shared_memory = plan.spec.cluster.shared_memory;
                 pb::task::Work::Train(self.training_work(plan, rank))
             }
             JobKind::Infer {
@@ -47,6 +46,7 @@ impl Job {
                 ..
             } => {
                 header.spec_json = plan.spec.to_json();
+                header.shared_memory = plan.spec.cluster.shared_memory;
                 pb::task::Work::Infer(pb::InferWork {
                     data: Some(pb::DataAccess {
                         input_columns: plan.input_columns.clone(),
@@ -62,7 +62,10 @@ impl Job {
                         }),
                 })
             }
-            JobKind::Bench { spec, .. } => pb::task::Work::Bench(*spec),
+            JobKind::Bench { spec, .. } => {
+                header.shared_memory = spec.shared_memory;
+                pb::task::Work::Bench(*spec)
+            }
         };
         pb::Task {
             header: Some(header),
