@@ -12,9 +12,10 @@
 # Needs root, iproute2 (`ip netns`) and tc. RINGFLOW_BIN names the binary (default
 # target/release/ringflow: `cargo build --release` first); RATE the link's rate (default
 # 1gbit); CODECS the compressions compared (default "none fp16 bf16"). Executors get one
-# compute thread each (CORES to change). Today executors in one namespace also talk over TCP;
-# with the shared-memory collective they may reduce through it, and only the link's hops
-# stay TCP.
+# compute thread each (CORES to change). Every run sets cluster.shared_memory = false, so that
+# all compare the same flat TCP ring (with compression, gradients take the TCP ring anyway;
+# uncompressed, the two executors of a namespace would otherwise reduce through shared memory
+# and only the leaders cross the link).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -94,6 +95,7 @@ job() {
     ip netns exec "$A" "$BIN" submit examples/mnist_wide.toml --driver "$URL" \
         --secret-file "$SECRET" --set cluster.executors=4 --set "train.epochs=$EPOCHS" \
         --set "train.batch_size=$BATCH" --set "cluster.compression=$codec" \
+        --set cluster.shared_memory=false \
         --set "cluster.checkpoint_dir=$WORK/run-$codec" --set data.source=direct \
         --summary-json "$out" >"$WORK/job.log" 2>&1 || {
         echo "error: the job with compression $codec failed:" >&2
