@@ -9,6 +9,7 @@
 //! endless recursive query is cancelled there).
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::record_batch::RecordBatch;
@@ -25,6 +26,10 @@ pub struct SqlPrep {
     ctx: SessionContext,
     query: String,
     timeout: Duration,
+    /// Held while a partition's rows are registered as the table `input` and the query is
+    /// planned over them: the decoder threads share the session, and a plan must bind to its
+    /// own partition's table, not to one another thread registered in between.
+    planning: Mutex<()>,
 }
 
 impl std::fmt::Debug for SqlPrep {
@@ -66,6 +71,7 @@ impl SqlPrep {
             ctx,
             query: query.to_string(),
             timeout,
+            planning: Mutex::new(()),
         })
     }
 
@@ -73,11 +79,13 @@ impl SqlPrep {
     pub fn run(&self, input: SendableRecordBatchStream) -> Result<Prepared> {
         let (ctx, query) = (self.ctx.clone(), self.query.clone());
         let start = Instant::now();
+        let planning = self.planning.lock().unwrap_or_else(|p| p.into_inner());
         let stream = block_on_timeout(self.timeout, async move {
             sql::run_query(&ctx, &query, input).await
         })
         .map_err(|_| ExecutorError::Spec(timed_out("planning the query", self.timeout)))?
         .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+        drop(planning);
         Ok(Prepared {
             stream: Some(stream),
             failed: None,
@@ -158,6 +166,47 @@ mod tests {
             RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![1, 2]))])
                 .unwrap();
         sql::memory_stream(schema, vec![batch])
+    }
+
+    /// The decoder threads run the query over their partitions at the same time through one
+    /// session: each output comes from its own partition's rows.
+    #[test]
+    fn partitions_prepared_at_once_on_two_threads_keep_their_own_rows() {
+        let prep = Arc::new(
+            SqlPrep::new(
+                "SELECT n * 2 AS m FROM input",
+                &BTreeMap::new(),
+                Duration::from_secs(30),
+            )
+            .unwrap(),
+        );
+        let rows = |first: i64| {
+            let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+            let values = Int64Array::from((first..first + 3).collect::<Vec<i64>>());
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values)]).unwrap();
+            sql::memory_stream(schema, vec![batch])
+        };
+        let threads: Vec<_> = (0..2i64)
+            .map(|t| {
+                let prep = Arc::clone(&prep);
+                std::thread::spawn(move || {
+                    for i in 0..100 {
+                        let first = 1000 * t + 10 * i;
+                        let mut out = prep.run(rows(first)).unwrap();
+                        let batch = out.next_batch().unwrap().expect("one batch");
+                        let m = batch
+                            .column(0)
+                            .as_any()
+                            .downcast_ref::<Int64Array>()
+                            .unwrap();
+                        assert_eq!(m.values(), &[2 * first, 2 * first + 2, 2 * first + 4]);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("every partition got its own rows back");
+        }
     }
 
     /// A query that never ends on a partition is stopped at `data.sql_timeout_s`, with the

@@ -185,8 +185,15 @@ impl Segment {
         let fd = loop {
             // SAFETY: `name` is a valid C string.
             let fd = unsafe { libc::shm_open(name.as_ptr(), libc::O_RDWR, 0) };
-            if fd >= 0 {
+            // The creator makes the object before it sizes it: an empty one is not ready yet.
+            if fd >= 0 && (object_size(fd) != Some(0) || Instant::now() >= deadline) {
                 break fd;
+            }
+            if fd >= 0 {
+                // SAFETY: `fd` is ours and not used again.
+                unsafe { libc::close(fd) };
+                std::thread::sleep(ATTACH_POLL);
+                continue;
             }
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -348,6 +355,14 @@ fn c_name(name: &str) -> Result<CString> {
             "a shared-memory name contains a NUL byte",
         )
     })
+}
+
+/// The size of an open object, if it can be read.
+fn object_size(fd: libc::c_int) -> Option<i64> {
+    // SAFETY: `st` is plain data filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is an open descriptor and `st` is writable.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_size)
 }
 
 /// Checks an opened object before mapping it: this user's, private, of the expected size.

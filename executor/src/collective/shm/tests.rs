@@ -131,6 +131,31 @@ fn a_segment_without_the_job_key_is_refused() {
     assert!(err.contains("does not carry this job's key"), "{err}");
 }
 
+/// The creator makes the object before it sizes it: a rank that opens it in between waits
+/// for the sized, ready segment instead of refusing an empty one.
+#[test]
+fn a_rank_that_opens_the_segment_before_it_is_sized_waits_for_it() {
+    let secret = JobSecret::random();
+    let (creator, joiner) = (spec(&secret, "early", 2, 0), spec(&secret, "early", 2, 1));
+    let name = std::ffi::CString::new(creator.name.clone()).unwrap();
+    // SAFETY: a valid C string; the empty object stands for one its creator has not sized yet.
+    let fd = unsafe {
+        libc::shm_open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+            0o600,
+        )
+    };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    let attaching = std::thread::spawn(move || Segment::attach(&joiner, Instant::now() + LONG));
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: `fd` is ours; `create` replaces the empty object it finds.
+    unsafe { libc::close(fd) };
+    let _seg = Segment::create(&creator).expect("created");
+    let attached = attaching.join().unwrap();
+    assert!(attached.is_ok(), "{}", attached.err().unwrap());
+}
+
 #[test]
 fn segments_of_other_jobs_and_generations_have_other_names_and_keys() {
     let secret = JobSecret::random();
