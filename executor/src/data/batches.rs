@@ -372,6 +372,17 @@ pub(crate) mod tests {
     use crate::data::cache::RowGroupCache;
     use crate::data::features::LabelKind;
 
+    /// How the tests read columns `x` and `y`: no SQL, no cache, no driver, no images.
+    pub(crate) fn read_context() -> ReadContext {
+        ReadContext {
+            columns: vec!["x".into(), "y".into()],
+            prep: None,
+            cache: RowGroupCache::new(0),
+            driver: None,
+            images: None,
+        }
+    }
+
     /// A Parquet file with `rows` rows of `x = i` and `y = 2i`, in row groups of 100, and the
     /// plan that reads all of it.
     pub(crate) fn data(dir: &std::path::Path, rows: usize) -> EpochPlan {
@@ -421,13 +432,7 @@ pub(crate) mod tests {
             None,
             1,
         );
-        let read = ReadContext {
-            columns: vec!["x".into(), "y".into()],
-            prep: None,
-            cache: RowGroupCache::new(0),
-            driver: None,
-            images: None,
-        };
+        let read = read_context();
         let shuffle = shuffle.map(|rows| (rows, ringflow_ml::rng::seeded(7, 0)));
         EpochStream::start(plan, Arc::new(converter), 1, shuffle, false, read)
     }

@@ -199,19 +199,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::data::batches::tests::data;
-    use crate::data::cache::RowGroupCache;
+    use crate::data::batches::tests::{data, read_context};
     use crate::data::features::LabelKind;
 
     fn start(partitions: &[Partition]) -> ReadAhead {
         let converter = Converter::new(&["x".into()], Some("y"), LabelKind::Regression, None, 1);
-        let read = ReadContext {
-            columns: vec!["x".into(), "y".into()],
-            prep: None,
-            cache: RowGroupCache::new(0),
-            driver: None,
-            images: None,
-        };
+        let read = read_context();
         ReadAhead::start(partitions, Arc::new(converter), read, 8)
     }
 
