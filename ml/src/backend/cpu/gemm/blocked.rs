@@ -4,12 +4,14 @@
 //! For each block of [`NC`] columns and [`KC`] depth, `b`'s block is packed once (it then sits
 //! in L3, and one 16-column panel of it, `KC × 16` floats, in L1); for each block of [`MC`]
 //! rows, `a`'s block is packed (it then sits in L2) and the microkernel sweeps every 6 × 16
-//! tile. Block sizes are split evenly, so that no block is a sliver.
+//! tile. Block sizes are split evenly, so that no block is a sliver. A rectangle of at most
+//! [`MC`] rows packs `b` a few panels at a time instead ([`SHORT_CHUNK`]), since its packed
+//! block would serve a single `a` block.
 
 use std::cell::Cell;
 
 use super::kernel_avx2::{Avx2Fma, MR, NR};
-use super::pack::{Block, pack_a, pack_b, packed_a_len, packed_b_len};
+use super::pack::{Block, pack_a, pack_b, packed_a_len, packed_b_len, prefetch_block};
 use super::view::{DstTile, Operand};
 
 /// Largest depth of a packed block: a `b` panel (`KC × 16` floats, 16 KiB) fits the 32 KiB L1
@@ -87,6 +89,11 @@ pub fn product(
     debug_assert!(a.rows == m && b.rows == k && b.cols == n);
     let direct = b.col_stride == 1 && m <= DIRECT_B_MAX_ROWS && b.row_stride <= DIRECT_B_MAX_STRIDE;
     let (mut a_buf, mut b_buf) = BUFFERS.with(Cell::take);
+    if m <= MC && !direct {
+        short_product(cpu, dst, (a, b), (&mut a_buf, &mut b_buf), accumulate);
+        BUFFERS.with(|cell| cell.set((a_buf, b_buf)));
+        return;
+    }
     for (col, nc) in even_parts(n, NC, NR) {
         for (depth, kc) in even_parts(k, KC, 1) {
             let overwrite = depth == 0 && !accumulate;
@@ -132,6 +139,59 @@ pub fn product(
         }
     }
     BUFFERS.with(|cell| cell.set((a_buf, b_buf)));
+}
+
+/// Columns of `b` packed at a time by [`short_product`]: four panels, whose packed copy
+/// (`KC × 64` floats, 64 KiB at most) is still in L1/L2 when the microkernel reads it.
+pub const SHORT_CHUNK: usize = 4 * NR;
+
+/// The product of a rectangle of at most [`MC`] rows, whose every packed `b` element serves
+/// only `m` multiply-adds: packing `b` there costs a fifth of the time or more when `b` comes
+/// from memory (an im2col matrix of 7 MB, say), so it is packed a few panels at a time, each
+/// chunk swept while its copy is hot and the next one's rows prefetched meanwhile (OpenBLAS
+/// does the same), instead of one [`NC`]-wide block that goes out to L3 before it is read.
+fn short_product(
+    cpu: Avx2Fma,
+    mut dst: DstTile<'_>,
+    (a, b): (&Operand<'_>, &Operand<'_>),
+    (a_buf, b_buf): (&mut Vec<f32>, &mut Vec<f32>),
+    accumulate: bool,
+) {
+    let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
+    for (depth, kc) in even_parts(k, KC, 1) {
+        let overwrite = depth == 0 && !accumulate;
+        grow(a_buf, packed_a_len(m, kc));
+        let a_block = Block {
+            row: 0,
+            col: depth,
+            rows: m,
+            cols: kc,
+        };
+        pack_a(cpu, a_buf, a, a_block);
+        let chunk = |col: usize| Block {
+            row: depth,
+            col,
+            rows: kc,
+            cols: SHORT_CHUNK.min(n - col),
+        };
+        prefetch_block(b, chunk(0));
+        for col in (0..n).step_by(SHORT_CHUNK) {
+            let block = chunk(col);
+            if col + SHORT_CHUNK < n {
+                prefetch_block(b, chunk(col + SHORT_CHUNK));
+            }
+            grow(b_buf, packed_b_len(kc, block.cols));
+            pack_b(cpu, b_buf, b, block);
+            let mut tiles = dst.sub(0, col, m, block.cols);
+            sweep(
+                cpu,
+                &mut tiles,
+                kc,
+                (a_buf, BSource::Packed(b_buf)),
+                overwrite,
+            );
+        }
+    }
 }
 
 /// Every microkernel tile of one packed `a` block times one block of `b`: a `b` panel stays

@@ -161,3 +161,46 @@ fn pack_b_strided(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live
         }
     }
 }
+
+/// Asks the cache hierarchy for every line of `block` of `op` ahead of its packing: one
+/// prefetch per cache line of each contiguous run (a row of a row-major operand, a column of
+/// a transposed one). A hint only: nothing is read, and a prefetch never faults.
+pub fn prefetch_block(op: &Operand<'_>, block: Block) {
+    check_block(op, block);
+    if block.rows == 0 || block.cols == 0 {
+        return;
+    }
+    // Contiguous runs: (how many, their length, the distance between their starts).
+    let (runs, run_len, run_stride) = if op.col_stride == 1 {
+        (block.rows, block.cols, op.row_stride)
+    } else if op.row_stride == 1 {
+        (block.cols, block.rows, op.col_stride)
+    } else {
+        return;
+    };
+    let first = block.row * op.row_stride + block.col * op.col_stride;
+    for r in 0..runs {
+        let start = first + r * run_stride;
+        let run = &op.data[start..start + run_len];
+        for at in (0..run_len).step_by(LINE_FLOATS) {
+            prefetch(&run[at]);
+        }
+        prefetch(&run[run_len - 1]);
+    }
+}
+
+/// Floats in a 64-byte cache line.
+const LINE_FLOATS: usize = 16;
+
+/// A prefetch of the cache line holding `x` into every level.
+#[inline(always)]
+fn prefetch(x: &f32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64; a prefetch reads nothing and `x` is a valid reference.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(x).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
+}

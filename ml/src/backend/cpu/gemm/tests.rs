@@ -223,6 +223,30 @@ fn a_product_wider_than_a_column_block_matches_the_reference() {
     }
 }
 
+/// A short rectangle (at most `MC` rows, `b` not read in place) packs `b` a chunk at a time:
+/// several chunks, a partial last one, and depth blocks past `KC`, for every layout.
+#[test]
+fn a_short_product_over_several_chunks_matches_the_reference() {
+    let n = 2 * blocked::SHORT_CHUNK + 5;
+    for (i, dims) in [(100, 600, n), (blocked::MC, 40, n), (16, 300, 1100)]
+        .into_iter()
+        .enumerate()
+    {
+        check_all(dims, 500 + i as u64);
+    }
+}
+
+/// Thin products and rows that fill their last 6-row panel badly go to the `gemm` crate.
+#[test]
+fn padding_heavy_products_go_to_the_gemm_crate() {
+    for (m, n) in [(64, 576), (256, 1024), (16 * 6, 16), (1024, 10_000)] {
+        assert!(packing_pays(m, n), "{m} × {n} is packed");
+    }
+    for (m, n) in [(32, 576), (15, 1024), (1024, 15), (20, 512), (8, 512)] {
+        assert!(!packing_pays(m, n), "{m} × {n} goes to the gemm crate");
+    }
+}
+
 #[test]
 fn an_empty_depth_clears_or_keeps_the_destination() {
     let (a, b) = (MatRef::new(&[], 3, 0), MatRef::new(&[], 0, 4));
