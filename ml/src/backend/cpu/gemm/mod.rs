@@ -5,14 +5,17 @@
 //! also read transposed operands, so callers never copy), a 6 × 16 register-blocked
 //! microkernel (`kernel_avx2.rs`) sweeps the tiles of cache-sized blocks (`blocked.rs`), and
 //! large products are cut into one rectangle per thread of the current rayon pool
-//! (`threading.rs`). Thin products (fewer than 16 rows or columns), row counts that leave
-//! their last 6-row panel mostly empty (32 rows), and other CPUs go through the `gemm` crate. Nothing depends on the machine the binary was built on: no
-//! `target-cpu=native` is needed or used.
+//! (`threading.rs`). Products of 2 to 15 rows with a row-major `b` run on an unpacked AVX-512
+//! kernel where the CPU has AVX-512F (`thin_avx512.rs`). Other thin products (fewer than 16
+//! rows or columns), row counts that leave their last 6-row panel mostly empty (32 rows), and
+//! CPUs without AVX2 and FMA go through the `gemm` crate. Nothing depends on the machine the
+//! binary was built on: no `target-cpu=native` is needed or used.
 
 mod blocked;
 mod kernel_avx2;
 mod pack;
 mod pack_avx2;
+mod thin_avx512;
 mod threading;
 mod view;
 
@@ -20,6 +23,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use self::kernel_avx2::Avx2Fma;
+use self::thin_avx512::Avx512;
 use self::view::{DstTile, Operand};
 use super::{CpuArray, slice, slice_mut};
 use crate::backend::matmul::MatmulOps;
@@ -95,13 +99,24 @@ pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumul
 enum Kernel {
     /// This module's packed AVX2 + FMA GEMM.
     Packed(Avx2Fma),
+    /// The unpacked AVX-512 kernel for few rows (`thin_avx512.rs`), on the calling thread;
+    /// products it does not take (a transposed `b`) go to the `gemm` crate.
+    Thin(Avx512),
     /// The `gemm` crate.
     Portable,
 }
 
 impl Kernel {
-    /// The fastest implementation for an `m × n` product on this CPU.
-    fn for_product(m: usize, n: usize) -> Self {
+    /// The fastest implementation for an `m × n` product on this CPU, `b` read transposed or
+    /// not.
+    fn for_product(m: usize, n: usize, b_transposed: bool) -> Self {
+        if THIN_ROWS.contains(&m)
+            && n >= SMALL_SIDE
+            && !b_transposed
+            && let Some(cpu) = Avx512::detect()
+        {
+            return Kernel::Thin(cpu);
+        }
         match Avx2Fma::detect() {
             Some(cpu) if packing_pays(m, n) => Kernel::Packed(cpu),
             _ => Kernel::Portable,
@@ -109,10 +124,15 @@ impl Kernel {
     }
 }
 
+/// Rows of the products the AVX-512 thin kernel takes: fewer than the packed kernel takes, and
+/// more than one (a single row is a matrix-vector product, which the `gemm` crate streams).
+const THIN_ROWS: std::ops::Range<usize> = 2..SMALL_SIDE;
+
 /// [`matmul_into`], on the pool's threads when `threaded`.
 fn product(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
     let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    product_with(Kernel::for_product(m, n), dst, (a, b), accumulate, threaded);
+    let kernel = Kernel::for_product(m, n, b.transposed);
+    product_with(kernel, dst, (a, b), accumulate, threaded);
 }
 
 /// [`product`] through the given implementation.
@@ -145,7 +165,11 @@ fn product_with(
                 blocked::product(cpu, dst, &a, &b, accumulate);
             }
         }
-        Kernel::Portable => {
+        Kernel::Thin(cpu) if !b.transposed => {
+            let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
+            cpu.product(dst, &a, &b, accumulate);
+        }
+        Kernel::Thin(_) | Kernel::Portable => {
             let parallelism = if threaded {
                 Parallelism::Rayon(0)
             } else {

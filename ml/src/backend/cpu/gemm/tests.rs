@@ -132,6 +132,7 @@ impl Case {
 fn kernels() -> Vec<Kernel> {
     let mut kernels = vec![Kernel::Portable];
     kernels.extend(Avx2Fma::detect().map(Kernel::Packed));
+    kernels.extend(Avx512::detect().map(Kernel::Thin));
     kernels
 }
 
@@ -234,6 +235,36 @@ fn a_short_product_over_several_chunks_matches_the_reference() {
     {
         check_all(dims, 500 + i as u64);
     }
+}
+
+/// The AVX-512 kernel for few rows: every row count of a pass, one and two passes, columns that
+/// end inside either vector of a pass, for every layout (a transposed `b` goes to the crate).
+#[test]
+fn thin_products_match_the_reference() {
+    let Some(cpu) = Avx512::detect() else {
+        return;
+    };
+    let mut seed = 600;
+    for m in 1..SMALL_SIDE {
+        for n in [1, 16, 17, 32, 45, 70] {
+            for orientation in ORIENTATIONS {
+                seed += 1;
+                let case = Case::new((m, 37, n), orientation, seed);
+                for accumulate in [false, true] {
+                    case.check_with(Kernel::Thin(cpu), accumulate, false)
+                        .unwrap();
+                }
+            }
+        }
+    }
+    assert!(matches!(
+        Kernel::for_product(8, 512, false),
+        Kernel::Thin(_)
+    ));
+    assert!(!matches!(
+        Kernel::for_product(8, 512, true),
+        Kernel::Thin(_)
+    ));
 }
 
 /// Thin products and rows that fill their last 6-row panel badly go to the `gemm` crate.
