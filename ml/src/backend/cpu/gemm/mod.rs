@@ -5,8 +5,9 @@
 //! also read transposed operands, so callers never copy), a 6 × 16 register-blocked
 //! microkernel (`kernel_avx2.rs`) sweeps the tiles of cache-sized blocks (`blocked.rs`), and
 //! large products are cut into one rectangle per thread of the current rayon pool
-//! (`threading.rs`). Products of 2 to 15 rows with a row-major `b` run on an unpacked AVX-512
-//! kernel where the CPU has AVX-512F (`thin_avx512.rs`). Other thin products (fewer than 16
+//! (`threading.rs`). Products of 2 to 15 rows with a row-major `b`, or of 2 to 15 columns
+//! with a row-major `a`, run on unpacked AVX-512 kernels where the CPU has AVX-512F
+//! (`thin_avx512.rs`). Other thin products (fewer than 16
 //! rows or columns), row counts that leave their last 6-row panel mostly empty (32 rows), and
 //! CPUs without AVX2 and FMA go through the `gemm` crate. Nothing depends on the machine the
 //! binary was built on: no `target-cpu=native` is needed or used.
@@ -107,12 +108,10 @@ enum Kernel {
 }
 
 impl Kernel {
-    /// The fastest implementation for an `m × n` product on this CPU, `b` read transposed or
-    /// not.
-    fn for_product(m: usize, n: usize, b_transposed: bool) -> Self {
-        if THIN_ROWS.contains(&m)
-            && n >= SMALL_SIDE
-            && !b_transposed
+    /// The fastest implementation for an `m × n` product on this CPU, `a` and `b` read
+    /// transposed or not.
+    fn for_product(m: usize, n: usize, (a_transposed, b_transposed): (bool, bool)) -> Self {
+        if (few_rows(m, n, b_transposed) || few_cols(m, n, a_transposed))
             && let Some(cpu) = Avx512::detect()
         {
             return Kernel::Thin(cpu);
@@ -124,14 +123,26 @@ impl Kernel {
     }
 }
 
-/// Rows of the products the AVX-512 thin kernel takes: fewer than the packed kernel takes, and
-/// more than one (a single row is a matrix-vector product, which the `gemm` crate streams).
-const THIN_ROWS: std::ops::Range<usize> = 2..SMALL_SIDE;
+/// Rows or columns of the products the AVX-512 thin kernels take: fewer than the packed
+/// kernel takes, and more than one (a single row or column is a matrix-vector product, which
+/// the `gemm` crate streams).
+const THIN: std::ops::Range<usize> = 2..SMALL_SIDE;
+
+/// Whether the AVX-512 kernel for few rows takes an `m × n` product: it reads `b` row by row.
+fn few_rows(m: usize, n: usize, b_transposed: bool) -> bool {
+    THIN.contains(&m) && n >= SMALL_SIDE && !b_transposed
+}
+
+/// Whether the AVX-512 dot-product kernel for few columns takes an `m × n` product: it reads
+/// `a`'s rows where they lie.
+fn few_cols(m: usize, n: usize, a_transposed: bool) -> bool {
+    THIN.contains(&n) && m >= SMALL_SIDE && !a_transposed
+}
 
 /// [`matmul_into`], on the pool's threads when `threaded`.
 fn product(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
     let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let kernel = Kernel::for_product(m, n, b.transposed);
+    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed));
     product_with(kernel, dst, (a, b), accumulate, threaded);
 }
 
@@ -165,9 +176,13 @@ fn product_with(
                 blocked::product(cpu, dst, &a, &b, accumulate);
             }
         }
-        Kernel::Thin(cpu) if !b.transposed => {
+        Kernel::Thin(cpu) if few_rows(m, n, b.transposed) => {
             let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
             cpu.product(dst, &a, &b, accumulate);
+        }
+        Kernel::Thin(cpu) if few_cols(m, n, a.transposed) => {
+            let (a, b) = (Operand::of(a), Operand::of(b));
+            cpu.product_few_cols(dst, &a, &b, accumulate, threaded);
         }
         Kernel::Thin(_) | Kernel::Portable => {
             let parallelism = if threaded {

@@ -258,11 +258,45 @@ fn thin_products_match_the_reference() {
         }
     }
     assert!(matches!(
-        Kernel::for_product(8, 512, false),
+        Kernel::for_product(8, 512, (false, false)),
         Kernel::Thin(_)
     ));
     assert!(!matches!(
-        Kernel::for_product(8, 512, true),
+        Kernel::for_product(8, 512, (false, true)),
+        Kernel::Thin(_)
+    ));
+}
+
+/// The AVX-512 dot-product kernel for few columns: every column count below 16, row counts
+/// around its 4-row passes, depths that end inside a 16-wide vector and 1024 (columns 4 KiB
+/// apart), serial and split across threads, for every layout (a transposed `a` goes to the
+/// crate).
+#[test]
+fn few_column_products_match_the_reference() {
+    let Some(cpu) = Avx512::detect() else {
+        return;
+    };
+    let mut seed = 900;
+    for n in 1..SMALL_SIDE {
+        for (m, k) in [(16, 37), (19, 1024), (70, 5), (1100, 481)] {
+            for orientation in ORIENTATIONS {
+                seed += 1;
+                let case = Case::new((m, k, n), orientation, seed);
+                for accumulate in [false, true] {
+                    for threaded in [false, true] {
+                        case.check_with(Kernel::Thin(cpu), accumulate, threaded)
+                            .unwrap();
+                    }
+                }
+            }
+        }
+    }
+    assert!(matches!(
+        Kernel::for_product(256, 10, (false, false)),
+        Kernel::Thin(_)
+    ));
+    assert!(!matches!(
+        Kernel::for_product(256, 10, (true, false)),
         Kernel::Thin(_)
     ));
 }

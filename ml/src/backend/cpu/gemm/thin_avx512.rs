@@ -5,6 +5,10 @@
 //! 16 AVX2 tile would leave a third of its rows empty for 8 rows, and the `gemm` crate reaches
 //! about 88 GFLOP/s on `lstm.b8` (8 × 128 × 512) where OpenBLAS reaches 104.
 //!
+//! Products of few columns (a classifier's last layer) with a row-major `a` are dot products
+//! instead ([`Avx512::product_few_cols`]): the `gemm` crate reached 50–58 GFLOP/s on
+//! `mlp.fwd.3` (256 × 1024 × 10) where OpenBLAS reaches 88.
+//!
 //! Reachable only through [`Avx512`], a token that exists only after the CPU was seen to
 //! support AVX-512F at run time.
 
@@ -85,6 +89,93 @@ impl Avx512 {
     }
 }
 
+/// Rows of `a` one dot-product pass of [`Avx512::product_few_cols`] reads together.
+const DOT_ROWS: usize = 4;
+/// Most columns of `b` one dot-product pass reads together (ten columns: two passes of five).
+const DOT_COLS: usize = 5;
+
+/// Multiply-adds below which a dot-product product stays on the calling thread: 64 × 1024 × 10
+/// (0.7 M) ran slower on two threads than on one, waking the pool taking about as long as its
+/// half of the work.
+const DOT_PARALLEL_MIN_MACS: usize = 1 << 21;
+
+impl Avx512 {
+    /// `dst = a · b` (or `+=`) for a product of few columns (a classifier's last layer, 256 ×
+    /// 1024 × 10): `a`'s rows must be contiguous (`a.col_stride == 1`, which the caller
+    /// checks); `b`'s columns are copied out contiguous once (`n × k`, small), then each
+    /// element is a dot product of a row and a column, 4 rows × 5 columns at a time in 16-wide
+    /// registers. Rows are split across the pool's threads when `threaded` and the product is
+    /// large enough.
+    pub fn product_few_cols(
+        self,
+        dst: &mut [f32],
+        a: &Operand<'_>,
+        b: &Operand<'_>,
+        accumulate: bool,
+        threaded: bool,
+    ) {
+        let (m, k, n) = (a.rows, a.cols, b.cols);
+        assert!(
+            b.rows == k && dst.len() == m * n && a.col_stride == 1,
+            "the operands match the destination and a's rows are contiguous"
+        );
+        if m == 0 || n == 0 || k == 0 {
+            return;
+        }
+        assert!(
+            (m - 1) * a.row_stride + k <= a.data.len()
+                && (k - 1) * b.row_stride + (n - 1) * b.col_stride < b.data.len(),
+            "the operands' elements lie in their storage"
+        );
+        // One cache line more than `k` between columns: with `k` a multiple of 1024 they would
+        // all start 4 KiB apart, on the same L1 sets as each other and as `a`'s rows.
+        let stride = k.next_multiple_of(16) + 16;
+        let mut columns = vec![0.0f32; n * stride];
+        for (j, column) in columns.chunks_exact_mut(stride).enumerate() {
+            for (p, x) in column[..k].iter_mut().enumerate() {
+                *x = b.data[p * b.row_stride + j * b.col_stride];
+            }
+        }
+        let rows_of = |first: usize, out: &mut [f32]| {
+            let rows = out.len() / n;
+            for row in (0..rows).step_by(DOT_ROWS) {
+                let live = DOT_ROWS.min(rows - row);
+                let start = (first + row) * a.row_stride;
+                let groups = n.div_ceil(DOT_COLS);
+                for g in 0..groups {
+                    let (col, end) = (n * g / groups, n * (g + 1) / groups);
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: AVX-512F was detected (`self`); `live` rows of `k` elements lie
+                    // from `start` in `a` (asserted above), columns col..end of `columns` hold
+                    // `k` elements each, and rows row..row + live of `out` hold `n` elements.
+                    unsafe {
+                        x86::dots(
+                            (&a.data[start..], a.row_stride, live),
+                            (&columns[col * stride..end * stride], stride, end - col),
+                            k,
+                            (&mut out[row * n + col..], n),
+                            accumulate,
+                        );
+                    }
+                }
+            }
+        };
+        let parts = if threaded && m * n * k >= DOT_PARALLEL_MIN_MACS {
+            rayon::current_num_threads().min(m.div_ceil(DOT_ROWS))
+        } else {
+            1
+        };
+        if parts <= 1 {
+            return rows_of(0, dst);
+        }
+        let rows_per_part = m.div_ceil(parts).div_ceil(DOT_ROWS) * DOT_ROWS;
+        use rayon::prelude::*;
+        dst.par_chunks_mut(rows_per_part * n)
+            .enumerate()
+            .for_each(|(i, out)| rows_of(i * rows_per_part, out));
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
@@ -148,6 +239,57 @@ mod x86 {
                 }
                 _mm512_mask_storeu_ps(row, mask0, lo);
                 _mm512_mask_storeu_ps(high, mask1, hi);
+            }
+        }
+    }
+
+    /// `out[r][j] (+)= a_r · column_j` for `rows <= DOT_ROWS` rows of `a` (`a_ld` apart) and
+    /// `cols <= DOT_COLS` columns of `k` contiguous elements (`c_ld` apart); `out` rows `ld`
+    /// apart.
+    ///
+    /// # Safety
+    /// AVX-512F is available; `a` holds `(rows - 1) * a_ld + k` elements, `columns` holds
+    /// `(cols - 1) * c_ld + k`, and `out` holds `(rows - 1) * ld + cols`.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dots(
+        (a, a_ld, rows): (&[f32], usize, usize),
+        (columns, c_ld, cols): (&[f32], usize, usize),
+        k: usize,
+        (out, ld): (&mut [f32], usize),
+        accumulate: bool,
+    ) {
+        use super::{DOT_COLS, DOT_ROWS};
+        debug_assert!((1..=DOT_ROWS).contains(&rows) && (1..=DOT_COLS).contains(&cols));
+        debug_assert!((rows - 1) * a_ld + k <= a.len() && (cols - 1) * c_ld + k <= columns.len());
+        // Rows and columns past the live ones repeat the last: computed, never stored.
+        let a_ptr: [*const f32; DOT_ROWS] =
+            std::array::from_fn(|r| a.as_ptr().wrapping_add(r.min(rows - 1) * a_ld));
+        let c_ptr: [*const f32; DOT_COLS] =
+            std::array::from_fn(|j| columns.as_ptr().wrapping_add(j.min(cols - 1) * c_ld));
+        let mut acc = [_mm512_setzero_ps(); DOT_ROWS * DOT_COLS];
+        let mut p = 0;
+        while p < k {
+            let live = (k - p).min(16);
+            let mask = ((1u32 << live) - 1) as __mmask16;
+            // SAFETY: elements p..p + live of every row and column lie in their slices (the
+            // function's contract); the mask keeps the loads to them.
+            unsafe {
+                let av: [__m512; DOT_ROWS] =
+                    std::array::from_fn(|r| _mm512_maskz_loadu_ps(mask, a_ptr[r].add(p)));
+                for (j, column) in c_ptr.iter().enumerate() {
+                    let bv = _mm512_maskz_loadu_ps(mask, column.add(p));
+                    for (r, &x) in av.iter().enumerate() {
+                        acc[r * DOT_COLS + j] = _mm512_fmadd_ps(x, bv, acc[r * DOT_COLS + j]);
+                    }
+                }
+            }
+            p += live;
+        }
+        for r in 0..rows {
+            for j in 0..cols {
+                let sum = _mm512_reduce_add_ps(acc[r * DOT_COLS + j]);
+                let slot = &mut out[r * ld + j];
+                *slot = if accumulate { *slot + sum } else { sum };
             }
         }
     }
