@@ -14,6 +14,7 @@
 
 use std::sync::OnceLock;
 
+use super::blocked::even_parts;
 use super::view::{DstTile, Operand};
 
 /// Most rows one pass keeps in registers.
@@ -94,6 +95,13 @@ const DOT_ROWS: usize = 4;
 /// Most columns of `b` one dot-product pass reads together (ten columns: two passes of five).
 const DOT_COLS: usize = 5;
 
+/// Most passes of [`DOT_COLS`] columns the dot products make (15 columns).
+const DOT_GROUPS: usize = 3;
+
+/// Depth of one block of the dot products: 4 rows and 5 columns of it (36 KiB at 1024) would
+/// not stay in a 32 KiB L1 between the two column passes; 256 (9 KiB) do.
+const DOT_KC: usize = 256;
+
 /// Multiply-adds below which a dot-product product stays on the calling thread: 64 × 1024 × 10
 /// (0.7 M) ran slower on two threads than on one, waking the pool taking about as long as its
 /// half of the work.
@@ -104,8 +112,8 @@ impl Avx512 {
     /// 1024 × 10): `a`'s rows must be contiguous (`a.col_stride == 1`, which the caller
     /// checks); `b`'s columns are copied out contiguous once (`n × k`, small), then each
     /// element is a dot product of a row and a column, 4 rows × 5 columns at a time in 16-wide
-    /// registers. Rows are split across the pool's threads when `threaded` and the product is
-    /// large enough.
+    /// registers, over blocks of [`DOT_KC`] steps. Rows are split across the pool's threads
+    /// when `threaded` and the product is large enough.
     pub fn product_few_cols(
         self,
         dst: &mut [f32],
@@ -116,7 +124,7 @@ impl Avx512 {
     ) {
         let (m, k, n) = (a.rows, a.cols, b.cols);
         assert!(
-            b.rows == k && dst.len() == m * n && a.col_stride == 1,
+            b.rows == k && dst.len() == m * n && a.col_stride == 1 && n <= DOT_GROUPS * DOT_COLS,
             "the operands match the destination and a's rows are contiguous"
         );
         if m == 0 || n == 0 || k == 0 {
@@ -131,9 +139,20 @@ impl Avx512 {
         // all start 4 KiB apart, on the same L1 sets as each other and as `a`'s rows.
         let stride = k.next_multiple_of(16) + 16;
         let mut columns = vec![0.0f32; n * stride];
-        for (j, column) in columns.chunks_exact_mut(stride).enumerate() {
-            for (p, x) in column[..k].iter_mut().enumerate() {
-                *x = b.data[p * b.row_stride + j * b.col_stride];
+        if b.row_stride == 1 {
+            // A transposed `b`: each column is contiguous already.
+            for (j, column) in columns.chunks_exact_mut(stride).enumerate() {
+                let from = j * b.col_stride;
+                column[..k].copy_from_slice(&b.data[from..from + k]);
+            }
+        } else {
+            // Row by row, each read once front to back and dealt out to the columns.
+            let width = (n - 1) * b.col_stride + 1;
+            for p in 0..k {
+                let row = &b.data[p * b.row_stride..p * b.row_stride + width];
+                for j in 0..n {
+                    columns[j * stride + p] = row[j * b.col_stride];
+                }
             }
         }
         let rows_of = |first: usize, out: &mut [f32]| {
@@ -141,22 +160,18 @@ impl Avx512 {
             for row in (0..rows).step_by(DOT_ROWS) {
                 let live = DOT_ROWS.min(rows - row);
                 let start = (first + row) * a.row_stride;
-                let groups = n.div_ceil(DOT_COLS);
-                for g in 0..groups {
-                    let (col, end) = (n * g / groups, n * (g + 1) / groups);
-                    #[cfg(target_arch = "x86_64")]
-                    // SAFETY: AVX-512F was detected (`self`); `live` rows of `k` elements lie
-                    // from `start` in `a` (asserted above), columns col..end of `columns` hold
-                    // `k` elements each, and rows row..row + live of `out` hold `n` elements.
-                    unsafe {
-                        x86::dots(
-                            (&a.data[start..], a.row_stride, live),
-                            (&columns[col * stride..end * stride], stride, end - col),
-                            k,
-                            (&mut out[row * n + col..], n),
-                            accumulate,
-                        );
-                    }
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: AVX-512F was detected (`self`); `live` rows of `k` elements lie from
+                // `start` in `a` (asserted above), `columns` holds `n` columns of `k`, `stride`
+                // apart, and rows row..row + live of `out` hold `n` elements.
+                unsafe {
+                    x86::dots(
+                        (&a.data[start..], a.row_stride, live),
+                        (&columns, stride, n),
+                        k,
+                        (&mut out[row * n..], n),
+                        accumulate,
+                    );
                 }
             }
         };
@@ -244,8 +259,10 @@ mod x86 {
     }
 
     /// `out[r][j] (+)= a_r · column_j` for `rows <= DOT_ROWS` rows of `a` (`a_ld` apart) and
-    /// `cols <= DOT_COLS` columns of `k` contiguous elements (`c_ld` apart); `out` rows `ld`
-    /// apart.
+    /// `cols <= DOT_GROUPS * DOT_COLS` columns of `k` contiguous elements (`c_ld` apart); `out`
+    /// rows `ld` apart. Runs over blocks of DOT_KC steps, each block's rows of `a` read from L1
+    /// by every pass of DOT_COLS columns; the passes' sums wait in memory between blocks and are
+    /// reduced once at the end.
     ///
     /// # Safety
     /// AVX-512F is available; `a` holds `(rows - 1) * a_ld + k` elements, `columns` holds
@@ -258,39 +275,73 @@ mod x86 {
         (out, ld): (&mut [f32], usize),
         accumulate: bool,
     ) {
-        use super::{DOT_COLS, DOT_ROWS};
-        debug_assert!((1..=DOT_ROWS).contains(&rows) && (1..=DOT_COLS).contains(&cols));
+        use super::{DOT_COLS, DOT_GROUPS, DOT_KC, DOT_ROWS, even_parts};
+        debug_assert!(
+            (1..=DOT_ROWS).contains(&rows) && (1..=DOT_GROUPS * DOT_COLS).contains(&cols)
+        );
         debug_assert!((rows - 1) * a_ld + k <= a.len() && (cols - 1) * c_ld + k <= columns.len());
-        // Rows and columns past the live ones repeat the last: computed, never stored.
+        // Rows past the live ones repeat the last: computed, never stored.
         let a_ptr: [*const f32; DOT_ROWS] =
             std::array::from_fn(|r| a.as_ptr().wrapping_add(r.min(rows - 1) * a_ld));
-        let c_ptr: [*const f32; DOT_COLS] =
-            std::array::from_fn(|j| columns.as_ptr().wrapping_add(j.min(cols - 1) * c_ld));
-        let mut acc = [_mm512_setzero_ps(); DOT_ROWS * DOT_COLS];
-        let mut p = 0;
-        while p < k {
-            let live = (k - p).min(16);
+        let groups = cols.div_ceil(DOT_COLS);
+        let mut sums = [[_mm512_setzero_ps(); DOT_ROWS * DOT_COLS]; DOT_GROUPS];
+        for (depth, kc) in even_parts(k, DOT_KC, 16) {
+            for (g, acc) in sums.iter_mut().enumerate().take(groups) {
+                let (col, end) = (cols * g / groups, cols * (g + 1) / groups);
+                // Columns past the pass's live ones repeat its last: computed, never stored.
+                let c_ptr: [*const f32; DOT_COLS] = std::array::from_fn(|j| {
+                    columns.as_ptr().wrapping_add((col + j).min(end - 1) * c_ld)
+                });
+                // SAFETY: steps depth..depth + kc of every row and column lie in their slices.
+                unsafe { block(acc, &a_ptr, &c_ptr, depth, kc) };
+            }
+        }
+        for (g, acc) in sums.iter().enumerate().take(groups) {
+            let (col, end) = (cols * g / groups, cols * (g + 1) / groups);
+            for r in 0..rows {
+                for j in col..end {
+                    let sum = _mm512_reduce_add_ps(acc[r * DOT_COLS + j - col]);
+                    let slot = &mut out[r * ld + j];
+                    *slot = if accumulate { *slot + sum } else { sum };
+                }
+            }
+        }
+    }
+
+    /// Steps `depth..depth + kc` of the dot products of `a`'s rows and the columns, added to
+    /// `acc` (row-major, DOT_ROWS × DOT_COLS vectors of partial sums).
+    ///
+    /// # Safety
+    /// AVX-512F is available and every pointer has those steps' elements.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn block(
+        acc: &mut [__m512; super::DOT_ROWS * super::DOT_COLS],
+        a: &[*const f32; super::DOT_ROWS],
+        c: &[*const f32; super::DOT_COLS],
+        depth: usize,
+        kc: usize,
+    ) {
+        let mut regs = *acc;
+        let mut p = depth;
+        while p < depth + kc {
+            let live = (depth + kc - p).min(16);
             let mask = ((1u32 << live) - 1) as __mmask16;
-            // SAFETY: elements p..p + live of every row and column lie in their slices (the
+            // SAFETY: elements p..p + live of every row and column lie in their storage (the
             // function's contract); the mask keeps the loads to them.
             unsafe {
-                let av: [__m512; DOT_ROWS] =
-                    std::array::from_fn(|r| _mm512_maskz_loadu_ps(mask, a_ptr[r].add(p)));
-                for (j, column) in c_ptr.iter().enumerate() {
+                let av: [__m512; super::DOT_ROWS] =
+                    std::array::from_fn(|r| _mm512_maskz_loadu_ps(mask, a[r].add(p)));
+                for (j, column) in c.iter().enumerate() {
                     let bv = _mm512_maskz_loadu_ps(mask, column.add(p));
                     for (r, &x) in av.iter().enumerate() {
-                        acc[r * DOT_COLS + j] = _mm512_fmadd_ps(x, bv, acc[r * DOT_COLS + j]);
+                        let at = r * super::DOT_COLS + j;
+                        regs[at] = _mm512_fmadd_ps(x, bv, regs[at]);
                     }
                 }
             }
             p += live;
         }
-        for r in 0..rows {
-            for j in 0..cols {
-                let sum = _mm512_reduce_add_ps(acc[r * DOT_COLS + j]);
-                let slot = &mut out[r * ld + j];
-                *slot = if accumulate { *slot + sum } else { sum };
-            }
-        }
+        *acc = regs;
     }
 }
