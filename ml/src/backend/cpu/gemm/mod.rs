@@ -100,8 +100,8 @@ pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumul
 enum Kernel {
     /// This module's packed AVX2 + FMA GEMM.
     Packed(Avx2Fma),
-    /// The unpacked AVX-512 kernel for few rows (`thin_avx512.rs`), on the calling thread;
-    /// products it does not take (a transposed `b`) go to the `gemm` crate.
+    /// The unpacked AVX-512 kernels for few rows or few columns (`thin_avx512.rs`); products
+    /// they do not take go to the `gemm` crate.
     Thin(Avx512),
     /// The `gemm` crate.
     Portable,
@@ -178,7 +178,7 @@ fn product_with(
         }
         Kernel::Thin(cpu) if few_rows(m, n, b.transposed) => {
             let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
-            cpu.product(dst, &a, &b, accumulate);
+            cpu.product(dst, &a, &b, accumulate, threaded);
         }
         Kernel::Thin(cpu) if few_cols(m, n, a.transposed) => {
             let (a, b) = (Operand::of(a), Operand::of(b));

@@ -238,21 +238,33 @@ fn a_short_product_over_several_chunks_matches_the_reference() {
 }
 
 /// The AVX-512 kernel for few rows: every row count of a pass, one and two passes, columns that
-/// end inside either vector of a pass, for every layout (a transposed `b` goes to the crate).
+/// end inside either vector of a pass, serial and split across threads (the last shape), for
+/// every layout (a transposed `b` goes to the crate).
 #[test]
 fn thin_products_match_the_reference() {
     let Some(cpu) = Avx512::detect() else {
         return;
     };
     let mut seed = 600;
+    let shapes = [
+        (37, 1),
+        (37, 16),
+        (37, 17),
+        (37, 32),
+        (37, 45),
+        (37, 70),
+        (700, 333),
+    ];
     for m in 1..SMALL_SIDE {
-        for n in [1, 16, 17, 32, 45, 70] {
+        for (k, n) in shapes {
             for orientation in ORIENTATIONS {
                 seed += 1;
-                let case = Case::new((m, 37, n), orientation, seed);
+                let case = Case::new((m, k, n), orientation, seed);
                 for accumulate in [false, true] {
-                    case.check_with(Kernel::Thin(cpu), accumulate, false)
-                        .unwrap();
+                    for threaded in [false, true] {
+                        let kernel = Kernel::Thin(cpu);
+                        case.check_with(kernel, accumulate, threaded).unwrap();
+                    }
                 }
             }
         }

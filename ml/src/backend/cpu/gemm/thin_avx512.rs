@@ -43,9 +43,54 @@ impl Avx512 {
         yes.then_some(Avx512(()))
     }
 
-    /// `dst = a · b` (or `+=` when `accumulate`) on the calling thread, where `b` is read row
-    /// by row in place (`b.col_stride == 1`, which the caller checks) and `a` with any strides.
-    pub fn product(self, mut dst: DstTile<'_>, a: &Operand<'_>, b: &Operand<'_>, accumulate: bool) {
+    /// `dst = a · b` (or `+=` when `accumulate`), where `b` is read row by row in place
+    /// (`b.col_stride == 1`, which the caller checks) and `a` with any strides. Columns are
+    /// split across the pool's threads when `threaded` and the product is large enough.
+    pub fn product(
+        self,
+        dst: DstTile<'_>,
+        a: &Operand<'_>,
+        b: &Operand<'_>,
+        accumulate: bool,
+        threaded: bool,
+    ) {
+        let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
+        let parts = if threaded && m * n * k >= DOT_PARALLEL_MIN_MACS {
+            rayon::current_num_threads().min(n / COLS)
+        } else {
+            1
+        };
+        if parts <= 1 {
+            return self.product_serial(dst, a, b, accumulate);
+        }
+        assert!(b.cols == n && b.col_stride == 1, "b's rows are contiguous");
+        let width = n.div_ceil(parts).div_ceil(COLS) * COLS;
+        rayon::scope(|s| {
+            let mut rest = dst;
+            let mut col = 0;
+            while col < n {
+                let cols = width.min(n - col);
+                let (part, after) = rest.split_cols(cols);
+                rest = after;
+                let b = Operand {
+                    data: &b.data[col..],
+                    cols,
+                    ..*b
+                };
+                s.spawn(move |_| self.product_serial(part, a, &b, accumulate));
+                col += cols;
+            }
+        });
+    }
+
+    /// [`Avx512::product`] on the calling thread.
+    fn product_serial(
+        self,
+        mut dst: DstTile<'_>,
+        a: &Operand<'_>,
+        b: &Operand<'_>,
+        accumulate: bool,
+    ) {
         let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
         assert!(
             a.rows == m && b.rows == k && b.cols == n && b.col_stride == 1,
