@@ -10,7 +10,11 @@
 # and OPENBLAS_NUM_THREADS together to compare on fewer). Each round runs ringflow over every
 # shape, then numpy; the table keeps each side's best figure over the rounds (GFLOP/s), with
 # ringflow's on one thread and the `gemm` crate's (ringflow's previous GEMM) beside them. Run it
-# on a quiet machine: other work lowers both sides unevenly.
+# on a quiet machine: other work lowers both sides unevenly. Where other work cannot be stopped
+# (a shared build machine), `chrt -f 1 benches/gemm_vs_numpy.sh ...` as root gives both sides the
+# cores: the large products then read as on a quiet machine, but OpenBLAS's threads, which
+# spin and yield between calls, lose about half their speed on products under a millisecond
+# (lenet2.fwd, pointwise.fwd, lstm.b32.dw), so read those from a quiet run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPEATS="${1:-3}" PY="${2:-python3}" SECONDS_PER_SHAPE="${3:-0.3}"
