@@ -253,8 +253,10 @@ fn thin_products_match_the_reference() {
         (37, 32),
         (37, 45),
         (37, 70),
-        (700, 333),
+        (1400, 333),
     ];
+    // The last shape is split across threads from 9 rows on.
+    const { assert!(9 * 1400 * 333 >= thin_avx512::DOT_PARALLEL_MIN_MACS) };
     for m in 1..SMALL_SIDE {
         for (k, n) in shapes {
             for orientation in ORIENTATIONS {
@@ -289,8 +291,10 @@ fn few_column_products_match_the_reference() {
         return;
     };
     let mut seed = 900;
+    // The last shape is split across threads from 8 columns on.
+    const { assert!(600 * 961 * 8 >= thin_avx512::DOT_PARALLEL_MIN_MACS) };
     for n in 1..SMALL_SIDE {
-        for (m, k) in [(16, 37), (19, 1024), (70, 5), (1100, 481)] {
+        for (m, k) in [(16, 37), (19, 1024), (70, 5), (600, 961)] {
             for orientation in ORIENTATIONS {
                 seed += 1;
                 let case = Case::new((m, k, n), orientation, seed);
