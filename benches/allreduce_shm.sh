@@ -10,6 +10,10 @@
 #   - 64 MiB on 4 ranks as 2 simulated hosts x 2 (the hierarchical all-reduce).
 # Each configuration is checked first (`--check`: sums, averages, broadcast, all-gather against
 # the serial computation). Run it on a quiet machine: it measures memory bandwidth.
+#
+# WAIT_POLICIES="0,16 4000,16 ..." also runs the shared-memory configurations under each wait
+# policy (`RINGFLOW_SHM_WAIT=SPINS,YIELDS`: spins, then yields, before sleeping on a futex),
+# alternating with the default policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,5 +45,13 @@ for r in $(seq "$REPEATS"); do
     for c in "${CONFIGS[@]}"; do
         # shellcheck disable=SC2086
         printf '%-70s %s\n' "$c" "$("$BIN" bench allreduce $c | tail -n 1)"
+    done
+    for p in ${WAIT_POLICIES:-}; do
+        for c in "${CONFIGS[@]}"; do
+            case "$c" in *"--shared-memory false"*) continue ;; esac
+            # shellcheck disable=SC2086
+            printf '%-70s %s\n' "$c wait=$p" \
+                "$(RINGFLOW_SHM_WAIT="$p" "$BIN" bench allreduce $c | tail -n 1)"
+        done
     done
 done

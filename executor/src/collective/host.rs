@@ -6,15 +6,18 @@
 //! Then, when `cluster.shared_memory` is on and some host has more than one rank:
 //!
 //! - all ranks on one host: all-reduce goes through the host's segment ([`ShmGroup`]);
-//! - several hosts (Horovod's hierarchical all-reduce): each host sums through its segment,
-//!   the hosts' first ranks ("leaders") all-reduce the sums over a ring of their own, and each
-//!   leader broadcasts the result to its host through the segment.
+//! - several hosts (Horovod's hierarchical all-reduce): each host sums through its segment
+//!   into its first rank (its "leader"), the leaders all-reduce the sums over a ring of their
+//!   own, and each leader broadcasts the result to its host through the segment. The buffer
+//!   goes through in chunks, pipelined: the leaders' ring reduces one chunk (on its own thread)
+//!   while the host sums the next one and broadcasts the previous one.
 //!
 //! All-reduces run on a communication thread of their own, in the order they were started, so
 //! gradient buckets overlap with the backward pass as on the ring. A failure anywhere aborts the
 //! segment, which wakes every local rank at once; a leader's failure closes its ring of
 //! leaders, which the other leaders see at once.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
@@ -41,6 +44,10 @@ pub struct HostConfig {
 }
 
 type Reply = Sender<Result<Vec<f32>>>;
+
+/// Floats per chunk of a hierarchical all-reduce (8 MiB): the leaders' ring reduces one chunk
+/// across hosts while the host sums the next.
+const CHUNK_FLOATS: usize = 2 << 20;
 
 /// A job's collective when ranks share hosts: see the module's documentation.
 pub struct HostCollective {
@@ -98,6 +105,7 @@ pub fn connect(
         hierarchical: layout.leaders.len() > 1,
         world,
         wait_limit,
+        spare: Vec::new(),
     };
     let (tx, rx) = channel();
     let comm = std::thread::Builder::new()
@@ -183,6 +191,8 @@ struct HostComm {
     hierarchical: bool,
     world: usize,
     wait_limit: Duration,
+    /// Buffers back from the leaders' ring, for the next chunks.
+    spare: Vec<Vec<f32>>,
 }
 
 impl HostComm {
@@ -208,20 +218,58 @@ impl HostComm {
             }
             return Ok(buf);
         }
-        if let Some(g) = &mut self.group {
-            g.all_reduce(&mut buf, ReduceOp::Sum, 1)?;
-        }
-        if let Some(leaders) = &mut self.leaders {
-            buf = leaders.start_all_reduce(buf, ReduceOp::Sum)?.wait()?;
-            if op == ReduceOp::Average {
-                let scale = 1.0 / self.world as f32;
-                buf.iter_mut().for_each(|v| *v *= scale);
+        let scale = (op == ReduceOp::Average).then(|| 1.0 / self.world as f32);
+        let total = buf.len();
+        let chunks = total.div_ceil(CHUNK_FLOATS).max(1);
+        let at = |c: usize| c * CHUNK_FLOATS..((c + 1) * CHUNK_FLOATS).min(total);
+        // Chunk c's host sum goes to the leaders' ring (its own thread) while the host sums
+        // chunk c + 1; then chunk c's result is broadcast within the host.
+        let mut in_flight = VecDeque::new();
+        for c in 0..chunks {
+            if let Some(g) = &mut self.group {
+                g.reduce_to_first(&mut buf[at(c)])?;
+            }
+            let pending = match &mut self.leaders {
+                Some(leaders) => {
+                    let mut sums = self.spare.pop().unwrap_or_default();
+                    sums.clear();
+                    sums.extend_from_slice(&buf[at(c)]);
+                    Some(leaders.start_all_reduce(sums, ReduceOp::Sum)?)
+                }
+                None => None,
+            };
+            in_flight.push_back((at(c), pending));
+            if in_flight.len() > 1 {
+                let (range, pending) = in_flight.pop_front().expect("two in flight");
+                self.finish(&mut buf[range], pending, scale)?;
             }
         }
-        if let Some(g) = &mut self.group {
-            g.broadcast_from_first(&mut buf, self.wait_limit)?;
+        while let Some((range, pending)) = in_flight.pop_front() {
+            self.finish(&mut buf[range], pending, scale)?;
         }
         Ok(buf)
+    }
+
+    /// The leader takes a chunk's sum over every host from the leaders' ring; then the host's
+    /// ranks receive it from their leader.
+    fn finish(
+        &mut self,
+        chunk: &mut [f32],
+        pending: Option<PendingReduce>,
+        scale: Option<f32>,
+    ) -> Result<()> {
+        if let Some(pending) = pending {
+            let sums = pending.wait()?;
+            chunk.copy_from_slice(&sums);
+            if let Some(scale) = scale {
+                chunk.iter_mut().for_each(|v| *v *= scale);
+            }
+            self.spare.push(sums);
+        }
+        if let Some(g) = &mut self.group {
+            g.broadcast_from_first(chunk, self.wait_limit)?;
+        }
+        Ok(())
     }
 
     /// Tells the host's ranks and the other leaders that this rank gave up.

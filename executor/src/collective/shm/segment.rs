@@ -5,9 +5,10 @@
 //! as long as the ranks that map it.
 //!
 //! Layout: a header (magic, key, sizes, flags and one cache line per rank for its barrier
-//! counter), then two sets of per-rank slots of [`SLOT_FLOATS`] floats each, used by
-//! alternate pieces of a buffer so that one piece's copy-out overlaps the next piece's
-//! copy-in without a third barrier.
+//! counter), then three sets of per-rank slots of [`SLOT_FLOATS`] floats each, used by
+//! successive pieces of a buffer in turn, so that one barrier per piece suffices: while a rank
+//! copies piece k in, it sums its share of piece k−1 and copies piece k−2 out. A set's slots lie
+//! one after the other, so a broadcast can use a whole set as one area.
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,10 +22,10 @@ type Result<T> = std::result::Result<T, CommError>;
 pub const SLOT_FLOATS: usize = 256 * 1024;
 /// Most ranks of one host that share a segment; a host with more uses the TCP ring.
 pub const MAX_LOCAL_RANKS: usize = 64;
-/// Slot sets, used by alternate pieces.
-pub const SETS: usize = 2;
+/// Slot sets, used by successive pieces in turn.
+pub const SETS: usize = 3;
 
-const MAGIC: [u8; 8] = *b"RFSHMv01";
+const MAGIC: [u8; 8] = *b"RFSHMv02";
 const READY: u32 = 0x5244_5931;
 /// How often an attaching rank looks for the segment or its readiness.
 const ATTACH_POLL: Duration = Duration::from_millis(2);
@@ -302,13 +303,47 @@ impl Segment {
         self.ranks
     }
 
-    fn slot_ptr(&self, set: usize, rank: usize, range: &std::ops::Range<usize>) -> *mut f32 {
-        assert!(set < SETS && rank < self.ranks && range.start <= range.end);
-        assert!(range.end <= SLOT_FLOATS);
-        let offset = HEADER_BYTES + ((set * self.ranks + rank) * SLOT_FLOATS + range.start) * 4;
+    /// `range` of set `set`'s area, which holds rank 0's slot, then rank 1's, and so on.
+    fn area_ptr(&self, set: usize, range: &std::ops::Range<usize>) -> *mut f32 {
+        assert!(set < SETS && range.start <= range.end);
+        assert!(range.end <= self.ranks * SLOT_FLOATS);
+        let offset = HEADER_BYTES + (set * self.ranks * SLOT_FLOATS + range.start) * 4;
         debug_assert!(offset + range.len() * 4 <= self.len);
         // SAFETY: in bounds of the mapping, as checked above.
         unsafe { self.base.add(offset) as *mut f32 }
+    }
+
+    fn slot_ptr(&self, set: usize, rank: usize, range: &std::ops::Range<usize>) -> *mut f32 {
+        assert!(rank < self.ranks && range.start <= range.end && range.end <= SLOT_FLOATS);
+        let start = rank * SLOT_FLOATS;
+        self.area_ptr(set, &(start + range.start..start + range.end))
+    }
+
+    /// Floats in one set's area: one slot per rank.
+    pub fn area_floats(&self) -> usize {
+        self.ranks * SLOT_FLOATS
+    }
+
+    /// `range` of set `set`'s whole area (every rank's slot, in rank order), to read.
+    ///
+    /// # Safety
+    /// No rank may write that range until the caller's next barrier.
+    pub unsafe fn area(&self, set: usize, range: std::ops::Range<usize>) -> &[f32] {
+        let p = self.area_ptr(set, &range);
+        // SAFETY: in bounds; the caller guarantees nobody writes it meanwhile.
+        unsafe { std::slice::from_raw_parts(p, range.len()) }
+    }
+
+    /// `range` of set `set`'s whole area, to write.
+    ///
+    /// # Safety
+    /// No other rank may read or write that range until the caller's next barrier, and the
+    /// caller holds no other reference to it.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn area_mut(&self, set: usize, range: std::ops::Range<usize>) -> &mut [f32] {
+        let p = self.area_ptr(set, &range);
+        // SAFETY: in bounds; the caller guarantees exclusive access meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(p, range.len()) }
     }
 
     /// `range` of `rank`'s slot in `set`, to read.

@@ -71,7 +71,7 @@ fn data(rank: usize, len: usize) -> Vec<f32> {
 #[test]
 fn all_reduce_sums_exactly_for_odd_lengths_and_many_pieces() {
     for n in [2, 3, 4] {
-        let lens = [0, 1, 5, SLOT_FLOATS - 1, 2 * SLOT_FLOATS + 13];
+        let lens = [0, 1, 5, SLOT_FLOATS - 1, 5 * SLOT_FLOATS + 13];
         let out = on_each(host(&format!("sum{n}"), n, LONG), move |r, g| {
             let mut results = Vec::new();
             for len in lens {
@@ -105,15 +105,102 @@ fn all_reduce_sums_exactly_for_odd_lengths_and_many_pieces() {
     }
 }
 
+/// Broadcasts of several slot sets' worth, between reductions to the first rank, as the
+/// hierarchical all-reduce runs them: every piece goes through another set than the one before.
 #[test]
-fn broadcast_from_the_first_rank_reaches_every_rank() {
-    let len = SLOT_FLOATS + 3;
-    let out = on_each(host("bcast", 3, LONG), move |r, g| {
-        let mut buf = if r == 0 { data(9, len) } else { vec![0.0; len] };
-        g.broadcast_from_first(&mut buf, LONG).map(|_| buf)
+fn broadcast_and_reduce_to_first_interleave_across_slot_sets() {
+    let n = 3;
+    let lens = [7 * SLOT_FLOATS + 3, 1, SLOT_FLOATS + 1, 0, 2 * SLOT_FLOATS];
+    let out = on_each(host("bcast", n, LONG), move |r, g| {
+        let mut results = Vec::new();
+        for len in lens {
+            let mut buf = data(r, len);
+            g.reduce_to_first(&mut buf)?;
+            results.push(buf);
+            let mut buf = if r == 0 { data(9, len) } else { vec![0.0; len] };
+            g.broadcast_from_first(&mut buf, LONG)?;
+            results.push(buf);
+        }
+        Ok::<_, CommError>(results)
     });
-    for got in out {
-        assert_eq!(got.expect("broadcast succeeds"), data(9, len));
+    for (r, got) in out.into_iter().enumerate() {
+        let got = got.expect("reductions and broadcasts succeed");
+        for (k, len) in lens.iter().enumerate() {
+            let mut sum = vec![0.0f32; *len];
+            for q in 0..n {
+                sum.iter_mut().zip(data(q, *len)).for_each(|(w, v)| *w += v);
+            }
+            let reduced = if r == 0 { sum } else { data(r, *len) };
+            assert_eq!(got[2 * k], reduced, "reduction of {len} on rank {r}");
+            assert_eq!(
+                got[2 * k + 1],
+                data(9, *len),
+                "broadcast of {len} on rank {r}"
+            );
+        }
+    }
+}
+
+/// Four ranks on two simulated hosts, as `host::connect` joins them: a hierarchical all-reduce
+/// sums every rank's values on every rank (neither the leaders' ring nor the broadcast within a
+/// host may be skipped), for buffers of one chunk and of several, pipelined ones.
+#[test]
+fn a_hierarchical_all_reduce_sums_every_host_on_every_rank() {
+    use crate::collective::host::{HostConfig, connect};
+    use crate::collective::{Compression, RingConfig, RingListener};
+    let (n, secret) = (4, JobSecret::random());
+    let hosts: Vec<String> = ["a", "b", "a", "b"].iter().map(|h| h.to_string()).collect();
+    let listeners: Vec<RingListener> = (0..n)
+        .map(|_| RingListener::bind(([127, 0, 0, 1], 0).into()).expect("bound"))
+        .collect();
+    let addrs: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().to_string())
+        .collect();
+    let lens = [5, 2 * (2 << 20) + 3];
+    let ranks: Vec<_> = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, listener)| {
+            let cfg = RingConfig {
+                job_id: format!("hier-{}", std::process::id()),
+                rank,
+                peers: addrs.clone(),
+                secret: secret.clone(),
+                timeout: LONG,
+                backup_workers: 0,
+                compression: Compression::None,
+            };
+            let host = HostConfig {
+                hosts: hosts.clone(),
+                generation: 0,
+                shared_memory: true,
+            };
+            std::thread::spawn(move || {
+                let mut comm = connect(&listener, cfg, host).expect("joined");
+                let mut out = Vec::new();
+                for len in lens {
+                    for op in [ReduceOp::Sum, ReduceOp::Average] {
+                        let buf = comm.start_all_reduce(data(rank, len), op).unwrap();
+                        out.push(buf.wait().expect("all-reduce succeeds"));
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    for (r, h) in ranks.into_iter().enumerate() {
+        let got = h.join().unwrap();
+        for (k, len) in lens.iter().enumerate() {
+            let mut sum = vec![0.0f32; *len];
+            for q in 0..n {
+                sum.iter_mut().zip(data(q, *len)).for_each(|(w, v)| *w += v);
+            }
+            let bad = (0..*len).find(|&i| got[2 * k][i] != sum[i]);
+            assert_eq!(bad, None, "sum of {len} on rank {r}");
+            let bad = (0..*len).find(|&i| (got[2 * k + 1][i] - sum[i] / 4.0).abs() > 1e-4);
+            assert_eq!(bad, None, "average of {len} on rank {r}");
+        }
     }
 }
 
