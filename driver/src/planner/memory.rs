@@ -26,7 +26,7 @@
 
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelFootprint;
-use ringflow_proto::data::partition::{READ_BATCH_ROWS, read_ahead_chunks};
+use ringflow_proto::data::partition::{read_ahead_chunks, read_batch_rows};
 use ringflow_proto::data::{EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
 use ringflow_proto::size::format_bytes;
 use ringflow_proto::spec::JobSpec;
@@ -311,11 +311,11 @@ fn cache(spec: &JobSpec, share: u64) -> u64 {
 }
 
 /// The converted chunks in flight between the decoders and the training loop
-/// ([`read_ahead_chunks`]): each at most [`READ_BATCH_ROWS`] rows of `groups`.
+/// ([`read_ahead_chunks`]): each at most [`read_batch_rows`] rows of `groups`.
 fn read_ahead(groups: &[RowGroup], width: u64) -> u64 {
     let largest = groups.iter().map(|g| g.rows).max().unwrap_or(0);
-    let chunk = largest.min(READ_BATCH_ROWS as u64);
     let row = row_bytes(width);
+    let chunk = largest.min(read_batch_rows(row) as u64);
     (read_ahead_chunks(row) * chunk).saturating_mul(row)
 }
 
@@ -424,8 +424,9 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         let row = 4 * 785;
         assert_eq!(part(&e, "shuffle buffer"), 10_000 * row);
         assert_eq!(part(&e, "row-group cache"), 24_000_000);
-        // 2 decoders with 2 chunks of 4096 rows ready each, 1 being converted each, 1 being cut.
-        assert_eq!(part(&e, "read-ahead"), 7 * 4096 * row);
+        // Chunks of 166 rows (512 KiB): 2 decoders with 64 ready each (their 32 MiB), 1 being
+        // converted each, 1 being cut.
+        assert_eq!(part(&e, "read-ahead"), (2 * 65 + 1) * 166 * row);
         // 79,510 weights × (weights, gradients, buckets, adagrad's sum).
         assert_eq!(part(&e, "model and optimizer"), 4 * 79_510 * 4);
         // One 128-row step (no test split, so no evaluation batch to compare with).

@@ -157,16 +157,16 @@ impl EpochStream {
         }
         let w = self.width;
         let reserved = bounded(max_rows, self.planned_left);
-        let mut batch = Batch {
-            features: Vec::with_capacity(reserved.saturating_mul(w)),
-            labels: Vec::with_capacity(reserved),
-            ..Batch::default()
-        };
+        let mut batch = Batch::default();
+        if self.shuffle.is_some() {
+            batch.features = Vec::with_capacity(reserved.saturating_mul(w));
+            batch.labels = Vec::with_capacity(reserved);
+        }
         while batch.rows < max_rows {
             let got = if self.shuffle.is_some() {
                 self.take_shuffled(&mut batch, max_rows)?
             } else {
-                self.take_in_order(&mut batch, max_rows)?
+                self.take_in_order(&mut batch, max_rows, reserved)?
             };
             if !got {
                 break;
@@ -184,7 +184,8 @@ impl EpochStream {
             }
             match self.chunks.next_chunk(READ_DEADLINE)? {
                 Some(rows) => {
-                    self.current = rows;
+                    let used = std::mem::replace(&mut self.current, rows);
+                    self.chunks.recycle(used);
                     self.cursor = 0;
                     if let Some(s) = self.sequences.as_mut() {
                         s.offset = 0;
@@ -199,12 +200,31 @@ impl EpochStream {
         Ok(true)
     }
 
-    fn take_in_order(&mut self, batch: &mut Batch, max_rows: usize) -> Result<bool> {
+    /// Moves rows of the current chunk into `batch`, which `reserved` rows will fill.
+    fn take_in_order(
+        &mut self,
+        batch: &mut Batch,
+        max_rows: usize,
+        reserved: usize,
+    ) -> Result<bool> {
         if !self.ensure_rows()? {
             return Ok(false);
         }
         let w = self.width;
         let n = (self.current.rows - self.cursor).min(max_rows - batch.rows);
+        if self.cursor == 0 && n == self.current.rows && n == max_rows {
+            // The chunk is exactly the batch (the reader cuts chunks to the batch size where
+            // it can): hand its buffers over instead of copying them.
+            batch.features = std::mem::take(&mut self.current.features);
+            batch.labels = std::mem::take(&mut self.current.labels);
+            batch.rows = n;
+            self.cursor = n;
+            return Ok(true);
+        }
+        if batch.features.capacity() == 0 {
+            batch.features.reserve_exact(reserved.saturating_mul(w));
+            batch.labels.reserve_exact(reserved);
+        }
         let (a, b) = (self.cursor, self.cursor + n);
         batch
             .features
@@ -380,6 +400,7 @@ pub(crate) mod tests {
             cache: RowGroupCache::new(0),
             driver: None,
             images: None,
+            batch_rows: ringflow_proto::data::partition::READ_BATCH_ROWS,
         }
     }
 

@@ -434,6 +434,8 @@ fn read(case: &Case, parts: &[Partition]) -> crate::error::Result<Rows> {
         cache: RowGroupCache::new(if case.cache { 1 << 30 } else { 0 }),
         driver: None,
         images: None,
+        // Small batches, so that rows cross record batch boundaries.
+        batch_rows: 7,
     };
     let mut all = Rows::default();
     ctx.for_each_batch(parts, &AtomicBool::new(false), |batch, origin| {

@@ -32,6 +32,12 @@ pub struct ReadContext {
     pub driver: Option<Arc<DriverSource>>,
     /// The column of encoded images to decode (`data.image`).
     pub images: Option<Arc<ImageColumn>>,
+    /// Rows per record batch read from storage ([`read_batch_rows`] of the converted row;
+    /// [`READ_BATCH_ROWS`] where no conversion sizes it).
+    ///
+    /// [`read_batch_rows`]: ringflow_proto::data::partition::read_batch_rows
+    /// [`READ_BATCH_ROWS`]: ringflow_proto::data::partition::READ_BATCH_ROWS
+    pub batch_rows: usize,
 }
 
 /// Where a prepared batch came from, for error messages: a file and the row number of the
@@ -133,11 +139,25 @@ impl ReadContext {
         Ok(true)
     }
 
+    /// The local file of `p` when its rows may be read straight from the file's pages
+    /// ([`DirectReader`](crate::data::features::DirectReader)): no `data.sql`, no images, not
+    /// from the driver, and the row-group cache neither holds nor takes its row group.
+    pub fn direct_path(&self, p: &Partition) -> Option<std::path::PathBuf> {
+        if self.prep.is_some() || self.images.is_some() || self.driver.is_some() {
+            return None;
+        }
+        if self.cache.accepting() || self.cache.get(&p.path, p.row_group).is_some() {
+            return None;
+        }
+        ringflow_proto::data::Location::parse(&p.path)
+            .ok()?
+            .local_path()
+    }
+
     fn open(&self, p: &Partition, whole: bool) -> Result<PartitionReader> {
         let opened = match &self.driver {
             Some(d) => return d.open(p, &self.columns, whole),
-            None if whole => PartitionReader::open_row_group(p, &self.columns),
-            None => PartitionReader::open(p, &self.columns),
+            None => PartitionReader::open_rows(p, &self.columns, whole, self.batch_rows),
         };
         opened.map_err(|e| ExecutorError::data(e.what, e.message))
     }

@@ -8,21 +8,35 @@
 //! have — do not depend on which decoder finished first, while both decoders work ahead of it
 //! on both cores.
 //!
+//! A partition of a local file that neither `data.sql`, images nor the row-group cache involve
+//! is read straight from its pages into the chunks ([`DirectReader`]), in chunks that end where
+//! the plan's batches end (so that the loop can hand a chunk on as a batch without copying it);
+//! the first rows it cannot take, and every other partition, go through Arrow as before.
+//! Chunks are [`read_batch_rows`] rows (about [`READ_CHUNK_BYTES`]), small enough to stay in a
+//! core's cache while they are decoded and converted, and the loop hands each chunk back once
+//! it has used it, for a decoder to convert into again: reading allocates almost nothing.
+//!
 //! Memory is bounded in bytes: each decoder holds at most its share of [`READ_AHEAD_BYTES`] of
 //! converted chunks ready (at least one), besides the chunk it is converting
-//! ([`read_ahead_chunks`] counts them for the memory estimate).
+//! ([`read_ahead_chunks`] counts them for the memory estimate); the chunks kept for reuse are
+//! among those.
 //!
+//! [`DirectReader`]: crate::data::features::DirectReader
+//! [`read_batch_rows`]: ringflow_proto::data::partition::read_batch_rows
+//! [`READ_CHUNK_BYTES`]: ringflow_proto::data::partition::READ_CHUNK_BYTES
 //! [`read_ahead_chunks`]: ringflow_proto::data::partition::read_ahead_chunks
 //! [`READ_AHEAD_BYTES`]: ringflow_proto::data::partition::READ_AHEAD_BYTES
 //! [`READ_DECODERS`]: ringflow_proto::data::partition::READ_DECODERS
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ringflow_proto::data::partition::{READ_DECODERS, read_ahead_depth};
+use ringflow_proto::data::partition::{
+    READ_DECODERS, read_ahead_chunks, read_ahead_depth, read_batch_rows,
+};
 use ringflow_proto::pb::Partition;
 
 use crate::data::features::{Converter, Rows};
@@ -43,8 +57,40 @@ struct Decoder {
     thread: Option<JoinHandle<()>>,
 }
 
+/// Chunks the training loop has finished with, for the decoders to convert into again: once
+/// the buffers have grown, reading allocates (and the kernel maps) nothing new.
+#[derive(Debug)]
+struct ChunkPool {
+    free: Mutex<Vec<Rows>>,
+    /// The most chunks kept: no more than can be alive at once.
+    limit: usize,
+}
+
+impl ChunkPool {
+    /// An emptied chunk to convert into (a new one when none is kept).
+    fn take(&self) -> Rows {
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `rows` for reuse, unless it holds no buffer or enough are kept.
+    fn give(&self, rows: Rows) {
+        if rows.features.capacity() == 0 && rows.labels.capacity() == 0 {
+            return;
+        }
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < self.limit {
+            free.push(rows);
+        }
+    }
+}
+
 /// The converted chunks of an epoch's partitions, in plan order.
 pub struct ReadAhead {
+    pool: Arc<ChunkPool>,
     decoders: Vec<Decoder>,
     /// The partition whose chunks come next.
     next: usize,
@@ -54,32 +100,54 @@ pub struct ReadAhead {
 
 impl ReadAhead {
     /// Starts decoding `partitions` with `converter`, whose rows take about `row_bytes` bytes
-    /// once converted (this sizes the channels; see
-    /// [`READ_AHEAD_BYTES`](ringflow_proto::data::partition::READ_AHEAD_BYTES)).
+    /// once converted: this sizes the record batches read ([`read_batch_rows`]) and the
+    /// channels (see [`READ_AHEAD_BYTES`](ringflow_proto::data::partition::READ_AHEAD_BYTES)).
     pub fn start(
         partitions: &[Partition],
         converter: Arc<Converter>,
-        read: ReadContext,
+        mut read: ReadContext,
         row_bytes: u64,
     ) -> ReadAhead {
         let stop = Arc::new(AtomicBool::new(false));
         let depth = read_ahead_depth(row_bytes);
+        // Chunks of about READ_CHUNK_BYTES, and no larger than the caller asks for.
+        read.batch_rows = read_batch_rows(row_bytes).min(read.batch_rows.max(1));
+        let pool = Arc::new(ChunkPool {
+            free: Mutex::new(Vec::new()),
+            limit: read_ahead_chunks(row_bytes) as usize,
+        });
         let count = READ_DECODERS.min(partitions.len());
+        let starts: Vec<u64> = partitions
+            .iter()
+            .scan(0u64, |rows, p| {
+                let start = *rows;
+                *rows = rows.saturating_add(p.row_count);
+                Some(start)
+            })
+            .collect();
         let decoders = (0..count)
             .map(|k| {
-                let share: Vec<Partition> =
-                    partitions.iter().skip(k).step_by(count).cloned().collect();
+                // Each partition with the number of rows before it in the plan.
+                let share: Vec<(Partition, u64)> = partitions
+                    .iter()
+                    .zip(&starts)
+                    .skip(k)
+                    .step_by(count)
+                    .map(|(p, &start)| (p.clone(), start))
+                    .collect();
                 spawn(
                     k,
                     share,
                     converter.clone(),
                     read.clone(),
                     depth,
+                    pool.clone(),
                     stop.clone(),
                 )
             })
             .collect();
         ReadAhead {
+            pool,
             decoders,
             next: 0,
             partitions: partitions.len(),
@@ -118,6 +186,12 @@ impl ReadAhead {
         }
         Ok(None)
     }
+
+    /// Hands back a chunk that [`ReadAhead::next_chunk`] gave, once its rows are used, for a
+    /// decoder to convert into again.
+    pub fn recycle(&self, rows: Rows) {
+        self.pool.give(rows);
+    }
 }
 
 impl Drop for ReadAhead {
@@ -136,20 +210,22 @@ impl Drop for ReadAhead {
     }
 }
 
-/// Starts decoder `k` on its `share` of the partitions, with a channel of `depth` chunks.
+/// Starts decoder `k` on its `share` of the partitions, with a channel of `depth` chunks,
+/// converting into chunks from `pool`.
 fn spawn(
     k: usize,
-    share: Vec<Partition>,
+    share: Vec<(Partition, u64)>,
     converter: Arc<Converter>,
     read: ReadContext,
     depth: usize,
+    pool: Arc<ChunkPool>,
     stop: Arc<AtomicBool>,
 ) -> Decoder {
     let (tx, rx) = sync_channel(depth);
     let report = tx.clone();
     let thread = std::thread::Builder::new()
         .name(format!("ringflow-reader-{k}"))
-        .spawn(move || decode(&share, &converter, &read, &tx, &stop));
+        .spawn(move || decode(&share, &converter, &read, &tx, &pool, &stop));
     let thread = match thread {
         Ok(t) => Some(t),
         Err(e) => {
@@ -167,22 +243,36 @@ fn spawn(
     }
 }
 
+/// What a decoder needs besides its partitions.
+struct Work<'a> {
+    converter: &'a Converter,
+    read: &'a ReadContext,
+    tx: &'a SyncSender<Result<Piece>>,
+    pool: &'a ChunkPool,
+    stop: &'a AtomicBool,
+}
+
 /// Converts every batch of `share`, partition after partition, into `tx`; stops at the first
 /// error (sent in its place), when the receiver is gone, or when `stop` is set.
 fn decode(
-    share: &[Partition],
+    share: &[(Partition, u64)],
     converter: &Converter,
     read: &ReadContext,
     tx: &SyncSender<Result<Piece>>,
+    pool: &ChunkPool,
     stop: &AtomicBool,
 ) {
-    for p in share {
-        let result = read.for_each_batch(std::slice::from_ref(p), stop, |batch, origin| {
-            let rows = converter.convert(batch, origin.file, origin.first_row)?;
-            Ok(tx.send(Ok(Piece::Rows(rows))).is_ok())
-        });
-        let sent = match result {
-            Ok(()) => !stop.load(Ordering::Relaxed) && tx.send(Ok(Piece::End)).is_ok(),
+    let work = Work {
+        converter,
+        read,
+        tx,
+        pool,
+        stop,
+    };
+    for (p, start) in share {
+        let sent = match work.partition(p, *start) {
+            Ok(true) => !stop.load(Ordering::Relaxed) && tx.send(Ok(Piece::End)).is_ok(),
+            Ok(false) => false,
             Err(e) => {
                 let _ = tx.send(Err(e));
                 false
@@ -191,6 +281,70 @@ fn decode(
         if !sent {
             return;
         }
+    }
+}
+
+impl Work<'_> {
+    /// Sends the converted rows of `p`, which has `start` rows before it in the plan; false
+    /// once stopped or the receiver is gone.
+    fn partition(&self, p: &Partition, start: u64) -> Result<bool> {
+        let Some(done) = self.direct(p, start) else {
+            return Ok(false);
+        };
+        if done == p.row_count {
+            return Ok(true);
+        }
+        // The rest through Arrow: all of it, or from the first rows the direct reader could
+        // not take (which Arrow converts, or reports, as it always does).
+        let rest = Partition {
+            row_offset: p.row_offset + done,
+            row_count: p.row_count - done,
+            ..p.clone()
+        };
+        let mut open = true;
+        self.read
+            .for_each_batch(std::slice::from_ref(&rest), self.stop, |batch, origin| {
+                let mut rows = self.pool.take();
+                self.converter
+                    .convert_into(batch, origin.file, origin.first_row, &mut rows)?;
+                open = self.tx.send(Ok(Piece::Rows(rows))).is_ok();
+                Ok(open)
+            })?;
+        Ok(open && !self.stop.load(Ordering::Relaxed))
+    }
+
+    /// Sends the rows of `p` that the direct reader takes, from the first: how many (all,
+    /// or up to the first it cannot take, or none where it cannot read `p`), or `None` once
+    /// stopped or the receiver is gone.
+    fn direct(&self, p: &Partition, start: u64) -> Option<u64> {
+        let mut done = 0;
+        let Some(mut direct) = self
+            .read
+            .direct_path(p)
+            .and_then(|path| self.converter.open_direct(&path, p))
+        else {
+            return Some(0);
+        };
+        let batch = self.read.batch_rows.max(1) as u64;
+        while done < p.row_count {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            // Chunks end where the plan's batches of `batch` rows end, so that in-order
+            // batches are whole chunks.
+            let to_edge = batch - start.wrapping_add(done) % batch;
+            let n = (p.row_count - done).min(to_edge);
+            let mut rows = self.pool.take();
+            if !direct.read(self.converter, n as usize, &mut rows) {
+                self.pool.give(rows);
+                break;
+            }
+            if self.tx.send(Ok(Piece::Rows(rows))).is_err() {
+                return None;
+            }
+            done += n;
+        }
+        Some(done)
     }
 }
 

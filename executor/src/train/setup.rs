@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use ringflow_ml::nn::{ModelShape, SequenceOutput};
-use ringflow_proto::data::partition::unreadable;
+use ringflow_proto::data::partition::{READ_BATCH_ROWS, unreadable};
 use ringflow_proto::data::sequences::SequenceRules;
 use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_proto::data::{DataStats, Preprocessing};
@@ -115,6 +115,8 @@ pub fn prepare_data(
             .image
             .as_ref()
             .map(|i| Arc::new(ImageColumn::new(i, rayon::current_num_threads()))),
+        // The read-ahead sizes its record batches to the converted row.
+        batch_rows: READ_BATCH_ROWS,
     };
     let mut preprocessing = options.preprocessing.clone().unwrap_or_default();
     if options.collect_moments || options.collect_labels {

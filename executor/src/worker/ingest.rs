@@ -56,6 +56,9 @@ pub fn measure(spec: &IngestSpec) -> Result<IngestReport> {
         cache: RowGroupCache::new(0),
         driver: None,
         images: None,
+        // Chunks of whole batches where rows are narrow enough: each is handed over as a
+        // batch without a copy.
+        batch_rows: spec.batch,
     };
     let width = width(spec, &read)?;
     let converter = Converter::new(

@@ -8,7 +8,7 @@
 //! stops a query whose stream is dropped: its operators yield to the runtime cooperatively).
 
 use std::future::Future;
-use std::sync::mpsc::{RecvTimeoutError, sync_channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::time::Duration;
 
 use super::runtime::io_runtime;
@@ -35,6 +35,9 @@ pub enum DeadlineError {
     /// No thread could be started to run it.
     #[error("cannot be run: the OS refused a thread ({0})")]
     NoThread(String),
+    /// The helper thread stopped without an answer (its work panicked).
+    #[error("stopped without an answer: its thread ended (a bug in the decoder it ran)")]
+    Stopped,
 }
 
 /// The end of a sentence about a file whose read ran past [`READ_TIMEOUT`].
@@ -50,7 +53,53 @@ pub fn read_timed_out() -> String {
 pub fn read_failed(e: &DeadlineError) -> String {
     match e {
         DeadlineError::TimedOut { .. } => read_timed_out(),
-        DeadlineError::NoThread(_) => format!("cannot be read: {e}"),
+        DeadlineError::NoThread(_) | DeadlineError::Stopped => format!("cannot be read: {e}"),
+    }
+}
+
+/// An iterator advanced on a helper thread of its own, each item waited for at most a limit:
+/// the thread is started once, not once per item, so that a reader of many small batches
+/// pays for no thread starts (and its batches are allocated on one thread throughout).
+pub struct ThreadedIter<T> {
+    ask: SyncSender<()>,
+    answers: Receiver<Option<T>>,
+}
+
+impl<T: Send + 'static> ThreadedIter<T> {
+    /// Moves `iter` onto a new thread named `name`, which advances it once per
+    /// [`ThreadedIter::next`] and ends after its last item or once this is dropped.
+    pub fn start<I>(name: &str, mut iter: I) -> Result<ThreadedIter<T>, DeadlineError>
+    where
+        I: Iterator<Item = T> + Send + 'static,
+    {
+        let (ask, asked) = sync_channel::<()>(1);
+        let (answer, answers) = sync_channel(1);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while asked.recv().is_ok() {
+                    let item = iter.next();
+                    let last = item.is_none();
+                    if answer.send(item).is_err() || last {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| DeadlineError::NoThread(e.to_string()))?;
+        Ok(ThreadedIter { ask, answers })
+    }
+
+    /// The next item (`None` after the last), waited for at most `limit`. Past the limit the
+    /// thread is left to finish on its own, and this iterator must not be asked again.
+    pub fn next(&mut self, limit: Duration) -> Result<Option<T>, DeadlineError> {
+        if self.ask.send(()).is_err() {
+            return Err(DeadlineError::Stopped);
+        }
+        match self.answers.recv_timeout(limit) {
+            Ok(item) => Ok(item),
+            Err(RecvTimeoutError::Timeout) => Err(DeadlineError::TimedOut { limit }),
+            Err(RecvTimeoutError::Disconnected) => Err(DeadlineError::Stopped),
+        }
     }
 }
 
@@ -128,6 +177,35 @@ mod tests {
             "waited to the end"
         );
         assert!(read_failed(&e).contains("300 s"), "{}", read_failed(&e));
+    }
+
+    #[test]
+    fn a_threaded_iterator_answers_each_item_within_its_deadline() {
+        let mut it = ThreadedIter::start("test", 0..3).unwrap();
+        let limit = Duration::from_secs(5);
+        let got: Vec<_> = (0..4).map(|_| it.next(limit).unwrap()).collect();
+        assert_eq!(got, [Some(0), Some(1), Some(2), None]);
+        // After its last item the thread has ended.
+        assert_eq!(it.next(limit).unwrap_err(), DeadlineError::Stopped);
+        let slow = (0..2).map(|i| {
+            if i == 1 {
+                std::thread::sleep(Duration::from_secs(30));
+            }
+            i
+        });
+        let mut it = ThreadedIter::start("test", slow).unwrap();
+        assert_eq!(it.next(limit).unwrap(), Some(0));
+        let start = Instant::now();
+        let e = it.next(Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(e, DeadlineError::TimedOut { .. }), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "waited to the end"
+        );
+        let panics = (0..2).map(|i| if i == 1 { panic!("a decoder bug") } else { i });
+        let mut it = ThreadedIter::start("test", panics).unwrap();
+        assert_eq!(it.next(limit).unwrap(), Some(0));
+        assert_eq!(it.next(limit).unwrap_err(), DeadlineError::Stopped);
     }
 
     #[test]

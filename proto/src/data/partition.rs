@@ -33,8 +33,14 @@ use futures::stream::BoxStream;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-/// Rows decoded per record batch.
+/// Rows decoded per record batch, at most.
 pub const READ_BATCH_ROWS: usize = 4096;
+
+/// Bytes of converted rows (features and labels as `f32`) that one record batch is sized to
+/// ([`read_batch_rows`]): small enough that Parquet's level, index and value buffers and the
+/// converted chunk of one batch stay in a core's L2 cache between the decoding passes, large
+/// enough that the per-batch costs stay small.
+pub const READ_CHUNK_BYTES: u64 = 512 << 10;
 
 /// Threads that decode an executor's partitions ahead of its training loop. Partition `i` of an
 /// epoch goes to decoder `i % READ_DECODERS`, and the loop takes the partitions back in order,
@@ -45,16 +51,27 @@ pub const READ_DECODERS: usize = 2;
 /// ahead of the training loop, all together; each may always hold one chunk.
 pub const READ_AHEAD_BYTES: u64 = 64 << 20;
 
-/// Converted chunks of [`READ_BATCH_ROWS`] rows of `row_bytes` bytes that each decoder may hold
-/// ready: its share of [`READ_AHEAD_BYTES`], at least 1 and at most 16.
-pub fn read_ahead_depth(row_bytes: u64) -> usize {
-    let chunk = (READ_BATCH_ROWS as u64).saturating_mul(row_bytes.max(1));
-    let depth = READ_AHEAD_BYTES / (READ_DECODERS as u64) / chunk;
-    depth.clamp(1, 16) as usize
+/// The most chunks one decoder holds ready, whatever their size.
+const MAX_DEPTH: u64 = 256;
+
+/// Rows per record batch (and per converted chunk) for rows of `row_bytes` bytes once
+/// converted: about [`READ_CHUNK_BYTES`] of them, at least 1 and at most [`READ_BATCH_ROWS`].
+pub fn read_batch_rows(row_bytes: u64) -> usize {
+    let rows = READ_CHUNK_BYTES / row_bytes.max(1);
+    rows.clamp(1, READ_BATCH_ROWS as u64) as usize
 }
 
-/// The most converted chunks alive between the decoders and the training loop: those held
-/// ready, the one each decoder is converting, and the one the loop is cutting into batches.
+/// Converted chunks of [`read_batch_rows`] rows of `row_bytes` bytes that each decoder may
+/// hold ready: its share of [`READ_AHEAD_BYTES`], at least 1 and at most 256.
+pub fn read_ahead_depth(row_bytes: u64) -> usize {
+    let chunk = (read_batch_rows(row_bytes) as u64).saturating_mul(row_bytes.max(1));
+    let depth = READ_AHEAD_BYTES / (READ_DECODERS as u64) / chunk;
+    depth.clamp(1, MAX_DEPTH) as usize
+}
+
+/// The most converted chunks (of [`read_batch_rows`] rows) alive between the decoders and the
+/// training loop: those held ready, the one each decoder is converting, and the one the loop
+/// is cutting into batches.
 pub fn read_ahead_chunks(row_bytes: u64) -> u64 {
     (READ_DECODERS * (read_ahead_depth(row_bytes) + 1) + 1) as u64
 }
@@ -62,8 +79,11 @@ pub fn read_ahead_chunks(row_bytes: u64) -> u64 {
 /// Batches of a partition that arrive asynchronously (from an object store or the driver).
 pub type BatchStream = BoxStream<'static, std::result::Result<RecordBatch, String>>;
 
+/// A local file's batches, decoded on a helper thread of the reader's own.
+type LocalBatches = deadline::ThreadedIter<std::result::Result<RecordBatch, String>>;
+
 enum Source {
-    Local(ParquetRecordBatchReader),
+    Local(LocalBatches),
     Remote(BatchStream),
     /// Every batch was read.
     Done,
@@ -90,34 +110,42 @@ impl PartitionReader {
     /// Opens `partition`, reading only the named top-level columns; a missing column is an
     /// error that lists the file's columns.
     pub fn open(partition: &Partition, columns: &[String]) -> Result<PartitionReader> {
-        Self::open_rows(partition, columns, false)
+        Self::open_rows(partition, columns, false, READ_BATCH_ROWS)
     }
 
     /// Opens the whole row group that `partition` lies in (for caching it).
     pub fn open_row_group(partition: &Partition, columns: &[String]) -> Result<PartitionReader> {
-        Self::open_rows(partition, columns, true)
+        Self::open_rows(partition, columns, true, READ_BATCH_ROWS)
     }
 
-    fn open_rows(
+    /// Opens `partition` (its whole row group with `whole`) as [`PartitionReader::open`]
+    /// does, in record batches of `batch_rows` rows (at least 1; see [`read_batch_rows`]).
+    pub fn open_rows(
         partition: &Partition,
         columns: &[String],
         whole: bool,
+        batch_rows: usize,
     ) -> Result<PartitionReader> {
+        let batch_rows = batch_rows.max(1);
         let path = partition.path.clone();
         let fail = |m: String| DataError::new(path.clone(), m);
         let location = Location::parse(&path).map_err(|e| fail(e.message))?;
         let (p, c) = (partition.clone(), columns.to_vec());
         let (source, schema, first) = match location.local_path() {
             Some(local) => {
-                let opened =
-                    deadline::blocking(READ_TIMEOUT, move || open_local(&local, &p, &c, whole))
-                        .map_err(|e| fail(read_failed(&e)))?;
+                let opened = deadline::blocking(READ_TIMEOUT, move || {
+                    open_local(&local, &p, &c, whole, batch_rows)
+                })
+                .map_err(|e| fail(read_failed(&e)))?;
                 let (reader, schema, first) = opened.map_err(fail)?;
-                (Source::Local(reader), schema, first)
+                let batches = reader.map(|r| r.map_err(|e| e.to_string()));
+                let batches = deadline::ThreadedIter::start("ringflow-read", batches)
+                    .map_err(|e| fail(read_failed(&e)))?;
+                (Source::Local(batches), schema, first)
             }
             None => {
                 let opened = block_on_timeout(READ_TIMEOUT, async move {
-                    open_remote(location, &p, &c, whole).await
+                    open_remote(location, &p, &c, whole, batch_rows).await
                 })
                 .map_err(|e| fail(read_failed(&e)))?;
                 let (stream, schema, first) = opened.map_err(fail)?;
@@ -163,14 +191,11 @@ impl PartitionReader {
             )
         };
         let (next, source) = match std::mem::replace(&mut self.source, Source::Lost) {
-            Source::Local(mut reader) => {
-                let read = deadline::blocking(READ_TIMEOUT, move || (reader.next(), reader));
-                let (item, reader) =
-                    read.map_err(|e| DataError::new(path.clone(), read_failed(&e)))?;
-                (
-                    item.map(|r| r.map_err(|e| e.to_string())),
-                    Source::Local(reader),
-                )
+            Source::Local(mut batches) => {
+                let item = batches
+                    .next(READ_TIMEOUT)
+                    .map_err(|e| DataError::new(path.clone(), read_failed(&e)))?;
+                (item, Source::Local(batches))
             }
             Source::Remote(mut stream) => {
                 let read =
@@ -226,6 +251,7 @@ fn open_local(
     partition: &Partition,
     columns: &[String],
     whole: bool,
+    batch_rows: usize,
 ) -> std::result::Result<Opened<ParquetRecordBatchReader>, String> {
     let file = open_regular(path)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -242,7 +268,7 @@ fn open_local(
         .with_row_groups(vec![rows.group])
         .with_projection(mask)
         .with_row_selection(selection(&rows))
-        .with_batch_size(READ_BATCH_ROWS)
+        .with_batch_size(batch_rows)
         .build()
         .map_err(|e| format!("cannot be read: {e}"))?;
     let schema = reader.schema();
@@ -378,6 +404,7 @@ async fn open_remote(
     partition: &Partition,
     columns: &[String],
     whole: bool,
+    batch_rows: usize,
 ) -> std::result::Result<Opened<BatchStream>, String> {
     let size = location.size().await.map_err(|e| e.message)?;
     let mut reader = StoreReader::new(&location, size);
@@ -391,7 +418,7 @@ async fn open_remote(
         .with_row_groups(vec![rows.group])
         .with_projection(mask)
         .with_row_selection(selection(&rows))
-        .with_batch_size(READ_BATCH_ROWS)
+        .with_batch_size(batch_rows)
         .build()
         .map_err(|e| format!("cannot be read: {e}"))?;
     let schema = stream.schema().clone();
@@ -502,6 +529,31 @@ mod tests {
             .unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
+    }
+
+    #[test]
+    fn chunks_are_sized_in_bytes_within_their_row_and_depth_bounds() {
+        // MNIST: 784 pixels and a label, as f32.
+        let mnist = 4 * 785;
+        assert_eq!(read_batch_rows(mnist), 166);
+        assert_eq!(read_ahead_depth(mnist), 64);
+        assert_eq!(read_ahead_chunks(mnist), 2 * 65 + 1);
+        // Narrow rows stop at READ_BATCH_ROWS; rows wider than a chunk come one at a time,
+        // and each decoder holds at least one.
+        assert_eq!(read_batch_rows(8), READ_BATCH_ROWS);
+        assert_eq!(read_ahead_depth(8), 256);
+        assert_eq!(read_batch_rows(u64::MAX), 1);
+        assert_eq!(read_ahead_depth(u64::MAX), 1);
+        assert_eq!(read_batch_rows(0), READ_BATCH_ROWS);
+        // What one decoder holds ready stays within its share of READ_AHEAD_BYTES.
+        for row in [8, 100, mnist, 4 * 257, 1 << 20, 1 << 30] {
+            let ready = read_ahead_depth(row) as u64 * read_batch_rows(row) as u64 * row;
+            let one_chunk = read_batch_rows(row) as u64 * row;
+            assert!(
+                ready <= (READ_AHEAD_BYTES / 2).max(one_chunk),
+                "{row}: {ready}"
+            );
+        }
     }
 
     /// Mostly a number that fits the file (so that reads get going), sometimes one at the edge

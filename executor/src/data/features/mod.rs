@@ -277,15 +277,37 @@ impl Converter {
 
     /// Converts `batch`, whose first row is row `first_row` of `file`.
     pub fn convert(&self, batch: &RecordBatch, file: &str, first_row: u64) -> Result<Rows> {
+        let mut rows = Rows::default();
+        self.convert_into(batch, file, first_row, &mut rows)?;
+        Ok(rows)
+    }
+
+    /// Converts `batch` as [`Converter::convert`] does into `out`, whose buffers are reused
+    /// (what it held is replaced), so that a reader cycling a few chunks allocates nothing
+    /// once they have grown.
+    pub fn convert_into(
+        &self,
+        batch: &RecordBatch,
+        file: &str,
+        first_row: u64,
+        out: &mut Rows,
+    ) -> Result<()> {
         if let Some(s) = &self.sequences {
-            return s.convert(batch, file, first_row);
+            *out = s.convert(batch, file, first_row)?;
+            return Ok(());
         }
         let rows = batch.num_rows();
         let (shapes, width) = self.shapes(batch, file, first_row)?;
         if width != self.inputs {
             return Err(self.width_error(&shapes, width, file, first_row));
         }
-        let mut features = vec![0.0f32; rows * width];
+        out.rows = 0;
+        out.lengths.clear();
+        out.labels.clear();
+        // Every value is written below; filling first keeps this free of `unsafe` and costs
+        // a pass over memory the conversion is about to touch anyway.
+        out.features.clear();
+        out.features.resize(rows * width, 0.0);
         let mut offset = 0;
         for (name, shape) in self.features.iter().zip(&shapes) {
             let site = Site {
@@ -293,35 +315,28 @@ impl Converter {
                 column: name,
                 first_row,
             };
-            offset += self.write_column(shape, &mut features, width, offset, &site)?;
+            offset += self.write_column(shape, &mut out.features, width, offset, &site)?;
         }
         if let Some((mean, inv_std)) = &self.normalize {
-            for row in features.chunks_exact_mut(width) {
+            for row in out.features.chunks_exact_mut(width) {
                 for ((v, m), s) in row.iter_mut().zip(mean).zip(inv_std) {
                     *v = (*v - m) * s;
                 }
             }
         }
-        let labels = match &self.label {
-            None => Vec::new(),
-            Some(label) => {
-                let label_site = Site {
-                    file,
-                    column: label,
-                    first_row,
-                };
-                let label_col = batch.column_by_name(label).ok_or_else(|| {
-                    label_site.column_error("(data.label) is missing from the data")
-                })?;
-                self.labels(label_col, &label_site)?
-            }
-        };
-        Ok(Rows {
-            features,
-            labels,
-            rows,
-            lengths: Vec::new(),
-        })
+        if let Some(label) = &self.label {
+            let label_site = Site {
+                file,
+                column: label,
+                first_row,
+            };
+            let label_col = batch
+                .column_by_name(label)
+                .ok_or_else(|| label_site.column_error("(data.label) is missing from the data"))?;
+            self.labels(label_col, &label_site, &mut out.labels)?;
+        }
+        out.rows = rows;
+        Ok(())
     }
 
     /// The values each row of `batch` gives with this converter's feature columns (for a
@@ -423,71 +438,82 @@ impl Converter {
         }
     }
 
-    fn labels(&self, col: &ArrayRef, site: &Site<'_>) -> Result<Vec<f32>> {
+    /// Appends the label of every row of `col` to `out`, checked against the label kind.
+    fn labels(&self, col: &ArrayRef, site: &Site<'_>, out: &mut Vec<f32>) -> Result<()> {
         if let Some(i) = first_null(col.as_ref()) {
             return Err(site.error(i, "the label is null"));
         }
         if is_string(col.data_type()) {
-            let Some(classes) = &self.classes else {
-                return Err(site.column_error(
-                    "(data.label) holds strings, but no classes were found for it \
-                     (string labels need train.loss = \"cross_entropy\")",
-                ));
-            };
-            let values = string_values(col).map_err(|m| site.column_error(m))?;
-            let mut out = Vec::with_capacity(values.len());
-            for (r, v) in values.iter().enumerate() {
-                let v = v.as_deref().unwrap_or_default();
-                match classes.get(v) {
-                    Some(&i) => out.push(i as f32),
-                    None => {
-                        let mut names: Vec<(&String, &usize)> = classes.iter().collect();
-                        names.sort_by_key(|(_, i)| **i);
-                        let names: Vec<String> =
-                            names.into_iter().map(|(n, _)| n.clone()).collect();
-                        return Err(site.error(
-                            r,
-                            format!(
-                                "label {v:?} is not one of the classes ({})",
-                                preview(&names)
-                            ),
-                        ));
-                    }
-                }
-            }
-            return Ok(out);
+            return self.string_labels(col, site, out);
         }
-        let values: Vec<f64> = with_numeric!(col, arr => {
-            arr.values().iter().map(|v| v.as_f32() as f64).collect()
+        out.reserve(col.len());
+        with_numeric!(col, arr => {
+            for (r, v) in arr.values().iter().enumerate() {
+                let v = v.as_f32() as f64;
+                if !self.label_ok(v) {
+                    return Err(site.error(r, self.label_error(v)));
+                }
+                out.push(v as f32);
+            }
         }, {
             return Err(site.column_error(format!(
                 "(data.label) has type {}, but a label must be a number",
                 col.data_type()
             )));
         });
-        let mut out = Vec::with_capacity(values.len());
-        for (r, &v) in values.iter().enumerate() {
-            let ok = match self.label_kind {
-                LabelKind::Classes(n) => v.fract() == 0.0 && v >= 0.0 && v < n as f64,
-                LabelKind::Binary => (0.0..=1.0).contains(&v),
-                LabelKind::Regression => v.is_finite(),
-            };
-            if !ok {
-                let why = match self.label_kind {
-                    LabelKind::Classes(n) => format!(
-                        "label {v} is not one of the model's {n} classes (integers 0..={})",
-                        n.saturating_sub(1)
-                    ),
-                    LabelKind::Binary => {
-                        format!("label {v} is outside [0, 1] (binary cross-entropy)")
-                    }
-                    LabelKind::Regression => format!("label {v} is not a finite number"),
-                };
-                return Err(site.error(r, why));
-            }
-            out.push(v as f32);
+        Ok(())
+    }
+
+    /// Whether `v` is a label of this converter's kind.
+    fn label_ok(&self, v: f64) -> bool {
+        match self.label_kind {
+            LabelKind::Classes(n) => v.fract() == 0.0 && v >= 0.0 && v < n as f64,
+            LabelKind::Binary => (0.0..=1.0).contains(&v),
+            LabelKind::Regression => v.is_finite(),
         }
-        Ok(out)
+    }
+
+    /// Why `v` is not a label of this converter's kind.
+    fn label_error(&self, v: f64) -> String {
+        match self.label_kind {
+            LabelKind::Classes(n) => format!(
+                "label {v} is not one of the model's {n} classes (integers 0..={})",
+                n.saturating_sub(1)
+            ),
+            LabelKind::Binary => format!("label {v} is outside [0, 1] (binary cross-entropy)"),
+            LabelKind::Regression => format!("label {v} is not a finite number"),
+        }
+    }
+
+    /// Appends the class index of every string label of `col` to `out`.
+    fn string_labels(&self, col: &ArrayRef, site: &Site<'_>, out: &mut Vec<f32>) -> Result<()> {
+        let Some(classes) = &self.classes else {
+            return Err(site.column_error(
+                "(data.label) holds strings, but no classes were found for it \
+                 (string labels need train.loss = \"cross_entropy\")",
+            ));
+        };
+        let values = string_values(col).map_err(|m| site.column_error(m))?;
+        out.reserve(values.len());
+        for (r, v) in values.iter().enumerate() {
+            let v = v.as_deref().unwrap_or_default();
+            match classes.get(v) {
+                Some(&i) => out.push(i as f32),
+                None => {
+                    let mut names: Vec<(&String, &usize)> = classes.iter().collect();
+                    names.sort_by_key(|(_, i)| **i);
+                    let names: Vec<String> = names.into_iter().map(|(n, _)| n.clone()).collect();
+                    return Err(site.error(
+                        r,
+                        format!(
+                            "label {v:?} is not one of the classes ({})",
+                            preview(&names)
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -631,6 +657,9 @@ fn check_finite(
     Ok(())
 }
 
+mod direct;
 #[cfg(test)]
 mod tests;
 mod values;
+
+pub use direct::DirectReader;

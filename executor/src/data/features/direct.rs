@@ -1,0 +1,577 @@
+//! Feature and label columns read from a local Parquet file's pages straight into the `f32`
+//! chunk: the column chunks' levels and values are decoded into buffers that are reused chunk
+//! after chunk and converted in one pass, with no Arrow arrays (null bitmaps, list offsets,
+//! narrowed copies of the values) in between.
+//!
+//! Only plain data takes this path: numeric columns and lists of numbers, each one Parquet
+//! leaf, every value present, every row of a list column as long as the others. Anything else
+//! — a null, a ragged list, a value that is not finite, a label out of range, a column that is
+//! not there, an unreadable page — makes [`DirectReader::read`] answer `false`, and the caller
+//! reads the rest of the partition through Arrow, which converts it (or reports the problem)
+//! exactly as before.
+
+use std::path::Path;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::parquet::arrow::parquet_to_arrow_schema;
+use datafusion::parquet::column::reader::{ColumnReader, ColumnReaderImpl};
+use datafusion::parquet::data_type::{DoubleType, FloatType, Int32Type, Int64Type};
+use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+use ringflow_proto::data::local::open_regular;
+use ringflow_proto::pb::Partition;
+
+use super::Converter;
+use super::values::{copy_rows_by, may_be_non_finite};
+
+/// One Parquet leaf's reader and the buffer its values are decoded into.
+enum Leaf {
+    I32(ColumnReaderImpl<Int32Type>, Vec<i32>),
+    I64(ColumnReaderImpl<Int64Type>, Vec<i64>),
+    F32(ColumnReaderImpl<FloatType>, Vec<f32>),
+    F64(ColumnReaderImpl<DoubleType>, Vec<f64>),
+}
+
+/// One column being read: its leaf, the Arrow type its values have, and its level buffers.
+struct Column {
+    leaf: Leaf,
+    /// The Arrow type of the values (the list's items for a list column).
+    values: DataType,
+    /// A list column (repetition levels delimit its rows).
+    list: bool,
+    max_def: i16,
+    def: Vec<i16>,
+    rep: Vec<i16>,
+    /// Values per row in the chunk last read.
+    width: usize,
+}
+
+/// A partition's rows read chunk by chunk; see the module's documentation.
+pub struct DirectReader {
+    features: Vec<Column>,
+    label: Option<Column>,
+}
+
+impl Converter {
+    /// A direct reader of `partition` of the local file at `path`, positioned at its first
+    /// row; `None` where this converter's columns or the file do not allow one (the caller
+    /// then reads through Arrow).
+    pub fn open_direct(&self, path: &Path, partition: &Partition) -> Option<DirectReader> {
+        if self.sequences.is_some() || self.classes.is_some() {
+            return None;
+        }
+        // A regular file, opened without blocking (never a FIFO).
+        let file = open_regular(path).ok()?;
+        let reader = SerializedFileReader::new(file).ok()?;
+        let meta = reader.metadata();
+        let group = partition.row_group as usize;
+        let rows = meta.row_groups().get(group)?.num_rows() as u64;
+        if partition.row_offset.checked_add(partition.row_count)? > rows {
+            return None;
+        }
+        let descr = meta.file_metadata().schema_descr();
+        let arrow =
+            parquet_to_arrow_schema(descr, meta.file_metadata().key_value_metadata()).ok()?;
+        let row_group = reader.get_row_group(group).ok()?;
+        let open = |name: &str| -> Option<Column> {
+            let root = arrow.index_of(name).ok()?;
+            let (values, list) = match arrow.field(root).data_type() {
+                DataType::FixedSizeList(f, _) | DataType::List(f) | DataType::LargeList(f) => {
+                    (f.data_type().clone(), true)
+                }
+                t => (t.clone(), false),
+            };
+            if !super::is_numeric(&values) || values == DataType::Float16 {
+                return None;
+            }
+            let mut leaves =
+                (0..descr.num_columns()).filter(|&i| descr.get_column_root_idx(i) == root);
+            let leaf_index = leaves.next()?;
+            if leaves.next().is_some() {
+                return None;
+            }
+            let leaf_descr = descr.column(leaf_index);
+            if leaf_descr.max_rep_level() != i16::from(list) {
+                return None;
+            }
+            let leaf = match row_group.get_column_reader(leaf_index).ok()? {
+                ColumnReader::Int32ColumnReader(r) => Leaf::I32(r, Vec::new()),
+                ColumnReader::Int64ColumnReader(r) => Leaf::I64(r, Vec::new()),
+                ColumnReader::FloatColumnReader(r) => Leaf::F32(r, Vec::new()),
+                ColumnReader::DoubleColumnReader(r) => Leaf::F64(r, Vec::new()),
+                _ => return None,
+            };
+            let mut column = Column {
+                leaf,
+                values,
+                list,
+                max_def: leaf_descr.max_def_level(),
+                def: Vec::new(),
+                rep: Vec::new(),
+                width: 0,
+            };
+            column.skip(partition.row_offset as usize)?;
+            Some(column)
+        };
+        let features = self
+            .features
+            .iter()
+            .map(|name| open(name))
+            .collect::<Option<Vec<Column>>>()?;
+        let label = match &self.label {
+            Some(name) => {
+                let column = open(name)?;
+                if column.list {
+                    return None;
+                }
+                Some(column)
+            }
+            None => None,
+        };
+        Some(DirectReader { features, label })
+    }
+}
+
+impl DirectReader {
+    /// Reads the next `rows` rows into `out` with `converter` (the converter that opened
+    /// this reader); false, with `out` unspecified, where they are not plain data or cannot
+    /// be read (see the module's documentation).
+    pub fn read(&mut self, converter: &Converter, rows: usize, out: &mut super::Rows) -> bool {
+        let mut width = 0;
+        for c in &mut self.features {
+            if !c.read(rows) {
+                return false;
+            }
+            width += c.width;
+        }
+        if width != converter.inputs {
+            return false;
+        }
+        out.rows = 0;
+        out.lengths.clear();
+        out.labels.clear();
+        out.features.clear();
+        out.features.resize(rows * width, 0.0);
+        let mul = converter.multiplier;
+        let mut offset = 0;
+        for c in &self.features {
+            if !c.write(&mut out.features, width, offset, mul) {
+                return false;
+            }
+            offset += c.width;
+        }
+        if let Some((mean, inv_std)) = &converter.normalize {
+            for row in out.features.chunks_exact_mut(width) {
+                for ((v, m), s) in row.iter_mut().zip(mean).zip(inv_std) {
+                    *v = (*v - m) * s;
+                }
+            }
+        }
+        if let Some(label) = &mut self.label {
+            if !label.read(rows) {
+                return false;
+            }
+            out.labels.resize(rows, 0.0);
+            if !label.write(&mut out.labels, 1, 0, 1.0) {
+                return false;
+            }
+            if !out.labels.iter().all(|&v| converter.label_ok(f64::from(v))) {
+                return false;
+            }
+        }
+        out.rows = rows;
+        true
+    }
+}
+
+impl Column {
+    /// Skips `rows` rows; `None` where they cannot all be skipped.
+    fn skip(&mut self, rows: usize) -> Option<()> {
+        let skipped = match &mut self.leaf {
+            Leaf::I32(r, _) => r.skip_records(rows),
+            Leaf::I64(r, _) => r.skip_records(rows),
+            Leaf::F32(r, _) => r.skip_records(rows),
+            Leaf::F64(r, _) => r.skip_records(rows),
+        };
+        (skipped.ok()? == rows).then_some(())
+    }
+
+    /// Decodes the levels and values of the next `rows` rows; false unless every row is
+    /// there, every value is present and every row has as many values as the first.
+    fn read(&mut self, rows: usize) -> bool {
+        self.def.clear();
+        self.rep.clear();
+        let def = (self.max_def > 0).then_some(&mut self.def);
+        let rep = self.list.then_some(&mut self.rep);
+        let read = match &mut self.leaf {
+            Leaf::I32(r, v) => {
+                v.clear();
+                r.read_records(rows, def, rep, v)
+            }
+            Leaf::I64(r, v) => {
+                v.clear();
+                r.read_records(rows, def, rep, v)
+            }
+            Leaf::F32(r, v) => {
+                v.clear();
+                r.read_records(rows, def, rep, v)
+            }
+            Leaf::F64(r, v) => {
+                v.clear();
+                r.read_records(rows, def, rep, v)
+            }
+        };
+        let Ok((records, values, levels)) = read else {
+            return false;
+        };
+        if records != rows || values != levels || rows == 0 {
+            return false;
+        }
+        if self.max_def > 0 && self.def.iter().any(|&d| d != self.max_def) {
+            return false;
+        }
+        if !self.list {
+            self.width = 1;
+            return values == rows;
+        }
+        // Every row starts a record (level 0) and continues it (level 1) for `width` values.
+        if values % rows != 0 {
+            return false;
+        }
+        self.width = values / rows;
+        self.width > 0
+            && self
+                .rep
+                .chunks_exact(self.width)
+                .all(|row| row[0] == 0 && row[1..].iter().all(|&r| r == 1))
+    }
+
+    /// Writes the values last read at `offset` of each `stride`-wide row of `out`, times
+    /// `mul`, as Arrow would have typed them; false where one is not finite.
+    fn write(&self, out: &mut [f32], stride: usize, offset: usize, mul: f32) -> bool {
+        let w = self.width;
+        match (&self.leaf, &self.values) {
+            (Leaf::I32(_, v), DataType::Int8) => {
+                copy_rows_by(v, |x| x as i8 as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I32(_, v), DataType::Int16) => {
+                copy_rows_by(v, |x| x as i16 as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I32(_, v), DataType::UInt8) => {
+                copy_rows_by(v, |x| x as u8 as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I32(_, v), DataType::UInt16) => {
+                copy_rows_by(v, |x| x as u16 as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I32(_, v), DataType::UInt32) => {
+                copy_rows_by(v, |x| x as u32 as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I32(_, v), DataType::Int32) => {
+                copy_rows_by(v, |x| x as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I64(_, v), DataType::UInt64) => {
+                copy_rows_by(v, |x| x as u64 as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::I64(_, v), DataType::Int64) => {
+                copy_rows_by(v, |x| x as f32, w, out, stride, offset, mul)
+            }
+            (Leaf::F32(_, v), DataType::Float32) => {
+                copy_rows_by(v, |x| x, w, out, stride, offset, mul)
+            }
+            (Leaf::F64(_, v), DataType::Float64) => {
+                copy_rows_by(v, |x| x as f32, w, out, stride, offset, mul)
+            }
+            // Another Arrow type on this leaf (a date, a decimal): Arrow converts it.
+            _ => return false,
+        }
+        if !may_be_non_finite(&self.values, mul) {
+            return true;
+        }
+        out.chunks_exact(stride)
+            .all(|row| row[offset..offset + w].iter().all(|v| v.is_finite()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{
+        ArrayRef, FixedSizeListArray, Float32Array, Float64Array, Int8Array, Int16Array,
+        Int32Array, Int64Array, ListArray, UInt8Array, UInt16Array, UInt32Array, UInt64Array,
+    };
+    use datafusion::arrow::datatypes::{Field, Float32Type, Schema};
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::WriterProperties;
+
+    use super::*;
+    use crate::data::features::{LabelKind, Rows};
+    use crate::data::read_ahead::ReadAhead;
+
+    /// Scalar columns of every numeric type, a fixed-size list of bytes, a list of floats
+    /// (whose item `null_at` is null, if any) and a label `y`, in row groups of 100 rows of
+    /// pages of 16 rows.
+    fn write(path: &Path, rows: usize, null_at: Option<usize>) {
+        let n = rows as i64;
+        let byte = |i: i64| (i * 37 % 256) as u8;
+        let items: Vec<Option<Vec<Option<f32>>>> = (0..n)
+            .map(|i| {
+                let item = |k: i64| Some(i as f32 * 0.5 - k as f32);
+                let row = vec![
+                    item(0),
+                    if null_at == Some(i as usize) {
+                        None
+                    } else {
+                        item(1)
+                    },
+                ];
+                Some(row)
+            })
+            .collect();
+        let px: Vec<u8> = (0..3 * n).map(byte).collect();
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "i8",
+                Arc::new(Int8Array::from_iter_values(
+                    (0..n).map(|i| (i % 250 - 125) as i8),
+                )),
+            ),
+            (
+                "i16",
+                Arc::new(Int16Array::from_iter_values(
+                    (0..n).map(|i| (i * 300 - 9000) as i16),
+                )),
+            ),
+            (
+                "u8",
+                Arc::new(UInt8Array::from_iter_values((0..n).map(byte))),
+            ),
+            (
+                "u16",
+                Arc::new(UInt16Array::from_iter_values(
+                    (0..n).map(|i| (i * 999) as u16),
+                )),
+            ),
+            (
+                "u32",
+                Arc::new(UInt32Array::from_iter_values(
+                    (0..n).map(|i| u32::MAX - i as u32),
+                )),
+            ),
+            (
+                "i32",
+                Arc::new(Int32Array::from_iter_values(
+                    (0..n).map(|i| i as i32 * -70_001),
+                )),
+            ),
+            (
+                "i64",
+                Arc::new(Int64Array::from_iter_values((0..n).map(|i| i << 40))),
+            ),
+            (
+                "u64",
+                Arc::new(UInt64Array::from_iter_values(
+                    (0..n).map(|i| u64::MAX - i as u64),
+                )),
+            ),
+            (
+                "f32",
+                Arc::new(Float32Array::from_iter_values(
+                    (0..n).map(|i| i as f32 / 3.0),
+                )),
+            ),
+            (
+                "f64",
+                Arc::new(Float64Array::from_iter_values(
+                    (0..n).map(|i| i as f64 / 7.0),
+                )),
+            ),
+            (
+                "px",
+                Arc::new(FixedSizeListArray::new(
+                    Arc::new(Field::new("item", DataType::UInt8, false)),
+                    3,
+                    Arc::new(UInt8Array::from(px)),
+                    None,
+                )),
+            ),
+            (
+                "list",
+                Arc::new(ListArray::from_iter_primitive::<Float32Type, _, _>(items)),
+            ),
+            (
+                "y",
+                Arc::new(Int64Array::from_iter_values((0..n).map(|i| i % 10))),
+            ),
+        ];
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(name, a)| Field::new(*name, a.data_type().clone(), true))
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            columns.into_iter().map(|(_, a)| a).collect(),
+        )
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(100))
+            .set_data_page_row_count_limit(16)
+            .set_write_batch_size(16)
+            .build();
+        let file = std::fs::File::create(path).unwrap();
+        let mut w = ArrowWriter::try_new(file, schema, Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+
+    const FEATURES: [&str; 12] = [
+        "i8", "i16", "u8", "u16", "u32", "i32", "i64", "u64", "f32", "f64", "px", "list",
+    ];
+
+    fn converter() -> Converter {
+        let names: Vec<String> = FEATURES.iter().map(|s| s.to_string()).collect();
+        Converter::new(&names, Some("y"), LabelKind::Classes(10), Some(255.0), 15)
+    }
+
+    /// The rows of `p` through Arrow (as the converter always read them).
+    fn through_arrow(c: &Converter, p: &Partition) -> Rows {
+        let mut reader =
+            ringflow_proto::data::partition::PartitionReader::open(p, &c.columns()).unwrap();
+        let mut all = Rows::default();
+        while let Some((batch, first)) = reader.next_batch().unwrap() {
+            let r = c.convert(&batch, &p.path, first).unwrap();
+            all.features.extend(r.features);
+            all.labels.extend(r.labels);
+            all.rows += r.rows;
+        }
+        all
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    #[test]
+    fn direct_rows_are_bit_exact_with_arrow_for_every_numeric_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, 250, None);
+        let c = converter();
+        // Part of a row group, read in chunks that cross its pages.
+        let p = Partition {
+            path: path.display().to_string(),
+            row_group: 1,
+            row_offset: 13,
+            row_count: 77,
+            file_row_start: 100,
+        };
+        let mut direct = c.open_direct(&path, &p).expect("plain data reads directly");
+        let (mut got, mut chunk) = (Rows::default(), Rows::default());
+        let mut left = 77;
+        while left > 0 {
+            let n = left.min(9);
+            assert!(direct.read(&c, n, &mut chunk), "{n} rows of {left}");
+            assert_eq!((chunk.rows, chunk.features.len()), (n, 15 * n));
+            got.features.extend_from_slice(&chunk.features);
+            got.labels.extend_from_slice(&chunk.labels);
+            left -= n;
+        }
+        let want = through_arrow(&c, &p);
+        assert_eq!(want.rows, 77);
+        assert_eq!(bits(&got.features), bits(&want.features));
+        assert_eq!(bits(&got.labels), bits(&want.labels));
+        // Nothing is left of the partition's rows in the row group but the rest of it.
+        assert!(direct.read(&c, 10, &mut chunk));
+        assert!(!direct.read(&c, 11, &mut chunk), "past the row group");
+    }
+
+    #[test]
+    fn rows_that_are_not_plain_data_are_left_to_arrow() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, 100, Some(40));
+        let c = converter();
+        let p = Partition {
+            path: path.display().to_string(),
+            row_group: 0,
+            row_offset: 0,
+            row_count: 100,
+            file_row_start: 0,
+        };
+        let mut direct = c.open_direct(&path, &p).unwrap();
+        let mut chunk = Rows::default();
+        assert!(direct.read(&c, 40, &mut chunk));
+        assert!(!direct.read(&c, 10, &mut chunk), "row 40 holds a null");
+        // A label out of range, a model of another width, string classes: no direct read.
+        let narrow = Converter::new(&["u8".into()], Some("y"), LabelKind::Classes(5), None, 1);
+        let mut direct = narrow.open_direct(&path, &p).unwrap();
+        assert!(direct.read(&narrow, 5, &mut chunk));
+        assert!(!direct.read(&narrow, 1, &mut chunk), "label 5 of 5 classes");
+        let wide = Converter::new(&["u8".into()], Some("y"), LabelKind::Classes(10), None, 2);
+        assert!(
+            !wide
+                .open_direct(&path, &p)
+                .unwrap()
+                .read(&wide, 5, &mut chunk)
+        );
+        let missing = Converter::new(&["nope".into()], None, LabelKind::Regression, None, 1);
+        assert!(missing.open_direct(&path, &p).is_none());
+        let beyond = Partition {
+            row_count: 101,
+            ..p.clone()
+        };
+        assert!(c.open_direct(&path, &beyond).is_none());
+    }
+
+    /// Every row until the end or the first error, as the read-ahead hands them over.
+    fn drain(c: &Converter, partitions: &[Partition], cache: usize) -> (Vec<u32>, Option<String>) {
+        let read = crate::data::partitions::ReadContext {
+            columns: c.columns(),
+            cache: crate::data::cache::RowGroupCache::new(cache),
+            ..crate::data::batches::tests::read_context()
+        };
+        // Rows of a size that makes chunks of 7 rows, which cross pages and row groups.
+        let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
+        let mut r = ReadAhead::start(partitions, Arc::new(c.clone()), read, row_bytes);
+        let mut got = Vec::new();
+        loop {
+            match r.next_chunk(std::time::Duration::from_secs(60)) {
+                Ok(Some(rows)) => got.extend(bits(&rows.features)),
+                Ok(None) => return (got, None),
+                Err(e) => return (got, Some(e.to_string())),
+            }
+        }
+    }
+
+    #[test]
+    fn the_read_ahead_gives_what_arrow_gives_up_to_the_same_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, 250, Some(170));
+        let partitions: Vec<Partition> = (0..3)
+            .map(|g| Partition {
+                path: path.display().to_string(),
+                row_group: g,
+                row_offset: 0,
+                row_count: if g == 2 { 50 } else { 100 },
+                file_row_start: 100 * g as u64,
+            })
+            .collect();
+        let c = converter();
+        // A cache that takes the row groups keeps the reads on Arrow.
+        let (want, want_error) = drain(&c, &partitions, 1 << 30);
+        let (got, error) = drain(&c, &partitions, 0);
+        // The same rows up to the chunk that holds row 170 (chunks end at other rows on the
+        // two paths: the direct one cuts them at the plan's batch edges, 168 here).
+        assert_eq!((got.len(), want.len()), (168 * 15, 170 * 15));
+        assert!(want.starts_with(&got));
+        let error = error.expect("row 170 holds a null");
+        assert_eq!(Some(&error), want_error.as_ref());
+        assert!(error.contains("column `list` row 170"), "{error}");
+        // Without the null, every row of both paths.
+        write(&path, 250, None);
+        let (want, _) = drain(&c, &partitions, 1 << 30);
+        assert_eq!(drain(&c, &partitions, 0), (want, None));
+    }
+}
