@@ -187,11 +187,10 @@ mod tests {
         assert_eq!(got, [Some(0), Some(1), Some(2), None]);
         // After its last item the thread has ended.
         assert_eq!(it.next(limit).unwrap_err(), DeadlineError::Stopped);
-        let slow = (0..2).map(|i| {
+        let slow = (0..2).inspect(|&i| {
             if i == 1 {
                 std::thread::sleep(Duration::from_secs(30));
             }
-            i
         });
         let mut it = ThreadedIter::start("test", slow).unwrap();
         assert_eq!(it.next(limit).unwrap(), Some(0));

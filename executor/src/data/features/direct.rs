@@ -308,28 +308,10 @@ mod tests {
     use crate::data::features::{LabelKind, Rows};
     use crate::data::read_ahead::ReadAhead;
 
-    /// Scalar columns of every numeric type, a fixed-size list of bytes, a list of floats
-    /// (whose item `null_at` is null, if any) and a label `y`, in row groups of 100 rows of
-    /// pages of 16 rows.
-    fn write(path: &Path, rows: usize, null_at: Option<usize>) {
-        let n = rows as i64;
+    /// One scalar column of every numeric type, `n` rows, named by its type.
+    fn scalar_columns(n: i64) -> Vec<(&'static str, ArrayRef)> {
         let byte = |i: i64| (i * 37 % 256) as u8;
-        let items: Vec<Option<Vec<Option<f32>>>> = (0..n)
-            .map(|i| {
-                let item = |k: i64| Some(i as f32 * 0.5 - k as f32);
-                let row = vec![
-                    item(0),
-                    if null_at == Some(i as usize) {
-                        None
-                    } else {
-                        item(1)
-                    },
-                ];
-                Some(row)
-            })
-            .collect();
-        let px: Vec<u8> = (0..3 * n).map(byte).collect();
-        let columns: Vec<(&str, ArrayRef)> = vec![
+        vec![
             (
                 "i8",
                 Arc::new(Int8Array::from_iter_values(
@@ -386,6 +368,32 @@ mod tests {
                     (0..n).map(|i| i as f64 / 7.0),
                 )),
             ),
+        ]
+    }
+
+    /// Scalar columns of every numeric type, a fixed-size list of bytes, a list of floats
+    /// (whose item `null_at` is null, if any) and a label `y`, in row groups of 100 rows of
+    /// pages of 16 rows.
+    fn write(path: &Path, rows: usize, null_at: Option<usize>) {
+        let n = rows as i64;
+        let byte = |i: i64| (i * 37 % 256) as u8;
+        let items: Vec<Option<Vec<Option<f32>>>> = (0..n)
+            .map(|i| {
+                let item = |k: i64| Some(i as f32 * 0.5 - k as f32);
+                let row = vec![
+                    item(0),
+                    if null_at == Some(i as usize) {
+                        None
+                    } else {
+                        item(1)
+                    },
+                ];
+                Some(row)
+            })
+            .collect();
+        let px: Vec<u8> = (0..3 * n).map(byte).collect();
+        let mut columns = scalar_columns(n);
+        columns.extend::<Vec<(&str, ArrayRef)>>(vec![
             (
                 "px",
                 Arc::new(FixedSizeListArray::new(
@@ -403,7 +411,7 @@ mod tests {
                 "y",
                 Arc::new(Int64Array::from_iter_values((0..n).map(|i| i % 10))),
             ),
-        ];
+        ]);
         let fields: Vec<Field> = columns
             .iter()
             .map(|(name, a)| Field::new(*name, a.data_type().clone(), true))
