@@ -146,11 +146,7 @@ impl DirectReader {
         if width != converter.inputs {
             return false;
         }
-        out.rows = 0;
-        out.lengths.clear();
-        out.labels.clear();
-        out.features.clear();
-        out.features.resize(rows * width, 0.0);
+        out.reset(rows * width);
         let mul = converter.multiplier;
         let mut offset = 0;
         for c in &self.features {
@@ -159,13 +155,7 @@ impl DirectReader {
             }
             offset += c.width;
         }
-        if let Some((mean, inv_std)) = &converter.normalize {
-            for row in out.features.chunks_exact_mut(width) {
-                for ((v, m), s) in row.iter_mut().zip(mean).zip(inv_std) {
-                    *v = (*v - m) * s;
-                }
-            }
-        }
+        converter.standardize(&mut out.features, width);
         if let Some(label) = &mut self.label {
             if !label.read(rows) {
                 return false;
@@ -223,10 +213,9 @@ impl Column {
         let Ok((records, values, levels)) = read else {
             return false;
         };
+        // As many values as levels: every value is present (a null or an empty list has a
+        // level and no value).
         if records != rows || values != levels || rows == 0 {
-            return false;
-        }
-        if self.max_def > 0 && self.def.iter().any(|&d| d != self.max_def) {
             return false;
         }
         if !self.list {

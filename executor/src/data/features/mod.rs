@@ -41,6 +41,19 @@ pub struct Rows {
     pub lengths: Vec<usize>,
 }
 
+impl Rows {
+    /// Empties these rows for a conversion that writes `values` feature values, keeping the
+    /// buffers. Every value is then written; filling with zeros first keeps this free of
+    /// `unsafe` and costs a pass over memory the conversion is about to touch anyway.
+    fn reset(&mut self, values: usize) {
+        self.rows = 0;
+        self.lengths.clear();
+        self.labels.clear();
+        self.features.clear();
+        self.features.resize(values, 0.0);
+    }
+}
+
 /// Converts record batches with the configured feature and label columns.
 #[derive(Clone, Debug)]
 pub struct Converter {
@@ -301,13 +314,7 @@ impl Converter {
         if width != self.inputs {
             return Err(self.width_error(&shapes, width, file, first_row));
         }
-        out.rows = 0;
-        out.lengths.clear();
-        out.labels.clear();
-        // Every value is written below; filling first keeps this free of `unsafe` and costs
-        // a pass over memory the conversion is about to touch anyway.
-        out.features.clear();
-        out.features.resize(rows * width, 0.0);
+        out.reset(rows * width);
         let mut offset = 0;
         for (name, shape) in self.features.iter().zip(&shapes) {
             let site = Site {
@@ -317,13 +324,7 @@ impl Converter {
             };
             offset += self.write_column(shape, &mut out.features, width, offset, &site)?;
         }
-        if let Some((mean, inv_std)) = &self.normalize {
-            for row in out.features.chunks_exact_mut(width) {
-                for ((v, m), s) in row.iter_mut().zip(mean).zip(inv_std) {
-                    *v = (*v - m) * s;
-                }
-            }
-        }
+        self.standardize(&mut out.features, width);
         if let Some(label) = &self.label {
             let label_site = Site {
                 file,
@@ -343,6 +344,17 @@ impl Converter {
     /// reader that learns the width from the data, as `bench ingest` does).
     pub fn width_of(&self, batch: &RecordBatch, file: &str, first_row: u64) -> Result<usize> {
         Ok(self.shapes(batch, file, first_row)?.1)
+    }
+
+    /// Applies `normalize = "standard"` (if set) to `features`, rows of `width` values.
+    fn standardize(&self, features: &mut [f32], width: usize) {
+        if let Some((mean, inv_std)) = &self.normalize {
+            for row in features.chunks_exact_mut(width) {
+                for ((v, m), s) in row.iter_mut().zip(mean).zip(inv_std) {
+                    *v = (*v - m) * s;
+                }
+            }
+        }
     }
 
     /// Each feature column's shape in `batch`, and the values a row gives in all.
