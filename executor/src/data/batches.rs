@@ -401,6 +401,7 @@ pub(crate) mod tests {
             driver: None,
             images: None,
             batch_rows: ringflow_proto::data::partition::READ_BATCH_ROWS,
+            direct: true,
         }
     }
 

@@ -6,6 +6,10 @@
 //! their partitions out of the cache instead of reading files. Row groups that do not fit are
 //! streamed from storage every epoch as usual; memory never exceeds the budget plus the
 //! shuffle buffer.
+//!
+//! Plain numeric row groups of local files bypass the cache: the read-ahead's direct reader
+//! decodes their pages every epoch about as fast as their cached columns would convert
+//! ([`ReadContext::direct_path`](crate::data::partitions::ReadContext::direct_path)).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -19,7 +19,7 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::file::properties::WriterProperties;
+use datafusion::parquet::file::properties::{WriterProperties, WriterVersion};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use ringflow_proto::pb::Partition;
@@ -27,6 +27,7 @@ use ringflow_proto::pb::Partition;
 use crate::data::cache::RowGroupCache;
 use crate::data::features::{Converter, LabelKind, Rows};
 use crate::data::partitions::ReadContext;
+use crate::data::read_ahead::ReadAhead;
 use crate::fuzz::config;
 
 /// A value as written: the type decides how it is stored.
@@ -180,6 +181,11 @@ struct Case {
     /// Cut points inside each row group (fractions), making several partitions of one group.
     cuts: Vec<prop::sample::Index>,
     cache: bool,
+    /// Read through the read-ahead, whose direct reader decodes the pages itself, instead of
+    /// through Arrow alone.
+    direct: bool,
+    /// How the pages are written: rows per page, dictionary encoding, data pages v2.
+    pages: (usize, bool, bool),
 }
 
 /// A label column of `kind`: with `defects`, some bad values (mostly just outside the kind's
@@ -253,9 +259,11 @@ fn case() -> impl Strategy<Value = Case> {
             1usize..50,
             prop::collection::vec(any::<prop::sample::Index>(), 0..3),
             any::<bool>(),
+            any::<bool>(),
+            (1usize..40, any::<bool>(), any::<bool>()),
         )
             .prop_map(
-                |(features, label, kind, scale, group_rows, cuts, cache)| Case {
+                |(features, label, kind, scale, group_rows, cuts, cache, direct, pages)| Case {
                     features,
                     label,
                     kind,
@@ -263,6 +271,8 @@ fn case() -> impl Strategy<Value = Case> {
                     group_rows,
                     cuts,
                     cache,
+                    direct,
+                    pages,
                 },
             )
     })
@@ -383,8 +393,17 @@ fn write(case: &Case, path: &std::path::Path) -> Vec<u64> {
         .collect();
     let schema = Arc::new(Schema::new(fields));
     let batch = RecordBatch::try_new(schema.clone(), arrays).unwrap();
+    let (page_rows, dictionary, v2) = case.pages;
     let props = WriterProperties::builder()
         .set_max_row_group_row_count(Some(case.group_rows))
+        .set_data_page_row_count_limit(page_rows)
+        .set_write_batch_size(page_rows)
+        .set_dictionary_enabled(dictionary)
+        .set_writer_version(if v2 {
+            WriterVersion::PARQUET_2_0
+        } else {
+            WriterVersion::PARQUET_1_0
+        })
         .build();
     let file = std::fs::File::create(path).unwrap();
     let mut w = ArrowWriter::try_new(file, schema, Some(props)).unwrap();
@@ -436,7 +455,11 @@ fn read(case: &Case, parts: &[Partition]) -> crate::error::Result<Rows> {
         images: None,
         // Small batches, so that rows cross record batch boundaries.
         batch_rows: 7,
+        direct: true,
     };
+    if case.direct {
+        return read_ahead(&conv, ctx, parts);
+    }
     let mut all = Rows::default();
     ctx.for_each_batch(parts, &AtomicBool::new(false), |batch, origin| {
         let r = conv.convert(batch, origin.file, origin.first_row)?;
@@ -445,6 +468,26 @@ fn read(case: &Case, parts: &[Partition]) -> crate::error::Result<Rows> {
         all.rows += r.rows;
         Ok(true)
     })?;
+    Ok(all)
+}
+
+/// Every row of the partitions as the training loop gets them: through the read-ahead, which
+/// reads plain row groups straight from their pages and hands the rest to Arrow.
+fn read_ahead(
+    conv: &Converter,
+    ctx: ReadContext,
+    parts: &[Partition],
+) -> crate::error::Result<Rows> {
+    // Rows of a size that makes chunks of 7 rows, which cross pages and row groups.
+    let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
+    let mut r = ReadAhead::start(parts, Arc::new(conv.clone()), ctx, row_bytes);
+    let mut all = Rows::default();
+    while let Some(rows) = r.next_chunk(std::time::Duration::from_secs(60))? {
+        all.features.extend_from_slice(&rows.features);
+        all.labels.extend_from_slice(&rows.labels);
+        all.rows += rows.rows;
+        r.recycle(rows);
+    }
     Ok(all)
 }
 

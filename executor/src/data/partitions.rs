@@ -38,6 +38,9 @@ pub struct ReadContext {
     /// [`read_batch_rows`]: ringflow_proto::data::partition::read_batch_rows
     /// [`READ_BATCH_ROWS`]: ringflow_proto::data::partition::READ_BATCH_ROWS
     pub batch_rows: usize,
+    /// Whether partitions of local files may be read straight from their pages (see
+    /// [`ReadContext::direct_path`]); off, everything goes through Arrow.
+    pub direct: bool,
 }
 
 /// Where a prepared batch came from, for error messages: a file and the row number of the
@@ -141,12 +144,17 @@ impl ReadContext {
 
     /// The local file of `p` when its rows may be read straight from the file's pages
     /// ([`DirectReader`](crate::data::features::DirectReader)): no `data.sql`, no images, not
-    /// from the driver, and the row-group cache neither holds nor takes its row group.
+    /// from the driver, and not already in the row-group cache.
+    ///
+    /// Such rows are decoded again every epoch rather than cached: decoding their pages
+    /// straight into the batch costs about what converting cached Arrow columns does, so
+    /// epoch 1 runs as fast as the later ones and the cache is left to the data that needs
+    /// Arrow (SQL, images, irregular row groups, remote files).
     pub fn direct_path(&self, p: &Partition) -> Option<std::path::PathBuf> {
-        if self.prep.is_some() || self.images.is_some() || self.driver.is_some() {
+        if !self.direct || self.prep.is_some() || self.images.is_some() || self.driver.is_some() {
             return None;
         }
-        if self.cache.accepting() || self.cache.get(&p.path, p.row_group).is_some() {
+        if self.cache.get(&p.path, p.row_group).is_some() {
             return None;
         }
         ringflow_proto::data::Location::parse(&p.path)

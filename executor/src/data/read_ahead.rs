@@ -8,8 +8,8 @@
 //! have — do not depend on which decoder finished first, while both decoders work ahead of it
 //! on both cores.
 //!
-//! A partition of a local file that neither `data.sql`, images nor the row-group cache involve
-//! is read straight from its pages into the chunks ([`DirectReader`]), in chunks that end where
+//! A partition of a local file that neither `data.sql` nor images involve, and that the
+//! row-group cache does not already hold, is read straight from its pages into the chunks ([`DirectReader`]), in chunks that end where
 //! the plan's batches end (so that the loop can hand a chunk on as a batch without copying it);
 //! the first rows it cannot take, and every other partition, go through Arrow as before.
 //! Chunks are [`read_batch_rows`] rows (about [`READ_CHUNK_BYTES`]), small enough to stay in a

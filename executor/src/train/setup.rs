@@ -117,6 +117,7 @@ pub fn prepare_data(
             .map(|i| Arc::new(ImageColumn::new(i, rayon::current_num_threads()))),
         // The read-ahead sizes its record batches to the converted row.
         batch_rows: READ_BATCH_ROWS,
+        direct: true,
     };
     let mut preprocessing = options.preprocessing.clone().unwrap_or_default();
     if options.collect_moments || options.collect_labels {

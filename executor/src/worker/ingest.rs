@@ -59,6 +59,7 @@ pub fn measure(spec: &IngestSpec) -> Result<IngestReport> {
         // Chunks of whole batches where rows are narrow enough: each is handed over as a
         // batch without a copy.
         batch_rows: spec.batch,
+        direct: true,
     };
     let width = width(spec, &read)?;
     let converter = Converter::new(

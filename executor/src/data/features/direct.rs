@@ -14,35 +14,25 @@ use std::path::Path;
 
 use datafusion::arrow::datatypes::DataType;
 use datafusion::parquet::arrow::parquet_to_arrow_schema;
-use datafusion::parquet::column::reader::{ColumnReader, ColumnReaderImpl};
-use datafusion::parquet::data_type::{DoubleType, FloatType, Int32Type, Int64Type};
 use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
 use ringflow_proto::data::local::open_regular;
 use ringflow_proto::pb::Partition;
 
 use super::Converter;
+use super::pages::{Kind, PageColumn};
 use super::values::{copy_rows_by, may_be_non_finite};
 
-/// One Parquet leaf's reader and the buffer its values are decoded into.
-enum Leaf {
-    I32(ColumnReaderImpl<Int32Type>, Vec<i32>),
-    I64(ColumnReaderImpl<Int64Type>, Vec<i64>),
-    F32(ColumnReaderImpl<FloatType>, Vec<f32>),
-    F64(ColumnReaderImpl<DoubleType>, Vec<f64>),
-}
-
-/// One column being read: its leaf, the Arrow type its values have, and its level buffers.
+/// One column being read: its pages, the Arrow type of its values, and the values of the
+/// chunk being read when the column does not fill whole rows alone.
 struct Column {
-    leaf: Leaf,
+    pages: PageColumn,
     /// The Arrow type of the values (the list's items for a list column).
     values: DataType,
-    /// A list column (repetition levels delimit its rows).
+    /// A list column.
     list: bool,
-    max_def: i16,
-    def: Vec<i16>,
-    rep: Vec<i16>,
-    /// Values per row in the chunk last read.
-    width: usize,
+    /// What its values are multiplied by.
+    mul: f32,
+    scratch: Vec<f32>,
 }
 
 /// A partition's rows read chunk by chunk; see the module's documentation.
@@ -72,7 +62,7 @@ impl Converter {
         let arrow =
             parquet_to_arrow_schema(descr, meta.file_metadata().key_value_metadata()).ok()?;
         let row_group = reader.get_row_group(group).ok()?;
-        let open = |name: &str| -> Option<Column> {
+        let open = |name: &str, mul: f32| -> Option<Column> {
             let root = arrow.index_of(name).ok()?;
             let (values, list) = match arrow.field(root).data_type() {
                 DataType::FixedSizeList(f, _) | DataType::List(f) | DataType::LargeList(f) => {
@@ -80,51 +70,36 @@ impl Converter {
                 }
                 t => (t.clone(), false),
             };
-            if !super::is_numeric(&values) || values == DataType::Float16 {
-                return None;
-            }
             let mut leaves =
                 (0..descr.num_columns()).filter(|&i| descr.get_column_root_idx(i) == root);
             let leaf_index = leaves.next()?;
             if leaves.next().is_some() {
                 return None;
             }
-            let leaf_descr = descr.column(leaf_index);
-            if leaf_descr.max_rep_level() != i16::from(list) {
+            let leaf = descr.column(leaf_index);
+            if leaf.max_rep_level() != i16::from(list) {
                 return None;
             }
-            let leaf = match row_group.get_column_reader(leaf_index).ok()? {
-                ColumnReader::Int32ColumnReader(r) => Leaf::I32(r, Vec::new()),
-                ColumnReader::Int64ColumnReader(r) => Leaf::I64(r, Vec::new()),
-                ColumnReader::FloatColumnReader(r) => Leaf::F32(r, Vec::new()),
-                ColumnReader::DoubleColumnReader(r) => Leaf::F64(r, Vec::new()),
-                _ => return None,
-            };
-            let mut column = Column {
-                leaf,
+            let kind = Kind::of(leaf.physical_type(), &values)?;
+            let pages = row_group.get_column_page_reader(leaf_index).ok()?;
+            let mut pages =
+                PageColumn::new(pages, kind, mul, leaf.max_rep_level(), leaf.max_def_level())?;
+            pages.skip(partition.row_offset as usize)?;
+            Some(Column {
+                pages,
                 values,
                 list,
-                max_def: leaf_descr.max_def_level(),
-                def: Vec::new(),
-                rep: Vec::new(),
-                width: 0,
-            };
-            column.skip(partition.row_offset as usize)?;
-            Some(column)
+                mul,
+                scratch: Vec::new(),
+            })
         };
         let features = self
             .features
             .iter()
-            .map(|name| open(name))
+            .map(|name| open(name, self.multiplier))
             .collect::<Option<Vec<Column>>>()?;
         let label = match &self.label {
-            Some(name) => {
-                let column = open(name)?;
-                if column.list {
-                    return None;
-                }
-                Some(column)
-            }
+            Some(name) => Some(open(name, 1.0).filter(|c| !c.list)?),
             None => None,
         };
         Some(DirectReader { features, label })
@@ -136,32 +111,29 @@ impl DirectReader {
     /// this reader); false, with `out` unspecified, where they are not plain data or cannot
     /// be read (see the module's documentation).
     pub fn read(&mut self, converter: &Converter, rows: usize, out: &mut super::Rows) -> bool {
-        let mut width = 0;
-        for c in &mut self.features {
-            if !c.read(rows) {
-                return false;
-            }
-            width += c.width;
-        }
-        if width != converter.inputs {
+        let width: usize = self.features.iter().map(|c| c.pages.width()).sum();
+        if width != converter.inputs || rows == 0 {
             return false;
         }
         out.reset(rows * width);
-        let mul = converter.multiplier;
-        let mut offset = 0;
-        for c in &self.features {
-            if !c.write(&mut out.features, width, offset, mul) {
+        if let [only] = self.features.as_mut_slice() {
+            // One column fills whole rows: decoded in place.
+            if !only.pages.read(&mut out.features) || !only.finite(&out.features) {
                 return false;
             }
-            offset += c.width;
+        } else {
+            let mut offset = 0;
+            for c in &mut self.features {
+                if !c.read_into(&mut out.features, rows, width, offset) {
+                    return false;
+                }
+                offset += c.pages.width();
+            }
         }
         converter.standardize(&mut out.features, width);
         if let Some(label) = &mut self.label {
-            if !label.read(rows) {
-                return false;
-            }
             out.labels.resize(rows, 0.0);
-            if !label.write(&mut out.labels, 1, 0, 1.0) {
+            if !label.pages.read(&mut out.labels) || !label.finite(&out.labels) {
                 return false;
             }
             if !out.labels.iter().all(|&v| converter.label_ok(f64::from(v))) {
@@ -174,109 +146,23 @@ impl DirectReader {
 }
 
 impl Column {
-    /// Skips `rows` rows; `None` where they cannot all be skipped.
-    fn skip(&mut self, rows: usize) -> Option<()> {
-        let skipped = match &mut self.leaf {
-            Leaf::I32(r, _) => r.skip_records(rows),
-            Leaf::I64(r, _) => r.skip_records(rows),
-            Leaf::F32(r, _) => r.skip_records(rows),
-            Leaf::F64(r, _) => r.skip_records(rows),
-        };
-        (skipped.ok()? == rows).then_some(())
+    /// Decodes `rows` rows and writes them at `offset` of each `stride`-wide row of `out`;
+    /// false where they cannot be read or one is not finite.
+    fn read_into(&mut self, out: &mut [f32], rows: usize, stride: usize, offset: usize) -> bool {
+        let w = self.pages.width();
+        self.scratch.clear();
+        self.scratch.resize(rows * w, 0.0);
+        if !self.pages.read(&mut self.scratch) || !self.finite(&self.scratch) {
+            return false;
+        }
+        copy_rows_by(&self.scratch, |x| x, w, out, stride, offset, 1.0);
+        true
     }
 
-    /// Decodes the levels and values of the next `rows` rows; false unless every row is
-    /// there, every value is present and every row has as many values as the first.
-    fn read(&mut self, rows: usize) -> bool {
-        self.def.clear();
-        self.rep.clear();
-        let def = (self.max_def > 0).then_some(&mut self.def);
-        let rep = self.list.then_some(&mut self.rep);
-        let read = match &mut self.leaf {
-            Leaf::I32(r, v) => {
-                v.clear();
-                r.read_records(rows, def, rep, v)
-            }
-            Leaf::I64(r, v) => {
-                v.clear();
-                r.read_records(rows, def, rep, v)
-            }
-            Leaf::F32(r, v) => {
-                v.clear();
-                r.read_records(rows, def, rep, v)
-            }
-            Leaf::F64(r, v) => {
-                v.clear();
-                r.read_records(rows, def, rep, v)
-            }
-        };
-        let Ok((records, values, levels)) = read else {
-            return false;
-        };
-        // As many values as levels: every value is present (a null or an empty list has a
-        // level and no value).
-        if records != rows || values != levels || rows == 0 {
-            return false;
-        }
-        if !self.list {
-            self.width = 1;
-            return values == rows;
-        }
-        // Every row starts a record (level 0) and continues it (level 1) for `width` values.
-        if values % rows != 0 {
-            return false;
-        }
-        self.width = values / rows;
-        self.width > 0
-            && self
-                .rep
-                .chunks_exact(self.width)
-                .all(|row| row[0] == 0 && row[1..].iter().all(|&r| r == 1))
-    }
-
-    /// Writes the values last read at `offset` of each `stride`-wide row of `out`, times
-    /// `mul`, as Arrow would have typed them; false where one is not finite.
-    fn write(&self, out: &mut [f32], stride: usize, offset: usize, mul: f32) -> bool {
-        let w = self.width;
-        match (&self.leaf, &self.values) {
-            (Leaf::I32(_, v), DataType::Int8) => {
-                copy_rows_by(v, |x| x as i8 as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I32(_, v), DataType::Int16) => {
-                copy_rows_by(v, |x| x as i16 as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I32(_, v), DataType::UInt8) => {
-                copy_rows_by(v, |x| x as u8 as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I32(_, v), DataType::UInt16) => {
-                copy_rows_by(v, |x| x as u16 as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I32(_, v), DataType::UInt32) => {
-                copy_rows_by(v, |x| x as u32 as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I32(_, v), DataType::Int32) => {
-                copy_rows_by(v, |x| x as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I64(_, v), DataType::UInt64) => {
-                copy_rows_by(v, |x| x as u64 as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::I64(_, v), DataType::Int64) => {
-                copy_rows_by(v, |x| x as f32, w, out, stride, offset, mul)
-            }
-            (Leaf::F32(_, v), DataType::Float32) => {
-                copy_rows_by(v, |x| x, w, out, stride, offset, mul)
-            }
-            (Leaf::F64(_, v), DataType::Float64) => {
-                copy_rows_by(v, |x| x as f32, w, out, stride, offset, mul)
-            }
-            // Another Arrow type on this leaf (a date, a decimal): Arrow converts it.
-            _ => return false,
-        }
-        if !may_be_non_finite(&self.values, mul) {
-            return true;
-        }
-        out.chunks_exact(stride)
-            .all(|row| row[offset..offset + w].iter().all(|v| v.is_finite()))
+    /// Whether `values`, converted from this column, are all finite (checked only where the
+    /// column's type and multiplier allow anything else).
+    fn finite(&self, values: &[f32]) -> bool {
+        !may_be_non_finite(&self.values, self.mul) || values.iter().all(|v| v.is_finite())
     }
 }
 
@@ -291,7 +177,8 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, Float32Type, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::parquet::arrow::ArrowWriter;
-    use datafusion::parquet::file::properties::WriterProperties;
+    use datafusion::parquet::basic::{Compression, Encoding};
+    use datafusion::parquet::file::properties::{WriterProperties, WriterVersion};
 
     use super::*;
     use crate::data::features::{LabelKind, Rows};
@@ -362,8 +249,8 @@ mod tests {
 
     /// Scalar columns of every numeric type, a fixed-size list of bytes, a list of floats
     /// (whose item `null_at` is null, if any) and a label `y`, in row groups of 100 rows of
-    /// pages of 16 rows.
-    fn write(path: &Path, rows: usize, null_at: Option<usize>) {
+    /// pages of 16 rows, in the writer's `style` (see [`STYLES`]).
+    fn write_styled(path: &Path, rows: usize, null_at: Option<usize>, style: Style) {
         let n = rows as i64;
         let byte = |i: i64| (i * 37 % 256) as u8;
         let items: Vec<Option<Vec<Option<f32>>>> = (0..n)
@@ -415,11 +302,54 @@ mod tests {
             .set_max_row_group_row_count(Some(100))
             .set_data_page_row_count_limit(16)
             .set_write_batch_size(16)
+            .set_dictionary_enabled(style.dictionary)
+            .set_dictionary_page_size_limit(style.dictionary_bytes)
+            .set_writer_version(style.version)
+            .set_compression(style.compression)
+            // Plain where there is no dictionary (the delta encodings of v2 are Arrow's).
+            .set_encoding(Encoding::PLAIN)
             .build();
         let file = std::fs::File::create(path).unwrap();
         let mut w = ArrowWriter::try_new(file, schema, Some(props)).unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
+    }
+
+    /// How a test file's pages are written.
+    #[derive(Clone, Copy, Debug)]
+    struct Style {
+        dictionary: bool,
+        /// Past this size a column's dictionary stops growing and its later pages are plain.
+        dictionary_bytes: usize,
+        version: WriterVersion,
+        compression: Compression,
+    }
+
+    /// Dictionary pages v1 (as most writers), plain pages v2, and dictionaries that overflow
+    /// mid-column into plain pages.
+    const STYLES: [Style; 3] = [
+        Style {
+            dictionary: true,
+            dictionary_bytes: 1 << 20,
+            version: WriterVersion::PARQUET_1_0,
+            compression: Compression::SNAPPY,
+        },
+        Style {
+            dictionary: false,
+            dictionary_bytes: 1 << 20,
+            version: WriterVersion::PARQUET_2_0,
+            compression: Compression::UNCOMPRESSED,
+        },
+        Style {
+            dictionary: true,
+            dictionary_bytes: 64,
+            version: WriterVersion::PARQUET_2_0,
+            compression: Compression::LZ4_RAW,
+        },
+    ];
+
+    fn write(path: &Path, rows: usize, null_at: Option<usize>) {
+        write_styled(path, rows, null_at, STYLES[0]);
     }
 
     const FEATURES: [&str; 12] = [
@@ -451,9 +381,15 @@ mod tests {
 
     #[test]
     fn direct_rows_are_bit_exact_with_arrow_for_every_numeric_type() {
+        for style in STYLES {
+            bit_exact_with_arrow(style);
+        }
+    }
+
+    fn bit_exact_with_arrow(style: Style) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.parquet");
-        write(&path, 250, None);
+        write_styled(&path, 250, None, style);
         let c = converter();
         // Part of a row group, read in chunks that cross its pages.
         let p = Partition {
@@ -468,7 +404,10 @@ mod tests {
         let mut left = 77;
         while left > 0 {
             let n = left.min(9);
-            assert!(direct.read(&c, n, &mut chunk), "{n} rows of {left}");
+            assert!(
+                direct.read(&c, n, &mut chunk),
+                "{n} rows of {left}, {style:?}"
+            );
             assert_eq!((chunk.rows, chunk.features.len()), (n, 15 * n));
             got.features.extend_from_slice(&chunk.features);
             got.labels.extend_from_slice(&chunk.labels);
@@ -476,7 +415,7 @@ mod tests {
         }
         let want = through_arrow(&c, &p);
         assert_eq!(want.rows, 77);
-        assert_eq!(bits(&got.features), bits(&want.features));
+        assert_eq!(bits(&got.features), bits(&want.features), "{style:?}");
         assert_eq!(bits(&got.labels), bits(&want.labels));
         // Nothing is left of the partition's rows in the row group but the rest of it.
         assert!(direct.read(&c, 10, &mut chunk));
@@ -498,7 +437,8 @@ mod tests {
         };
         let mut direct = c.open_direct(&path, &p).unwrap();
         let mut chunk = Rows::default();
-        assert!(direct.read(&c, 40, &mut chunk));
+        // Pages are taken whole: the page of rows 32–47 holds a null at row 40.
+        assert!(direct.read(&c, 32, &mut chunk));
         assert!(!direct.read(&c, 10, &mut chunk), "row 40 holds a null");
         // A label out of range, a model of another width, string classes: no direct read.
         let narrow = Converter::new(&["u8".into()], Some("y"), LabelKind::Classes(5), None, 1);
@@ -522,10 +462,10 @@ mod tests {
     }
 
     /// Every row until the end or the first error, as the read-ahead hands them over.
-    fn drain(c: &Converter, partitions: &[Partition], cache: usize) -> (Vec<u32>, Option<String>) {
+    fn drain(c: &Converter, partitions: &[Partition], direct: bool) -> (Vec<u32>, Option<String>) {
         let read = crate::data::partitions::ReadContext {
             columns: c.columns(),
-            cache: crate::data::cache::RowGroupCache::new(cache),
+            direct,
             ..crate::data::batches::tests::read_context()
         };
         // Rows of a size that makes chunks of 7 rows, which cross pages and row groups.
@@ -556,9 +496,8 @@ mod tests {
             })
             .collect();
         let c = converter();
-        // A cache that takes the row groups keeps the reads on Arrow.
-        let (want, want_error) = drain(&c, &partitions, 1 << 30);
-        let (got, error) = drain(&c, &partitions, 0);
+        let (want, want_error) = drain(&c, &partitions, false);
+        let (got, error) = drain(&c, &partitions, true);
         // The same rows up to the chunk that holds row 170 (chunks end at other rows on the
         // two paths: the direct one cuts them at the plan's batch edges, 168 here).
         assert_eq!((got.len(), want.len()), (168 * 15, 170 * 15));
@@ -568,7 +507,7 @@ mod tests {
         assert!(error.contains("column `list` row 170"), "{error}");
         // Without the null, every row of both paths.
         write(&path, 250, None);
-        let (want, _) = drain(&c, &partitions, 1 << 30);
-        assert_eq!(drain(&c, &partitions, 0), (want, None));
+        let (want, _) = drain(&c, &partitions, false);
+        assert_eq!(drain(&c, &partitions, true), (want, None));
     }
 }

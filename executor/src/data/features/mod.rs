@@ -670,6 +670,7 @@ fn check_finite(
 }
 
 mod direct;
+mod pages;
 #[cfg(test)]
 mod tests;
 mod values;
