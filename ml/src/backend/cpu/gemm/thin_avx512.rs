@@ -148,10 +148,10 @@ const DOT_GROUPS: usize = 3;
 const DOT_KC: usize = 256;
 
 /// Multiply-adds below which a thin product stays on the calling thread: 64 × 1024 × 10 (0.7 M)
-/// ran slower on two threads than on one, and 256 × 1024 × 10 (2.6 M) at 76–80 GFLOP/s on two
-/// against 80 on one (at times 116), waking the pool taking about as long as its half of the
-/// work; 8 × 1024 × 4096 (34 M) runs 4× faster on two.
-pub const DOT_PARALLEL_MIN_MACS: usize = 1 << 22;
+/// runs slower on two threads than on one (waking the pool takes about as long as its half of
+/// the work); 256 × 1024 × 10 (2.6 M) runs at 113 GFLOP/s on two against 79 on one (AVX-512
+/// EPYC, `benches/gemm_vs_numpy.sh`); 8 × 1024 × 4096 (34 M) 4× faster on two.
+pub const DOT_PARALLEL_MIN_MACS: usize = 1 << 21;
 
 impl Avx512 {
     /// `dst = a · b` (or `+=`) for a product of few columns (a classifier's last layer, 256 ×
