@@ -238,9 +238,12 @@ impl EpochStream {
         Ok(true)
     }
 
+    /// Draws rows into `batch` until it holds `max_rows` or the epoch's rows run out: each
+    /// row drawn uniformly from the buffer, its slot refilled at once with the stream's next
+    /// row (one copy in, one out; once the stream has ended, the last row fills the hole).
     fn take_shuffled(&mut self, batch: &mut Batch, max_rows: usize) -> Result<bool> {
         let w = self.width;
-        // Top the buffer up from the stream.
+        // Fill the buffer (at the start of the epoch) from the stream.
         loop {
             let (buf, _) = self.shuffle.as_ref().expect("shuffling");
             let room = buf.capacity - buf.labels.len();
@@ -255,36 +258,39 @@ impl EpochStream {
             buf.labels.extend_from_slice(&self.current.labels[a..b]);
             self.cursor = b;
         }
-        let (buf, rng) = self.shuffle.as_mut().expect("shuffling");
-        let len = buf.labels.len();
-        if len == 0 {
-            return Ok(false);
-        }
-        // Draw as many rows as the batch still needs or the buffer can give before refilling.
-        let refill_pending = self.cursor < self.current.rows || !self.exhausted;
-        let take = if refill_pending {
-            1
-        } else {
-            (max_rows - batch.rows).min(len)
-        };
-        for _ in 0..take {
+        let mut drawn = false;
+        while batch.rows < max_rows {
+            let more = self.ensure_rows()?;
+            let (buf, rng) = self.shuffle.as_mut().expect("shuffling");
             let len = buf.labels.len();
+            if len == 0 {
+                break;
+            }
             let i = rng.random_range(0..len);
+            let slot = i * w..(i + 1) * w;
             batch
                 .features
-                .extend_from_slice(&buf.features[i * w..(i + 1) * w]);
+                .extend_from_slice(&buf.features[slot.clone()]);
             batch.labels.push(buf.labels[i]);
-            // Move the last row into the hole.
-            let last = len - 1;
-            if i != last {
-                buf.features.copy_within(last * w..len * w, i * w);
-                buf.labels[i] = buf.labels[last];
+            if more {
+                let c = self.cursor;
+                buf.features[slot].copy_from_slice(&self.current.features[c * w..(c + 1) * w]);
+                buf.labels[i] = self.current.labels[c];
+                self.cursor += 1;
+            } else {
+                // Move the last row into the hole.
+                let last = len - 1;
+                if i != last {
+                    buf.features.copy_within(last * w..len * w, i * w);
+                    buf.labels[i] = buf.labels[last];
+                }
+                buf.features.truncate(last * w);
+                buf.labels.truncate(last);
             }
-            buf.features.truncate(last * w);
-            buf.labels.truncate(last);
             batch.rows += 1;
+            drawn = true;
         }
-        Ok(true)
+        Ok(drawn)
     }
 }
 

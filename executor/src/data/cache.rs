@@ -8,7 +8,7 @@
 //! shuffle buffer.
 //!
 //! Plain numeric row groups of local files bypass the cache: the read-ahead's direct reader
-//! decodes their pages every epoch about as fast as their cached columns would convert
+//! decodes their pages every epoch nearly as fast as their cached columns would convert
 //! ([`ReadContext::direct_path`](crate::data::partitions::ReadContext::direct_path)).
 
 use std::collections::HashMap;

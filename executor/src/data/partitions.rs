@@ -147,9 +147,9 @@ impl ReadContext {
     /// from the driver, and not already in the row-group cache.
     ///
     /// Such rows are decoded again every epoch rather than cached: decoding their pages
-    /// straight into the batch costs about what converting cached Arrow columns does, so
-    /// epoch 1 runs as fast as the later ones and the cache is left to the data that needs
-    /// Arrow (SQL, images, irregular row groups, remote files).
+    /// straight into the batch costs little more than converting cached Arrow columns, so
+    /// epoch 1 runs about as fast as the later ones and the cache is left to the data that
+    /// needs Arrow (SQL, images, irregular row groups, remote files).
     pub fn direct_path(&self, p: &Partition) -> Option<std::path::PathBuf> {
         if !self.direct || self.prep.is_some() || self.images.is_some() || self.driver.is_some() {
             return None;
