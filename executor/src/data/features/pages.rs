@@ -117,13 +117,25 @@ enum Run {
 enum Piece<'a> {
     /// `count` copies of a value.
     Repeat(u32, usize),
-    /// `count` values packed in `bytes` from bit `bit`, `width` bits each.
-    Packed {
-        bytes: &'a [u8],
-        bit: usize,
-        count: usize,
-        width: u32,
-    },
+    /// Bit-packed values.
+    Packed(Packed<'a>),
+}
+
+/// `count` values packed in `bytes` from bit `bit`, `width` bits each (within `bytes`: the
+/// run's length was checked against the buffer).
+struct Packed<'a> {
+    bytes: &'a [u8],
+    bit: usize,
+    count: usize,
+    width: u32,
+}
+
+impl Packed<'_> {
+    /// Calls `f(i, value i)` for each value.
+    #[inline(always)]
+    fn each(&self, f: impl FnMut(usize, u32)) {
+        unpack(self.bytes, self.bit, self.count, self.width, f);
+    }
 }
 
 impl Hybrid {
@@ -181,12 +193,12 @@ impl Hybrid {
                 }
                 Run::Packed { bit, left } => {
                     let k = n.min(*left);
-                    let piece = Piece::Packed {
+                    let piece = Piece::Packed(Packed {
                         bytes: &self.buf,
                         bit: *bit,
                         count: k,
                         width: self.bit_width,
-                    };
+                    });
                     *bit += k * self.bit_width as usize;
                     *left -= k;
                     (piece, k)
@@ -261,16 +273,11 @@ fn read_levels(levels: &mut Hybrid, n: usize, out: &mut Vec<u8>) -> bool {
             }
             Err(_) => false,
         },
-        Piece::Packed {
-            bytes,
-            bit,
-            count,
-            width,
-        } => {
-            if width > 8 {
+        Piece::Packed(packed) => {
+            if packed.width > 8 {
                 return false;
             }
-            unpack(bytes, bit, count, width, |_, v| out.push(v as u8));
+            packed.each(|_, v| out.push(v as u8));
             true
         }
     })
@@ -407,14 +414,12 @@ impl PageColumn {
                         at += count;
                         true
                     }
-                    Piece::Packed {
-                        bytes,
-                        bit,
-                        count,
-                        width,
-                    } => gather(bytes, bit, count, width, dict, &mut dst[at..at + count])
-                        .map(|()| at += count)
-                        .is_some(),
+                    Piece::Packed(packed) => {
+                        let count = packed.count;
+                        gather(&packed, dict, &mut dst[at..at + count])
+                            .map(|()| at += count)
+                            .is_some()
+                    }
                 })
             }
             None => false,
@@ -518,14 +523,9 @@ impl PageColumn {
             let max = self.max_def as u32;
             let all_present = levels.take(count, |piece| match piece {
                 Piece::Repeat(v, _) => v == max,
-                Piece::Packed {
-                    bytes,
-                    bit,
-                    count,
-                    width,
-                } => {
+                Piece::Packed(packed) => {
                     let mut ok = true;
-                    unpack(bytes, bit, count, width, |_, v| ok &= v == max);
+                    packed.each(|_, v| ok &= v == max);
                     ok
                 }
             });
@@ -585,21 +585,12 @@ impl PageColumn {
     }
 }
 
-/// `dst[i] = dict[index i]` for the `count` packed indices; `None` where one is out of range.
-fn gather(
-    bytes: &[u8],
-    bit: usize,
-    count: usize,
-    width: u32,
-    dict: &[f32],
-    dst: &mut [f32],
-) -> Option<()> {
+/// `dst[i] = dict[index i]` for the packed indices; `None` where one is out of range.
+fn gather(packed: &Packed<'_>, dict: &[f32], dst: &mut [f32]) -> Option<()> {
     let mut ok = true;
-    unpack(bytes, bit, count, width, |i, v| {
-        match dict.get(v as usize) {
-            Some(&x) => dst[i] = x,
-            None => ok = false,
-        }
+    packed.each(|i, v| match dict.get(v as usize) {
+        Some(&x) => dst[i] = x,
+        None => ok = false,
     });
     ok.then_some(())
 }
@@ -660,12 +651,7 @@ mod tests {
             let ok = h.take(k, |piece| {
                 match piece {
                     Piece::Repeat(v, c) => out.extend(std::iter::repeat_n(v, c)),
-                    Piece::Packed {
-                        bytes,
-                        bit,
-                        count,
-                        width,
-                    } => unpack(bytes, bit, count, width, |_, v| out.push(v)),
+                    Piece::Packed(packed) => packed.each(|_, v| out.push(v)),
                 }
                 true
             });
