@@ -468,6 +468,15 @@ mod tests {
             direct,
             ..crate::data::batches::tests::read_context()
         };
+        drain_with(c, partitions, read)
+    }
+
+    /// [`drain`] with the given reading context.
+    fn drain_with(
+        c: &Converter,
+        partitions: &[Partition],
+        read: crate::data::partitions::ReadContext,
+    ) -> (Vec<u32>, Option<String>) {
         // Rows of a size that makes chunks of 7 rows, which cross pages and row groups.
         let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
         let mut r = ReadAhead::start(partitions, Arc::new(c.clone()), read, row_bytes);
@@ -479,6 +488,38 @@ mod tests {
                 Err(e) => return (got, Some(e.to_string())),
             }
         }
+    }
+
+    #[test]
+    fn plain_row_groups_bypass_the_cache_and_irregular_ones_fill_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, 200, Some(170));
+        let partitions: Vec<Partition> = (0..2)
+            .map(|g| Partition {
+                path: path.display().to_string(),
+                row_group: g,
+                row_offset: 0,
+                row_count: 100,
+                file_row_start: 100 * g as u64,
+            })
+            .collect();
+        let c = converter();
+        let cache = crate::data::cache::RowGroupCache::new(1 << 30);
+        let read = crate::data::partitions::ReadContext {
+            columns: c.columns(),
+            cache: cache.clone(),
+            ..crate::data::batches::tests::read_context()
+        };
+        let (_, error) = drain_with(&c, &partitions, read);
+        assert!(error.is_some_and(|e| e.contains("row 170")));
+        // Row group 0 was read from its pages, row group 1 (a null in row 170) through Arrow.
+        let file = path.display().to_string();
+        assert!(
+            cache.get(&file, 0).is_none(),
+            "a plain row group is not cached"
+        );
+        assert!(cache.get(&file, 1).is_some(), "the irregular row group is");
     }
 
     #[test]
