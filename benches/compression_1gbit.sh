@@ -13,9 +13,9 @@
 # target/release/ringflow: `cargo build --release` first); RATE the link's rate (default
 # 1gbit); CODECS the compressions compared (default "none fp16 bf16"). Executors get one
 # compute thread each (CORES to change). Every run sets cluster.shared_memory = false, so that
-# all compare the same flat TCP ring (with compression, gradients take the TCP ring anyway;
-# uncompressed, the two executors of a namespace would otherwise reduce through shared memory
-# and only the leaders cross the link).
+# all compare the same flat TCP ring; SHARED_MEMORY=true compares the hierarchical all-reduce
+# instead (the two executors of a namespace sum through shared memory and only their leaders
+# cross the link, with compression sending the host sums as 16-bit floats).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,7 @@ BIN="${RINGFLOW_BIN:-target/release/ringflow}"
 RATE="${RATE:-1gbit}"
 CODECS="${CODECS:-none fp16 bf16}"
 CORES="${CORES:-1}"
+SHARED_MEMORY="${SHARED_MEMORY:-false}"
 [ "$(id -u)" = 0 ] || { echo "error: $0 needs root (network namespaces, tc)" >&2; exit 2; }
 [ -x "$BIN" ] || { echo "error: $BIN is not an executable (cargo build --release)" >&2; exit 2; }
 BIN="$(realpath "$BIN")"
@@ -95,7 +96,7 @@ job() {
     ip netns exec "$A" "$BIN" submit examples/mnist_wide.toml --driver "$URL" \
         --secret-file "$SECRET" --set cluster.executors=4 --set "train.epochs=$EPOCHS" \
         --set "train.batch_size=$BATCH" --set "cluster.compression=$codec" \
-        --set cluster.shared_memory=false \
+        --set "cluster.shared_memory=$SHARED_MEMORY" \
         --set "cluster.checkpoint_dir=$WORK/run-$codec" --set data.source=direct \
         --summary-json "$out" >"$WORK/job.log" 2>&1 || {
         echo "error: the job with compression $codec failed:" >&2

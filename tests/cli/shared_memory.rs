@@ -12,6 +12,16 @@ const JOINED: &str = "all-reduces through shared memory";
 /// Trains a small regression job on `executors` local executors spread over `hosts` simulated
 /// hosts, with `cluster.shared_memory = shared`; returns the summary and stderr.
 fn train(executors: usize, hosts: usize, shared: bool) -> (serde_json::Value, String) {
+    train_compressed(executors, hosts, shared, "none")
+}
+
+/// [`train`] with `cluster.compression = compression`.
+fn train_compressed(
+    executors: usize,
+    hosts: usize,
+    shared: bool,
+    compression: &str,
+) -> (serde_json::Value, String) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
@@ -30,6 +40,8 @@ fn train(executors: usize, hosts: usize, shared: bool) -> (serde_json::Value, St
             &hosts.to_string(),
             "--set",
             &format!("cluster.shared_memory={shared}"),
+            "--set",
+            &format!("cluster.compression={compression}"),
             "--set",
             &format!("cluster.checkpoint_dir={}", s(&dir.path().join("run"))),
             "--summary-json",
@@ -79,6 +91,28 @@ fn a_job_over_two_hosts_reduces_within_each_then_among_them() {
     let line = "with the 2 ranks of its host (2 hosts)";
     assert_eq!(log.matches(line).count(), 4, "every rank joins: {log}");
     assert_same_training(&tcp, &shm);
+}
+
+/// With fp16 compression over two hosts, each host sums through shared memory and only its
+/// leader sends fp16 to the other: the job trains as over the flat compressed ring, with
+/// identical replicas.
+#[test]
+fn compressed_gradients_cross_hosts_from_their_leaders() {
+    let (flat, _) = train_compressed(4, 2, false, "fp16");
+    let (hier, log) = train_compressed(4, 2, true, "fp16");
+    let line = "with the 2 ranks of its host (2 hosts)";
+    assert_eq!(log.matches(line).count(), 4, "every rank joins: {log}");
+    for sm in [&flat, &hier] {
+        assert_eq!(sm["replicas_identical"], true, "{sm}");
+        assert_eq!(sm["compression"], "fp16", "{sm}");
+    }
+    assert_eq!(flat["samples"], hier["samples"]);
+    let loss = |v: &serde_json::Value| v["final_train_loss"].as_f64().expect("a loss");
+    let (a, b) = (loss(&flat), loss(&hier));
+    assert!(
+        (a - b).abs() <= 1e-2 * a.abs().max(1e-3),
+        "final train loss over the flat fp16 ring {a} vs hierarchically {b}"
+    );
 }
 
 /// `bench allreduce --check` verifies sums, averages, broadcast and all-gather through shared

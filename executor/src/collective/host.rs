@@ -45,6 +45,11 @@ pub struct HostConfig {
 
 type Reply = Sender<Result<Vec<f32>>>;
 
+/// An all-reduce for the communication thread: the buffer, the reduction, whether it holds
+/// gradients (which the leaders' ring sends compressed under `cluster.compression`), and
+/// where the result goes.
+type Request = (Vec<f32>, ReduceOp, bool, Reply);
+
 /// Floats per chunk of a hierarchical all-reduce (8 MiB): the leaders' ring reduces one chunk
 /// across hosts while the host sums the next.
 const CHUNK_FLOATS: usize = 2 << 20;
@@ -52,7 +57,9 @@ const CHUNK_FLOATS: usize = 2 << 20;
 /// A job's collective when ranks share hosts: see the module's documentation.
 pub struct HostCollective {
     ring: RingCollective,
-    requests: Option<Sender<(Vec<f32>, ReduceOp, Reply)>>,
+    requests: Option<Sender<Request>>,
+    /// Ranks on several hosts: all-reduces go through the leaders' ring.
+    hierarchical: bool,
     comm: Option<JoinHandle<()>>,
     /// This host's segment and this rank's index in it, to abort it from `close`.
     segment: Option<(Arc<Segment>, usize)>,
@@ -115,6 +122,7 @@ pub fn connect(
     Ok(Box::new(HostCollective {
         ring,
         requests: Some(tx),
+        hierarchical: layout.leaders.len() > 1,
         comm: Some(comm),
         segment,
         wait_limit,
@@ -196,12 +204,12 @@ struct HostComm {
 }
 
 impl HostComm {
-    fn run(mut self, requests: Receiver<(Vec<f32>, ReduceOp, Reply)>) {
+    fn run(mut self, requests: Receiver<Request>) {
         let mut broken: Option<ExecutorError> = None;
-        for (buf, op, reply) in requests {
+        for (buf, op, gradient, reply) in requests {
             let r = match &broken {
                 Some(e) => Err(clone_error(e)),
-                None => self.all_reduce(buf, op),
+                None => self.all_reduce(buf, op, gradient),
             };
             if let (Err(e), None) = (&r, &broken) {
                 broken = Some(clone_error(e));
@@ -211,7 +219,9 @@ impl HostComm {
         }
     }
 
-    fn all_reduce(&mut self, mut buf: Vec<f32>, op: ReduceOp) -> Result<Vec<f32>> {
+    /// All-reduces `buf`; the leaders' ring sends the host sums compressed when `gradient`
+    /// (and the job compresses gradients).
+    fn all_reduce(&mut self, mut buf: Vec<f32>, op: ReduceOp, gradient: bool) -> Result<Vec<f32>> {
         if !self.hierarchical {
             if let Some(g) = &mut self.group {
                 g.all_reduce(&mut buf, op, self.world)?;
@@ -219,6 +229,8 @@ impl HostComm {
             return Ok(buf);
         }
         let scale = (op == ReduceOp::Average).then(|| 1.0 / self.world as f32);
+        // The scaling left for after the leaders' ring (gradients are scaled before it).
+        let after = if gradient { None } else { scale };
         let total = buf.len();
         let chunks = total.div_ceil(CHUNK_FLOATS).max(1);
         let at = |c: usize| c * CHUNK_FLOATS..((c + 1) * CHUNK_FLOATS).min(total);
@@ -234,18 +246,27 @@ impl HostComm {
                     let mut sums = self.spare.pop().unwrap_or_default();
                     sums.clear();
                     sums.extend_from_slice(&buf[at(c)]);
-                    Some(leaders.start_all_reduce(sums, ReduceOp::Sum)?)
+                    Some(if gradient {
+                        // Averaged before they are compressed, as the flat ring does: no
+                        // partial sum then exceeds the largest value a rank contributes.
+                        if let Some(scale) = scale {
+                            sums.iter_mut().for_each(|v| *v *= scale);
+                        }
+                        leaders.start_gradient_reduce(sums, ReduceOp::Sum)?
+                    } else {
+                        leaders.start_all_reduce(sums, ReduceOp::Sum)?
+                    })
                 }
                 None => None,
             };
             in_flight.push_back((at(c), pending));
             if in_flight.len() > 1 {
                 let (range, pending) = in_flight.pop_front().expect("two in flight");
-                self.finish(&mut buf[range], pending, scale)?;
+                self.finish(&mut buf[range], pending, after)?;
             }
         }
         while let Some((range, pending)) = in_flight.pop_front() {
-            self.finish(&mut buf[range], pending, scale)?;
+            self.finish(&mut buf[range], pending, after)?;
         }
         Ok(buf)
     }
@@ -298,6 +319,22 @@ fn clone_error(e: &ExecutorError) -> ExecutorError {
     }
 }
 
+impl HostCollective {
+    /// Hands an all-reduce to the communication thread (`gradient`: see
+    /// [`Collective::start_gradient_reduce`]).
+    fn request(&mut self, buf: Vec<f32>, op: ReduceOp, gradient: bool) -> Result<PendingReduce> {
+        let (tx, rx) = channel();
+        let requests = self
+            .requests
+            .as_ref()
+            .ok_or_else(|| CommError::new(Peer::Local, CommOp::AllReduce, "the ring is closed"))?;
+        requests
+            .send((buf, op, gradient, tx))
+            .map_err(|_| stopped(CommOp::AllReduce))?;
+        Ok(PendingReduce::waiting(rx, self.wait_limit))
+    }
+}
+
 impl Collective for HostCollective {
     fn rank(&self) -> usize {
         self.ring.rank()
@@ -308,23 +345,20 @@ impl Collective for HostCollective {
     }
 
     fn start_all_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce> {
-        let (tx, rx) = channel();
-        let requests = self
-            .requests
-            .as_ref()
-            .ok_or_else(|| CommError::new(Peer::Local, CommOp::AllReduce, "the ring is closed"))?;
-        requests
-            .send((buf, op, tx))
-            .map_err(|_| stopped(CommOp::AllReduce))?;
-        Ok(PendingReduce::waiting(rx, self.wait_limit))
+        self.request(buf, op, false)
     }
 
-    /// With `cluster.compression`, gradients go over the TCP ring, compressed, exactly as on a
-    /// job without shared memory: the sums, their rounding and an fp16 overflow do not depend
-    /// on where the ranks run. Uncompressed, they go through shared memory like any all-reduce.
+    /// With `cluster.compression`, gradients of ranks on several hosts are summed exactly
+    /// within each host (shared memory) and sent compressed only between hosts, by the
+    /// leaders' ring: the links between hosts, where bandwidth is scarce, carry a quarter of
+    /// what a flat uncompressed ring would (half the data, half the bytes per value). All
+    /// ranks of one host: over the TCP ring, compressed, as on a job without shared memory
+    /// (so that a local job sees fp16's range as a cluster does). Uncompressed, gradients go
+    /// through shared memory like any all-reduce.
     fn start_gradient_reduce(&mut self, buf: Vec<f32>, op: ReduceOp) -> Result<PendingReduce> {
         match self.ring.compression() {
             Compression::None => self.start_all_reduce(buf, op),
+            _ if self.hierarchical => self.request(buf, op, true),
             _ => self.ring.start_gradient_reduce(buf, op),
         }
     }

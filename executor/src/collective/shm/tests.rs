@@ -141,13 +141,16 @@ fn broadcast_and_reduce_to_first_interleave_across_slot_sets() {
     }
 }
 
-/// Four ranks on two simulated hosts, as `host::connect` joins them: a hierarchical all-reduce
-/// sums every rank's values on every rank (neither the leaders' ring nor the broadcast within a
-/// host may be skipped), for buffers of one chunk and of several, pipelined ones.
-#[test]
-fn a_hierarchical_all_reduce_sums_every_host_on_every_rank() {
+/// What each of four ranks on two simulated hosts ("a", "b", "a", "b"), joined as
+/// `host::connect` joins them, gets from a sum and an average of `values(rank, len)` for each
+/// of `lens`: as gradients (`start_gradient_reduce`) under `compression`.
+fn hierarchical(
+    compression: crate::collective::Compression,
+    lens: &[usize],
+    values: fn(usize, usize) -> Vec<f32>,
+) -> Vec<Vec<Vec<f32>>> {
     use crate::collective::host::{HostConfig, connect};
-    use crate::collective::{Compression, RingConfig, RingListener};
+    use crate::collective::{RingConfig, RingListener};
     let (n, secret) = (4, JobSecret::random());
     let hosts: Vec<String> = ["a", "b", "a", "b"].iter().map(|h| h.to_string()).collect();
     let listeners: Vec<RingListener> = (0..n)
@@ -157,31 +160,31 @@ fn a_hierarchical_all_reduce_sums_every_host_on_every_rank() {
         .iter()
         .map(|l| l.local_addr().to_string())
         .collect();
-    let lens = [5, 2 * (2 << 20) + 3];
     let ranks: Vec<_> = listeners
         .into_iter()
         .enumerate()
         .map(|(rank, listener)| {
             let cfg = RingConfig {
-                job_id: format!("hier-{}", std::process::id()),
+                job_id: format!("hier-{}-{compression:?}", std::process::id()),
                 rank,
                 peers: addrs.clone(),
                 secret: secret.clone(),
                 timeout: LONG,
                 backup_workers: 0,
-                compression: Compression::None,
+                compression,
             };
             let host = HostConfig {
                 hosts: hosts.clone(),
                 generation: 0,
                 shared_memory: true,
             };
+            let lens = lens.to_vec();
             std::thread::spawn(move || {
                 let mut comm = connect(&listener, cfg, host).expect("joined");
                 let mut out = Vec::new();
                 for len in lens {
                     for op in [ReduceOp::Sum, ReduceOp::Average] {
-                        let buf = comm.start_all_reduce(data(rank, len), op).unwrap();
+                        let buf = comm.start_gradient_reduce(values(rank, len), op).unwrap();
                         out.push(buf.wait().expect("all-reduce succeeds"));
                     }
                 }
@@ -189,17 +192,69 @@ fn a_hierarchical_all_reduce_sums_every_host_on_every_rank() {
             })
         })
         .collect();
-    for (r, h) in ranks.into_iter().enumerate() {
-        let got = h.join().unwrap();
-        for (k, len) in lens.iter().enumerate() {
-            let mut sum = vec![0.0f32; *len];
-            for q in 0..n {
-                sum.iter_mut().zip(data(q, *len)).for_each(|(w, v)| *w += v);
-            }
-            let bad = (0..*len).find(|&i| got[2 * k][i] != sum[i]);
+    ranks.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// The sum over the four ranks of `values(rank, len)`.
+fn sum_of(values: fn(usize, usize) -> Vec<f32>, len: usize) -> Vec<f32> {
+    let mut sum = vec![0.0f32; len];
+    for q in 0..4 {
+        sum.iter_mut()
+            .zip(values(q, len))
+            .for_each(|(w, v)| *w += v);
+    }
+    sum
+}
+
+/// A hierarchical all-reduce sums every rank's values on every rank (neither the leaders'
+/// ring nor the broadcast within a host may be skipped), for buffers of one chunk and of
+/// several, pipelined ones.
+#[test]
+fn a_hierarchical_all_reduce_sums_every_host_on_every_rank() {
+    let lens = [5, 2 * (2 << 20) + 3];
+    let got = hierarchical(crate::collective::Compression::None, &lens, data);
+    for (r, got) in got.iter().enumerate() {
+        for (k, &len) in lens.iter().enumerate() {
+            let sum = sum_of(data, len);
+            let bad = (0..len).find(|&i| got[2 * k][i] != sum[i]);
             assert_eq!(bad, None, "sum of {len} on rank {r}");
-            let bad = (0..*len).find(|&i| (got[2 * k + 1][i] - sum[i] / 4.0).abs() > 1e-4);
+            let bad = (0..len).find(|&i| (got[2 * k + 1][i] - sum[i] / 4.0).abs() > 1e-4);
             assert_eq!(bad, None, "average of {len} on rank {r}");
+        }
+    }
+}
+
+/// With fp16 compression, gradients cross between hosts as 16-bit floats (the leaders'
+/// ring): every rank gets the same values, within fp16's rounding of the exact sums, and not
+/// the exact f32 sums (so the host sums really travelled compressed).
+#[test]
+fn compressed_gradients_cross_hosts_as_fp16_and_agree_on_every_rank() {
+    fn thirds(rank: usize, len: usize) -> Vec<f32> {
+        data(rank, len).iter().map(|v| v / 3.0).collect()
+    }
+    let lens = [5, 2 * (2 << 20) + 3];
+    let got = hierarchical(crate::collective::Compression::Fp16, &lens, thirds);
+    fn magnitudes(rank: usize, len: usize) -> Vec<f32> {
+        thirds(rank, len).iter().map(|v| v.abs()).collect()
+    }
+    for (k, &len) in lens.iter().enumerate() {
+        let (sum, size) = (sum_of(thirds, len), sum_of(magnitudes, len));
+        for op in 0..2 {
+            let scale = if op == 0 { 1.0 } else { 0.25 };
+            let want = |i: usize| sum[i] * scale;
+            let first = &got[0][2 * k + op];
+            // fp16 keeps 11 significant bits: each host sum and each partial sum of the ring
+            // is rounded to within 2⁻¹¹ of its size, which the sum of magnitudes bounds.
+            let far = (0..len)
+                .find(|&i| (first[i] - want(i)).abs() > 2.0 * 2f32.powi(-11) * size[i] * scale);
+            assert_eq!(far, None, "op {op} of {len}: beyond fp16's rounding");
+            // f32 sums in another order differ by about 2⁻²³ of the size, fp16's by 2⁻¹².
+            let rounded =
+                (0..len).any(|i| (first[i] - want(i)).abs() > 2f32.powi(-16) * size[i] * scale);
+            assert!(rounded, "op {op} of {len}: f32 sums, not fp16's");
+            for (r, other) in got.iter().enumerate().skip(1) {
+                assert!(other[2 * k + op] == *first, "rank {r} differs from rank 0");
+            }
         }
     }
 }
