@@ -42,7 +42,8 @@ fn fp16_gradients_train_mnist_as_well_with_identical_replicas() {
 }
 
 /// Gradients beyond fp16's range (a regression onto labels in the millions) fail the job
-/// with a sentence that names the cause and the way out, not a hang or a panic.
+/// with a sentence that names the cause and the way out, not a hang or a panic: on one host,
+/// and on two simulated hosts whose leaders send the host sums compressed.
 #[test]
 fn gradients_beyond_fp16s_range_fail_the_job_with_a_sentence() {
     let dir = tempfile::tempdir().unwrap();
@@ -50,14 +51,21 @@ fn gradients_beyond_fp16s_range_fail_the_job_with_a_sentence() {
     let train = s(&dir.path().join("*.parquet"));
     let sql = r#"sql = "SELECT a, b, v, y * 1000000.0 AS y FROM input""#;
     let ckpt = format!("checkpoint_dir = \"{}\"", s(&dir.path().join("ckpt")));
-    let cluster = format!("executors = 2\ncompression = \"fp16\"\n{ckpt}");
+    let cluster = format!("compression = \"fp16\"\n{ckpt}");
     let spec = regression_job(dir.path(), "huge", &train, sql, &cluster);
-    let run = ringflow(&["local", &spec], LONG);
-    let err = run.assert_clean_failure();
-    assert!(
-        err.contains("sent as fp16 (cluster.compression)")
-            && err.contains("65504")
-            && err.contains("cluster.compression = \"bf16\""),
-        "{err}"
-    );
+    for placement in [
+        &["--executors", "2"][..],
+        &["--executors", "4", "--simulate-hosts", "2"],
+    ] {
+        let mut args = vec!["local", spec.as_str()];
+        args.extend(placement);
+        let run = ringflow(&args, LONG);
+        let err = run.assert_clean_failure();
+        assert!(
+            err.contains("sent as fp16 (cluster.compression)")
+                && err.contains("65504")
+                && err.contains("cluster.compression = \"bf16\""),
+            "{placement:?}: {err}"
+        );
+    }
 }
