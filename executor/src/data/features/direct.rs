@@ -490,20 +490,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn plain_row_groups_bypass_the_cache_and_irregular_ones_fill_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.parquet");
-        write(&path, 200, Some(170));
-        let partitions: Vec<Partition> = (0..2)
+    /// One whole-row-group partition per row group of a file of `rows` rows written by
+    /// [`write`] (row groups of 100).
+    fn row_groups(path: &Path, rows: u64) -> Vec<Partition> {
+        (0..rows.div_ceil(100))
             .map(|g| Partition {
                 path: path.display().to_string(),
-                row_group: g,
+                row_group: g as u32,
                 row_offset: 0,
-                row_count: 100,
-                file_row_start: 100 * g as u64,
+                row_count: (rows - 100 * g).min(100),
+                file_row_start: 100 * g,
             })
-            .collect();
+            .collect()
+    }
+
+    /// A file of `rows` rows with a null in row 170, and its row groups as partitions.
+    fn file_with_a_null(rows: u64) -> (tempfile::TempDir, std::path::PathBuf, Vec<Partition>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.parquet");
+        write(&path, rows as usize, Some(170));
+        let partitions = row_groups(&path, rows);
+        (dir, path, partitions)
+    }
+
+    #[test]
+    fn plain_row_groups_bypass_the_cache_and_irregular_ones_fill_it() {
+        let (_dir, path, partitions) = file_with_a_null(200);
         let c = converter();
         let cache = crate::data::cache::RowGroupCache::new(1 << 30);
         let read = crate::data::partitions::ReadContext {
@@ -524,18 +536,7 @@ mod tests {
 
     #[test]
     fn the_read_ahead_gives_what_arrow_gives_up_to_the_same_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("d.parquet");
-        write(&path, 250, Some(170));
-        let partitions: Vec<Partition> = (0..3)
-            .map(|g| Partition {
-                path: path.display().to_string(),
-                row_group: g,
-                row_offset: 0,
-                row_count: if g == 2 { 50 } else { 100 },
-                file_row_start: 100 * g as u64,
-            })
-            .collect();
+        let (_dir, path, partitions) = file_with_a_null(250);
         let c = converter();
         let (want, want_error) = drain(&c, &partitions, false);
         let (got, error) = drain(&c, &partitions, true);
