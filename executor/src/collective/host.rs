@@ -106,10 +106,11 @@ pub fn connect(
     );
     let wait_limit = cfg.timeout * (4 * world as u32 + 4);
     let segment = group.as_ref().map(|g| (g.segment().clone(), g.me()));
+    let hierarchical = layout.leaders.len() > 1;
     let worker = HostComm {
         group,
         leaders,
-        hierarchical: layout.leaders.len() > 1,
+        hierarchical,
         world,
         wait_limit,
         spare: Vec::new(),
@@ -122,7 +123,7 @@ pub fn connect(
     Ok(Box::new(HostCollective {
         ring,
         requests: Some(tx),
-        hierarchical: layout.leaders.len() > 1,
+        hierarchical,
         comm: Some(comm),
         segment,
         wait_limit,

@@ -478,9 +478,7 @@ fn read_ahead(
     ctx: ReadContext,
     parts: &[Partition],
 ) -> crate::error::Result<Rows> {
-    // Rows of a size that makes chunks of 7 rows, which cross pages and row groups.
-    let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
-    let mut r = ReadAhead::start(parts, Arc::new(conv.clone()), ctx, row_bytes);
+    let mut r = ReadAhead::start_in_chunks_of_7(parts, conv, ctx);
     let mut all = Rows::default();
     while let Some(rows) = r.next_chunk(std::time::Duration::from_secs(60))? {
         all.features.extend_from_slice(&rows.features);

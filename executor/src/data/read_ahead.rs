@@ -9,9 +9,10 @@
 //! on both cores.
 //!
 //! A partition of a local file that neither `data.sql` nor images involve, and that the
-//! row-group cache does not already hold, is read straight from its pages into the chunks ([`DirectReader`]), in chunks that end where
-//! the plan's batches end (so that the loop can hand a chunk on as a batch without copying it);
-//! the first rows it cannot take, and every other partition, go through Arrow as before.
+//! row-group cache does not already hold, is read straight from its pages into the chunks
+//! ([`DirectReader`]), in chunks that end where the plan's batches end (so that the loop can
+//! hand a chunk on as a batch without copying it); the first rows it cannot take, and every
+//! other partition, go through Arrow as before.
 //! Chunks are [`read_batch_rows`] rows (about [`READ_CHUNK_BYTES`]), small enough to stay in a
 //! core's cache while they are decoded and converted, and the loop hands each chunk back once
 //! it has used it, for a decoder to convert into again: reading allocates almost nothing.
@@ -191,6 +192,20 @@ impl ReadAhead {
     /// decoder to convert into again.
     pub fn recycle(&self, rows: Rows) {
         self.pool.give(rows);
+    }
+}
+
+#[cfg(test)]
+impl ReadAhead {
+    /// [`ReadAhead::start`] with rows sized so that a chunk holds 7 of them, so that chunks
+    /// cross pages, record batches and row groups.
+    pub(crate) fn start_in_chunks_of_7(
+        partitions: &[Partition],
+        converter: &Converter,
+        read: ReadContext,
+    ) -> ReadAhead {
+        let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
+        ReadAhead::start(partitions, Arc::new(converter.clone()), read, row_bytes)
     }
 }
 

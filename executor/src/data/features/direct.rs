@@ -1,7 +1,7 @@
 //! Feature and label columns read from a local Parquet file's pages straight into the `f32`
-//! chunk: the column chunks' levels and values are decoded into buffers that are reused chunk
-//! after chunk and converted in one pass, with no Arrow arrays (null bitmaps, list offsets,
-//! narrowed copies of the values) in between.
+//! chunk: each column's pages are decoded by [`PageColumn`] into the chunk itself (a column that
+//! fills whole rows alone) or into a reused buffer copied into its place in each row, with no
+//! Arrow arrays (null bitmaps, list offsets, narrowed copies of the values) in between.
 //!
 //! Only plain data takes this path: numeric columns and lists of numbers, each one Parquet
 //! leaf, every value present, every row of a list column as long as the others. Anything else
@@ -20,18 +20,17 @@ use ringflow_proto::pb::Partition;
 
 use super::Converter;
 use super::pages::{Kind, PageColumn};
-use super::values::{copy_rows_by, may_be_non_finite};
+use super::values::{copy_rows, may_be_non_finite};
 
-/// One column being read: its pages, the Arrow type of its values, and the values of the
-/// chunk being read when the column does not fill whole rows alone.
+/// One column being read: its pages, and the values of the chunk being read when the column
+/// does not fill whole rows alone.
 struct Column {
     pages: PageColumn,
-    /// The Arrow type of the values (the list's items for a list column).
-    values: DataType,
     /// A list column.
     list: bool,
-    /// What its values are multiplied by.
-    mul: f32,
+    /// Whether its converted values may be NaN or infinite, and so must be checked (floats, or
+    /// integers times a huge multiplier).
+    check_finite: bool,
     scratch: Vec<f32>,
 }
 
@@ -87,9 +86,8 @@ impl Converter {
             pages.skip(partition.row_offset as usize)?;
             Some(Column {
                 pages,
-                values,
                 list,
-                mul,
+                check_finite: may_be_non_finite(&values, mul),
                 scratch: Vec::new(),
             })
         };
@@ -155,14 +153,14 @@ impl Column {
         if !self.pages.read(&mut self.scratch) || !self.finite(&self.scratch) {
             return false;
         }
-        copy_rows_by(&self.scratch, |x| x, w, out, stride, offset, 1.0);
+        copy_rows(&self.scratch, w, out, stride, offset, 1.0);
         true
     }
 
     /// Whether `values`, converted from this column, are all finite (checked only where the
     /// column's type and multiplier allow anything else).
     fn finite(&self, values: &[f32]) -> bool {
-        !may_be_non_finite(&self.values, self.mul) || values.iter().all(|v| v.is_finite())
+        !self.check_finite || values.iter().all(|v| v.is_finite())
     }
 }
 
@@ -477,9 +475,7 @@ mod tests {
         partitions: &[Partition],
         read: crate::data::partitions::ReadContext,
     ) -> (Vec<u32>, Option<String>) {
-        // Rows of a size that makes chunks of 7 rows, which cross pages and row groups.
-        let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
-        let mut r = ReadAhead::start(partitions, Arc::new(c.clone()), read, row_bytes);
+        let mut r = ReadAhead::start_in_chunks_of_7(partitions, c, read);
         let mut got = Vec::new();
         loop {
             match r.next_chunk(std::time::Duration::from_secs(60)) {

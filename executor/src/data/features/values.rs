@@ -37,20 +37,6 @@ pub(super) fn copy_rows<T: AsF32>(
     offset: usize,
     mul: f32,
 ) {
-    copy_rows_by(values, T::as_f32, w, out, stride, offset, mul);
-}
-
-/// [`copy_rows`] of values that `to_f32` converts (a Parquet leaf's physical values, narrowed
-/// to their Arrow type as Arrow narrows them).
-pub(super) fn copy_rows_by<T: Copy>(
-    values: &[T],
-    to_f32: impl Fn(T) -> f32,
-    w: usize,
-    out: &mut [f32],
-    stride: usize,
-    offset: usize,
-    mul: f32,
-) {
     if w == 0 {
         return;
     }
@@ -58,13 +44,13 @@ pub(super) fn copy_rows_by<T: Copy>(
         // One column fills whole rows: a single loop over contiguous values, which the
         // compiler vectorizes (widen, convert, multiply).
         for (d, &s) in out.iter_mut().zip(values) {
-            *d = to_f32(s) * mul;
+            *d = s.as_f32() * mul;
         }
         return;
     }
     for (src, dst) in values.chunks_exact(w).zip(out.chunks_exact_mut(stride)) {
         for (d, &s) in dst[offset..offset + w].iter_mut().zip(src) {
-            *d = to_f32(s) * mul;
+            *d = s.as_f32() * mul;
         }
     }
 }

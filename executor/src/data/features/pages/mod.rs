@@ -416,9 +416,9 @@ impl PageColumn {
                     }
                     Piece::Packed(packed) => {
                         let count = packed.count;
-                        gather(&packed, dict, &mut dst[at..at + count])
-                            .map(|()| at += count)
-                            .is_some()
+                        let gathered = gather(&packed, dict, &mut dst[at..at + count]);
+                        at += count;
+                        gathered
                     }
                 })
             }
@@ -585,14 +585,14 @@ impl PageColumn {
     }
 }
 
-/// `dst[i] = dict[index i]` for the packed indices; `None` where one is out of range.
-fn gather(packed: &Packed<'_>, dict: &[f32], dst: &mut [f32]) -> Option<()> {
+/// `dst[i] = dict[index i]` for the packed indices; false where one is out of range.
+fn gather(packed: &Packed<'_>, dict: &[f32], dst: &mut [f32]) -> bool {
     let mut ok = true;
     packed.each(|i, v| match dict.get(v as usize) {
         Some(&x) => dst[i] = x,
         None => ok = false,
     });
-    ok.then_some(())
+    ok
 }
 
 #[cfg(test)]
