@@ -5,7 +5,8 @@
 //! (`p = oh · ow`), so that the convolution is one GEMM with the group's `[out_channels / groups,
 //! k]` weights, and its backward passes are GEMMs with the transposes (the input's gradient is
 //! then folded back onto the image, col2im). A 1×1 convolution with stride 1 and no padding reads
-//! the image itself as that matrix. Depthwise convolutions (one input channel per group) take
+//! the image itself as that matrix. Unrolling and folding back are `unroll.rs`'s, from the taps'
+//! spans worked out once per call. Depthwise convolutions (one input channel per group) take
 //! the direct kernels of `depthwise.rs` instead.
 //!
 //! Images run in parallel on the current rayon pool with single-threaded GEMMs, each thread
@@ -23,6 +24,7 @@ use std::thread::LocalKey;
 use rayon::prelude::*;
 
 use super::gemm::{MatRef, matmul_into, matmul_into_serial};
+use super::unroll::{TapSpans, col2im, im2col};
 use super::{CpuArray, depthwise, pool, slice, slice_mut, zeros};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::error::Result;
@@ -144,115 +146,6 @@ fn for_each_image(
     }
 }
 
-/// The outputs `o` in `0..out` whose input index `o · stride + offset − pad` lies in `0..len`.
-fn valid_outputs(out: usize, len: usize, stride: usize, offset: usize, pad: usize) -> Range<usize> {
-    let lo = pad.saturating_sub(offset).div_ceil(stride);
-    let hi = (len + pad).saturating_sub(offset).div_ceil(stride).min(out);
-    lo.min(hi)..hi
-}
-
-/// Where one kernel tap (`channel`, `i`, `j`) reads: calls `f(out_row, in_row, cols, first)`
-/// for each output row whose input row `in_row` exists, with the valid output columns `cols`
-/// and the input column `first` of the first of them (the others follow at the stride).
-/// Output rows not listed read only padding.
-pub(super) fn for_each_tap_row(
-    g: &Conv2dGeometry,
-    (i, j): (usize, usize),
-    mut f: impl FnMut(usize, usize, Range<usize>, usize),
-) {
-    let [oh, ow] = g.out_size();
-    let rows = valid_outputs(
-        oh,
-        g.in_size[0],
-        g.stride[0],
-        i * g.dilation[0],
-        g.padding[0],
-    );
-    let cols = valid_outputs(
-        ow,
-        g.in_size[1],
-        g.stride[1],
-        j * g.dilation[1],
-        g.padding[1],
-    );
-    if cols.is_empty() {
-        return;
-    }
-    let first = cols.start * g.stride[1] + j * g.dilation[1] - g.padding[1];
-    for r in rows {
-        let in_row = r * g.stride[0] + i * g.dilation[0] - g.padding[0];
-        f(r, in_row, cols.clone(), first);
-    }
-}
-
-/// `dst.copy_from_slice(src)` for the short runs of im2col (a row of a small output plane, often
-/// 8 or 16 values): whole blocks of 8 are moved inline rather than by a call to `memcpy`, whose
-/// overhead would exceed the copy.
-#[inline(always)]
-fn copy_short(dst: &mut [f32], src: &[f32]) {
-    let mut blocks = dst.chunks_exact_mut(8);
-    let mut from = src.chunks_exact(8);
-    for (d, s) in (&mut blocks).zip(&mut from) {
-        let s: &[f32; 8] = s.try_into().expect("a block of 8");
-        d.copy_from_slice(s);
-    }
-    for (d, s) in blocks.into_remainder().iter_mut().zip(from.remainder()) {
-        *d = *s;
-    }
-}
-
-/// Unrolls one group of one image (`[in_group, h, w]`) into `cols` (`[taps, oh · ow]`),
-/// writing every element (zeros where a tap reads padding).
-fn im2col(x: &[f32], g: &Conv2dGeometry, cols: &mut [f32]) {
-    let [h, w] = g.in_size;
-    let [kh, kw] = g.kernel;
-    let [oh, ow] = g.out_size();
-    for (tap, row) in cols.chunks_exact_mut(oh * ow).enumerate() {
-        let (c, i, j) = (tap / (kh * kw), tap / kw % kh, tap % kw);
-        let plane = &x[c * h * w..(c + 1) * h * w];
-        if g.padding != [0, 0] {
-            // Without padding every tap of every output reads inside the input.
-            row.fill(0.0);
-        }
-        for_each_tap_row(g, (i, j), |r, in_row, valid, first| {
-            let src = &plane[in_row * w..(in_row + 1) * w];
-            let dst = &mut row[r * ow + valid.start..r * ow + valid.end];
-            if g.stride[1] == 1 {
-                copy_short(dst, &src[first..first + dst.len()]);
-            } else {
-                for (k, d) in dst.iter_mut().enumerate() {
-                    *d = src[first + k * g.stride[1]];
-                }
-            }
-        });
-    }
-}
-
-/// Folds `cols` (`[taps, oh · ow]`) back onto one group of one image (`[in_group, h, w]`),
-/// adding each tap's values where it read.
-fn col2im(cols: &[f32], g: &Conv2dGeometry, x: &mut [f32]) {
-    let [h, w] = g.in_size;
-    let [kh, kw] = g.kernel;
-    let [oh, ow] = g.out_size();
-    for (tap, row) in cols.chunks_exact(oh * ow).enumerate() {
-        let (c, i, j) = (tap / (kh * kw), tap / kw % kh, tap % kw);
-        let plane = &mut x[c * h * w..(c + 1) * h * w];
-        for_each_tap_row(g, (i, j), |r, in_row, valid, first| {
-            let dst = &mut plane[in_row * w..(in_row + 1) * w];
-            let src = &row[r * ow + valid.start..r * ow + valid.end];
-            if g.stride[1] == 1 {
-                for (d, s) in dst[first..first + src.len()].iter_mut().zip(src) {
-                    *d += s;
-                }
-            } else {
-                for (k, s) in src.iter().enumerate() {
-                    dst[first + k * g.stride[1]] += s;
-                }
-            }
-        });
-    }
-}
-
 /// Fills each `plane`-long row of `out` with its channel's value of `bias` (one per row).
 fn fill_bias(out: &mut [f32], bias: &[f32], plane: usize) {
     for (row, &b) in out.chunks_mut(plane.max(1)).zip(bias) {
@@ -265,6 +158,7 @@ fn fill_bias(out: &mut [f32], bias: &[f32], plane: usize) {
 pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeometry) -> CpuArray {
     let l = Layout::of(g);
     let (xs, ws, bias) = (slice(x), slice(w), bias.map(slice));
+    let spans = TapSpans::of(g);
     let mut out = zeros(&g.output_shape());
     let image_in = g.in_channels * l.in_plane;
     for_each_image(slice_mut(&mut out), g.batch, |n, out, threaded| {
@@ -278,7 +172,7 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
             let (w_g, add) = (l.weights(ws, group), bias.is_some());
             if l.unroll {
                 with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
-                    im2col(x_g, g, cols);
+                    im2col(x_g, &spans, cols);
                     let cols = MatRef::new(cols, l.taps, l.out_plane);
                     gemm(out_g, w_g, cols, add, threaded);
                 });
@@ -295,6 +189,7 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
 pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) -> CpuArray {
     let l = Layout::of(g);
     let (dys, ws) = (slice(dy), slice(w));
+    let spans = TapSpans::of(g);
     let mut dx = zeros(&g.input_shape());
     let image_out = g.out_channels * l.out_plane;
     for_each_image(slice_mut(&mut dx), g.batch, |n, dx, threaded| {
@@ -306,7 +201,7 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
             if l.unroll {
                 with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
                     gemm(cols, w_t, dy_g, false, threaded);
-                    col2im(cols, g, dx_g);
+                    col2im(cols, &spans, dx_g);
                 });
             } else {
                 gemm(dx_g, w_t, dy_g, false, threaded);
@@ -321,11 +216,10 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
 fn add_image_weight_grad(
     dw: &mut [f32],
     (x, dy): (&[f32], &[f32]),
-    g: &Conv2dGeometry,
+    (g, l, spans): (&Conv2dGeometry, &Layout, &TapSpans),
     accumulate: bool,
     threaded: bool,
 ) {
-    let l = Layout::of(g);
     for group in 0..g.groups {
         let dy_g = MatRef::new(&dy[l.out_range(group)], l.out_group, l.out_plane);
         let len = l.out_group * l.taps;
@@ -333,7 +227,7 @@ fn add_image_weight_grad(
         let x_g = &x[l.in_range(group)];
         if l.unroll {
             with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
-                im2col(x_g, g, cols);
+                im2col(x_g, spans, cols);
                 let cols_t = MatRef::new(cols, l.taps, l.out_plane).t();
                 gemm(dw_g, dy_g, cols_t, accumulate, threaded);
             });
@@ -363,7 +257,7 @@ pub fn conv2d_backward_weight(
     }
     let (image_in, image_out) = (g.in_channels * l.in_plane, g.out_channels * l.out_plane);
     let threaded = parts < rayon::current_num_threads();
-    let size = dst.len();
+    let (size, spans) = (dst.len(), TapSpans::of(g));
     with_scratch(&PARTIALS, (parts - 1) * size, |partials| {
         let mut sums: Vec<(&mut [f32], bool)> = std::iter::once((&mut *dst, accumulate))
             .chain(partials.chunks_mut(size.max(1)).map(|p| (p, false)))
@@ -375,7 +269,8 @@ pub fn conv2d_backward_weight(
                 for (i, n) in images.enumerate() {
                     let x_n = &xs[n * image_in..(n + 1) * image_in];
                     let dy_n = &dys[n * image_out..(n + 1) * image_out];
-                    add_image_weight_grad(sum, (x_n, dy_n), g, *add || i > 0, threaded);
+                    let image = (x_n, dy_n);
+                    add_image_weight_grad(sum, image, (g, &l, &spans), *add || i > 0, threaded);
                 }
             });
         drop(sums);
@@ -433,34 +328,5 @@ impl ConvOps for CpuArray {
 
     fn avg_pool2d_backward(grad: &Self, p: &Pool2dGeometry) -> Result<Self> {
         Ok(pool::avg_pool2d_backward(grad, p))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn valid_outputs_are_those_that_read_inside_the_input() {
-        for (out, len, stride, offset, pad) in [
-            (5, 5, 1, 0, 1),
-            (5, 5, 1, 2, 1),
-            (3, 7, 2, 0, 0),
-            (4, 7, 2, 1, 1),
-            (2, 3, 3, 0, 2),
-            (1, 1, 1, 2, 1),
-        ] {
-            let want: Vec<usize> = (0..out)
-                .filter(|&o| {
-                    let i = (o * stride + offset) as isize - pad as isize;
-                    (0..len as isize).contains(&i)
-                })
-                .collect();
-            let got: Vec<usize> = valid_outputs(out, len, stride, offset, pad).collect();
-            assert_eq!(
-                got, want,
-                "out {out} len {len} stride {stride} offset {offset}"
-            );
-        }
     }
 }

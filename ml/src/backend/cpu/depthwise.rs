@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::conv::for_each_tap_row;
+use super::unroll::TapSpans;
 use super::{CpuArray, PAR_MIN, slice, slice_mut, zeros};
 use crate::backend::conv::Conv2dGeometry;
 
@@ -31,19 +31,14 @@ fn for_each_chunk(out: &mut [f32], len: usize, f: impl Fn(usize, &mut [f32]) + S
     }
 }
 
-/// Calls `f(tap, out_row, in_row, cols, first)` for every kernel tap `(i, j)` (flat index
-/// `tap = i · kw + j`) and output row that reads inside the input.
+/// Calls `f(tap, out_row, in_row, cols, first)` for every kernel tap (flat index `tap = i ·
+/// kw + j`) and output row that reads inside the input.
 fn for_each_tap(
-    g: &Conv2dGeometry,
+    spans: &TapSpans,
     mut f: impl FnMut(usize, usize, usize, std::ops::Range<usize>, usize),
 ) {
-    let [kh, kw] = g.kernel;
-    for i in 0..kh {
-        for j in 0..kw {
-            for_each_tap_row(g, (i, j), |r, in_row, cols, first| {
-                f(i * kw + j, r, in_row, cols, first)
-            });
-        }
+    for tap in 0..spans.taps() {
+        spans.for_each_row(tap, |r, in_row, cols, first| f(tap, r, in_row, cols, first));
     }
 }
 
@@ -54,6 +49,7 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
     let [oh, ow] = g.out_size();
     let taps = g.kernel[0] * g.kernel[1];
     let multiplier = g.out_channels / g.groups;
+    let spans = TapSpans::of(g);
     let (xs, ws, bias) = (slice(x), slice(w), bias.map(slice));
     let mut out = zeros(&g.output_shape());
     for_each_chunk(slice_mut(&mut out), oh * ow, |plane, out| {
@@ -63,7 +59,7 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
         }
         let input = &xs[(n * g.in_channels + o / multiplier) * h * wd..][..h * wd];
         let kernel = &ws[o * taps..(o + 1) * taps];
-        for_each_tap(g, |tap, r, in_row, cols, first| {
+        for_each_tap(&spans, |tap, r, in_row, cols, first| {
             let weight = kernel[tap];
             let src = &input[in_row * wd..(in_row + 1) * wd];
             let dst = &mut out[r * ow + cols.start..r * ow + cols.end];
@@ -87,6 +83,7 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
     let [oh, ow] = g.out_size();
     let taps = g.kernel[0] * g.kernel[1];
     let multiplier = g.out_channels / g.groups;
+    let spans = TapSpans::of(g);
     let (dys, ws) = (slice(dy), slice(w));
     let mut dx = zeros(&g.input_shape());
     for_each_chunk(slice_mut(&mut dx), h * wd, |plane, dx| {
@@ -94,7 +91,7 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
         for o in c * multiplier..(c + 1) * multiplier {
             let grad = &dys[(n * g.out_channels + o) * oh * ow..][..oh * ow];
             let kernel = &ws[o * taps..(o + 1) * taps];
-            for_each_tap(g, |tap, r, in_row, cols, first| {
+            for_each_tap(&spans, |tap, r, in_row, cols, first| {
                 let weight = kernel[tap];
                 let src = &grad[r * ow + cols.start..r * ow + cols.end];
                 let dst = &mut dx[in_row * wd..(in_row + 1) * wd];
@@ -125,6 +122,7 @@ pub fn conv2d_backward_weight(
     let [oh, ow] = g.out_size();
     let taps = g.kernel[0] * g.kernel[1];
     let multiplier = g.out_channels / g.groups;
+    let spans = TapSpans::of(g);
     let (xs, dys) = (slice(x), slice(dy));
     let dst = slice_mut(dst);
     if !accumulate {
@@ -137,7 +135,7 @@ pub fn conv2d_backward_weight(
         for n in 0..g.batch {
             let input = &xs[(n * g.in_channels + o / multiplier) * h * wd..][..h * wd];
             let grad = &dys[(n * g.out_channels + o) * oh * ow..][..oh * ow];
-            for_each_tap(g, |tap, r, in_row, cols, first| {
+            for_each_tap(&spans, |tap, r, in_row, cols, first| {
                 let src = &input[in_row * wd..(in_row + 1) * wd];
                 let dy_row = &grad[r * ow + cols.start..r * ow + cols.end];
                 let acc = &mut columns[tap * ow..tap * ow + dy_row.len()];

@@ -24,6 +24,7 @@ pub mod random;
 pub mod recurrent;
 pub mod reduce;
 pub mod softmax;
+mod unroll;
 
 use std::ops::Range;
 

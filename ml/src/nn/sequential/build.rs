@@ -2,8 +2,8 @@
 
 use crate::error::Result;
 use crate::nn::layers::{
-    Activation, AvgPool2d, BatchNorm, Bidirectional, Conv2d, Dropout, Embedding, Flatten,
-    GlobalAvgPool2d, Gru, LayerNorm, Linear, Lstm, MaxPool2d, MultiHeadAttention,
+    Activation, ActivationKind, AvgPool2d, BatchNorm, Bidirectional, Conv2d, Dropout, Embedding,
+    Flatten, GlobalAvgPool2d, Gru, LayerNorm, Linear, Lstm, MaxPool2d, MultiHeadAttention,
     PositionEmbedding, Residual, SequencePool, Sequential, TransformerEncoder,
 };
 use crate::nn::sequential::infer::{PlannedLayer, RecurrentCell, Resolved};
@@ -13,10 +13,30 @@ use crate::nn::{ModelFootprint, ModelSummary, Module, ParamBuilder, SummaryRow};
 /// the list's owner) under each layer's local name.
 pub fn build_list(layers: &[PlannedLayer], b: &mut ParamBuilder<'_>) -> Result<Sequential> {
     let mut net = Sequential::new();
-    for layer in layers {
-        net.push_boxed(build_layer(layer, b)?);
+    let mut at = 0;
+    while at < layers.len() {
+        if let [relu, pool, ..] = &layers[at..]
+            && pools_after_relu(relu, pool)
+        {
+            net.push_boxed(build_layer(pool, b)?);
+            net.push_boxed(build_layer(relu, b)?);
+            at += 2;
+            continue;
+        }
+        net.push_boxed(build_layer(&layers[at], b)?);
+        at += 1;
     }
     Ok(net)
+}
+
+/// Whether `first` is a ReLU and `second` a max pooling, which are built the other way round:
+/// `max(relu(x)) = relu(max(x))`, and the gradient is the same too (it goes to the window's
+/// first maximum when that is positive, and is zero otherwise), but pooling first leaves the
+/// ReLU, forward and backward, a quarter of the cells (with 2 × 2 windows). Neither has
+/// parameters, so nothing else changes.
+fn pools_after_relu(first: &PlannedLayer, second: &PlannedLayer) -> bool {
+    matches!(first.layer, Resolved::Activation(ActivationKind::Relu))
+        && matches!(second.layer, Resolved::MaxPool2d(_))
 }
 
 fn build_layer(layer: &PlannedLayer, b: &mut ParamBuilder<'_>) -> Result<Box<dyn Module>> {

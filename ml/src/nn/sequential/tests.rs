@@ -594,3 +594,71 @@ fn a_spec_made_in_rust_reads_back_as_itself() {
     );
     assert_eq!(seq.plan().unwrap().layers[1].output, [2, 4, 2]);
 }
+
+/// Values in halves from −2.5 to 1.5: windows that tie, that are all negative or all zero.
+fn halves_with_ties(n: usize, seed: u64) -> Vec<f32> {
+    use rand::RngExt;
+    let mut r = rng::seeded(seed, 0);
+    (0..n)
+        .map(|_| (r.random::<f32>() * 8.0 - 5.0).round() / 2.0)
+        .collect()
+}
+
+/// What the builder relies on to build a ReLU followed by max pooling as the pooling followed
+/// by the ReLU: both orders give the same values and the same gradient, with ties, windows
+/// without a positive cell, padding and overlapping windows.
+#[test]
+fn max_pooling_and_relu_commute_in_values_and_gradients() {
+    use crate::Pool2dOptions;
+    let overlapping = Pool2dOptions {
+        kernel: [3, 3],
+        stride: Some([1, 1]),
+        padding: [1, 1],
+    };
+    for opts in [Pool2dOptions::square(2), overlapping] {
+        let x = halves_with_ties(2 * 3 * 6 * 6, 11);
+        let run = |pool_first: bool| {
+            let x = Tensor::from_vec(x.clone(), &[2, 3, 6, 6], Device::Cpu)?.into_parameter()?;
+            let y = if pool_first {
+                x.max_pool2d(opts)?.relu()?
+            } else {
+                x.relu()?.max_pool2d(opts)?
+            };
+            // A weighted sum, so that every output's gradient differs.
+            let weights: Vec<f32> = (0..y.numel()).map(|i| 1.0 + i as f32 / 8.0).collect();
+            let weights = Tensor::from_vec(weights, y.shape(), Device::Cpu)?;
+            y.mul(&weights)?.sum_all()?.backward()?;
+            let grad = x.grad().expect("x has a gradient").to_vec();
+            Ok::<_, crate::MlError>((y.to_vec(), grad))
+        };
+        let (written, built) = (run(false).unwrap(), run(true).unwrap());
+        assert_eq!(written.0, built.0, "values, {opts:?}");
+        assert_eq!(written.1, built.1, "gradients, {opts:?}");
+        assert!(written.1.iter().any(|&g| g != 0.0) && written.0.contains(&0.0));
+    }
+}
+
+/// A ReLU before average pooling stays where it is written (the two do not commute), and a
+/// ReLU before max pooling gives the model the written order's outputs.
+#[test]
+fn only_max_pooling_trades_places_with_a_relu() {
+    let output = |first: Value, second: Value| {
+        let layers = json!([first, second, { "type": "flatten" }, { "type": "linear" }]);
+        let fields = json!({ "input": [2, 4, 4], "classes": 3, "layers": layers });
+        let model = Model::build(&spec(fields), &ModelRegistry::default(), 5, Device::Cpu).unwrap();
+        let x = Tensor::from_vec(halves_with_ties(3 * 32, 12), &[3, 2, 4, 4], Device::Cpu);
+        let mut r = rng::seeded(1, 0);
+        model.forward(&x.unwrap(), true, &mut r).unwrap().to_vec()
+    };
+    let relu = json!({ "type": "relu" });
+    let (max, avg) = (
+        json!({ "type": "max_pool2d", "kernel": 2 }),
+        json!({ "type": "avg_pool2d", "kernel": 2 }),
+    );
+    assert_eq!(output(relu.clone(), max.clone()), output(max, relu.clone()));
+    assert_ne!(
+        output(relu.clone(), avg.clone()),
+        output(avg, relu),
+        "average pooling traded places with the ReLU"
+    );
+}

@@ -1,0 +1,105 @@
+//! One training step of `examples/mnist_cnn.toml`'s LeNet-style network (conv 5×5 32 – ReLU –
+//! pool – conv 5×5 64 – ReLU – pool – linear 128 – ReLU – linear 10, cross-entropy, Adam) on a
+//! random batch, without the data pipeline or the all-reduce: the milliseconds of the forward
+//! pass (loss included), the backward pass and the optimizer, and the samples per second of the
+//! whole step. The figure to hold against `benches/cnn_vs_peers.sh`'s (which adds the data and
+//! the executor's bookkeeping), and the program to profile.
+//!
+//! ```text
+//! cargo run --release -p ringflow-ml --example cnn_step [-- --seconds S] [--batch N]
+//! ```
+//!
+//! Runs on all cores (set `RAYON_NUM_THREADS` to use fewer); each phase's figure is its median
+//! over the steps run in about `S` seconds (1 by default) after a few warm-up steps.
+
+use std::time::{Duration, Instant};
+
+use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
+use ringflow_ml::optim::{Optimizer, OptimizerSpec};
+use ringflow_ml::{Device, Tensor, loss, rng};
+
+/// The value after `flag` in the arguments, parsed, or `default`.
+fn arg<T: std::str::FromStr>(flag: &str, default: T) -> Result<T, Box<dyn std::error::Error>>
+where
+    T::Err: std::error::Error + 'static,
+{
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == flag) {
+        Some(i) => Ok(args
+            .get(i + 1)
+            .ok_or_else(|| format!("{flag} needs a value"))?
+            .parse()?),
+        None => Ok(default),
+    }
+}
+
+/// The network of `examples/mnist_cnn.toml`.
+fn lenet() -> ringflow_ml::Result<ModelSpec> {
+    ModelSpec::new(
+        "sequential",
+        serde_json::json!({ "input": [1, 28, 28], "classes": 10, "layers": [
+            { "type": "conv2d", "out_channels": 32, "kernel": 5 }, { "type": "relu" },
+            { "type": "max_pool2d", "kernel": 2 },
+            { "type": "conv2d", "out_channels": 64, "kernel": 5 }, { "type": "relu" },
+            { "type": "max_pool2d", "kernel": 2 },
+            { "type": "flatten" }, { "type": "linear", "out": 128 }, { "type": "relu" },
+            { "type": "linear" } ] }),
+    )
+}
+
+/// The median of `v` (not empty).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let budget = Duration::from_secs_f64(arg("--seconds", 1.0)?);
+    let batch: usize = arg("--batch", 64)?;
+    let model = Model::build(&lenet()?, &ModelRegistry::default(), 42, Device::Cpu)?;
+    let adam = OptimizerSpec::Adam {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let mut opt = Optimizer::new(adam, model.params())?;
+    let mut r = rng::seeded(7, 0);
+    let x = Tensor::randn(&[batch, 1, 28, 28], 1.0, &mut r, Device::Cpu)?;
+    let labels = (0..batch).map(|i| (i % 10) as f32).collect();
+    let y = Tensor::from_vec(labels, &[batch], Device::Cpu)?;
+    let (mut forward, mut backward, mut update, mut total) = (vec![], vec![], vec![], vec![]);
+    let start = Instant::now();
+    for step in 0.. {
+        let t0 = Instant::now();
+        model.params().zero_grad();
+        let l = loss::cross_entropy(&model.forward(&x, true, &mut r)?, &y)?;
+        let t1 = Instant::now();
+        l.backward()?;
+        let t2 = Instant::now();
+        opt.step(1e-3)?;
+        let t3 = Instant::now();
+        if step >= 5 {
+            forward.push((t1 - t0).as_secs_f64() * 1e3);
+            backward.push((t2 - t1).as_secs_f64() * 1e3);
+            update.push((t3 - t2).as_secs_f64() * 1e3);
+            total.push((t3 - t0).as_secs_f64());
+        }
+        if total.len() >= 5 && start.elapsed() > budget {
+            break;
+        }
+    }
+    let step = median(&mut total);
+    println!(
+        "batch {batch}, {} threads, {} steps: forward {:.2} ms, backward {:.2} ms, optimizer \
+         {:.2} ms; {:.0} samples/s",
+        rayon::current_num_threads(),
+        total.len(),
+        median(&mut forward),
+        median(&mut backward),
+        median(&mut update),
+        batch as f64 / step
+    );
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! Where a convolution's kernel taps read, worked out once per call: [`TapSpans`] holds, for
+//! each tap `(i, j)` of the kernel, the output rows and columns whose input cell lies inside the
+//! image (the others read padding), so that unrolling an image into the `[taps, oh · ow]`
+//! matrix of im2col ([`im2col`]), folding that matrix back ([`col2im`]) and the depthwise
+//! kernels do no division per tap or per channel: only copies and additions of runs.
+
+use std::ops::Range;
+
+use crate::backend::conv::Conv2dGeometry;
+
+/// Where one kernel tap reads, the same for every channel and image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TapSpan {
+    /// The output rows whose input row exists.
+    rows: Range<usize>,
+    /// The output columns whose input column exists.
+    cols: Range<usize>,
+    /// The input row of output row 0, plus the padding: `i · dilation` (output row `r` reads
+    /// input row `r · stride + row_offset − padding`).
+    row_offset: usize,
+    /// The input column of the first valid output column.
+    first: usize,
+    /// Whether every output cell of this tap reads inside the input (no padding read).
+    full: bool,
+}
+
+/// The spans of every kernel tap of one geometry, in the order `i · kw + j`.
+#[derive(Clone, Debug)]
+pub struct TapSpans {
+    spans: Vec<TapSpan>,
+    /// Input [height, width].
+    in_size: [usize; 2],
+    /// Output [height, width].
+    out_size: [usize; 2],
+    /// Vertical stride and padding.
+    row_step: (usize, usize),
+    /// Horizontal stride.
+    col_stride: usize,
+}
+
+/// The outputs `o` in `0..out` whose input index `o · stride + offset − pad` lies in `0..len`.
+fn valid_outputs(out: usize, len: usize, stride: usize, offset: usize, pad: usize) -> Range<usize> {
+    let lo = pad.saturating_sub(offset).div_ceil(stride);
+    let hi = (len + pad).saturating_sub(offset).div_ceil(stride).min(out);
+    lo.min(hi)..hi
+}
+
+impl TapSpans {
+    /// The spans of `g`'s kernel taps (`g` passed its `check`).
+    pub fn of(g: &Conv2dGeometry) -> TapSpans {
+        let [oh, ow] = g.out_size();
+        let [kh, kw] = g.kernel;
+        let mut spans = Vec::with_capacity(kh * kw);
+        for i in 0..kh {
+            for j in 0..kw {
+                let (row_offset, col_offset) = (i * g.dilation[0], j * g.dilation[1]);
+                let rows = valid_outputs(oh, g.in_size[0], g.stride[0], row_offset, g.padding[0]);
+                let cols = valid_outputs(ow, g.in_size[1], g.stride[1], col_offset, g.padding[1]);
+                let first = (cols.start * g.stride[1] + col_offset).saturating_sub(g.padding[1]);
+                let full = rows == (0..oh) && cols == (0..ow);
+                spans.push(TapSpan {
+                    rows,
+                    cols,
+                    row_offset,
+                    first,
+                    full,
+                });
+            }
+        }
+        TapSpans {
+            spans,
+            in_size: g.in_size,
+            out_size: [oh, ow],
+            row_step: (g.stride[0], g.padding[0]),
+            col_stride: g.stride[1],
+        }
+    }
+
+    /// Taps per channel (`kh · kw`).
+    pub fn taps(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Calls `f(out_row, in_row, cols, first)` for each output row of tap `tap` whose input
+    /// row `in_row` exists, with the valid output columns `cols` and the input column `first`
+    /// of the first of them (the others follow at the stride). Output rows not listed read
+    /// only padding.
+    #[inline]
+    pub fn for_each_row(&self, tap: usize, mut f: impl FnMut(usize, usize, Range<usize>, usize)) {
+        let span = &self.spans[tap];
+        if span.cols.is_empty() {
+            return;
+        }
+        let (stride, pad) = self.row_step;
+        for r in span.rows.clone() {
+            f(
+                r,
+                r * stride + span.row_offset - pad,
+                span.cols.clone(),
+                span.first,
+            );
+        }
+    }
+}
+
+/// `dst[at..at + N] = src[at..at + N]`, as one fixed-size move.
+#[inline(always)]
+fn copy_block<const N: usize>(dst: &mut [f32], src: &[f32], at: usize) {
+    let d: &mut [f32; N] = (&mut dst[at..at + N]).try_into().expect("N values");
+    *d = src[at..at + N].try_into().expect("N values");
+}
+
+/// `dst.copy_from_slice(src)` for the short runs of im2col (a row of a small output plane, often
+/// 8 or 24 values): up to 32 values are moved by a fixed sequence of block moves, with no loop
+/// the compiler would turn back into a call to `memcpy`, whose overhead would exceed the copy.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    let n = dst.len();
+    if n > 32 {
+        dst.copy_from_slice(&src[..n]);
+        return;
+    }
+    let mut at = 0;
+    for _ in 0..4 {
+        if n - at >= 8 {
+            copy_block::<8>(dst, src, at);
+            at += 8;
+        }
+    }
+    if n - at >= 4 {
+        copy_block::<4>(dst, src, at);
+        at += 4;
+    }
+    if n - at >= 2 {
+        copy_block::<2>(dst, src, at);
+        at += 2;
+    }
+    if n > at {
+        dst[at] = src[at];
+    }
+}
+
+/// Unrolls one group of one image (`[in_group, h, w]`, `x`) into `cols` (`[in_group · taps,
+/// oh · ow]`), writing every element (zeros where a tap reads padding).
+pub fn im2col(x: &[f32], spans: &TapSpans, cols: &mut [f32]) {
+    let ([h, w], [oh, ow]) = (spans.in_size, spans.out_size);
+    let channels = x.chunks_exact(h * w);
+    for (plane, rows) in channels.zip(cols.chunks_exact_mut(spans.taps() * oh * ow)) {
+        for (tap, row) in rows.chunks_exact_mut(oh * ow).enumerate() {
+            if !spans.spans[tap].full {
+                row.fill(0.0);
+            }
+            spans.for_each_row(tap, |r, in_row, valid, first| {
+                let src = &plane[in_row * w..(in_row + 1) * w];
+                let dst = &mut row[r * ow + valid.start..r * ow + valid.end];
+                if spans.col_stride == 1 {
+                    copy_short(dst, &src[first..first + dst.len()]);
+                } else {
+                    for (k, d) in dst.iter_mut().enumerate() {
+                        *d = src[first + k * spans.col_stride];
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// Folds `cols` (`[in_group · taps, oh · ow]`) back onto one group of one image (`[in_group, h,
+/// w]`, `x`), adding each tap's values where it read.
+pub fn col2im(cols: &[f32], spans: &TapSpans, x: &mut [f32]) {
+    let ([h, w], [oh, ow]) = (spans.in_size, spans.out_size);
+    let channels = x.chunks_exact_mut(h * w);
+    for (plane, rows) in channels.zip(cols.chunks_exact(spans.taps() * oh * ow)) {
+        for (tap, row) in rows.chunks_exact(oh * ow).enumerate() {
+            spans.for_each_row(tap, |r, in_row, valid, first| {
+                let dst = &mut plane[in_row * w..(in_row + 1) * w];
+                let src = &row[r * ow + valid.start..r * ow + valid.end];
+                if spans.col_stride == 1 {
+                    for (d, s) in dst[first..first + src.len()].iter_mut().zip(src) {
+                        *d += s;
+                    }
+                } else {
+                    for (k, s) in src.iter().enumerate() {
+                        dst[first + k * spans.col_stride] += s;
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_outputs_are_those_that_read_inside_the_input() {
+        for (out, len, stride, offset, pad) in [
+            (5, 5, 1, 0, 1),
+            (5, 5, 1, 2, 1),
+            (3, 7, 2, 0, 0),
+            (4, 7, 2, 1, 1),
+            (2, 3, 3, 0, 2),
+            (1, 1, 1, 2, 1),
+        ] {
+            let want: Vec<usize> = (0..out)
+                .filter(|&o| {
+                    let i = (o * stride + offset) as isize - pad as isize;
+                    (0..len as isize).contains(&i)
+                })
+                .collect();
+            let got: Vec<usize> = valid_outputs(out, len, stride, offset, pad).collect();
+            assert_eq!(
+                got, want,
+                "out {out} len {len} stride {stride} offset {offset}"
+            );
+        }
+    }
+}
