@@ -7,9 +7,11 @@
 //! [`train::TaskContext`] interface; [`worker`] is the process that registers with the driver
 //! and runs the tasks of successive jobs; [`infer`] evaluates or applies a saved model;
 //! [`placement`] chooses the GPU (or the CPU) each executor's model lives on; [`memory`] finds
-//! how much memory its tasks may use, which it advertises to the driver; [`last_words`] reports
-//! a panic or a failed allocation to the driver before the process ends.
+//! how much memory its tasks may use, which it advertises to the driver, and [`allocator`] has
+//! `malloc` keep the buffers a training step frees for the next; [`last_words`] reports a panic
+//! or a failed allocation to the driver before the process ends.
 
+pub mod allocator;
 pub mod collective;
 pub mod data;
 pub mod error;

@@ -169,6 +169,13 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
     }
 
     report_last_words(&rt, &client, &info.executor_id);
+    if crate::allocator::keep_freed_buffers() {
+        use crate::allocator::{MMAP_THRESHOLD, TRIM_THRESHOLD};
+        info!(
+            MMAP_THRESHOLD,
+            TRIM_THRESHOLD, "malloc keeps freed buffers for the next step"
+        );
+    }
     let attachment = rt.spawn(attach::hold(client.clone(), info.clone()));
     let current = Arc::new(Current::default());
     let heartbeat = rt.spawn(heartbeat_loop(
