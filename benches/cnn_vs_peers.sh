@@ -4,7 +4,6 @@
 # MNIST Parquet, alternating runs, with nothing else running.
 #
 #   benches/cnn_vs_peers.sh BIN [REPEATS] [PYTHON]    # REPEATS 3; PYTHON with tensorflow and jax
-#   SETTLE=S benches/cnn_vs_peers.sh ...               # S seconds of rest before each run (15)
 #
 # Each run trains 2 epochs and reports the samples/s of the second (the first includes the
 # peers' tracing and compilation, and ringflow's first read of the data), and the test accuracy
@@ -50,17 +49,10 @@ peer() {
         sed -E 's/.*samples_per_s=([0-9]+).*test_accuracy=([0-9.]+).*/\1 \2/'
 }
 
-# Seconds of rest before each run: a run just after another sometimes ran at half speed on the
-# VM this was measured on (most often Keras right after ringflow), as if the host were still
-# busy with the memory the last process gave back.
-SETTLE="${SETTLE:-15}"
 RESULTS="$WORK/results"
 for i in $(seq 1 "$REPEATS"); do
-    sleep "$SETTLE"
     read -r rs ra rest < <(ringflow 1 64 2)
-    sleep "$SETTLE"
     read -r ks ka < <(peer keras_cnn.py)
-    sleep "$SETTLE"
     read -r js ja < <(peer jax_cnn.py)
     echo "run $i: ringflow $rs samples/s (accuracy $ra) $rest; keras $ks ($ka); jax $js ($ja)"
     echo "$rs $ks $js" >>"$RESULTS"
