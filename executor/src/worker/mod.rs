@@ -171,10 +171,8 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
     report_last_words(&rt, &client, &info.executor_id);
     if crate::allocator::keep_freed_buffers() {
         use crate::allocator::{MMAP_THRESHOLD, TRIM_THRESHOLD};
-        info!(
-            MMAP_THRESHOLD,
-            TRIM_THRESHOLD, "malloc keeps freed buffers for the next step"
-        );
+        let (mmap, trim) = (MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20);
+        info!("malloc keeps freed buffers (mmap threshold {mmap} MiB, trim {trim} MiB)");
     }
     let attachment = rt.spawn(attach::hold(client.clone(), info.clone()));
     let current = Arc::new(Current::default());
