@@ -101,9 +101,7 @@ impl TapSpans {
             );
         }
     }
-}
 
-impl TapSpans {
     /// Where the input row read by `span`'s first valid output row starts in a plane, and the
     /// step to the next one (`stride` rows); `None` when the tap reads no row.
     fn row_walk(&self, span: &TapSpan) -> Option<(usize, usize)> {
