@@ -9,7 +9,7 @@ use std::ops::Range;
 use crate::backend::conv::Conv2dGeometry;
 
 /// Where one kernel tap reads, the same for every channel and image.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 struct TapSpan {
     /// The output rows whose input row exists.
     rows: Range<usize>,
@@ -20,8 +20,6 @@ struct TapSpan {
     row_offset: usize,
     /// The input column of the first valid output column.
     first: usize,
-    /// Whether every output cell of this tap reads inside the input (no padding read).
-    full: bool,
 }
 
 /// The spans of every kernel tap of one geometry, in the order `i · kw + j`.
@@ -57,13 +55,11 @@ impl TapSpans {
                 let rows = valid_outputs(oh, g.in_size[0], g.stride[0], row_offset, g.padding[0]);
                 let cols = valid_outputs(ow, g.in_size[1], g.stride[1], col_offset, g.padding[1]);
                 let first = (cols.start * g.stride[1] + col_offset).saturating_sub(g.padding[1]);
-                let full = rows == (0..oh) && cols == (0..ow);
                 spans.push(TapSpan {
                     rows,
                     cols,
                     row_offset,
                     first,
-                    full,
                 });
             }
         }
@@ -91,15 +87,22 @@ impl TapSpans {
         if span.cols.is_empty() {
             return;
         }
-        let (stride, pad) = self.row_step;
         for r in span.rows.clone() {
-            f(
-                r,
-                r * stride + span.row_offset - pad,
-                span.cols.clone(),
-                span.first,
-            );
+            f(r, self.input_row(span, r), span.cols.clone(), span.first);
         }
+    }
+
+    /// The input row that output row `r` of `span` reads (`r` one of its valid rows).
+    fn input_row(&self, span: &TapSpan, r: usize) -> usize {
+        let (stride, pad) = self.row_step;
+        r * stride + span.row_offset - pad
+    }
+
+    /// Whether some output cell of `span` reads padding (so its row of the unrolled matrix
+    /// must be zeroed first).
+    fn reads_padding(&self, span: &TapSpan) -> bool {
+        let [oh, ow] = self.out_size;
+        span.rows != (0..oh) || span.cols != (0..ow)
     }
 
     /// Where the input row read by `span`'s first valid output row starts in a plane, and the
@@ -108,11 +111,10 @@ impl TapSpans {
         if span.rows.is_empty() || span.cols.is_empty() {
             return None;
         }
-        let (stride, pad) = self.row_step;
         let w = self.in_size[1];
         Some((
-            (span.rows.start * stride + span.row_offset - pad) * w,
-            stride * w,
+            self.input_row(span, span.rows.start) * w,
+            self.row_step.0 * w,
         ))
     }
 
@@ -221,7 +223,7 @@ fn im2col_inline(x: &[f32], spans: &TapSpans, cols: &mut [f32]) {
     let channels = x.chunks_exact(h * w);
     for (plane, rows) in channels.zip(cols.chunks_exact_mut(spans.taps() * oh * ow)) {
         for (span, row) in spans.spans.iter().zip(rows.chunks_exact_mut(oh * ow)) {
-            if !span.full {
+            if spans.reads_padding(span) {
                 row.fill(0.0);
             }
             let (first, valid) = (span.first, span.cols.clone());
