@@ -7,6 +7,9 @@ SGD (lr 0.05), and prints training samples/s over the epochs after the first (wh
 XLA compilation), comparable to ringflow's samples/s of its later epochs, and over the whole
 run (`whole_run_samples_per_s`: every epoch, compilation included, the data already in memory),
 comparable to ringflow's `train_samples_per_s` (which includes epoch 1's first read of the data).
+
+`--matmul-precision bfloat16` sets `jax_default_matmul_precision`, JAX's counterpart of
+ringflow's `train.matmul_precision = "bf16"` (XLA on the CPU may keep f32 products).
 """
 
 import argparse
@@ -22,7 +25,10 @@ parser.add_argument("--layers", default="784,100,10")
 parser.add_argument("--batch", type=int, default=128)
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--data", default="examples/data/mnist/train.parquet")
+parser.add_argument("--matmul-precision", default=None, choices=["bfloat16", "float32"])
 args = parser.parse_args()
+if args.matmul_precision:
+    jax.config.update("jax_default_matmul_precision", args.matmul_precision)
 layers = [int(x) for x in args.layers.split(",")]
 
 table = pq.read_table(args.data, columns=["image", "label"])

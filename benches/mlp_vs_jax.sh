@@ -8,6 +8,10 @@
 # of the epochs after the first) and the small 784-100-10 MLP at batch 128 over the whole run
 # (figure: ringflow's `train_samples_per_s`, epoch 1's first read of the Parquet included, against
 # JAX's whole run, compilation included, with the data already in memory). 3 epochs each.
+#
+# With PRECISION=bf16 in the environment, ringflow multiplies in bfloat16 with f32 sums
+# (`train.matmul_precision = "bf16"`) and JAX runs twice, with its default (f32) products and
+# with `jax_default_matmul_precision = "bfloat16"`; only the wide MLP is timed then.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +19,7 @@ if [ $# -lt 1 ]; then
     echo "usage: benches/mlp_vs_jax.sh BIN [REPEATS] [PYTHON]" >&2
     exit 2
 fi
-BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}"
+BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}" PRECISION="${PRECISION:-f32}"
 [ -x "$BIN" ] || { echo "$BIN is not an executable" >&2; exit 2; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -27,6 +31,7 @@ ringflow() {
     "$BIN" local examples/mnist.toml --executors 1 --ui off \
         --set "model.layers=[$layers]" --set "train.epochs=3" --set "train.batch_size=$batch" \
         --set 'train.optimizer={ kind = "sgd", lr = 0.05 }' --set 'train.schedule={ kind = "constant" }' \
+        --set "train.matmul_precision=\"$PRECISION\"" \
         --set "cluster.checkpoint_dir=$WORK/run" --summary-json "$out" >/dev/null 2>&1
     "$PY" - "$out" <<'PYEOF'
 import json, sys
@@ -37,13 +42,32 @@ PYEOF
     rm -rf "$WORK/run" "$out"
 }
 
-# JAX on LAYERS with BATCH for 3 epochs: "later_epochs_samples_per_s whole_run_samples_per_s".
+# JAX on LAYERS with BATCH for 3 epochs (then more arguments of jax_mlp.py):
+# "later_epochs_samples_per_s whole_run_samples_per_s".
 jax() {
-    "$PY" benches/jax_mlp.py --layers "$1" --batch "$2" --epochs 3 2>/dev/null | tail -1 |
+    "$PY" benches/jax_mlp.py --layers "$1" --batch "$2" --epochs 3 "${@:3}" 2>/dev/null | tail -1 |
         sed -E 's/.* samples_per_s=([0-9]+) whole_run_samples_per_s=([0-9]+).*/\1 \2/'
 }
 
 RESULTS="$WORK/results"
+if [ "$PRECISION" = bf16 ]; then
+    for i in $(seq 1 "$REPEATS"); do
+        read -r rw _ rwa < <(ringflow 784,1024,1024,10 256)
+        read -r jw _ < <(jax 784,1024,1024,10 256)
+        read -r jb _ < <(jax 784,1024,1024,10 256 --matmul-precision bfloat16)
+        echo "run $i: wide MLP (epochs 2-3): ringflow bf16 $rw samples/s (accuracy $rwa)," \
+            "jax f32 $jw, jax bfloat16 precision $jb"
+        echo "$rw $jw $jb" >>"$RESULTS"
+    done
+    "$PY" - "$RESULTS" <<'PYEOF'
+import statistics, sys
+rows = [[float(x) for x in l.split()] for l in open(sys.argv[1])]
+rw, jw, jb = (statistics.median(c) for c in zip(*rows))
+print(f"median: wide MLP ringflow bf16 {rw:.0f} vs jax f32 {jw:.0f} ({rw / jw:.2f}x), "
+      f"jax bfloat16 precision {jb:.0f} ({rw / jb:.2f}x) samples/s")
+PYEOF
+    exit 0
+fi
 for i in $(seq 1 "$REPEATS"); do
     read -r rw _ rwa < <(ringflow 784,1024,1024,10 256)
     read -r jw _ < <(jax 784,1024,1024,10 256)

@@ -132,6 +132,10 @@ pub struct JobSummary {
     /// `"fp16"` or `"bf16"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<String>,
+    /// Training: the precision of matrix products (`train.matmul_precision`: `"f32"` or
+    /// `"bf16"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul_precision: Option<String>,
     /// Peak resident memory of each rank's executor process, in MiB.
     pub peak_rss_mib: Vec<f64>,
     /// Prediction: where the parts were written, and how many rows.
@@ -268,6 +272,7 @@ impl JobSummary {
             kind: "train".into(),
             data_source: None,
             compression: None,
+            matmul_precision: None,
             peak_rss_mib: outcomes
                 .iter()
                 .map(|o| (o.peak_rss_bytes as f64 / (1 << 20) as f64 * 10.0).round() / 10.0)

@@ -4,9 +4,12 @@
 //! same shapes.
 //!
 //! ```text
-//! cargo run --release -p ringflow-ml --example gemm_bench -- [--shapes FILE] [--seconds S]
+//! cargo run --release -p ringflow-ml --example gemm_bench -- [--shapes FILE] [--seconds S] \
+//!     [--precision f32|bf16]
 //! ```
 //!
+//! `--precision bf16` times the crate's products in bfloat16 with f32 sums (the job spec's
+//! `train.matmul_precision = "bf16"`); the `gemm` crate's column stays f32.
 //! `--shapes` names a file of `name m k n a_transposed b_transposed` lines (`#` starts a
 //! comment; `benches/gemm_shapes.txt` is the default). Runs on all cores (set
 //! `RAYON_NUM_THREADS` to use fewer). Each figure is the best of the timed repetitions within
@@ -125,6 +128,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
     let shapes = parse_shapes(&text).map_err(|e| format!("{path}: {e}"))?;
     let budget = Duration::from_secs_f64(seconds);
+    match value("--precision").map(String::as_str) {
+        None | Some("f32") => {}
+        Some("bf16") => {
+            ringflow_ml::set_matmul_precision(ringflow_ml::MatmulPrecision::Bf16);
+            let how = ringflow_ml::cpu_bf16_products();
+            println!("# precision: bf16 products ({how:?})");
+        }
+        Some(other) => return Err(format!("--precision is f32 or bf16, not `{other}`").into()),
+    }
     println!("# threads: {}", rayon::current_num_threads());
     println!("# name m k n ta tb ours_gflops ours_serial_gflops gemm_crate_gflops");
     for s in shapes {

@@ -45,6 +45,7 @@ pub mod loss;
 pub mod nn;
 mod ops;
 pub mod optim;
+mod precision;
 pub mod rng;
 pub mod shape;
 mod tensor;
@@ -55,4 +56,7 @@ pub use backend::devices::PinnedHost;
 pub use device::Device;
 pub use error::{MlError, Result};
 pub use ops::{BatchNormMode, BatchStats, Conv2dOptions, Pool2dOptions};
+pub use precision::{
+    Bf16Products, MatmulPrecision, cpu_bf16_products, matmul_precision, set_matmul_precision,
+};
 pub use tensor::{Tensor, TensorKey};

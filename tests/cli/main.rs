@@ -23,6 +23,7 @@ mod memory;
 mod models;
 mod observe;
 mod outputs;
+mod precision;
 mod process;
 mod recovery;
 mod s3;

@@ -183,6 +183,7 @@ impl Job {
                 }
                 if let JobKind::Train(plan) = &self.kind {
                     s.compression = Some(plan.spec.cluster.compression.as_str().into());
+                    s.matmul_precision = Some(plan.spec.train.matmul_precision.as_str().into());
                 }
                 if let JobKind::Infer { predict, .. } = &self.kind {
                     s.kind = if predict.is_some() { "predict" } else { "eval" }.into();

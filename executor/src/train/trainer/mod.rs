@@ -16,8 +16,8 @@ use std::time::Duration;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelShape};
 use ringflow_ml::optim::Optimizer;
-use ringflow_ml::{AllocatorStats, Device};
-use ringflow_proto::spec::JobSpec;
+use ringflow_ml::{AllocatorStats, Bf16Products, Device};
+use ringflow_proto::spec::{JobSpec, MatmulPrecision};
 
 use crate::collective::Collective;
 use crate::data::features::LabelKind;
@@ -180,6 +180,32 @@ pub struct Trainer<'a> {
     alloc_before: Option<AllocatorStats>,
 }
 
+/// Sets this process's matrix-product precision to the job's `train.matmul_precision` and
+/// says how this executor computes it.
+fn use_matmul_precision(precision: MatmulPrecision, device: Device) {
+    let precision = match precision {
+        MatmulPrecision::F32 => ringflow_ml::MatmulPrecision::F32,
+        MatmulPrecision::Bf16 => ringflow_ml::MatmulPrecision::Bf16,
+    };
+    ringflow_ml::set_matmul_precision(precision);
+    if precision == ringflow_ml::MatmulPrecision::F32 {
+        return;
+    }
+    match (device, ringflow_ml::cpu_bf16_products()) {
+        (Device::Cuda(_), _) => tracing::warn!(
+            "train.matmul_precision = \"bf16\" applies to CPU executors: this one runs on {device} \
+             and keeps f32 products"
+        ),
+        (_, Bf16Products::Native) => {
+            tracing::info!("matrix products in bf16 with f32 sums (AVX512_BF16)")
+        }
+        (_, Bf16Products::Emulated) => tracing::info!(
+            "matrix products in bf16 with f32 sums, emulated: this CPU lacks AVX512_BF16, so they \
+             run at the f32 rate"
+        ),
+    }
+}
+
 impl<'a> Trainer<'a> {
     /// Builds the model and optimizer, prepares the data and restores the state the task
     /// starts from: rank 0's weights, a checkpoint (`resume`), or the running job's (`join`).
@@ -190,6 +216,7 @@ impl<'a> Trainer<'a> {
         comm: &'a mut dyn Collective,
     ) -> Result<Trainer<'a>> {
         let spec = &task.spec;
+        use_matmul_precision(spec.train.matmul_precision, task.device);
         let model = Model::build(&spec.model, registry, spec.train.seed, task.device)?;
         let shape = model.shape().clone();
         check_outputs(spec.train.loss, &shape)?;

@@ -10,6 +10,10 @@
 use std::sync::OnceLock;
 
 use super::DstTile;
+use super::blocked::{KC, MC, NC};
+use super::microkernel::Microkernel;
+use super::pack::{self, Block};
+use super::view::Operand;
 
 /// Rows of the destination tile (and of a packed `a` panel).
 pub const MR: usize = 6;
@@ -74,6 +78,39 @@ impl Avx2Fma {
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("the token exists only on x86_64");
+    }
+}
+
+impl Microkernel for Avx2Fma {
+    type Packed = f32;
+    const MR: usize = MR;
+    const NR: usize = NR;
+    const DEPTH_PER_STEP: usize = 1;
+    const KC: usize = KC;
+    const MC: usize = MC;
+    const NC: usize = NC;
+
+    fn pack_a(self, out: &mut [f32], a: &Operand<'_>, block: Block) {
+        pack::pack_a(self, out, a, block);
+    }
+
+    fn pack_b(self, out: &mut [f32], b: &Operand<'_>, block: Block) {
+        pack::pack_b(self, out, b, block);
+    }
+
+    fn tile(
+        self,
+        steps: usize,
+        a_panel: &[f32],
+        b_panel: (&[f32], usize),
+        tile: DstTile<'_>,
+        overwrite: bool,
+    ) {
+        Avx2Fma::tile(self, steps, a_panel, b_panel, tile, overwrite);
+    }
+
+    fn in_place(b: &[f32]) -> Option<&[f32]> {
+        Some(b)
     }
 }
 

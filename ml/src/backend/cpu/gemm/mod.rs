@@ -9,11 +9,15 @@
 //! with a row-major `a`, run on unpacked AVX-512 kernels where the CPU has AVX-512F
 //! (`thin_avx512.rs`). Other thin products (fewer than 16
 //! rows or columns), row counts that leave their last 6-row panel mostly empty (32 rows), and
-//! CPUs without AVX2 and FMA go through the `gemm` crate. Nothing depends on the machine the
-//! binary was built on: no `target-cpu=native` is needed or used.
+//! CPUs without AVX2 and FMA go through the `gemm` crate. Under
+//! [`MatmulPrecision::Bf16`], products of 16 rows and columns or more run on the bf16 kernels
+//! of `bf16/` instead, through the same blocked loops (`microkernel.rs`). Nothing depends on the
+//! machine the binary was built on: no `target-cpu=native` is needed or used.
 
+mod bf16;
 mod blocked;
 mod kernel_avx2;
+mod microkernel;
 mod pack;
 mod pack_avx2;
 mod thin_avx512;
@@ -23,12 +27,15 @@ mod view;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use self::bf16::{Avx512Bf16, Bf16Emulated};
 use self::kernel_avx2::Avx2Fma;
+use self::microkernel::Microkernel;
 use self::thin_avx512::Avx512;
 use self::view::{DstTile, Operand};
 use super::{CpuArray, slice, slice_mut};
 use crate::backend::matmul::MatmulOps;
 use crate::error::Result;
+use crate::precision::{Bf16Products, MatmulPrecision, matmul_precision};
 
 /// A row-major matrix operand, possibly read transposed.
 #[derive(Clone, Copy)]
@@ -105,12 +112,26 @@ enum Kernel {
     Thin(Avx512),
     /// The `gemm` crate.
     Portable,
+    /// Products in bfloat16 with f32 sums, natively (AVX512_BF16).
+    Bf16(Avx512Bf16),
+    /// Products in bfloat16 with f32 sums, on the f32 kernel with rounded panels.
+    Bf16Emulated(Bf16Emulated),
+    /// Products in bfloat16 with f32 sums, through the `gemm` crate on rounded copies.
+    Bf16Portable,
 }
 
 impl Kernel {
     /// The fastest implementation for an `m × n` product on this CPU, `a` and `b` read
     /// transposed or not.
-    fn for_product(m: usize, n: usize, (a_transposed, b_transposed): (bool, bool)) -> Self {
+    fn for_product(
+        m: usize,
+        n: usize,
+        (a_transposed, b_transposed): (bool, bool),
+        precision: MatmulPrecision,
+    ) -> Self {
+        if precision == MatmulPrecision::Bf16 && m >= SMALL_SIDE && n >= SMALL_SIDE {
+            return Kernel::bf16();
+        }
         if (few_rows(m, n, b_transposed) || few_cols(m, n, a_transposed))
             && let Some(cpu) = Avx512::detect()
         {
@@ -120,6 +141,23 @@ impl Kernel {
             Some(cpu) if packing_pays(m, n) => Kernel::Packed(cpu),
             _ => Kernel::Portable,
         }
+    }
+
+    /// The fastest bf16 implementation on this CPU.
+    fn bf16() -> Self {
+        match (Avx512Bf16::detect(), Avx2Fma::detect()) {
+            (Some(cpu), _) => Kernel::Bf16(cpu),
+            (None, Some(cpu)) => Kernel::Bf16Emulated(Bf16Emulated(cpu)),
+            (None, None) => Kernel::Bf16Portable,
+        }
+    }
+}
+
+/// How this CPU computes bf16 products.
+pub fn bf16_products() -> Bf16Products {
+    match Kernel::bf16() {
+        Kernel::Bf16(_) => Bf16Products::Native,
+        _ => Bf16Products::Emulated,
     }
 }
 
@@ -142,7 +180,8 @@ fn few_cols(m: usize, n: usize, a_transposed: bool) -> bool {
 /// [`matmul_into`], on the pool's threads when `threaded`.
 fn product(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
     let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed));
+    let transposed = (a.transposed, b.transposed);
+    let kernel = Kernel::for_product(m, n, transposed, matmul_precision());
     product_with(kernel, dst, (a, b), accumulate, threaded);
 }
 
@@ -168,13 +207,13 @@ fn product_with(
         return;
     }
     match kernel {
-        Kernel::Packed(cpu) => {
-            let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
-            if threaded {
-                threading::product(cpu, dst, &a, &b, accumulate);
-            } else {
-                blocked::product(cpu, dst, &a, &b, accumulate);
-            }
+        Kernel::Packed(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
+        Kernel::Bf16(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
+        Kernel::Bf16Emulated(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
+        Kernel::Bf16Portable => {
+            let (a_data, b_data) = (rounded(a.data), rounded(b.data));
+            let (a, b) = (MatRef { data: &a_data, ..a }, MatRef { data: &b_data, ..b });
+            portable_product(dst, a, b, accumulate, parallelism(threaded));
         }
         Kernel::Thin(cpu) if few_rows(m, n, b.transposed) => {
             let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
@@ -185,14 +224,40 @@ fn product_with(
             cpu.product_few_cols(dst, &a, &b, accumulate, threaded);
         }
         Kernel::Thin(_) | Kernel::Portable => {
-            let parallelism = if threaded {
-                Parallelism::Rayon(0)
-            } else {
-                Parallelism::None
-            };
-            portable_product(dst, a, b, accumulate, parallelism);
+            portable_product(dst, a, b, accumulate, parallelism(threaded));
         }
     }
+}
+
+/// The product on a packed microkernel, on the pool's threads when `threaded`.
+fn packed_product<K: Microkernel>(
+    cpu: K,
+    dst: &mut [f32],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    accumulate: bool,
+    threaded: bool,
+) {
+    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
+    let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
+    if threaded {
+        threading::product(cpu, dst, &a, &b, accumulate);
+    } else {
+        blocked::product(cpu, dst, &a, &b, accumulate);
+    }
+}
+
+/// The `gemm` crate's threading for a product on the pool's threads or on this one.
+fn parallelism(threaded: bool) -> Parallelism {
+    if threaded {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    }
+}
+
+/// A copy of `values` rounded to bfloat16.
+fn rounded(values: &[f32]) -> Vec<f32> {
+    values.iter().map(|&x| bf16::round_to_bf16(x)).collect()
 }
 
 /// Whether a product suits the packed 6 × 16 microkernel: with fewer than [`SMALL_SIDE`] rows

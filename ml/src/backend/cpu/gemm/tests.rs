@@ -70,14 +70,23 @@ impl Case {
         (f64::from(a), f64::from(b))
     }
 
-    /// `init + a · b` in f64, and the sum of `|a_ip · b_pj|` per element (the error scale).
-    fn reference(&self, init: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    /// `init + a · b` in f64, and the sum of `|a_ip · b_pj|` per element (the error scale);
+    /// with the operands rounded to bfloat16 first when `rounded`.
+    fn reference(&self, init: &[f32], rounded: bool) -> (Vec<f64>, Vec<f64>) {
+        let round = |x: f64| {
+            if rounded {
+                half::bf16::from_f64(x).to_f64()
+            } else {
+                x
+            }
+        };
         let mut want: Vec<f64> = init.iter().map(|&x| f64::from(x)).collect();
         let mut scale = vec![0.0; self.m * self.n];
         for i in 0..self.m {
             for j in 0..self.n {
                 for p in 0..self.k {
                     let (x, y) = self.at(i, p, j);
+                    let (x, y) = (round(x), round(y));
                     want[i * self.n + j] += x * y;
                     scale[i * self.n + j] += (x * y).abs();
                 }
@@ -95,12 +104,22 @@ impl Case {
         Ok(())
     }
 
-    /// [`Case::check`] through one implementation.
+    /// [`Case::check`] through one implementation, against the reference of its precision.
     fn check_with(
         &self,
         kernel: Kernel,
         accumulate: bool,
         threaded: bool,
+    ) -> std::result::Result<(), String> {
+        self.check_against(kernel, (accumulate, threaded), kernel.rounds())
+    }
+
+    /// [`Case::check_with`] against the reference with operands rounded to bfloat16 or not.
+    fn check_against(
+        &self,
+        kernel: Kernel,
+        (accumulate, threaded): (bool, bool),
+        rounded: bool,
     ) -> std::result::Result<(), String> {
         let len = self.m * self.n;
         let init: Vec<f32> = (0..len).map(|i| (i % 7) as f32 - 3.0).collect();
@@ -111,7 +130,7 @@ impl Case {
         };
         product_with(kernel, &mut dst, (self.a(), self.b()), accumulate, threaded);
         let zeros = vec![0.0; len];
-        let (want, scale) = self.reference(if accumulate { &init } else { &zeros });
+        let (want, scale) = self.reference(if accumulate { &init } else { &zeros }, rounded);
         for (idx, (&got, (&w, &s))) in dst.iter().zip(want.iter().zip(&scale)).enumerate() {
             let tolerance = 1e-5 * (s + w.abs()) + 1e-6;
             if (f64::from(got) - w).abs() > tolerance || got.is_nan() {
@@ -133,7 +152,26 @@ fn kernels() -> Vec<Kernel> {
     let mut kernels = vec![Kernel::Portable];
     kernels.extend(Avx2Fma::detect().map(Kernel::Packed));
     kernels.extend(Avx512::detect().map(Kernel::Thin));
+    kernels.extend(bf16_kernels());
     kernels
+}
+
+/// Every bf16 implementation this CPU can run.
+fn bf16_kernels() -> Vec<Kernel> {
+    let mut kernels = vec![Kernel::Bf16Portable];
+    kernels.extend(Avx2Fma::detect().map(|cpu| Kernel::Bf16Emulated(Bf16Emulated(cpu))));
+    kernels.extend(Avx512Bf16::detect().map(Kernel::Bf16));
+    kernels
+}
+
+impl Kernel {
+    /// Whether this implementation rounds its operands to bfloat16.
+    fn rounds(self) -> bool {
+        matches!(
+            self,
+            Kernel::Bf16(_) | Kernel::Bf16Emulated(_) | Kernel::Bf16Portable
+        )
+    }
 }
 
 /// The public entry points, which pick an implementation by shape, give the same products.
@@ -145,7 +183,7 @@ fn the_entry_points_match_the_reference() {
         matmul_into(&mut dst, case.a(), case.b(), false);
         let mut serial = vec![0.0; dims.0 * dims.2];
         matmul_into_serial(&mut serial, case.a(), case.b(), false);
-        let (want, _) = case.reference(&vec![0.0; dst.len()]);
+        let (want, _) = case.reference(&vec![0.0; dst.len()], false);
         for ((got, one), w) in dst.iter().zip(&serial).zip(&want) {
             assert!((f64::from(*got) - w).abs() < 1e-4 && (f64::from(*one) - w).abs() < 1e-4);
         }
@@ -228,7 +266,7 @@ fn a_product_wider_than_a_column_block_matches_the_reference() {
 /// several chunks, a partial last one, and depth blocks past `KC`, for every layout.
 #[test]
 fn a_short_product_over_several_chunks_matches_the_reference() {
-    let n = 2 * blocked::SHORT_CHUNK + 5;
+    let n = 2 * blocked::short_chunk::<Avx2Fma>() + 5;
     for (i, dims) in [(100, 600, n), (blocked::MC, 40, n), (16, 300, 1100)]
         .into_iter()
         .enumerate()
@@ -272,11 +310,11 @@ fn thin_products_match_the_reference() {
         }
     }
     assert!(matches!(
-        Kernel::for_product(8, 512, (false, false)),
+        Kernel::for_product(8, 512, (false, false), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
     assert!(!matches!(
-        Kernel::for_product(8, 512, (false, true)),
+        Kernel::for_product(8, 512, (false, true), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
 }
@@ -308,13 +346,74 @@ fn few_column_products_match_the_reference() {
         }
     }
     assert!(matches!(
-        Kernel::for_product(256, 10, (false, false)),
+        Kernel::for_product(256, 10, (false, false), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
     assert!(!matches!(
-        Kernel::for_product(256, 10, (true, false)),
+        Kernel::for_product(256, 10, (true, false), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
+}
+
+/// bf16 products round their operands: against the f32 reference, they are off by far more
+/// than f32 sums can explain (operands in thousandths, not bfloat16 values).
+#[test]
+fn bf16_products_round_their_operands() {
+    let case = Case::new((40, 300, 50), (false, false), 77);
+    for kernel in bf16_kernels() {
+        let exact = case.check_against(kernel, (false, true), false);
+        assert!(exact.is_err(), "{kernel:?} gave f32 products");
+        case.check_against(kernel, (false, true), true).unwrap();
+    }
+}
+
+/// Under bf16 precision, products of 16 rows and columns or more run in bf16, thinner ones
+/// in f32.
+#[test]
+fn bf16_precision_takes_the_products_of_16_rows_and_columns_or_more() {
+    let bf16 = MatmulPrecision::Bf16;
+    for (m, n) in [(16, 16), (256, 1024), (1024, 256), (32, 576)] {
+        let kernel = Kernel::for_product(m, n, (false, true), bf16);
+        assert!(kernel.rounds(), "{m} × {n} runs in bf16");
+        assert!(!Kernel::for_product(m, n, (false, true), MatmulPrecision::F32).rounds());
+    }
+    for (m, n) in [(15, 1024), (256, 10), (1, 1)] {
+        assert!(!Kernel::for_product(m, n, (false, false), bf16).rounds());
+    }
+}
+
+/// The element-wise rounding matches an independent one on every kind of value: ties to even
+/// both ways, values that round up into the next binade or to infinity, subnormals, NaN.
+#[test]
+fn rounding_to_bf16_matches_the_half_crate() {
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        -1.0 - 1.0 / 256.0,
+        1.999_999,
+        f32::MAX,
+        f32::MIN_POSITIVE / 3.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    let mut state = 0x2545_F491_4F6C_DD1D_u64;
+    let random = (0..100_000).map(|_| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        f32::from_bits(state as u32)
+    });
+    for x in specials.into_iter().chain(random) {
+        let (got, want) = (bf16::round_to_bf16(x), half::bf16::from_f32(x).to_f32());
+        if x.is_nan() {
+            assert!(got.is_nan(), "{x:e} stays NaN");
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}");
+        }
+    }
 }
 
 /// Thin products and rows that fill their last 6-row panel badly go to the `gemm` crate.
@@ -340,11 +439,11 @@ fn an_empty_depth_clears_or_keeps_the_destination() {
 
 #[test]
 fn threads_split_the_longer_side_into_whole_tiles() {
-    assert_eq!(threading::grid(256, 1024, 2), (1, 2));
-    assert_eq!(threading::grid(1024, 256, 2), (2, 1));
-    assert_eq!(threading::grid(256, 10, 2), (2, 1));
-    assert_eq!(threading::grid(4, 10, 8), (1, 1));
-    assert_eq!(threading::grid(1024, 1024, 16), (4, 4));
+    assert_eq!(threading::grid(256, 1024, 2, (6, 16)), (1, 2));
+    assert_eq!(threading::grid(1024, 256, 2, (6, 16)), (2, 1));
+    assert_eq!(threading::grid(256, 10, 2, (6, 16)), (2, 1));
+    assert_eq!(threading::grid(4, 10, 8, (6, 16)), (1, 1));
+    assert_eq!(threading::grid(1024, 1024, 16, (6, 16)), (4, 4));
 }
 
 #[test]
@@ -407,7 +506,7 @@ fn batched_products_match_the_reference() {
     <CpuArray as MatmulOps>::bmm_into(&mut dst, &a, false, &b, true, false).unwrap();
     let out = dst.as_slice().unwrap();
     for (i, c) in case.iter().enumerate() {
-        let (want, _) = c.reference(&vec![0.0; m * n]);
+        let (want, _) = c.reference(&vec![0.0; m * n], false);
         for (got, w) in out[i * m * n..(i + 1) * m * n].iter().zip(&want) {
             assert!(
                 (f64::from(*got) - w).abs() < 1e-4,

@@ -8,7 +8,7 @@
 //! rectangle, and the product with it.
 
 use super::blocked;
-use super::kernel_avx2::{Avx2Fma, MR, NR};
+use super::microkernel::Microkernel;
 use super::view::{DstTile, Operand};
 
 /// Multiply-adds below which a product stays on the calling thread: waking the pool's threads
@@ -18,9 +18,10 @@ pub const PARALLEL_MIN_MACS: usize = 1 << 19;
 
 /// How many rectangles to cut along the rows and along the columns for `threads` threads:
 /// as many rectangles as threads where the product has that many tiles, and among those the
-/// grid whose rectangles pack the least (`m / rows + n / cols` per unit of depth).
-pub fn grid(m: usize, n: usize, threads: usize) -> (usize, usize) {
-    let (row_max, col_max) = (m.div_ceil(MR).max(1), n.div_ceil(NR).max(1));
+/// grid whose rectangles pack the least (`m / rows + n / cols` per unit of depth), for tiles
+/// of `mr × nr`.
+pub fn grid(m: usize, n: usize, threads: usize, (mr, nr): (usize, usize)) -> (usize, usize) {
+    let (row_max, col_max) = (m.div_ceil(mr).max(1), n.div_ceil(nr).max(1));
     (1..=threads.min(row_max))
         .map(|rows| (rows, (threads / rows).min(col_max)))
         .min_by_key(|&(rows, cols)| {
@@ -31,20 +32,26 @@ pub fn grid(m: usize, n: usize, threads: usize) -> (usize, usize) {
 }
 
 /// `dst = a · b` (or `+=`) on the current rayon pool, one rectangle per thread.
-pub fn product(cpu: Avx2Fma, dst: DstTile<'_>, a: &Operand<'_>, b: &Operand<'_>, accumulate: bool) {
+pub fn product<K: Microkernel>(
+    cpu: K,
+    dst: DstTile<'_>,
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    accumulate: bool,
+) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let threads = rayon::current_num_threads();
     if threads <= 1 || m * n * k < PARALLEL_MIN_MACS {
         return blocked::product(cpu, dst, a, b, accumulate);
     }
-    let (row_parts, col_parts) = grid(m, n, threads);
+    let (row_parts, col_parts) = grid(m, n, threads, (K::MR, K::NR));
     let mut rects = Vec::with_capacity(row_parts * col_parts);
     let mut rest = dst;
-    for (row, rows) in parts(m, row_parts, MR) {
+    for (row, rows) in parts(m, row_parts, K::MR) {
         let (band, below) = rest.split_rows(rows);
         rest = below;
         let mut right = band;
-        for (col, cols) in parts(n, col_parts, NR) {
+        for (col, cols) in parts(n, col_parts, K::NR) {
             let (rect, after) = right.split_cols(cols);
             right = after;
             rects.push((row, col, rect));

@@ -1,0 +1,128 @@
+//! The AVX512_BF16 microkernel: one 12 × 32 tile of the destination from a packed 12-row panel
+//! of `a` and a packed 32-column panel of `b`, both of bfloat16 pairs.
+//!
+//! Twenty-four 16-wide f32 accumulators (12 rows × 2 vectors) stay in registers for the whole
+//! depth; each packed step loads two vectors of `b` (32 columns × 2 steps of depth), broadcasts
+//! each row's pair of `a` and issues two `vdpbf16ps`, each of which adds two products per
+//! lane. The tile is written with masked stores, so edge tiles need no buffer.
+
+use super::super::view::DstTile;
+use super::Avx512Bf16;
+
+/// Rows of the destination tile (and of a packed `a` panel).
+pub const MR: usize = 12;
+/// Columns of the destination tile (and of a packed `b` panel).
+pub const NR: usize = 32;
+
+/// `tile = a_panel · b_panel` over `steps` packed steps (`+=` unless `overwrite`), where
+/// `a_panel` holds `steps` groups of [`MR`] pairs and `b_panel` `steps` groups of [`NR`],
+/// `b_step` apart. Only the tile's own rows and columns are written.
+pub fn tile(
+    cpu: Avx512Bf16,
+    steps: usize,
+    a_panel: &[u32],
+    (b_panel, b_step): (&[u32], usize),
+    tile: DstTile<'_>,
+    overwrite: bool,
+) {
+    assert!(a_panel.len() >= steps * MR, "the a panel holds its steps");
+    assert!(
+        steps == 0 || b_panel.len() >= (steps - 1) * b_step + NR,
+        "the b panel holds its steps"
+    );
+    assert!(
+        tile.rows() <= MR && tile.cols() <= NR,
+        "a tile fits the microkernel"
+    );
+    let _ = cpu;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `cpu` exists only when AVX-512F/BW/VL and BF16 were detected on this CPU; the
+    // panels hold `steps` steps (asserted above) and `tile` covers its rows × cols with its row
+    // stride, uniquely borrowed for the call.
+    unsafe {
+        x86::tile(
+            steps,
+            a_panel.as_ptr(),
+            (b_panel.as_ptr(), b_step),
+            tile,
+            overwrite,
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("the token exists only on x86_64");
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{MR, NR};
+    use crate::backend::cpu::gemm::view::DstTile;
+
+    /// Sixteen lanes of bfloat16 pairs, as the dot-product instruction takes them.
+    #[inline(always)]
+    fn pairs(v: __m512i) -> __m512bh {
+        // SAFETY: a bit cast between two 512-bit vector types.
+        unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+    }
+
+    /// The microkernel.
+    ///
+    /// # Safety
+    /// AVX-512F/BW/VL and BF16 are available; `a` points at `steps * MR` readable lanes and `b`
+    /// at `steps` runs of `NR`, `b_step` apart; `tile` is writable as its rows, columns and
+    /// row stride describe.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn tile(
+        steps: usize,
+        mut a: *const u32,
+        (mut b, b_step): (*const u32, usize),
+        tile: DstTile<'_>,
+        overwrite: bool,
+    ) {
+        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
+        for r in 0..rows {
+            let row = c.wrapping_add(r * ld);
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
+        }
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for _ in 0..steps {
+            // SAFETY: one of the `steps` steps: MR lanes at `a`, NR at `b`; the pointers then
+            // move past them.
+            unsafe {
+                let b0 = pairs(_mm512_loadu_si512(b.cast()));
+                let b1 = pairs(_mm512_loadu_si512(b.add(16).cast()));
+                for (r, sums) in acc.iter_mut().enumerate() {
+                    let ar = pairs(_mm512_set1_epi32(*a.add(r) as i32));
+                    sums[0] = _mm512_dpbf16_ps(sums[0], ar, b0);
+                    sums[1] = _mm512_dpbf16_ps(sums[1], ar, b1);
+                }
+                a = a.add(MR);
+                b = b.wrapping_add(b_step);
+            }
+        }
+        let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
+        for (r, sums) in acc.iter().take(rows).enumerate() {
+            for (half, (&sum, &mask)) in sums.iter().zip(&masks).enumerate() {
+                // SAFETY: the mask keeps only columns below `cols` of row `r < rows`.
+                unsafe {
+                    let out = c.wrapping_add(r * ld + 16 * half);
+                    let total = if overwrite {
+                        sum
+                    } else {
+                        _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out))
+                    };
+                    _mm512_mask_storeu_ps(out, mask, total);
+                }
+            }
+        }
+    }
+
+    /// A mask of the first `n` (at most 16) lanes.
+    fn lanes(n: usize) -> __mmask16 {
+        ((1u32 << n.min(16)) - 1) as __mmask16
+    }
+
+    const _: () = assert!(NR == 32, "two 16-lane vectors per row");
+}

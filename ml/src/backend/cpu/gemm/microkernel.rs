@@ -1,0 +1,110 @@
+//! [`Microkernel`]: what the blocked product (`blocked.rs`) and its threading (`threading.rs`)
+//! need from a register-blocked kernel — its tile, its cache blocks and the packing that
+//! feeds it — so that one set of loops drives every kernel: the f32 AVX2 kernel, and the
+//! bf16 kernels of `bf16/` whose packed panels hold pairs of bfloat16 values.
+
+use std::cell::Cell;
+
+use super::pack::Block;
+use super::view::{DstTile, Operand};
+
+/// A register-blocked microkernel with its packing.
+///
+/// A packed `a` panel holds [`Microkernel::steps`] steps of [`Microkernel::MR`] elements, a
+/// packed `b` panel as many steps of [`Microkernel::NR`]; a step covers
+/// [`Microkernel::DEPTH_PER_STEP`] columns of `a` (rows of `b`). Panels past the block's
+/// edge are zero-padded, so the kernel always runs whole tiles and writes only the live part.
+pub trait Microkernel: Copy + Send + Sync + 'static {
+    /// An element of a packed panel.
+    type Packed: PackedElement;
+    /// Rows of a tile (and of a packed `a` panel).
+    const MR: usize;
+    /// Columns of a tile (and of a packed `b` panel).
+    const NR: usize;
+    /// Columns of `a` (rows of `b`) one packed step covers.
+    const DEPTH_PER_STEP: usize;
+    /// Largest depth of a packed block: one `b` panel fits L1 beside the `a` panel in flight.
+    const KC: usize;
+    /// Largest number of rows of a packed `a` block, which stays in L2.
+    const MC: usize;
+    /// Largest number of columns of a packed `b` block, which stays in L3.
+    const NC: usize;
+
+    /// Packed steps for `depth` columns of `a` (rows of `b`).
+    fn steps(depth: usize) -> usize {
+        depth.div_ceil(Self::DEPTH_PER_STEP)
+    }
+
+    /// Packs `block` of `a` (rows × depth) into `out` as panels of [`Microkernel::MR`] rows.
+    fn pack_a(self, out: &mut [Self::Packed], a: &Operand<'_>, block: Block);
+
+    /// Packs `block` of `b` (depth × cols) into `out` as panels of [`Microkernel::NR`] columns.
+    fn pack_b(self, out: &mut [Self::Packed], b: &Operand<'_>, block: Block);
+
+    /// `tile = a_panel · b_panel` over `steps` packed steps (`+=` unless `overwrite`); the `b`
+    /// panel's steps lie `b_step` elements apart. Writes only the tile's rows and columns.
+    fn tile(
+        self,
+        steps: usize,
+        a_panel: &[Self::Packed],
+        b_panel: (&[Self::Packed], usize),
+        tile: DstTile<'_>,
+        overwrite: bool,
+    );
+
+    /// A row-major `b`'s elements as this kernel's panels, when it can read them where they
+    /// lie instead of packing them. None by default: only a kernel whose packed element is
+    /// the operand's own f32 can.
+    fn in_place(_b: &[f32]) -> Option<&[Self::Packed]> {
+        None
+    }
+
+    /// Elements a block of `a` takes once packed (rows rounded up to whole panels).
+    fn packed_a_len(rows: usize, depth: usize) -> usize {
+        rows.div_ceil(Self::MR) * Self::MR * Self::steps(depth)
+    }
+
+    /// Elements a block of `b` takes once packed (columns rounded up to whole panels).
+    fn packed_b_len(depth: usize, cols: usize) -> usize {
+        cols.div_ceil(Self::NR) * Self::NR * Self::steps(depth)
+    }
+}
+
+/// The element of packed panels, which owns each thread's packing buffers for its type.
+pub trait PackedElement: Copy + Default + Send + Sync + 'static {
+    /// Runs `f` on this thread's packing buffers for `a` and `b`, kept between products.
+    /// They are taken out while in use, so a nested product on the same thread (rayon runs
+    /// other jobs while waiting) simply gets fresh ones.
+    fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R;
+}
+
+/// Runs `f` on the buffers held by `cell`, putting them back afterwards.
+fn borrow_buffers<T, R>(
+    cell: &Cell<(Vec<T>, Vec<T>)>,
+    f: impl FnOnce(&mut Vec<T>, &mut Vec<T>) -> R,
+) -> R {
+    let (mut a, mut b) = cell.take();
+    let result = f(&mut a, &mut b);
+    cell.set((a, b));
+    result
+}
+
+thread_local! {
+    /// This thread's f32 packing buffers.
+    static F32_BUFFERS: Cell<(Vec<f32>, Vec<f32>)> = const { Cell::new((Vec::new(), Vec::new())) };
+    /// This thread's packing buffers of bf16 pairs.
+    static PAIR_BUFFERS: Cell<(Vec<u32>, Vec<u32>)> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
+impl PackedElement for f32 {
+    fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R {
+        F32_BUFFERS.with(|cell| borrow_buffers(cell, f))
+    }
+}
+
+/// Two bfloat16 values, the lower one in the low half: a pair of consecutive steps of depth.
+impl PackedElement for u32 {
+    fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R {
+        PAIR_BUFFERS.with(|cell| borrow_buffers(cell, f))
+    }
+}

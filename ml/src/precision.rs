@@ -1,0 +1,56 @@
+//! [`MatmulPrecision`]: how the engine multiplies f32 matrices, set once per process
+//! ([`set_matmul_precision`]) as PyTorch's `torch.set_float32_matmul_precision` and JAX's
+//! `jax_default_matmul_precision` are.
+//!
+//! Tensors, gradients and optimizer state stay f32 whatever the setting; only the products'
+//! operands are rounded. An executor sets it from the job's `train.matmul_precision`.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The precision of matrix products (dense layers, convolutions, recurrent gates, attention).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MatmulPrecision {
+    /// Full f32 products (the default).
+    #[default]
+    F32,
+    /// Operands rounded to bfloat16 (8 significant bits, f32's range), products summed in f32:
+    /// on a CPU with AVX512_BF16 twice the multiply-add rate of f32. Applies on the CPU to
+    /// products of at least 16 rows and 16 columns (every layer of a batch of 16 or more but a
+    /// classifier's narrow last one); the GPU backend keeps f32.
+    Bf16,
+}
+
+/// The process's setting: 0 for f32, 1 for bf16.
+static PRECISION: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the precision of every later matrix product in this process.
+pub fn set_matmul_precision(precision: MatmulPrecision) {
+    let code = match precision {
+        MatmulPrecision::F32 => 0,
+        MatmulPrecision::Bf16 => 1,
+    };
+    PRECISION.store(code, Ordering::Relaxed);
+}
+
+/// The precision matrix products run at now.
+pub fn matmul_precision() -> MatmulPrecision {
+    match PRECISION.load(Ordering::Relaxed) {
+        0 => MatmulPrecision::F32,
+        _ => MatmulPrecision::Bf16,
+    }
+}
+
+/// How this CPU computes bf16 products.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Products {
+    /// With AVX512_BF16's dot-product instructions: twice the f32 rate.
+    Native,
+    /// With the f32 kernels on operands rounded as they are packed: the same results, at
+    /// about the f32 rate.
+    Emulated,
+}
+
+/// How this CPU computes bf16 products (detected once).
+pub fn cpu_bf16_products() -> Bf16Products {
+    crate::backend::cpu::gemm::bf16_products()
+}
