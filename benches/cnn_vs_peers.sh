@@ -12,6 +12,10 @@
 # time goes. Then the example as it is (3 epochs) on 1, 2 and 4 executors (samples/s of the last
 # epoch, summed over executors, and the test accuracy), and the peak RSS of each executor at
 # batch 64 and 256.
+#
+# With PRECISION=bf16 in the environment, ringflow multiplies in bfloat16 with f32 sums
+# (`train.matmul_precision = "bf16"`), Keras runs twice (f32, and its `mixed_bfloat16` policy)
+# and JAX with `jax_default_matmul_precision = "bfloat16"`; only the 2-epoch comparison runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +23,7 @@ if [ $# -lt 1 ]; then
     echo "usage: benches/cnn_vs_peers.sh BIN [REPEATS] [PYTHON]" >&2
     exit 2
 fi
-BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}"
+BIN="$1" REPEATS="${2:-3}" PY="${3:-python3}" PRECISION="${PRECISION:-f32}"
 [ -x "$BIN" ] || { echo "$BIN is not an executable" >&2; exit 2; }
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
@@ -30,7 +34,7 @@ ringflow() {
     local executors="$1" batch="$2" epochs="$3" out="$WORK/summary.json"
     "$BIN" local examples/mnist_cnn.toml --executors "$executors" --ui off \
         --set "train.epochs=$epochs" --set "train.batch_size=$batch" \
-        --set "cluster.checkpoint_dir=$WORK/run" --summary-json "$out" >/dev/null 2>&1
+        --set "train.matmul_precision=\"$PRECISION\"" --set "cluster.checkpoint_dir=$WORK/run" --summary-json "$out" >/dev/null 2>&1
     "$PY" - "$out" <<'PYEOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -44,12 +48,32 @@ PYEOF
     rm -rf "$WORK/run" "$out"
 }
 
+# A peer's script (then more of its arguments): "samples_per_s test_accuracy".
 peer() {
-    "$PY" "benches/$1" --batch 64 --epochs 2 2>/dev/null | tail -1 |
+    "$PY" "benches/$1" --batch 64 --epochs 2 "${@:2}" 2>/dev/null | tail -1 |
         sed -E 's/.*samples_per_s=([0-9]+).*test_accuracy=([0-9.]+).*/\1 \2/'
 }
 
 RESULTS="$WORK/results"
+if [ "$PRECISION" = bf16 ]; then
+    for i in $(seq 1 "$REPEATS"); do
+        read -r rs ra rest < <(ringflow 1 64 2)
+        read -r ks ka < <(peer keras_cnn.py)
+        read -r kb kba < <(peer keras_cnn.py --mixed-bfloat16)
+        read -r js ja < <(peer jax_cnn.py --matmul-precision bfloat16)
+        echo "run $i: ringflow bf16 $rs samples/s (accuracy $ra) $rest; keras f32 $ks ($ka);" \
+            "keras mixed_bfloat16 $kb ($kba); jax bfloat16 precision $js ($ja)"
+        echo "$rs $ks $kb $js" >>"$RESULTS"
+    done
+    "$PY" - "$RESULTS" <<'PYEOF'
+import statistics, sys
+rows = [[float(x) for x in l.split()] for l in open(sys.argv[1])]
+r, k, kb, j = (statistics.median(c) for c in zip(*rows))
+print(f"median samples/s: ringflow bf16 {r:.0f}, keras f32 {k:.0f} ({r / k:.2f}x), "
+      f"keras mixed_bfloat16 {kb:.0f} ({r / kb:.2f}x), jax bfloat16 precision {j:.0f} ({r / j:.2f}x)")
+PYEOF
+    exit 0
+fi
 for i in $(seq 1 "$REPEATS"); do
     read -r rs ra rest < <(ringflow 1 64 2)
     read -r ks ka < <(peer keras_cnn.py)

@@ -20,7 +20,10 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--train", default="examples/data/mnist/train.parquet")
 parser.add_argument("--test", default="examples/data/mnist/test.parquet")
+parser.add_argument("--matmul-precision", default=None, choices=["bfloat16", "float32"])
 args = parser.parse_args()
+if args.matmul_precision:
+    jax.config.update("jax_default_matmul_precision", args.matmul_precision)
 
 
 x, y = load(args.train)

@@ -23,7 +23,11 @@ parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--train", default="examples/data/mnist/train.parquet")
 parser.add_argument("--test", default="examples/data/mnist/test.parquet")
+parser.add_argument("--mixed-bfloat16", action="store_true",
+                    help="Keras's mixed_bfloat16 policy (bf16 compute, f32 weights)")
 args = parser.parse_args()
+if args.mixed_bfloat16:
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
 
 
 x, y = load(args.train)
@@ -37,7 +41,7 @@ model = tf.keras.Sequential([
     tf.keras.layers.MaxPooling2D(2),
     tf.keras.layers.Flatten(),
     tf.keras.layers.Dense(128, activation="relu"),
-    tf.keras.layers.Dense(10),
+    tf.keras.layers.Dense(10, dtype="float32"),
 ])
 model.compile(
     optimizer=tf.keras.optimizers.Adam(1e-3),

@@ -6,9 +6,11 @@
 //! the executor's bookkeeping), and the program to profile.
 //!
 //! ```text
-//! cargo run --release -p ringflow-ml --example cnn_step [-- --seconds S] [--batch N]
+//! cargo run --release -p ringflow-ml --example cnn_step [-- --seconds S] [--batch N] \
+//!     [--precision f32|bf16]
 //! ```
 //!
+//! `--precision bf16` multiplies in bfloat16 with f32 sums (`train.matmul_precision`).
 //! Runs on all cores (set `RAYON_NUM_THREADS` to use fewer); each phase's figure is its median
 //! over the steps run in about `S` seconds (1 by default) after a few warm-up steps. An executor
 //! sets glibc's malloc to keep freed buffers (`executor/src/allocator.rs`); to time the step as
@@ -60,6 +62,11 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let budget = Duration::from_secs_f64(arg("--seconds", 1.0)?);
     let batch: usize = arg("--batch", 64)?;
+    match arg("--precision", String::from("f32"))?.as_str() {
+        "f32" => {}
+        "bf16" => ringflow_ml::set_matmul_precision(ringflow_ml::MatmulPrecision::Bf16),
+        other => return Err(format!("--precision is f32 or bf16, not `{other}`").into()),
+    }
     let model = Model::build(&lenet()?, &ModelRegistry::default(), 42, Device::Cpu)?;
     let adam = OptimizerSpec::Adam {
         lr: 1e-3,

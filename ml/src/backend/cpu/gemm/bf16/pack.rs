@@ -5,7 +5,7 @@
 //! `b`'s transpose (see [`super::Avx512Bf16`]'s `pack_b`).
 //!
 //! Two layouts are vectorized: rows contiguous along the depth (a row-major `a`, a transposed
-//! `b`: 32 elements of a row become 16 lanes, spread over 16 steps by a scatter) and rows
+//! `b`: 32 elements of each of 16 rows become 16 lanes, turned into 16 steps by a transpose) and rows
 //! contiguous across the panel (a transposed `a`, a row-major `b`: two runs of a step become
 //! one vector of lanes by a conversion and a word shuffle). Other strides go element by element.
 
@@ -132,8 +132,9 @@ mod x86 {
         unsafe { std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo)) }
     }
 
-    /// Rows contiguous along the depth: each row's run of 32 elements becomes 16 lanes, one
-    /// per step, written `width` lanes apart.
+    /// Rows contiguous along the depth, 16 rows and 32 steps of depth at a time: each row's
+    /// run becomes one vector of 16 lanes (one per packed step), and a 16 × 16 transpose turns
+    /// the rows' vectors into the steps' vectors.
     ///
     /// # Safety
     /// AVX-512F/BW/VL and BF16 are available; the rows' elements lie in `data`; `dst` holds
@@ -142,34 +143,66 @@ mod x86 {
     pub(super) unsafe fn along_depth(dst: &mut [u32], data: &[f32], rows: Rows, width: usize) {
         let steps = rows.depth.div_ceil(2);
         assert!(dst.len() >= steps * width, "the panel holds its steps");
-        let lane_of_step = _mm512_mullo_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(width as i32),
-        );
-        for r in 0..width {
-            let out = dst.as_mut_ptr().wrapping_add(r);
-            if r >= rows.live {
-                for p in 0..steps {
-                    // SAFETY: p < steps and r < width: inside the panel.
-                    unsafe { *out.add(p * width) = 0 };
-                }
-                continue;
-            }
-            let row = data.as_ptr().wrapping_add(rows.start + r * rows.row_stride);
+        for group in (0..width).step_by(16) {
+            let lanes = first(width - group);
             for d in (0..rows.depth).step_by(32) {
                 let left = rows.depth - d;
-                // SAFETY: the masked loads read only the row's elements d..depth, which lie
-                // in `data`; the scatter writes steps d/2.. of row r, inside the panel.
-                unsafe {
-                    let lo = _mm512_maskz_loadu_ps(first(left), row.add(d));
-                    let hi = _mm512_maskz_loadu_ps(first(left.saturating_sub(16)), row.add(d + 16));
-                    let pairs = words(lo, hi);
-                    let lanes = first(left.div_ceil(2));
-                    let base = out.add(d / 2 * width).cast::<i32>();
-                    _mm512_mask_i32scatter_epi32::<4>(base, lanes, lane_of_step, pairs);
+                let mut runs = [_mm512_setzero_si512(); 16];
+                for (r, run) in runs.iter_mut().enumerate() {
+                    if group + r >= rows.live.min(width) {
+                        break;
+                    }
+                    let at = rows.start + (group + r) * rows.row_stride + d;
+                    let row = data.as_ptr().wrapping_add(at);
+                    // SAFETY: the masked loads read only the row's elements d..depth, which lie
+                    // in `data`.
+                    unsafe {
+                        let lo = _mm512_maskz_loadu_ps(first(left), row);
+                        let hi = _mm512_maskz_loadu_ps(first(left.saturating_sub(16)), row.add(16));
+                        *run = words(lo, hi);
+                    }
+                }
+                let by_step = transpose16(runs);
+                for (i, step) in by_step.iter().take(left.div_ceil(2).min(16)).enumerate() {
+                    // SAFETY: step d/2 + i < steps, lanes group.. of it, masked to the width.
+                    unsafe {
+                        let out = dst.as_mut_ptr().add((d / 2 + i) * width + group);
+                        _mm512_mask_storeu_epi32(out.cast(), lanes, *step);
+                    }
                 }
             }
         }
+    }
+
+    /// The transpose of 16 vectors of 16 lanes: lane `c` of vector `r` becomes lane `r` of
+    /// vector `c`. Interleaves lanes, then pairs of lanes, then 128-bit quarters twice.
+    #[target_feature(enable = "avx512f")]
+    fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
+        let mut t = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        // u[4g + j], quarter q: column 4q + j of rows 4g..4g + 4.
+        let mut u = [_mm512_setzero_si512(); 16];
+        for g in (0..16).step_by(4) {
+            u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+            u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+            u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+            u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+        }
+        let mut out = [_mm512_setzero_si512(); 16];
+        for j in 0..4 {
+            let even = _mm512_shuffle_i32x4::<0x88>(u[j], u[4 + j]);
+            let even_hi = _mm512_shuffle_i32x4::<0x88>(u[8 + j], u[12 + j]);
+            let odd = _mm512_shuffle_i32x4::<0xDD>(u[j], u[4 + j]);
+            let odd_hi = _mm512_shuffle_i32x4::<0xDD>(u[8 + j], u[12 + j]);
+            out[j] = _mm512_shuffle_i32x4::<0x88>(even, even_hi);
+            out[8 + j] = _mm512_shuffle_i32x4::<0xDD>(even, even_hi);
+            out[4 + j] = _mm512_shuffle_i32x4::<0x88>(odd, odd_hi);
+            out[12 + j] = _mm512_shuffle_i32x4::<0xDD>(odd, odd_hi);
+        }
+        out
     }
 
     /// Rows contiguous across the panel: each step's two runs of depth (`2p` and `2p + 1`)
