@@ -3,9 +3,10 @@
 //! Everything an executor needs to train a model on one device, and nothing about clusters:
 //!
 //! - [`Tensor`]: n-dimensional f32 arrays on a [`Device`] with NumPy broadcasting. The CPU
-//!   backend keeps contiguous ndarray storage and multiplies matrices with the `gemm` crate's
-//!   multithreaded kernels; [`Device::Cuda`] always exists and reports clearly when the build
-//!   or the machine has no CUDA.
+//!   backend keeps contiguous ndarray storage and multiplies matrices with its own packed
+//!   kernels, chosen at run time for the CPU (in bfloat16 with f32 sums after
+//!   [`set_matmul_precision`]); [`Device::Cuda`] always exists and reports clearly when the
+//!   build or the machine has no CUDA.
 //! - [`autodiff`]: reverse-mode differentiation over a graph recorded as ops run. Each op in
 //!   [`ops`](crate::Tensor) knows its derivative; [`Tensor::backward`] accumulates gradients into
 //!   the parameters; [`no_grad`] turns recording off for evaluation.
