@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::DstTile;
 use super::blocked::{KC, MC, NC};
-use super::microkernel::Microkernel;
+use super::microkernel::{Microkernel, check_tile};
 use super::pack::{self, Block};
 use super::view::Operand;
 
@@ -54,18 +54,10 @@ impl Avx2Fma {
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
-        assert!(a_panel.len() >= kc * MR, "the a panel holds kc steps");
-        assert!(
-            kc == 0 || b_panel.len() >= (kc - 1) * b_step + NR,
-            "the b panel holds kc steps"
-        );
-        assert!(
-            tile.rows() <= MR && tile.cols() <= NR,
-            "a tile fits the microkernel"
-        );
+        check_tile(kc, (a_panel, MR), (b_panel, b_step, NR), &tile);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `self` exists only when AVX2 and FMA were detected on this CPU; the panels
-        // hold `kc` steps (asserted above) and `tile` covers its rows × cols with its row
+        // hold `kc` steps (checked above) and `tile` covers its rows × cols with its row
         // stride, uniquely borrowed for the call (a `DstTile` is handed to one caller at a time).
         unsafe {
             x86::tile(

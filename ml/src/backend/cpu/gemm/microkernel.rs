@@ -70,6 +70,26 @@ pub trait Microkernel: Copy + Send + Sync + 'static {
     }
 }
 
+/// Checks what a microkernel's tile function relies on: `a_panel` holds `steps` steps of `mr`
+/// elements, `b_panel` `steps` steps of `nr` that start `b_step` apart, and the tile fits the
+/// kernel's `mr × nr`. After this, the kernel reads and writes without further checks.
+pub fn check_tile<P>(
+    steps: usize,
+    (a_panel, mr): (&[P], usize),
+    (b_panel, b_step, nr): (&[P], usize, usize),
+    tile: &DstTile<'_>,
+) {
+    assert!(a_panel.len() >= steps * mr, "the a panel holds its steps");
+    assert!(
+        steps == 0 || b_panel.len() >= (steps - 1) * b_step + nr,
+        "the b panel holds its steps"
+    );
+    assert!(
+        tile.rows() <= mr && tile.cols() <= nr,
+        "a tile fits the microkernel"
+    );
+}
+
 /// The element of packed panels, which owns each thread's packing buffers for its type.
 pub trait PackedElement: Copy + Default + Send + Sync + 'static {
     /// Runs `f` on this thread's packing buffers for `a` and `b`, kept between products.

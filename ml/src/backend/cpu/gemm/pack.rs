@@ -33,7 +33,7 @@ pub fn packed_b_len(depth: usize, cols: usize) -> usize {
 
 /// Checks that every element of `block` lies inside `op`'s storage; after this, the packing
 /// loops index without further checks.
-fn check_block(op: &Operand<'_>, block: Block) {
+pub fn check_block(op: &Operand<'_>, block: Block) {
     assert!(
         block.row + block.rows <= op.rows && block.col + block.cols <= op.cols,
         "a packed block lies inside its operand"

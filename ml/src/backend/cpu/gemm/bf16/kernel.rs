@@ -6,6 +6,7 @@
 //! each row's pair of `a` and issues two `vdpbf16ps`, each of which adds two products per
 //! lane. The tile is written with masked stores, so edge tiles need no buffer.
 
+use super::super::microkernel::check_tile;
 use super::super::view::DstTile;
 use super::Avx512Bf16;
 
@@ -25,19 +26,11 @@ pub fn tile(
     tile: DstTile<'_>,
     overwrite: bool,
 ) {
-    assert!(a_panel.len() >= steps * MR, "the a panel holds its steps");
-    assert!(
-        steps == 0 || b_panel.len() >= (steps - 1) * b_step + NR,
-        "the b panel holds its steps"
-    );
-    assert!(
-        tile.rows() <= MR && tile.cols() <= NR,
-        "a tile fits the microkernel"
-    );
+    check_tile(steps, (a_panel, MR), (b_panel, b_step, NR), &tile);
     let _ = cpu;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cpu` exists only when AVX-512F/BW/VL and BF16 were detected on this CPU; the
-    // panels hold `steps` steps (asserted above) and `tile` covers its rows × cols with its row
+    // panels hold `steps` steps (checked above) and `tile` covers its rows × cols with its row
     // stride, uniquely borrowed for the call.
     unsafe {
         x86::tile(

@@ -9,7 +9,7 @@
 //! contiguous across the panel (a transposed `a`, a row-major `b`: two runs of a step become
 //! one vector of lanes by a conversion and a word shuffle). Other strides go element by element.
 
-use super::super::pack::Block;
+use super::super::pack::{Block, check_block};
 use super::super::view::Operand;
 use super::Avx512Bf16;
 
@@ -31,18 +31,7 @@ pub fn round_to_bf16(x: f32) -> f32 {
 
 /// Packs `block` of `op` (rows × depth) into `out` as panels of `width` rows.
 pub fn pack_panels(cpu: Avx512Bf16, out: &mut [u32], op: &Operand<'_>, block: Block, width: usize) {
-    assert!(
-        block.row + block.rows <= op.rows && block.col + block.cols <= op.cols,
-        "a packed block lies inside its operand"
-    );
-    if block.rows > 0 && block.cols > 0 {
-        let last = (block.row + block.rows - 1) * op.row_stride
-            + (block.col + block.cols - 1) * op.col_stride;
-        assert!(
-            last < op.data.len(),
-            "a packed block's elements lie in the operand's storage"
-        );
-    }
+    check_block(op, block);
     let steps = block.cols.div_ceil(2);
     let panels = block.rows.div_ceil(width);
     for (panel, dst) in out.chunks_exact_mut(width * steps).take(panels).enumerate() {
