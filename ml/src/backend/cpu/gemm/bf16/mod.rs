@@ -7,7 +7,7 @@
 //!
 //! - [`Avx512Bf16`], on CPUs with AVX512_BF16 (AMD Zen 4 and later, Intel Cooper Lake and
 //!   Sapphire Rapids and later): packing rounds pairs of consecutive depth steps into one
-//!   32-bit lane (`pack.rs`), and a 12 × 32 microkernel (`kernel.rs`) multiplies them with
+//!   32-bit lane (`pack.rs`), and an 8 × 32 microkernel (`kernel.rs`) multiplies them with
 //!   `vdpbf16ps`, two multiply-adds per lane per instruction: twice the f32 FMA rate.
 //! - [`Bf16Emulated`], everywhere else with AVX2 and FMA: the f32 kernel on panels whose
 //!   elements were rounded to bfloat16 as they were packed. As precise as the native kernel
