@@ -31,6 +31,7 @@ pub use eval::evaluate;
 pub use report::Report;
 pub use trainer::{
     EpochEnd, Position, Reform, TrainOutcome, TrainTask, Trainer, label_kind, run_task,
+    use_matmul_precision,
 };
 
 /// Runs `f` with a compute pool of `threads` threads (GEMM and other data-parallel kernels use

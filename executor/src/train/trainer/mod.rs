@@ -181,8 +181,9 @@ pub struct Trainer<'a> {
 }
 
 /// Sets this process's matrix-product precision to the job's `train.matmul_precision` and
-/// says how this executor computes it.
-fn use_matmul_precision(precision: MatmulPrecision, device: Device) {
+/// says how this executor computes it. Every task sets it (training, evaluation, prediction), so
+/// that a long-lived executor never carries one job's setting into the next.
+pub fn use_matmul_precision(precision: MatmulPrecision, device: Device) {
     let precision = match precision {
         MatmulPrecision::F32 => ringflow_ml::MatmulPrecision::F32,
         MatmulPrecision::Bf16 => ringflow_ml::MatmulPrecision::Bf16,
