@@ -62,11 +62,8 @@ fn median(v: &mut [f64]) -> f64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let budget = Duration::from_secs_f64(arg("--seconds", 1.0)?);
     let batch: usize = arg("--batch", 64)?;
-    match arg("--precision", String::from("f32"))?.as_str() {
-        "f32" => {}
-        "bf16" => ringflow_ml::set_matmul_precision(ringflow_ml::MatmulPrecision::Bf16),
-        other => return Err(format!("--precision is f32 or bf16, not `{other}`").into()),
-    }
+    let precision: String = arg("--precision", String::from("f32"))?;
+    ringflow_ml::set_matmul_precision(precision.parse()?);
     let model = Model::build(&lenet()?, &ModelRegistry::default(), 42, Device::Cpu)?;
     let adam = OptimizerSpec::Adam {
         lr: 1e-3,

@@ -128,14 +128,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
     let shapes = parse_shapes(&text).map_err(|e| format!("{path}: {e}"))?;
     let budget = Duration::from_secs_f64(seconds);
-    match value("--precision").map(String::as_str) {
-        None | Some("f32") => {}
-        Some("bf16") => {
-            ringflow_ml::set_matmul_precision(ringflow_ml::MatmulPrecision::Bf16);
-            let how = ringflow_ml::cpu_bf16_products();
-            println!("# precision: bf16 products ({how:?})");
-        }
-        Some(other) => return Err(format!("--precision is f32 or bf16, not `{other}`").into()),
+    let precision: ringflow_ml::MatmulPrecision =
+        value("--precision").map_or("f32", |s| s).parse()?;
+    ringflow_ml::set_matmul_precision(precision);
+    if precision == ringflow_ml::MatmulPrecision::Bf16 {
+        let how = ringflow_ml::cpu_bf16_products();
+        println!("# precision: bf16 products ({how:?})");
     }
     println!("# threads: {}", rayon::current_num_threads());
     println!("# name m k n ta tb ours_gflops ours_serial_gflops gemm_crate_gflops");

@@ -7,8 +7,12 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The precision of matrix products (dense layers, convolutions, recurrent gates, attention).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+use serde::{Deserialize, Serialize};
+
+/// The precision of matrix products (dense layers, convolutions, recurrent gates, attention):
+/// the job spec's `train.matmul_precision`, `"f32"` or `"bf16"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum MatmulPrecision {
     /// Full f32 products (the default).
     #[default]
@@ -18,6 +22,28 @@ pub enum MatmulPrecision {
     /// products of at least 16 rows and 16 columns (every layer of a batch of 16 or more but a
     /// classifier's narrow last one); the GPU backend keeps f32.
     Bf16,
+}
+
+impl MatmulPrecision {
+    /// The spec's word for it (`"f32"`, `"bf16"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatmulPrecision::F32 => "f32",
+            MatmulPrecision::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::str::FromStr for MatmulPrecision {
+    type Err = String;
+
+    /// The precision a spec's word names (`"f32"`, `"bf16"`), or a sentence naming both.
+    fn from_str(word: &str) -> Result<Self, String> {
+        [MatmulPrecision::F32, MatmulPrecision::Bf16]
+            .into_iter()
+            .find(|p| p.as_str() == word)
+            .ok_or_else(|| format!("a matmul precision is `f32` or `bf16`, not `{word}`"))
+    }
 }
 
 /// The process's setting: 0 for f32, 1 for bf16.
@@ -53,4 +79,23 @@ pub enum Bf16Products {
 /// How this CPU computes bf16 products (detected once).
 pub fn cpu_bf16_products() -> Bf16Products {
     crate::backend::cpu::gemm::bf16_products()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatmulPrecision;
+
+    /// The spec's words name each precision and back; any other word is refused by a sentence
+    /// naming both.
+    #[test]
+    fn precisions_are_named_by_the_specs_words() {
+        for p in [MatmulPrecision::F32, MatmulPrecision::Bf16] {
+            assert_eq!(p.as_str().parse::<MatmulPrecision>(), Ok(p));
+        }
+        let err = "fp8".parse::<MatmulPrecision>().unwrap_err();
+        assert!(
+            err.contains("`f32` or `bf16`") && err.contains("`fp8`"),
+            "{err}"
+        );
+    }
 }

@@ -17,6 +17,7 @@ mod eval;
 pub(crate) mod forward;
 pub mod fusion;
 pub mod hooks;
+mod precision;
 mod report;
 pub mod setup;
 pub mod state;
@@ -28,10 +29,10 @@ pub use context::{
     EpochStats, EvalStats, PhaseTimes, PreparePhase, Recovered, Split, TaskContext, TrainEvent,
 };
 pub use eval::evaluate;
+pub use precision::use_matmul_precision;
 pub use report::Report;
 pub use trainer::{
     EpochEnd, Position, Reform, TrainOutcome, TrainTask, Trainer, label_kind, run_task,
-    use_matmul_precision,
 };
 
 /// Runs `f` with a compute pool of `threads` threads (GEMM and other data-parallel kernels use

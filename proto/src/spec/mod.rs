@@ -28,10 +28,10 @@ pub use sequences::{
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ringflow_ml::Device;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::ModelSpec;
 use ringflow_ml::optim::{OptimizerSpec, Schedule};
+use ringflow_ml::{Device, MatmulPrecision};
 use serde::{Deserialize, Serialize};
 
 use crate::data::paths;
@@ -196,33 +196,10 @@ pub struct TrainSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<Metric>,
     /// The precision of matrix products on the CPU: `"f32"` (default) or `"bf16"` (operands
-    /// rounded to bfloat16, sums in f32; weights, gradients and optimizer state stay f32).
+    /// rounded to bfloat16, sums in f32; weights, gradients and optimizer state stay f32). See
+    /// [`MatmulPrecision`].
     #[serde(default)]
     pub matmul_precision: MatmulPrecision,
-}
-
-/// `train.matmul_precision`: how executors multiply matrices (PyTorch's
-/// `torch.set_float32_matmul_precision`, JAX's `jax_default_matmul_precision`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MatmulPrecision {
-    /// Full f32 products.
-    #[default]
-    F32,
-    /// Operands rounded to bfloat16 (8 significant bits), products summed in f32: twice the
-    /// multiply-add rate of f32 on CPUs with AVX512_BF16, f32's rate elsewhere. The GPU keeps
-    /// f32 products.
-    Bf16,
-}
-
-impl MatmulPrecision {
-    /// The spec's word for it (`"f32"`, `"bf16"`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MatmulPrecision::F32 => "f32",
-            MatmulPrecision::Bf16 => "bf16",
-        }
-    }
 }
 
 impl TrainSpec {

@@ -16,8 +16,8 @@ use std::time::Duration;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelShape};
 use ringflow_ml::optim::Optimizer;
-use ringflow_ml::{AllocatorStats, Bf16Products, Device};
-use ringflow_proto::spec::{JobSpec, MatmulPrecision};
+use ringflow_ml::{AllocatorStats, Device};
+use ringflow_proto::spec::JobSpec;
 
 use crate::collective::Collective;
 use crate::data::features::LabelKind;
@@ -25,6 +25,7 @@ use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::context::{EvalStats, Recovered, Split, TaskContext};
 use crate::train::eval::evaluate;
 use crate::train::hooks::TestHooks;
+use crate::train::precision::use_matmul_precision;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::state::{Checkpoints, Commit};
 use crate::train::sync::GradientSync;
@@ -178,33 +179,6 @@ pub struct Trainer<'a> {
     spans: StepSpans,
     /// The GPU allocator's counters at the last epoch's end, for its per-epoch debug line.
     alloc_before: Option<AllocatorStats>,
-}
-
-/// Sets this process's matrix-product precision to the job's `train.matmul_precision` and
-/// says how this executor computes it. Every task sets it (training, evaluation, prediction), so
-/// that a long-lived executor never carries one job's setting into the next.
-pub fn use_matmul_precision(precision: MatmulPrecision, device: Device) {
-    let precision = match precision {
-        MatmulPrecision::F32 => ringflow_ml::MatmulPrecision::F32,
-        MatmulPrecision::Bf16 => ringflow_ml::MatmulPrecision::Bf16,
-    };
-    ringflow_ml::set_matmul_precision(precision);
-    if precision == ringflow_ml::MatmulPrecision::F32 {
-        return;
-    }
-    match (device, ringflow_ml::cpu_bf16_products()) {
-        (Device::Cuda(_), _) => tracing::warn!(
-            "train.matmul_precision = \"bf16\" applies to CPU executors: this one runs on {device} \
-             and keeps f32 products"
-        ),
-        (_, Bf16Products::Native) => {
-            tracing::info!("matrix products in bf16 with f32 sums (AVX512_BF16)")
-        }
-        (_, Bf16Products::Emulated) => tracing::info!(
-            "matrix products in bf16 with f32 sums, emulated: this CPU lacks AVX512_BF16, so they \
-             run at the f32 rate"
-        ),
-    }
 }
 
 impl<'a> Trainer<'a> {

@@ -257,7 +257,9 @@ fn parallelism(threaded: bool) -> Parallelism {
 
 /// A copy of `values` rounded to bfloat16.
 fn rounded(values: &[f32]) -> Vec<f32> {
-    values.iter().map(|&x| bf16::round_to_bf16(x)).collect()
+    let mut copy = values.to_vec();
+    bf16::round_in_place(&mut copy);
+    copy
 }
 
 /// Whether a product suits the packed 6 × 16 microkernel: with fewer than [`SMALL_SIDE`] rows

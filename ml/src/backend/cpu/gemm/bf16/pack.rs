@@ -63,11 +63,12 @@ struct Rows {
     col_stride: usize,
 }
 
-/// Packs one panel (`dst`: `depth.div_ceil(2)` steps of `width` lanes).
+/// Packs one panel (`dst`: `depth.div_ceil(2)` steps of `width` lanes). `cpu` proves the
+/// vector instructions the two common layouts use.
 fn pack_panel(cpu: Avx512Bf16, dst: &mut [u32], data: &[f32], rows: Rows, width: usize) {
+    let _ = cpu;
     #[cfg(target_arch = "x86_64")]
     {
-        let _ = cpu;
         if rows.col_stride == 1 {
             // SAFETY: the token proves AVX-512F/BW/VL and BF16; `pack_panels` checked that
             // every element of the block lies in `data`, and `dst` holds the panel.
@@ -80,8 +81,6 @@ fn pack_panel(cpu: Avx512Bf16, dst: &mut [u32], data: &[f32], rows: Rows, width:
             return;
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = cpu;
     pack_panel_by_element(dst, data, rows, width);
 }
 
