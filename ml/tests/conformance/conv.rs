@@ -36,7 +36,9 @@ pub fn case(
 
 /// The geometries every device must get right: stride, padding, dilation, groups, depthwise
 /// (with a channel multiplier, dilated, and large enough to run in parallel), non-square kernels and inputs, batch 1, 1×1 (read directly or,
-/// strided, unrolled), more images than weight-gradient runs, LeNet's layers.
+/// strided, unrolled), more images than weight-gradient runs, LeNet's layers, and 3×3 and 5×5
+/// with 16 channels or more (Winograd on the CPU: odd sizes, padding, a channel count that is
+/// not a multiple of 8).
 pub fn cases() -> Vec<Case> {
     vec![
         case([2, 3, 7, 6], [4, 3, 3, 3], [1, 1], [0, 0], [1, 1], 1),
@@ -58,6 +60,9 @@ pub fn cases() -> Vec<Case> {
         case([20, 2, 6, 6], [3, 2, 3, 3], [1, 1], [1, 1], [1, 1], 1),
         case([3, 1, 28, 28], [6, 1, 5, 5], [1, 1], [0, 0], [1, 1], 1),
         case([3, 6, 12, 12], [8, 6, 5, 5], [1, 1], [0, 0], [1, 1], 1),
+        case([2, 16, 6, 7], [16, 16, 3, 3], [1, 1], [1, 1], [1, 1], 1),
+        case([2, 16, 7, 6], [17, 16, 5, 5], [1, 1], [2, 2], [1, 1], 1),
+        case([3, 16, 8, 8], [16, 16, 5, 5], [1, 1], [0, 0], [1, 1], 1),
     ]
 }
 

@@ -7,7 +7,8 @@
 //! then folded back onto the image, col2im). A 1×1 convolution with stride 1 and no padding reads
 //! the image itself as that matrix. Unrolling and folding back are `unroll.rs`'s, from the taps'
 //! spans worked out once per call. Depthwise convolutions (one input channel per group) take
-//! the direct kernels of `depthwise.rs` instead.
+//! the direct kernels of `depthwise.rs` instead, and stride-1 3×3 and 5×5 convolutions with
+//! enough channels (under f32 products) Winograd's minimal filtering of `winograd/`.
 //!
 //! Images run in parallel on the current rayon pool with single-threaded GEMMs, each thread
 //! unrolling into its own scratch buffer, which grows to the largest size needed and is kept, so
@@ -25,7 +26,7 @@ use rayon::prelude::*;
 
 use super::gemm::{MatRef, matmul_into, matmul_into_serial};
 use super::unroll::{TapSpans, col2im, im2col};
-use super::{CpuArray, depthwise, pool, slice, slice_mut, zeros};
+use super::{CpuArray, depthwise, pool, slice, slice_mut, winograd, zeros};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::error::Result;
 
@@ -42,7 +43,7 @@ thread_local! {
 /// Calls `f` with `len` elements of the thread's scratch buffer `key` (stale values: `f` must
 /// write before it reads), growing it if needed and keeping it for the next call. A nested call
 /// on the same thread (a threaded GEMM stealing work) gets a buffer of its own.
-fn with_scratch<R>(
+pub(super) fn with_scratch<R>(
     key: &'static LocalKey<Cell<Vec<f32>>>,
     len: usize,
     f: impl FnOnce(&mut [f32]) -> R,
@@ -286,6 +287,8 @@ impl ConvOps for CpuArray {
     fn conv2d(x: &Self, w: &Self, bias: Option<&Self>, g: &Conv2dGeometry) -> Result<Self> {
         Ok(if depthwise::applies(g) {
             depthwise::conv2d(x, w, bias, g)
+        } else if winograd::applies(g) {
+            winograd::conv2d(x, w, bias, g)
         } else {
             conv2d(x, w, bias, g)
         })
@@ -294,6 +297,8 @@ impl ConvOps for CpuArray {
     fn conv2d_backward_input(grad: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
         Ok(if depthwise::applies(g) {
             depthwise::conv2d_backward_input(grad, w, g)
+        } else if winograd::applies(g) {
+            winograd::conv2d_backward_input(grad, w, g)
         } else {
             conv2d_backward_input(grad, w, g)
         })
@@ -308,6 +313,8 @@ impl ConvOps for CpuArray {
     ) -> Result<()> {
         if depthwise::applies(g) {
             depthwise::conv2d_backward_weight(dst, x, grad, g, accumulate);
+        } else if winograd::applies(g) {
+            winograd::conv2d_backward_weight(dst, x, grad, g, accumulate);
         } else {
             conv2d_backward_weight(dst, x, grad, g, accumulate);
         }

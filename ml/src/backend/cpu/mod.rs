@@ -25,6 +25,7 @@ pub mod recurrent;
 pub mod reduce;
 pub mod softmax;
 mod unroll;
+mod winograd;
 
 use std::ops::Range;
 

@@ -102,6 +102,14 @@ pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumul
     product(dst, a, b, accumulate, false);
 }
 
+/// [`matmul_into_serial`] in f32 whatever [`matmul_precision`] says: for products whose
+/// operands bf16 would round too coarsely (Winograd's transformed tiles).
+pub fn matmul_into_serial_f32(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
+    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
+    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), MatmulPrecision::F32);
+    product_with(kernel, dst, (a, b), accumulate, false);
+}
+
 /// Which implementation runs a product.
 #[derive(Clone, Copy, Debug)]
 enum Kernel {

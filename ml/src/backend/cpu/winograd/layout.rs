@@ -1,0 +1,116 @@
+//! Where the Winograd transforms read and write: channels-last planes of one image
+//! (`[rows, cols, lanes]`, a pixel's channels contiguous, so eight channels are one
+//! [`Lanes`]) and point-major buffers of a chunk (`[α², tiles, lanes]`, each point a row-major
+//! `tiles × lanes` matrix: an operand of that point's product).
+
+use super::transform::{LANES, Lanes};
+
+/// A channels-last plane: `cols` pixels per row, `lanes` values per pixel.
+#[derive(Clone, Copy, Debug)]
+pub struct Plane {
+    /// Pixels per row.
+    pub cols: usize,
+    /// Values per pixel (channels rounded up to a multiple of [`LANES`]).
+    pub lanes: usize,
+}
+
+impl Plane {
+    /// Where channel group `group` of pixel `(row, col)` starts.
+    #[inline(always)]
+    pub fn at(&self, row: usize, col: usize, group: usize) -> usize {
+        (row * self.cols + col) * self.lanes + group * LANES
+    }
+
+    /// Writes `image` (`[channels, h, w]`, channels-first) into `plane`, pixel `(y, x)` at
+    /// `(y + offset[0], x + offset[1])`, and zeros everywhere else.
+    #[inline(always)]
+    pub fn fill(&self, plane: &mut [f32], image: &[f32], [h, w]: [usize; 2], offset: [usize; 2]) {
+        plane.fill(0.0);
+        let (area, channels) = (h * w, image.len() / (h * w).max(1));
+        for y in 0..h {
+            for x in 0..w {
+                // Read across the channels' planes (the image is small enough to stay in the
+                // L1 cache) so that the writes are contiguous.
+                let start = self.at(y + offset[0], x + offset[1], 0);
+                let pixel = y * w + x;
+                for (c, value) in plane[start..start + channels].iter_mut().enumerate() {
+                    *value = image[c * area + pixel];
+                }
+            }
+        }
+    }
+
+    /// The inverse of [`Plane::fill`]: `image[c, y, x] = plane[y + offset[0], x + offset[1],
+    /// c] + bias[c]`.
+    #[inline(always)]
+    pub fn extract(
+        &self,
+        plane: &[f32],
+        image: &mut [f32],
+        [h, w]: [usize; 2],
+        offset: [usize; 2],
+        bias: Option<&[f32]>,
+    ) {
+        for (c, channel) in image.chunks_exact_mut(h * w).enumerate() {
+            let b = bias.map_or(0.0, |b| b[c]);
+            for (y, row) in channel.chunks_exact_mut(w).enumerate() {
+                let start = self.at(y + offset[0], offset[1], 0) + c;
+                for (x, value) in row.iter_mut().enumerate() {
+                    *value = plane[start + x * self.lanes] + b;
+                }
+            }
+        }
+    }
+}
+
+/// Elements between two points' matrices in a [`Points`] buffer: one cache line.
+const SEPARATION: usize = 16;
+
+/// A point-major buffer of a chunk: `[N², tiles, lanes]`, the points' matrices a little apart.
+#[derive(Clone, Copy, Debug)]
+pub struct Points {
+    /// Tiles in the chunk.
+    pub tiles: usize,
+    /// Values per tile and point (channels rounded up to a multiple of [`LANES`]).
+    pub lanes: usize,
+}
+
+impl Points {
+    /// Elements of the buffer for `points` points.
+    pub fn len(&self, points: usize) -> usize {
+        points * self.stride()
+    }
+
+    /// Elements from one point's matrix to the next: the matrix and a cache line, so that the
+    /// points of a tile, written and read together, do not fall in the same cache set (a
+    /// matrix is often a multiple of 4 KiB).
+    pub fn stride(&self) -> usize {
+        self.tiles * self.lanes + SEPARATION
+    }
+
+    /// Where point `(i, j)` (of `N × N`) of tile `tile`'s channel group `group` starts.
+    #[inline(always)]
+    pub fn at<const N: usize>(&self, (i, j): (usize, usize), tile: usize, group: usize) -> usize {
+        (i * N + j) * self.stride() + tile * self.lanes + group * LANES
+    }
+}
+
+/// The [`LANES`] values from `at`.
+#[inline(always)]
+pub fn lanes(buf: &[f32], at: usize) -> Lanes {
+    buf[at..at + LANES].try_into().expect("a group of lanes")
+}
+
+/// Writes `value` at `at`.
+#[inline(always)]
+pub fn store(buf: &mut [f32], at: usize, value: &Lanes) {
+    buf[at..at + LANES].copy_from_slice(value);
+}
+
+/// Adds `value` at `at`.
+#[inline(always)]
+pub fn add(buf: &mut [f32], at: usize, value: &Lanes) {
+    for (sum, v) in buf[at..at + LANES].iter_mut().zip(value) {
+        *sum += v;
+    }
+}

@@ -1,0 +1,163 @@
+//! The Winograd passes against im2col's (`conv.rs`) on the same inputs: values, both
+//! gradients, accumulation, and independence from the number of threads.
+
+use super::*;
+use crate::backend::cpu::conv;
+use crate::backend::cpu::from_vec;
+
+/// A geometry with stride and dilation 1 and one group.
+fn geometry(
+    batch: usize,
+    [c, o]: [usize; 2],
+    in_size: [usize; 2],
+    r: usize,
+    pad: usize,
+) -> Conv2dGeometry {
+    Conv2dGeometry {
+        batch,
+        in_channels: c,
+        in_size,
+        out_channels: o,
+        kernel: [r, r],
+        stride: [1, 1],
+        padding: [pad, pad],
+        dilation: [1, 1],
+        groups: 1,
+    }
+}
+
+/// `shape`'s worth of values in [−1, 1) from a small generator seeded by `seed`.
+fn values(shape: &[usize], seed: u64) -> CpuArray {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let data = (0..shape.iter().product())
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        })
+        .collect();
+    from_vec(shape, data)
+}
+
+/// Fails unless `got` and `want` agree within `1e-5` of `want`'s largest magnitude (Winograd
+/// sums in another order, through the transforms).
+fn assert_near(got: &CpuArray, want: &CpuArray, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}: shape");
+    let scale = want.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * scale,
+            "{what}: element {i} is {g}, im2col gives {w}"
+        );
+    }
+}
+
+/// Every pass of `g` through Winograd against im2col.
+fn check(g: &Conv2dGeometry) {
+    assert!(applies(g), "{g:?} runs here");
+    let (x, w) = (values(&g.input_shape(), 1), values(&g.weight_shape(), 2));
+    let (bias, dy) = (values(&[g.out_channels], 3), values(&g.output_shape(), 4));
+    let what = format!("{g:?}");
+    let y = conv2d(&x, &w, Some(&bias), g);
+    assert_near(
+        &y,
+        &conv::conv2d(&x, &w, Some(&bias), g),
+        &format!("{what} forward"),
+    );
+    let dx = conv2d_backward_input(&dy, &w, g);
+    assert_near(
+        &dx,
+        &conv::conv2d_backward_input(&dy, &w, g),
+        &format!("{what} input grad"),
+    );
+    for accumulate in [false, true] {
+        let start = values(&g.weight_shape(), 5);
+        let (mut dw, mut want) = (start.clone(), start);
+        conv2d_backward_weight(&mut dw, &x, &dy, g, accumulate);
+        conv::conv2d_backward_weight(&mut want, &x, &dy, g, accumulate);
+        assert_near(
+            &dw,
+            &want,
+            &format!("{what} weight grad, accumulate {accumulate}"),
+        );
+    }
+}
+
+#[test]
+fn five_by_five_matches_im2col() {
+    check(&geometry(3, [32, 64], [12, 12], 5, 0));
+    check(&geometry(2, [16, 16], [7, 9], 5, 2));
+    check(&geometry(1, [17, 23], [5, 5], 5, 0));
+}
+
+#[test]
+fn three_by_three_matches_im2col() {
+    check(&geometry(2, [16, 32], [8, 8], 3, 1));
+    check(&geometry(3, [20, 18], [9, 7], 3, 1));
+    check(&geometry(2, [16, 24], [6, 11], 3, 0));
+}
+
+/// Many chunks (4 images of 16 tiles each) and more of them than weight-gradient runs.
+#[test]
+fn many_chunks_match_im2col() {
+    check(&geometry(37, [16, 16], [10, 10], 3, 1));
+}
+
+/// The same results on one thread as on four: chunks and partial sums follow the batch.
+#[test]
+fn results_do_not_depend_on_the_number_of_threads() {
+    let g = geometry(37, [16, 16], [10, 10], 5, 2);
+    let (x, w) = (values(&g.input_shape(), 6), values(&g.weight_shape(), 7));
+    let dy = values(&g.output_shape(), 8);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool");
+        pool.install(|| {
+            let mut dw = values(&g.weight_shape(), 9);
+            conv2d_backward_weight(&mut dw, &x, &dy, &g, false);
+            (
+                conv2d(&x, &w, None, &g),
+                conv2d_backward_input(&dy, &w, &g),
+                dw,
+            )
+        })
+    };
+    let (one, four) = (run(1), run(4));
+    assert_eq!(one.0, four.0, "forward");
+    assert_eq!(one.1, four.1, "input gradient");
+    assert_eq!(one.2, four.2, "weight gradient");
+}
+
+/// Which convolutions run here: few channels, strides, dilations, groups and other kernels
+/// keep im2col.
+#[test]
+fn only_stride_one_three_and_five_with_enough_channels_apply() {
+    assert!(applies(&geometry(4, [32, 64], [12, 12], 5, 0)));
+    assert!(
+        !applies(&geometry(4, [1, 32], [28, 28], 5, 0)),
+        "one input channel"
+    );
+    assert!(
+        !applies(&geometry(4, [32, 8], [12, 12], 5, 0)),
+        "eight output channels"
+    );
+    assert!(!applies(&geometry(4, [32, 32], [12, 12], 7, 0)), "7 × 7");
+    let strided = Conv2dGeometry {
+        stride: [2, 2],
+        ..geometry(4, [32, 32], [12, 12], 3, 1)
+    };
+    assert!(!applies(&strided));
+    let dilated = Conv2dGeometry {
+        dilation: [2, 2],
+        ..geometry(4, [32, 32], [12, 12], 3, 2)
+    };
+    assert!(!applies(&dilated));
+    let grouped = Conv2dGeometry {
+        groups: 2,
+        ..geometry(4, [32, 32], [12, 12], 3, 1)
+    };
+    assert!(!applies(&grouped));
+}
