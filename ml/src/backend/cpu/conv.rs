@@ -26,7 +26,7 @@ use rayon::prelude::*;
 
 use super::gemm::{MatRef, matmul_into, matmul_into_serial};
 use super::unroll::{TapSpans, col2im, im2col};
-use super::{CpuArray, depthwise, pool, slice, slice_mut, winograd, zeros};
+use super::{CpuArray, depthwise, filled, pool, slice, slice_mut, winograd, zeros};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::error::Result;
 
@@ -124,27 +124,26 @@ fn gemm(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threade
     }
 }
 
-/// Runs `f(n, chunk, threaded)` for each image `n` and its chunk of `out` (split in `batch`
-/// equal parts): in parallel with `threaded` false when there are at least as many images as
-/// threads, in order with `threaded` true otherwise.
-fn for_each_image(
-    out: &mut [f32],
+/// A new array of `shape`, `batch` images, made by `f(n, image, threaded)` for each image `n`
+/// and its part of the array (zero when `f` gets it): in parallel with `threaded` false when
+/// there are at least as many images as threads, in order with `threaded` true otherwise.
+fn by_image(
+    shape: &[usize],
     batch: usize,
     f: impl Fn(usize, &mut [f32], bool) + Sync + Send,
-) {
-    if batch == 0 || out.is_empty() {
-        return;
+) -> CpuArray {
+    let len: usize = shape.iter().product();
+    if batch == 0 || len == 0 {
+        return zeros(shape);
     }
-    let chunk = out.len() / batch;
     if batch >= rayon::current_num_threads() {
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .for_each(|(n, o)| f(n, o, false));
-    } else {
-        for (n, o) in out.chunks_mut(chunk).enumerate() {
-            f(n, o, true);
-        }
+        return filled(shape, len / batch, |n, image| f(n, image, false));
     }
+    let mut out = zeros(shape);
+    for (n, image) in slice_mut(&mut out).chunks_mut(len / batch).enumerate() {
+        f(n, image, true);
+    }
+    out
 }
 
 /// Fills each `plane`-long row of `out` with its channel's value of `bias` (one per row).
@@ -160,9 +159,8 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
     let l = Layout::of(g);
     let (xs, ws, bias) = (slice(x), slice(w), bias.map(slice));
     let spans = TapSpans::of(g);
-    let mut out = zeros(&g.output_shape());
     let image_in = g.in_channels * l.in_plane;
-    for_each_image(slice_mut(&mut out), g.batch, |n, out, threaded| {
+    by_image(&g.output_shape(), g.batch, |n, out, threaded| {
         let image = &xs[n * image_in..(n + 1) * image_in];
         for group in 0..g.groups {
             let x_g = &image[l.in_range(group)];
@@ -182,8 +180,7 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
                 gemm(out_g, w_g, x_g, add, threaded);
             }
         }
-    });
-    out
+    })
 }
 
 /// The input's gradient: per image and group, `col2im(W_gᵀ · dy_g)`.
@@ -191,9 +188,8 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
     let l = Layout::of(g);
     let (dys, ws) = (slice(dy), slice(w));
     let spans = TapSpans::of(g);
-    let mut dx = zeros(&g.input_shape());
     let image_out = g.out_channels * l.out_plane;
-    for_each_image(slice_mut(&mut dx), g.batch, |n, dx, threaded| {
+    by_image(&g.input_shape(), g.batch, |n, dx, threaded| {
         let dy_n = &dys[n * image_out..(n + 1) * image_out];
         for group in 0..g.groups {
             let dy_g = MatRef::new(&dy_n[l.out_range(group)], l.out_group, l.out_plane);
@@ -208,8 +204,7 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
                 gemm(dx_g, w_t, dy_g, false, threaded);
             }
         }
-    });
-    dx
+    })
 }
 
 /// Adds (or, for the first image with `accumulate` false, writes) image `n`'s weight gradient

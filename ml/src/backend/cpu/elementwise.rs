@@ -3,7 +3,7 @@
 use ndarray::{IxDyn, Zip};
 use rayon::prelude::*;
 
-use super::{CpuArray, PAR_MIN, par_for, slice, slice_mut, zeros};
+use super::{CpuArray, PAR_MIN, par_filled, par_for, slice, slice_mut, zeros};
 use crate::backend::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
 use crate::error::Result;
 
@@ -91,17 +91,14 @@ fn unary_slice(op: UnaryOp, out: &mut [f32], x: &[f32]) {
 
 /// `op(x)` elementwise.
 pub fn unary(op: UnaryOp, x: &CpuArray) -> CpuArray {
-    let mut out = zeros(x.shape());
     let xs = slice(x);
-    par_for(slice_mut(&mut out), |o, r| unary_slice(op, o, &xs[r]));
-    out
+    par_filled(x.shape(), |o, r| unary_slice(op, o, &xs[r]))
 }
 
 /// The gradient with respect to `x` of `op(x)`, given the upstream gradient `grad`.
 pub fn unary_backward(op: UnaryOp, x: &CpuArray, y: &CpuArray, grad: &CpuArray) -> CpuArray {
-    let mut out = zeros(x.shape());
     let (xs, ys, gs) = (slice(x), slice(y), slice(grad));
-    par_for(slice_mut(&mut out), |o, r| {
+    par_filled(x.shape(), |o, r| {
         let (x, y, g) = (&xs[r.clone()], &ys[r.clone()], &gs[r]);
         match op {
             // The common activation gets a branch-free loop of its own (zipped slices: no bounds
@@ -117,8 +114,7 @@ pub fn unary_backward(op: UnaryOp, x: &CpuArray, y: &CpuArray, grad: &CpuArray) 
                 }
             }
         }
-    });
-    out
+    })
 }
 
 #[inline(always)]
@@ -150,14 +146,13 @@ fn binary_slices(op: BinaryOp, out: &mut [f32], a: &[f32], b: &[f32]) {
 
 /// `a op b` with broadcasting; `out_shape` is the broadcast shape (checked by the caller).
 pub fn binary(op: BinaryOp, a: &CpuArray, b: &CpuArray, out_shape: &[usize]) -> CpuArray {
-    let mut out = zeros(out_shape);
     if a.shape() == out_shape && b.shape() == out_shape {
         let (xs, ys) = (slice(a), slice(b));
-        par_for(slice_mut(&mut out), |o, r| {
+        return par_filled(out_shape, |o, r| {
             binary_slices(op, o, &xs[r.clone()], &ys[r])
         });
-        return out;
     }
+    let mut out = zeros(out_shape);
     // A row vector against a matrix (a bias): loop over rows of contiguous slices.
     let last = out_shape.last().copied().unwrap_or(1);
     if last > 0 && a.shape() == out_shape && b.len() == last && b.shape().last() == Some(&last) {
@@ -192,14 +187,12 @@ pub fn binary(op: BinaryOp, a: &CpuArray, b: &CpuArray, out_shape: &[usize]) -> 
 
 /// `x * mul + add` elementwise.
 pub fn affine(x: &CpuArray, mul: f32, add: f32) -> CpuArray {
-    let mut out = zeros(x.shape());
     let xs = slice(x);
-    par_for(slice_mut(&mut out), |o, r| {
+    par_filled(x.shape(), |o, r| {
         for (o, &v) in o.iter_mut().zip(&xs[r]) {
             *o = v * mul + add;
         }
-    });
-    out
+    })
 }
 
 /// `dst += src` (same shape).

@@ -27,6 +27,7 @@ pub mod softmax;
 mod unroll;
 mod winograd;
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use ndarray::{ArrayD, IxDyn};
@@ -53,6 +54,49 @@ pub fn par_for(out: &mut [f32], f: impl Fn(&mut [f32], Range<usize>) + Sync + Se
             let end = start + chunk.len();
             f(chunk, start..end)
         });
+}
+
+/// A new array of `shape` made by `f(index, piece)` for each `chunk`-long piece of its elements
+/// in order (the last may be shorter), on all threads of the current pool when the array is
+/// large. Each piece is zeroed just before `f` gets it, while it is in the cache, instead of the
+/// whole array first: an output that `f` overwrites costs one pass over memory, not two.
+pub fn filled(
+    shape: &[usize],
+    chunk: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) -> CpuArray {
+    let len: usize = shape.iter().product();
+    let mut data: Vec<f32> = Vec::with_capacity(len);
+    let spare = &mut data.spare_capacity_mut()[..len];
+    let work = |(i, piece): (usize, &mut [MaybeUninit<f32>])| f(i, zeroed(piece));
+    if len < PAR_MIN {
+        spare.chunks_mut(chunk.max(1)).enumerate().for_each(work);
+    } else {
+        spare
+            .par_chunks_mut(chunk.max(1))
+            .enumerate()
+            .for_each(work);
+    }
+    // SAFETY: `zeroed` initialized every element of `spare`, the first `len` of the capacity.
+    unsafe { data.set_len(len) };
+    from_vec(shape, data)
+}
+
+/// [`filled`] in [`PAR_CHUNK`] pieces, `f` also given each piece's range in the array (to index
+/// the inputs): [`zeros`] and [`par_for`] in one pass.
+pub fn par_filled(shape: &[usize], f: impl Fn(&mut [f32], Range<usize>) + Sync + Send) -> CpuArray {
+    filled(shape, PAR_CHUNK, |i, piece| {
+        let start = i * PAR_CHUNK;
+        f(piece, start..start + piece.len())
+    })
+}
+
+/// `piece` with every element set to zero, as initialized values.
+fn zeroed(piece: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    piece.fill(MaybeUninit::new(0.0));
+    // SAFETY: every element was initialized just above, and `MaybeUninit<f32>` has the size,
+    // alignment and (once initialized) the values of `f32`.
+    unsafe { &mut *(piece as *mut [MaybeUninit<f32>] as *mut [f32]) }
 }
 
 /// A contiguous f32 array on the host.
@@ -114,6 +158,25 @@ mod tests {
             let z = zeros(&[len / 3, 3]);
             assert_eq!(z.shape(), [len / 3, 3]);
             assert!(slice(&z).iter().all(|&x| x == 0.0), "{len} elements");
+        }
+    }
+
+    /// Every element of a filled array is the one its piece's call wrote, small or large, with
+    /// a last piece shorter than the others, also where the heap block held other values.
+    #[test]
+    fn filled_arrays_hold_what_each_piece_wrote() {
+        for len in [0, 5, PAR_MIN - 1, 3 * PAR_MIN + 17] {
+            drop(vec![1.5f32; len]);
+            let a = par_filled(&[len], |piece, range| {
+                for (v, i) in piece.iter_mut().zip(range) {
+                    *v += i as f32;
+                }
+            });
+            let want: Vec<f32> = (0..len).map(|i| i as f32).collect();
+            assert_eq!(slice(&a), want, "{len} elements");
+            let b = filled(&[len], 7, |i, piece| piece[0] = i as f32);
+            let want = (0..len).map(|j| if j % 7 == 0 { (j / 7) as f32 } else { 0.0 });
+            assert!(slice(&b).iter().copied().eq(want), "{len} elements in 7s");
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Max and average pooling over NCHW planes: direct loops over each window, planes in parallel.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
-use super::{CpuArray, PAR_MIN, slice, slice_mut, zeros};
+use super::{CpuArray, PAR_MIN, filled, slice, slice_mut, zeros};
 use crate::backend::conv::Pool2dGeometry;
 use crate::error::{MlError, Result};
 
@@ -140,28 +141,25 @@ pub fn max_pool2d_backward(
     let [h, w] = p.in_size;
     let [oh, ow] = p.out_size();
     let (in_plane, out_plane) = (h * w, oh * ow);
-    let mut dx = zeros(&p.input_shape());
-    let valid = |((g, at), plane): ((&[f32], &[f32]), &mut [f32])| {
-        g.iter().zip(at).all(|(&g, &at)| {
-            // `as` saturates (a negative index or NaN becomes 0), so also check the round trip.
-            let i = at as usize;
-            let cell = (i as f32 == at).then(|| plane.get_mut(i)).flatten();
-            cell.map(|d| *d += g).is_some()
-        })
-    };
-    let (dys, args, dxs) = (slice(dy), slice(argmax), slice_mut(&mut dx));
-    let all_valid = if dxs.len() < PAR_MIN {
-        dys.chunks(out_plane)
-            .zip(args.chunks(out_plane))
-            .zip(dxs.chunks_mut(in_plane))
-            .all(valid)
-    } else {
-        dys.par_chunks(out_plane)
-            .zip(args.par_chunks(out_plane))
-            .zip(dxs.par_chunks_mut(in_plane))
-            .all(valid)
-    };
-    if !all_valid {
+    let (dys, args) = (slice(dy), slice(argmax));
+    let invalid = AtomicBool::new(false);
+    // Each plane is zeroed just before its gradients are routed (`filled`), in the cache.
+    let dx = filled(&p.input_shape(), in_plane, |n, plane| {
+        let (g, at) = (&dys[n * out_plane..], &args[n * out_plane..]);
+        let valid = g[..out_plane]
+            .iter()
+            .zip(&at[..out_plane])
+            .all(|(&g, &at)| {
+                // `as` saturates (a negative index or NaN becomes 0), so also check the round trip.
+                let i = at as usize;
+                let cell = (i as f32 == at).then(|| plane.get_mut(i)).flatten();
+                cell.map(|d| *d += g).is_some()
+            });
+        if !valid {
+            invalid.store(true, Ordering::Relaxed);
+        }
+    });
+    if invalid.load(Ordering::Relaxed) {
         return Err(MlError::invalid(
             "max_pool2d backward",
             format!("an index of the maxima is not a cell of a {h}×{w} plane"),
@@ -218,4 +216,59 @@ pub fn avg_pool2d_backward(dy: &CpuArray, p: &Pool2dGeometry) -> CpuArray {
         },
     );
     dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::from_vec;
+
+    /// A 2×2 max pool of stride 2 over `[batch, 1, 4, 4]`.
+    fn pool(batch: usize) -> Pool2dGeometry {
+        Pool2dGeometry {
+            batch,
+            channels: 1,
+            in_size: [4, 4],
+            kernel: [2, 2],
+            stride: [2, 2],
+            padding: [0, 0],
+        }
+    }
+
+    /// Each gradient goes to its window's maximum, in every plane, and nowhere else.
+    #[test]
+    fn backward_routes_each_gradient_to_its_maximum() {
+        let p = pool(2);
+        let x = from_vec(
+            &[2, 1, 4, 4],
+            (0..32).map(|i| ((i * 7) % 11) as f32).collect(),
+        );
+        let (_, argmax) = max_pool2d(&x, &p);
+        let dy = from_vec(&[2, 1, 2, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let dx = max_pool2d_backward(&dy, &argmax, &p).expect("valid indices");
+        for (n, plane) in slice(&dx).chunks(16).enumerate() {
+            let args = &slice(&argmax)[4 * n..4 * n + 4];
+            for (i, &g) in plane.iter().enumerate() {
+                let routed = args.iter().position(|&a| a as usize == i);
+                let want = routed.map_or(0.0, |o| slice(&dy)[4 * n + o]);
+                assert_eq!(g, want, "plane {n}, cell {i}");
+            }
+        }
+    }
+
+    /// An index of the maxima outside the plane, negative, fractional or NaN is refused.
+    #[test]
+    fn backward_refuses_indices_that_are_not_cells() {
+        let p = pool(2);
+        let dy = from_vec(&[2, 1, 2, 2], vec![1.0; 8]);
+        for bad in [16.0, -1.0, 1.5, f32::NAN] {
+            let mut args = vec![0.0, 2.0, 8.0, 10.0, 0.0, 2.0, 8.0, 10.0];
+            args[5] = bad;
+            let argmax = from_vec(&[2, 1, 2, 2], args);
+            assert!(
+                max_pool2d_backward(&dy, &argmax, &p).is_err(),
+                "index {bad}"
+            );
+        }
+    }
 }

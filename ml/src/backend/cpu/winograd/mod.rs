@@ -38,7 +38,7 @@ use self::passes::Pass;
 use self::transform::{F2x3, F2x5, LANES, Minimal};
 use super::conv::with_scratch;
 use super::gemm::{MatRef, matmul_into_serial_f32};
-use super::{CpuArray, slice, slice_mut, zeros};
+use super::{CpuArray, filled, slice, slice_mut};
 use crate::backend::conv::Conv2dGeometry;
 
 /// Input and output channels below which im2col is faster: each point's product has as many
@@ -219,34 +219,26 @@ fn forward<const A: usize, const R: usize, F: Minimal<A, R>>(
     let (xs, bias) = (slice(x), bias.map(slice));
     let ([image_in, image_out], [c8, o8]) = (p.image_sizes(), p.lanes);
     let [in_plane, out_plane] = plane_sizes(&p);
-    let mut out = zeros(&g.output_shape());
-    let outs = slice_mut(&mut out);
-    if outs.is_empty() {
-        return out;
-    }
-    outs.par_chunks_mut(p.images * image_out)
-        .enumerate()
-        .for_each(|(chunk, out)| {
-            let images = p.chunk_images(chunk);
-            let x = &xs[images.start * image_in..images.end * image_in];
-            let tiles = images.len() * p.tiles_per_image();
-            let (inputs, products) = (Points { tiles, lanes: c8 }, Points { tiles, lanes: o8 });
-            with_scratch(&POINTS, inputs.len(p.points), |v| {
-                with_scratch(&PRODUCTS, products.len(p.points), |m| {
-                    with_scratch(&PLANE, in_plane, |plane| {
-                        passes::run::<A, R, F>(&p, Pass::Inputs { x, v }, plane);
-                    });
-                    let v_view = ([tiles, c8], false, inputs.stride());
-                    let u_view = ([c8, o8], false, c8 * o8);
-                    let dst = (&mut *m, products.stride());
-                    per_point(p.points, dst, (v, v_view), (&u, u_view), false);
-                    with_scratch(&PLANE, out_plane, |plane| {
-                        passes::run::<A, R, F>(&p, Pass::Outputs { m, out, bias }, plane);
-                    });
+    filled(&g.output_shape(), p.images * image_out, |chunk, out| {
+        let images = p.chunk_images(chunk);
+        let x = &xs[images.start * image_in..images.end * image_in];
+        let tiles = images.len() * p.tiles_per_image();
+        let (inputs, products) = (Points { tiles, lanes: c8 }, Points { tiles, lanes: o8 });
+        with_scratch(&POINTS, inputs.len(p.points), |v| {
+            with_scratch(&PRODUCTS, products.len(p.points), |m| {
+                with_scratch(&PLANE, in_plane, |plane| {
+                    passes::run::<A, R, F>(&p, Pass::Inputs { x, v }, plane);
+                });
+                let v_view = ([tiles, c8], false, inputs.stride());
+                let u_view = ([c8, o8], false, c8 * o8);
+                let dst = (&mut *m, products.stride());
+                per_point(p.points, dst, (v, v_view), (&u, u_view), false);
+                with_scratch(&PLANE, out_plane, |plane| {
+                    passes::run::<A, R, F>(&p, Pass::Outputs { m, out, bias }, plane);
                 });
             });
         });
-    out
+    })
 }
 
 /// The input's gradient: per chunk, `dM = A dy Aᵀ`, `dV = dM · Uᵀ` at each point, and
@@ -261,34 +253,26 @@ fn backward_input<const A: usize, const R: usize, F: Minimal<A, R>>(
     let dys = slice(dy);
     let ([image_in, image_out], [c8, o8]) = (p.image_sizes(), p.lanes);
     let [in_plane, out_plane] = plane_sizes(&p);
-    let mut dx = zeros(&g.input_shape());
-    let dxs = slice_mut(&mut dx);
-    if dxs.is_empty() {
-        return dx;
-    }
-    dxs.par_chunks_mut(p.images * image_in)
-        .enumerate()
-        .for_each(|(chunk, dx)| {
-            let images = p.chunk_images(chunk);
-            let dy = &dys[images.start * image_out..images.end * image_out];
-            let tiles = images.len() * p.tiles_per_image();
-            let (inputs, products) = (Points { tiles, lanes: c8 }, Points { tiles, lanes: o8 });
-            with_scratch(&PRODUCTS, products.len(p.points), |dm| {
-                with_scratch(&POINTS, inputs.len(p.points), |dv| {
-                    with_scratch(&PLANE, out_plane, |plane| {
-                        passes::run::<A, R, F>(&p, Pass::OutputGrads { dy, dm }, plane);
-                    });
-                    let dm_view = ([tiles, o8], false, products.stride());
-                    let u_view = ([c8, o8], true, c8 * o8);
-                    let dst = (&mut *dv, inputs.stride());
-                    per_point(p.points, dst, (dm, dm_view), (&u, u_view), false);
-                    with_scratch(&PLANE, in_plane, |plane| {
-                        passes::run::<A, R, F>(&p, Pass::InputGrads { dv, dx }, plane);
-                    });
+    filled(&g.input_shape(), p.images * image_in, |chunk, dx| {
+        let images = p.chunk_images(chunk);
+        let dy = &dys[images.start * image_out..images.end * image_out];
+        let tiles = images.len() * p.tiles_per_image();
+        let (inputs, products) = (Points { tiles, lanes: c8 }, Points { tiles, lanes: o8 });
+        with_scratch(&PRODUCTS, products.len(p.points), |dm| {
+            with_scratch(&POINTS, inputs.len(p.points), |dv| {
+                with_scratch(&PLANE, out_plane, |plane| {
+                    passes::run::<A, R, F>(&p, Pass::OutputGrads { dy, dm }, plane);
+                });
+                let dm_view = ([tiles, o8], false, products.stride());
+                let u_view = ([c8, o8], true, c8 * o8);
+                let dst = (&mut *dv, inputs.stride());
+                per_point(p.points, dst, (dm, dm_view), (&u, u_view), false);
+                with_scratch(&PLANE, in_plane, |plane| {
+                    passes::run::<A, R, F>(&p, Pass::InputGrads { dv, dx }, plane);
                 });
             });
         });
-    dx
+    })
 }
 
 /// The weight's gradient: per chunk, `dU += dMᵀ · V` at each point, the chunks' sums split in
