@@ -15,10 +15,17 @@ pub struct Plane {
 }
 
 impl Plane {
-    /// Where channel group `group` of pixel `(row, col)` starts.
+    /// Where pixel `(row, col)` starts.
     #[inline(always)]
-    pub fn at(&self, row: usize, col: usize, group: usize) -> usize {
-        (row * self.cols + col) * self.lanes + group * LANES
+    pub fn pixel(&self, row: usize, col: usize) -> usize {
+        (row * self.cols + col) * self.lanes
+    }
+
+    /// Where each pixel of an `N × N` block starts, from where its corner starts: worked out
+    /// once per pass, so that the transforms' loops only add.
+    #[inline(always)]
+    pub fn block<const N: usize>(&self) -> [[usize; N]; N] {
+        std::array::from_fn(|i| std::array::from_fn(|j| self.pixel(i, j)))
     }
 
     /// Writes `image` (`[channels, h, w]`, channels-first) into `plane`, pixel `(y, x)` at
@@ -26,15 +33,32 @@ impl Plane {
     #[inline(always)]
     pub fn fill(&self, plane: &mut [f32], image: &[f32], [h, w]: [usize; 2], offset: [usize; 2]) {
         plane.fill(0.0);
-        let (area, channels) = (h * w, image.len() / (h * w).max(1));
+        let area = h * w;
+        let channels = image.len() / area.max(1);
+        let whole = channels - channels % LANES;
         for y in 0..h {
-            for x in 0..w {
-                // Read across the channels' planes (the image is small enough to stay in the
-                // L1 cache) so that the writes are contiguous.
-                let start = self.at(y + offset[0], x + offset[1], 0);
-                let pixel = y * w + x;
-                for (c, value) in plane[start..start + channels].iter_mut().enumerate() {
-                    *value = image[c * area + pixel];
+            let at = |x: usize| self.pixel(y + offset[0], x + offset[1]);
+            for c0 in (0..whole).step_by(LANES) {
+                // Eight channels by eight pixels at a time, transposed in registers.
+                let source = |l: usize, x: usize| (c0 + l) * area + y * w + x;
+                let mut x = 0;
+                while x + LANES <= w {
+                    let block: [Lanes; LANES] = std::array::from_fn(|l| lanes(image, source(l, x)));
+                    let pixels: [Lanes; LANES] =
+                        std::array::from_fn(|k| std::array::from_fn(|l| block[l][k]));
+                    for (k, pixel) in pixels.iter().enumerate() {
+                        store(plane, at(x + k) + c0, pixel);
+                    }
+                    x += LANES;
+                }
+                for x in x..w {
+                    let pixel: Lanes = std::array::from_fn(|l| image[source(l, x)]);
+                    store(plane, at(x) + c0, &pixel);
+                }
+            }
+            for c in whole..channels {
+                for x in 0..w {
+                    plane[at(x) + c] = image[c * area + y * w + x];
                 }
             }
         }
@@ -54,7 +78,7 @@ impl Plane {
         for (c, channel) in image.chunks_exact_mut(h * w).enumerate() {
             let b = bias.map_or(0.0, |b| b[c]);
             for (y, row) in channel.chunks_exact_mut(w).enumerate() {
-                let start = self.at(y + offset[0], offset[1], 0) + c;
+                let start = self.pixel(y + offset[0], offset[1]) + c;
                 for (x, value) in row.iter_mut().enumerate() {
                     *value = plane[start + x * self.lanes] + b;
                 }
@@ -88,10 +112,17 @@ impl Points {
         self.tiles * self.lanes + SEPARATION
     }
 
-    /// Where point `(i, j)` (of `N × N`) of tile `tile`'s channel group `group` starts.
+    /// Where tile `tile`'s values at the first point start.
     #[inline(always)]
-    pub fn at<const N: usize>(&self, (i, j): (usize, usize), tile: usize, group: usize) -> usize {
-        (i * N + j) * self.stride() + tile * self.lanes + group * LANES
+    pub fn tile(&self, tile: usize) -> usize {
+        tile * self.lanes
+    }
+
+    /// Where a tile's values at each of the `N × N` points start, from where they start at the
+    /// first: worked out once per pass, so that the transforms' loops only add.
+    #[inline(always)]
+    pub fn points<const N: usize>(&self) -> [[usize; N]; N] {
+        std::array::from_fn(|i| std::array::from_fn(|j| (i * N + j) * self.stride()))
     }
 }
 

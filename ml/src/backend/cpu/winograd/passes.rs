@@ -162,12 +162,16 @@ fn inputs_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
         tiles: x.len() / image_in * p.tiles_per_image(),
         lanes: p.lanes[0],
     };
+    let (pixels, at_points) = (layout.block::<A>(), points.points::<A>());
     for (n, image) in x.chunks_exact(image_in).enumerate() {
         layout.fill(plane, image, p.sizes[0], p.padding);
         for (tile, corner) in tiles(p, n * p.tiles_per_image()) {
-            for group in 0..p.lanes[0] / LANES {
-                let read = |i, j| lanes(plane, layout.at(corner[0] + i, corner[1] + j, group));
-                let write = |i, j, x: &Lanes| store(v, points.at::<A>((i, j), tile, group), x);
+            let (origin, base) = (layout.pixel(corner[0], corner[1]), points.tile(tile));
+            for group in (0..p.lanes[0]).step_by(LANES) {
+                let read = |i: usize, j: usize| lanes(plane, origin + pixels[i][j] + group);
+                let write = |i: usize, j: usize, x: &Lanes| {
+                    store(v, base + at_points[i][j] + group, x);
+                };
                 both!(A => A, read, F::input, write);
             }
         }
@@ -191,12 +195,16 @@ fn points_to_outputs<const A: usize, const R: usize, F: Minimal<A, R>>(
         tiles: out.len() / image_out * p.tiles_per_image(),
         lanes: p.lanes[1],
     };
+    let (pixels, at_points) = (layout.block::<2>(), points.points::<A>());
     for (n, image) in out.chunks_exact_mut(image_out).enumerate() {
         for (tile, corner) in tiles(p, n * p.tiles_per_image()) {
-            for group in 0..p.lanes[1] / LANES {
-                let read = |i, j| lanes(m, points.at::<A>((i, j), tile, group));
-                let at = |i: usize, j: usize| layout.at(corner[0] + i, corner[1] + j, group);
-                both!(A => 2, read, F::output, |i, j, y: &Lanes| store(plane, at(i, j), y));
+            let (origin, base) = (layout.pixel(corner[0], corner[1]), points.tile(tile));
+            for group in (0..p.lanes[1]).step_by(LANES) {
+                let read = |i: usize, j: usize| lanes(m, base + at_points[i][j] + group);
+                let write = |i: usize, j: usize, y: &Lanes| {
+                    store(plane, origin + pixels[i][j] + group, y);
+                };
+                both!(A => 2, read, F::output, write);
             }
         }
         layout.extract(plane, image, p.sizes[1], [0, 0], bias);
@@ -221,12 +229,16 @@ fn grads_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
         tiles: dy.len() / image_out * p.tiles_per_image(),
         lanes: p.lanes[1],
     };
+    let (pixels, at_points) = (layout.block::<2>(), points.points::<A>());
     for (n, image) in dy.chunks_exact(image_out).enumerate() {
         layout.fill(plane, image, p.sizes[1], [0, 0]);
         for (tile, corner) in tiles(p, n * p.tiles_per_image()) {
-            for group in 0..p.lanes[1] / LANES {
-                let read = |i, j| lanes(plane, layout.at(corner[0] + i, corner[1] + j, group));
-                let write = |i, j, x: &Lanes| store(dm, points.at::<A>((i, j), tile, group), x);
+            let (origin, base) = (layout.pixel(corner[0], corner[1]), points.tile(tile));
+            for group in (0..p.lanes[1]).step_by(LANES) {
+                let read = |i: usize, j: usize| lanes(plane, origin + pixels[i][j] + group);
+                let write = |i: usize, j: usize, x: &Lanes| {
+                    store(dm, base + at_points[i][j] + group, x);
+                };
                 both!(2 => A, read, F::output_t, write);
             }
         }
@@ -251,13 +263,17 @@ fn points_to_input_grads<const A: usize, const R: usize, F: Minimal<A, R>>(
         tiles: dx.len() / image_in * p.tiles_per_image(),
         lanes: p.lanes[0],
     };
+    let (pixels, at_points) = (layout.block::<A>(), points.points::<A>());
     for (n, image) in dx.chunks_exact_mut(image_in).enumerate() {
         plane.fill(0.0);
         for (tile, corner) in tiles(p, n * p.tiles_per_image()) {
-            for group in 0..p.lanes[0] / LANES {
-                let read = |i, j| lanes(dv, points.at::<A>((i, j), tile, group));
-                let at = |i: usize, j: usize| layout.at(corner[0] + i, corner[1] + j, group);
-                both!(A => A, read, F::input_t, |i, j, x: &Lanes| add(plane, at(i, j), x));
+            let (origin, base) = (layout.pixel(corner[0], corner[1]), points.tile(tile));
+            for group in (0..p.lanes[0]).step_by(LANES) {
+                let read = |i: usize, j: usize| lanes(dv, base + at_points[i][j] + group);
+                let write = |i: usize, j: usize, x: &Lanes| {
+                    add(plane, origin + pixels[i][j] + group, x);
+                };
+                both!(A => A, read, F::input_t, write);
             }
         }
         layout.extract(plane, image, p.sizes[0], p.padding, None);
