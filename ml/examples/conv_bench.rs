@@ -1,5 +1,6 @@
 //! Convolution throughput on the CPU: forward + backward GFLOP/s of a ResNet-sized layer, of
-//! LeNet's two convolutions and of a depthwise layer, next to the GFLOP/s of the crate's GEMM on
+//! `examples/resnet_small.toml`'s 3×3 layers, of LeNet's two convolutions and of a depthwise
+//! layer (GFLOP/s count im2col's multiply-adds, also where Winograd runs fewer), next to the GFLOP/s of the crate's GEMM on
 //! a square 1024 product, on the same machine; and the time of each pass alone (forward, input
 //! gradient, weight gradient; the forward + backward figure also includes the bias-free graph's
 //! bookkeeping).
@@ -46,6 +47,24 @@ fn layers() -> Vec<Layer> {
         Layer {
             name: "ResNet 64→64 3×3 pad 1, 56×56, batch 8",
             input: [8, 64, 56, 56],
+            weight: [64, 64, 3, 3],
+            opts: opts(1, 1),
+        },
+        Layer {
+            name: "small ResNet 16→16 3×3 pad 1, 28×28, batch 64",
+            input: [64, 16, 28, 28],
+            weight: [16, 16, 3, 3],
+            opts: opts(1, 1),
+        },
+        Layer {
+            name: "small ResNet 32→32 3×3 pad 1, 14×14, batch 64",
+            input: [64, 32, 14, 14],
+            weight: [32, 32, 3, 3],
+            opts: opts(1, 1),
+        },
+        Layer {
+            name: "small ResNet 64→64 3×3 pad 1, 7×7, batch 64",
+            input: [64, 64, 7, 7],
             weight: [64, 64, 3, 3],
             opts: opts(1, 1),
         },
