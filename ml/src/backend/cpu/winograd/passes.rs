@@ -137,6 +137,33 @@ fn filter_grads_to_taps<const A: usize, const R: usize, F: Minimal<A, R>>(
     }
 }
 
+/// The channels-last plane of one input image and the point buffer of a chunk of `images` on
+/// the input side: their values, or their gradients.
+fn input_side(p: &Plan, images: usize) -> (Plane, Points) {
+    let lanes = p.lanes[0];
+    let tiles = images * p.tiles_per_image();
+    (
+        Plane {
+            cols: p.padded[1],
+            lanes,
+        },
+        Points { tiles, lanes },
+    )
+}
+
+/// The same on the output side: the plane holds an output image (whole tiles).
+fn output_side(p: &Plan, images: usize) -> (Plane, Points) {
+    let lanes = p.lanes[1];
+    let tiles = images * p.tiles_per_image();
+    (
+        Plane {
+            cols: 2 * p.tiles[1],
+            lanes,
+        },
+        Points { tiles, lanes },
+    )
+}
+
 /// The tiles of one image: each one's index, counted from `first`, and its corner, its first
 /// output cell (and its first input cell in the padded plane).
 #[inline(always)]
@@ -154,14 +181,7 @@ fn inputs_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [image_in, _] = p.image_sizes();
-    let layout = Plane {
-        cols: p.padded[1],
-        lanes: p.lanes[0],
-    };
-    let points = Points {
-        tiles: x.len() / image_in * p.tiles_per_image(),
-        lanes: p.lanes[0],
-    };
+    let (layout, points) = input_side(p, x.len() / image_in);
     let (pixels, at_points) = (layout.block::<A>(), points.points::<A>());
     for (n, image) in x.chunks_exact(image_in).enumerate() {
         layout.fill(plane, image, p.sizes[0], p.padding);
@@ -187,14 +207,7 @@ fn points_to_outputs<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [_, image_out] = p.image_sizes();
-    let layout = Plane {
-        cols: 2 * p.tiles[1],
-        lanes: p.lanes[1],
-    };
-    let points = Points {
-        tiles: out.len() / image_out * p.tiles_per_image(),
-        lanes: p.lanes[1],
-    };
+    let (layout, points) = output_side(p, out.len() / image_out);
     let (pixels, at_points) = (layout.block::<2>(), points.points::<A>());
     for (n, image) in out.chunks_exact_mut(image_out).enumerate() {
         for (tile, corner) in tiles(p, n * p.tiles_per_image()) {
@@ -221,14 +234,7 @@ fn grads_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [_, image_out] = p.image_sizes();
-    let layout = Plane {
-        cols: 2 * p.tiles[1],
-        lanes: p.lanes[1],
-    };
-    let points = Points {
-        tiles: dy.len() / image_out * p.tiles_per_image(),
-        lanes: p.lanes[1],
-    };
+    let (layout, points) = output_side(p, dy.len() / image_out);
     let (pixels, at_points) = (layout.block::<2>(), points.points::<A>());
     for (n, image) in dy.chunks_exact(image_out).enumerate() {
         layout.fill(plane, image, p.sizes[1], [0, 0]);
@@ -255,14 +261,7 @@ fn points_to_input_grads<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [image_in, _] = p.image_sizes();
-    let layout = Plane {
-        cols: p.padded[1],
-        lanes: p.lanes[0],
-    };
-    let points = Points {
-        tiles: dx.len() / image_in * p.tiles_per_image(),
-        lanes: p.lanes[0],
-    };
+    let (layout, points) = input_side(p, dx.len() / image_in);
     let (pixels, at_points) = (layout.block::<A>(), points.points::<A>());
     for (n, image) in dx.chunks_exact_mut(image_in).enumerate() {
         plane.fill(0.0);
