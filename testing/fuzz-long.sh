@@ -20,6 +20,7 @@ export PROPTEST_CASES="$CASES"
 # Where the targets live: crate and test target.
 SUITES=(
     "-p ringflow-proto --lib"
+    "-p ringflow-ml --lib"
     "-p ringflow-ml --test conformance"
     "-p ringflow-executor --lib"
     "-p ringflow-driver --lib"
