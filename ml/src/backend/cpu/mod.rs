@@ -5,6 +5,11 @@
 //! [`gemm`]: a packed AVX2 + FMA GEMM chosen at run time (the `gemm` crate on other CPUs);
 //! everything else is a single pass over memory.
 //!
+//! Convolutions unroll their windows for the GEMM (`conv.rs`, `unroll.rs`), except depthwise
+//! ones (`depthwise.rs`, direct) and stride-1 3×3 and 5×5 ones with enough channels
+//! (`winograd/`, Winograd's minimal filtering). Outputs that a kernel writes whole are made by
+//! [`filled`], which zeroes each piece just before the kernel writes it.
+//!
 //! The CPU backend's storage is [`CpuArray`] itself: each file holds one kind of kernel and the
 //! implementation of that kind's backend trait (`elementwise.rs` implements
 //! [`ElementwiseOps`](crate::backend::ElementwiseOps), ...), overriding the default methods with
