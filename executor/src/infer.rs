@@ -86,7 +86,7 @@ pub fn run_inference(
     ctx: &mut dyn TaskContext,
 ) -> Result<u64> {
     let spec = &task.spec;
-    crate::train::use_matmul_precision(spec.train.matmul_precision, task.device);
+    crate::train::use_numerics(&spec.train, task.device);
     let model = load_model(&task.model_dir, spec, registry, task.device)?;
     let shape = model.shape();
     let label = match task.predict {

@@ -59,5 +59,6 @@ pub use error::{MlError, Result};
 pub use ops::{BatchNormMode, BatchStats, Conv2dOptions, Pool2dOptions};
 pub use precision::{
     Bf16Products, MatmulPrecision, cpu_bf16_products, matmul_precision, set_matmul_precision,
+    set_winograd, winograd,
 };
 pub use tensor::{Tensor, TensorKey};

@@ -4,8 +4,12 @@
 //!
 //! Tensors, gradients and optimizer state stay f32 whatever the setting; only the products'
 //! operands are rounded. An executor sets it from the job's `train.matmul_precision`.
+//!
+//! Beside it, whether CPU convolutions may use Winograd's algorithm ([`set_winograd`]), which
+//! multiplies less and rounds a little differently (TensorFlow's
+//! `TF_ENABLE_WINOGRAD_NONFUSED`): on by default, and set from the job's `train.winograd`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +68,21 @@ pub fn matmul_precision() -> MatmulPrecision {
         0 => MatmulPrecision::F32,
         _ => MatmulPrecision::Bf16,
     }
+}
+
+/// The process's Winograd setting.
+static WINOGRAD: AtomicBool = AtomicBool::new(true);
+
+/// Lets (`true`, the default) or forbids every later CPU convolution in this process to run
+/// Winograd's minimal filtering where it applies (stride-1 3×3 and 5×5 convolutions with 16
+/// channels or more); forbidden, they run as im2col and GEMM.
+pub fn set_winograd(enabled: bool) {
+    WINOGRAD.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether CPU convolutions may run Winograd's algorithm now.
+pub fn winograd() -> bool {
+    WINOGRAD.load(Ordering::Relaxed)
 }
 
 /// How this CPU computes bf16 products.

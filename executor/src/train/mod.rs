@@ -29,7 +29,7 @@ pub use context::{
     EpochStats, EvalStats, PhaseTimes, PreparePhase, Recovered, Split, TaskContext, TrainEvent,
 };
 pub use eval::evaluate;
-pub use precision::use_matmul_precision;
+pub use precision::use_numerics;
 pub use report::Report;
 pub use trainer::{
     EpochEnd, Position, Reform, TrainOutcome, TrainTask, Trainer, label_kind, run_task,

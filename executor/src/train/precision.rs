@@ -1,13 +1,25 @@
-//! The precision of a task's matrix products: every task (training, evaluation, prediction)
-//! sets the process's setting from its spec's `train.matmul_precision` before it builds its
-//! model, so that a long-lived executor never carries one job's setting into the next, and says
-//! how this executor computes it.
+//! The numerics of a task's model: every task (training, evaluation, prediction) sets the
+//! process's matrix-product precision (`train.matmul_precision`) and whether convolutions may
+//! run Winograd's algorithm (`train.winograd`) from its spec before it builds its model, so that
+//! a long-lived executor never carries one job's settings into the next, and says how this
+//! executor computes them.
 
 use ringflow_ml::{Bf16Products, Device, MatmulPrecision};
+use ringflow_proto::spec::TrainSpec;
+
+/// Sets this process's numerics from `train` and logs how this executor, on `device`, computes
+/// bf16 products, and when convolutions keep off Winograd.
+pub fn use_numerics(train: &TrainSpec, device: Device) {
+    ringflow_ml::set_winograd(train.winograd);
+    if !train.winograd && device.is_cpu() {
+        tracing::info!("convolutions without Winograd's algorithm (train.winograd = false)");
+    }
+    use_matmul_precision(train.matmul_precision, device);
+}
 
 /// Sets this process's matrix-product precision to `precision` and logs how this executor, on
 /// `device`, computes bf16 products.
-pub fn use_matmul_precision(precision: MatmulPrecision, device: Device) {
+fn use_matmul_precision(precision: MatmulPrecision, device: Device) {
     ringflow_ml::set_matmul_precision(precision);
     if precision == MatmulPrecision::F32 {
         return;

@@ -79,6 +79,7 @@ const KEYS: &[&str] = &[
     "train.eval_every_epochs",
     "train.metrics",
     "train.matmul_precision",
+    "train.winograd",
     "cluster",
     "cluster.executors",
     "cluster.device",

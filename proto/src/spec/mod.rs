@@ -200,6 +200,11 @@ pub struct TrainSpec {
     /// [`MatmulPrecision`].
     #[serde(default)]
     pub matmul_precision: MatmulPrecision,
+    /// Whether CPU convolutions may run Winograd's algorithm where it applies (stride-1 3×3
+    /// and 5×5 convolutions with 16 channels or more): fewer multiplications, slightly
+    /// different rounding. Default true; false runs every convolution as im2col and GEMM.
+    #[serde(default = "defaults::winograd")]
+    pub winograd: bool,
 }
 
 impl TrainSpec {
@@ -251,6 +256,7 @@ impl Default for TrainSpec {
             eval_every_epochs: defaults::eval_every_epochs(),
             metrics: Vec::new(),
             matmul_precision: MatmulPrecision::F32,
+            winograd: defaults::winograd(),
         }
     }
 }
@@ -391,6 +397,9 @@ mod defaults {
     }
     pub fn eval_every_epochs() -> u64 {
         1
+    }
+    pub fn winograd() -> bool {
+        true
     }
     pub fn batch_size() -> usize {
         64

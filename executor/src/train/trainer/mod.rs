@@ -25,7 +25,7 @@ use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::context::{EvalStats, Recovered, Split, TaskContext};
 use crate::train::eval::evaluate;
 use crate::train::hooks::TestHooks;
-use crate::train::precision::use_matmul_precision;
+use crate::train::precision::use_numerics;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::state::{Checkpoints, Commit};
 use crate::train::sync::GradientSync;
@@ -191,7 +191,7 @@ impl<'a> Trainer<'a> {
         comm: &'a mut dyn Collective,
     ) -> Result<Trainer<'a>> {
         let spec = &task.spec;
-        use_matmul_precision(spec.train.matmul_precision, task.device);
+        use_numerics(&spec.train, task.device);
         let model = Model::build(&spec.model, registry, spec.train.seed, task.device)?;
         let shape = model.shape().clone();
         check_outputs(spec.train.loss, &shape)?;

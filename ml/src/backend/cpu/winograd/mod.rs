@@ -63,9 +63,11 @@ thread_local! {
 }
 
 /// Whether a convolution runs here: one group, stride and dilation 1, a 3 × 3 or 5 × 5
-/// kernel, and at least [`MIN_CHANNELS`] input and output channels.
+/// kernel, at least [`MIN_CHANNELS`] input and output channels, and the process lets
+/// convolutions use Winograd ([`crate::set_winograd`]).
 pub fn applies(g: &Conv2dGeometry) -> bool {
-    g.groups == 1
+    crate::precision::winograd()
+        && g.groups == 1
         && g.stride == [1, 1]
         && g.dilation == [1, 1]
         && (g.kernel == [3, 3] || g.kernel == [5, 5])
