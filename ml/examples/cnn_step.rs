@@ -7,10 +7,11 @@
 //!
 //! ```text
 //! cargo run --release -p ringflow-ml --example cnn_step [-- --seconds S] [--batch N] \
-//!     [--precision f32|bf16]
+//!     [--precision f32|bf16] [--winograd on|off]
 //! ```
 //!
-//! `--precision bf16` multiplies in bfloat16 with f32 sums (`train.matmul_precision`).
+//! `--precision bf16` multiplies in bfloat16 with f32 sums (`train.matmul_precision`);
+//! `--winograd off` runs the second convolution as im2col and GEMM (`train.winograd = false`).
 //! Runs on all cores (set `RAYON_NUM_THREADS` to use fewer); each phase's figure is its median
 //! over the steps run in about `S` seconds (1 by default) after a few warm-up steps. An executor
 //! sets glibc's malloc to keep freed buffers (`executor/src/allocator.rs`); to time the step as
@@ -64,6 +65,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let batch: usize = arg("--batch", 64)?;
     let precision: String = arg("--precision", String::from("f32"))?;
     ringflow_ml::set_matmul_precision(precision.parse()?);
+    let winograd: String = arg("--winograd", String::from("on"))?;
+    match winograd.as_str() {
+        "on" | "off" => ringflow_ml::set_winograd(winograd == "on"),
+        other => return Err(format!("--winograd is `on` or `off`, not `{other}`").into()),
+    }
     let model = Model::build(&lenet()?, &ModelRegistry::default(), 42, Device::Cpu)?;
     let adam = OptimizerSpec::Adam {
         lr: 1e-3,
