@@ -39,6 +39,22 @@ fn mnist_subset(dir: &Path) -> PathBuf {
     path
 }
 
+/// The `[data]` table of these jobs: `train` and MNIST's test split, as 1×28×28 images.
+fn data_table(train: &Path) -> String {
+    format!(
+        r#"[data]
+train = "{train}"
+test = "{repo}/examples/data/mnist/test.parquet"
+features = ["image"]
+shape = [1, 28, 28]
+label = "label"
+scale = 255.0
+"#,
+        train = s(train),
+        repo = s(&repo()),
+    )
+}
+
 /// A small CNN with two batch norms on a tenth of MNIST, 4 executors, checkpoints every 10
 /// steps (so that some fall mid-epoch).
 fn spec(dir: &Path) -> String {
@@ -47,14 +63,7 @@ fn spec(dir: &Path) -> String {
         "bn",
         &format!(
             r#"
-[data]
-train = "{train}"
-test = "{repo}/examples/data/mnist/test.parquet"
-features = ["image"]
-shape = [1, 28, 28]
-label = "label"
-scale = 255.0
-shuffle_buffer = 1000
+{data}shuffle_buffer = 1000
 [model]
 kind = "sequential"
 classes = 10
@@ -77,8 +86,7 @@ optimizer = {{ kind = "adam", lr = 0.005 }}
 executors = 4
 checkpoint_every_steps = 10
 "#,
-            repo = s(&repo()),
-            train = s(&mnist_subset(dir)),
+            data = data_table(&mnist_subset(dir)),
         ),
     )
 }
@@ -111,14 +119,7 @@ fn winograd_can_be_turned_off_and_trains_alike() {
     let train = mnist_subset(dir.path());
     let toml = format!(
         r#"
-[data]
-train = "{train}"
-test = "{repo}/examples/data/mnist/test.parquet"
-features = ["image"]
-shape = [1, 28, 28]
-label = "label"
-scale = 255.0
-[model]
+{data}[model]
 kind = "sequential"
 classes = 10
 layers = [
@@ -136,8 +137,7 @@ epochs = 2
 batch_size = 32
 optimizer = {{ kind = "adam", lr = 0.003 }}
 "#,
-        repo = s(&repo()),
-        train = s(&train),
+        data = data_table(&train),
     );
     let spec = job(dir.path(), "winograd", &toml);
     let mut runs = Vec::new();
