@@ -40,12 +40,28 @@ pub fn run<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && !portable_forced()
+    {
         // SAFETY: this CPU supports AVX2 and FMA (checked just above).
         unsafe { run_avx2::<A, R, F>(p, pass, plane) };
         return;
     }
     run_inline::<A, R, F>(p, pass, plane);
+}
+
+/// Tests set this to run the portable build on a CPU that has AVX2: both builds compute the
+/// same operations in the same order, lane by lane, so they agree bit for bit.
+#[cfg(test)]
+pub static PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a test asked for the portable build ([`PORTABLE`]); never outside tests.
+fn portable_forced() -> bool {
+    #[cfg(test)]
+    return PORTABLE.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    false
 }
 
 /// [`run`] with AVX2 and FMA (the caller checked the CPU has them).

@@ -141,6 +141,28 @@ fn results_do_not_depend_on_the_number_of_threads() {
     assert_eq!(one.2, four.2, "weight gradient");
 }
 
+/// The transforms' portable build (for CPUs without AVX2 and FMA) gives the AVX2 build's
+/// results bit for bit, in every pass.
+#[test]
+fn the_portable_transforms_give_the_avx2_results() {
+    let g = geometry(5, [20, 24], [9, 7], 5, 2);
+    let (x, w) = (values(&g.input_shape(), 31), values(&g.weight_shape(), 32));
+    let (bias, dy) = (values(&[24], 33), values(&g.output_shape(), 34));
+    let run = || {
+        let mut dw = values(&g.weight_shape(), 35);
+        conv2d_backward_weight(&mut dw, &x, &dy, &g, true);
+        let dx = conv2d_backward_input(&dy, &w, &g);
+        (conv2d(&x, &w, Some(&bias), &g), dx, dw)
+    };
+    let fast = run();
+    passes::PORTABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    let portable = run();
+    passes::PORTABLE.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(fast.0, portable.0, "forward");
+    assert_eq!(fast.1, portable.1, "input gradient");
+    assert_eq!(fast.2, portable.2, "weight gradient");
+}
+
 /// Which convolutions run here: few channels, strides, dilations, groups and other kernels
 /// keep im2col.
 #[test]
