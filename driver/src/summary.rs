@@ -136,6 +136,9 @@ pub struct JobSummary {
     /// `"bf16"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matmul_precision: Option<String>,
+    /// Training: whether CPU convolutions could run Winograd's algorithm (`train.winograd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winograd: Option<bool>,
     /// Peak resident memory of each rank's executor process, in MiB.
     pub peak_rss_mib: Vec<f64>,
     /// Prediction: where the parts were written, and how many rows.
@@ -220,6 +223,13 @@ impl JobSummary {
             progress.epochs().iter().map(|e| e.padding).sum(),
         );
         let entities = eval.as_ref().and_then(figures::entities);
+        let per_second = |n: u64| {
+            if train_seconds > 0.0 {
+                n as f64 / train_seconds
+            } else {
+                0.0
+            }
+        };
         JobSummary {
             job: job.to_string(),
             job_id: job_id.to_string(),
@@ -235,19 +245,9 @@ impl JobSummary {
             samples,
             dropped_samples: progress.epochs().iter().map(|e| e.dropped_samples).sum(),
             wall_s,
-            train_samples_per_s: if train_seconds > 0.0 {
-                samples as f64 / train_seconds
-            } else {
-                0.0
-            },
+            train_samples_per_s: per_second(samples),
             train_tokens: tokens.map(|t| t.tokens),
-            train_tokens_per_s: tokens.map(|t| {
-                if train_seconds > 0.0 {
-                    t.tokens as f64 / train_seconds
-                } else {
-                    0.0
-                }
-            }),
+            train_tokens_per_s: tokens.map(|t| per_second(t.tokens)),
             padding_fraction: tokens.map(|t| t.padding_fraction()),
             final_train_loss: progress.epochs().last().map(|e| e.loss),
             test_accuracy: eval
@@ -273,6 +273,7 @@ impl JobSummary {
             data_source: None,
             compression: None,
             matmul_precision: None,
+            winograd: None,
             peak_rss_mib: outcomes
                 .iter()
                 .map(|o| (o.peak_rss_bytes as f64 / (1 << 20) as f64 * 10.0).round() / 10.0)

@@ -111,8 +111,8 @@ fn batch_norm_replicas_stay_identical_and_resume_exactly() {
 
 /// `train.winograd = false` keeps every convolution off Winograd's algorithm: a CNN whose second
 /// convolution (16 → 16 channels, 3×3) would run it trains as well either way, along a slightly
-/// different path (the losses differ: the setting reached the engine), and the log says when
-/// Winograd is off.
+/// different path (the losses differ: the setting reached the engine); the summary says which,
+/// and the log says when Winograd is off.
 #[test]
 fn winograd_can_be_turned_off_and_trains_alike() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,6 +152,7 @@ optimizer = {{ kind = "adam", lr = 0.003 }}
             .contains("convolutions without Winograd's algorithm");
         assert_eq!(said, !winograd, "winograd {winograd}: {}", run.stderr);
         let sm = summary(&out);
+        assert_eq!(sm["winograd"], winograd, "{sm}");
         let accuracy = sm["test_accuracy"].as_f64().unwrap();
         runs.push((accuracy, sm["final_train_loss"].as_f64().unwrap()));
     }

@@ -184,6 +184,7 @@ impl Job {
                 if let JobKind::Train(plan) = &self.kind {
                     s.compression = Some(plan.spec.cluster.compression.as_str().into());
                     s.matmul_precision = Some(plan.spec.train.matmul_precision.as_str().into());
+                    s.winograd = Some(plan.spec.train.winograd);
                 }
                 if let JobKind::Infer { predict, .. } = &self.kind {
                     s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
