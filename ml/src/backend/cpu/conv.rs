@@ -8,7 +8,8 @@
 //! the image itself as that matrix. Unrolling and folding back are `unroll.rs`'s, from the taps'
 //! spans worked out once per call. Depthwise convolutions (one input channel per group) take
 //! the direct kernels of `depthwise.rs` instead, and stride-1 3×3 and 5×5 convolutions with
-//! enough channels (under f32 products) Winograd's minimal filtering of `winograd/`.
+//! enough channels Winograd's minimal filtering of `winograd/` (unless `train.winograd` is
+//! false).
 //!
 //! Images run in parallel on the current rayon pool with single-threaded GEMMs, each thread
 //! unrolling into its own scratch buffer, which grows to the largest size needed and is kept, so

@@ -145,10 +145,10 @@ pub fn max_pool2d_backward(
     let invalid = AtomicBool::new(false);
     // Each plane is zeroed just before its gradients are routed (`filled`), in the cache.
     let dx = filled(&p.input_shape(), in_plane, |n, plane| {
-        let (g, at) = (&dys[n * out_plane..], &args[n * out_plane..]);
-        let valid = g[..out_plane]
+        let cells = n * out_plane..(n + 1) * out_plane;
+        let valid = dys[cells.clone()]
             .iter()
-            .zip(&at[..out_plane])
+            .zip(&args[cells])
             .all(|(&g, &at)| {
                 // `as` saturates (a negative index or NaN becomes 0), so also check the round trip.
                 let i = at as usize;

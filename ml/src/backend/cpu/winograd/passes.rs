@@ -2,9 +2,9 @@
 //! gradients to the points, products and input gradients back. [`run`] compiles them for AVX2
 //! and FMA where the CPU has them, so that each [`Lanes`] of eight channels is one register.
 
-use super::Plan;
-use super::layout::{Plane, Points, add, lanes, store};
+use super::layout::{add, lanes, store};
 use super::transform::{LANES, Lanes, Minimal, filter, filter_t};
+use super::{Plan, Side};
 
 /// One transform pass and its buffers.
 pub enum Pass<'a> {
@@ -153,33 +153,6 @@ fn filter_grads_to_taps<const A: usize, const R: usize, F: Minimal<A, R>>(
     }
 }
 
-/// The channels-last plane of one input image and the point buffer of a chunk of `images` on
-/// the input side: their values, or their gradients.
-fn input_side(p: &Plan, images: usize) -> (Plane, Points) {
-    let lanes = p.lanes[0];
-    let tiles = images * p.tiles_per_image();
-    (
-        Plane {
-            cols: p.padded[1],
-            lanes,
-        },
-        Points { tiles, lanes },
-    )
-}
-
-/// The same on the output side: the plane holds an output image (whole tiles).
-fn output_side(p: &Plan, images: usize) -> (Plane, Points) {
-    let lanes = p.lanes[1];
-    let tiles = images * p.tiles_per_image();
-    (
-        Plane {
-            cols: 2 * p.tiles[1],
-            lanes,
-        },
-        Points { tiles, lanes },
-    )
-}
-
 /// The tiles of one image: each one's index, counted from `first`, and its corner, its first
 /// output cell (and its first input cell in the padded plane).
 #[inline(always)]
@@ -197,7 +170,11 @@ fn inputs_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [image_in, _] = p.image_sizes();
-    let (layout, points) = input_side(p, x.len() / image_in);
+    let Side {
+        plane: layout,
+        points,
+        ..
+    } = p.input_side(x.len() / image_in);
     let (pixels, at_points) = (layout.block::<A>(), points.points::<A>());
     for (n, image) in x.chunks_exact(image_in).enumerate() {
         layout.fill(plane, image, p.sizes[0], p.padding);
@@ -223,7 +200,11 @@ fn points_to_outputs<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [_, image_out] = p.image_sizes();
-    let (layout, points) = output_side(p, out.len() / image_out);
+    let Side {
+        plane: layout,
+        points,
+        ..
+    } = p.output_side(out.len() / image_out);
     let (pixels, at_points) = (layout.block::<2>(), points.points::<A>());
     for (n, image) in out.chunks_exact_mut(image_out).enumerate() {
         for (tile, corner) in tiles(p, n * p.tiles_per_image()) {
@@ -250,7 +231,11 @@ fn grads_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [_, image_out] = p.image_sizes();
-    let (layout, points) = output_side(p, dy.len() / image_out);
+    let Side {
+        plane: layout,
+        points,
+        ..
+    } = p.output_side(dy.len() / image_out);
     let (pixels, at_points) = (layout.block::<2>(), points.points::<A>());
     for (n, image) in dy.chunks_exact(image_out).enumerate() {
         layout.fill(plane, image, p.sizes[1], [0, 0]);
@@ -277,7 +262,11 @@ fn points_to_input_grads<const A: usize, const R: usize, F: Minimal<A, R>>(
     plane: &mut [f32],
 ) {
     let [image_in, _] = p.image_sizes();
-    let (layout, points) = input_side(p, dx.len() / image_in);
+    let Side {
+        plane: layout,
+        points,
+        ..
+    } = p.input_side(dx.len() / image_in);
     let (pixels, at_points) = (layout.block::<A>(), points.points::<A>());
     for (n, image) in dx.chunks_exact_mut(image_in).enumerate() {
         plane.fill(0.0);
