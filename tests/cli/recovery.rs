@@ -441,6 +441,10 @@ fn assert_every_row_once(sm: &serde_json::Value, epochs: usize) {
     }
 }
 
+/// The epochs of an [`elastic_run`]: enough that an executor started once the first has
+/// ended registers before the job does (an epoch takes well under a second).
+const ELASTIC_EPOCHS: usize = 5;
+
 /// A `ringflow local` run of [`spec`] as an elastic job, followed until its first epoch.
 struct ElasticRun {
     run: Process,
@@ -454,8 +458,8 @@ struct ElasticRun {
     summary: std::path::PathBuf,
 }
 
-/// Starts [`spec`] named `name` in `dir` with `min_executors = 1`, 3 epochs and `extra`
-/// arguments.
+/// Starts [`spec`] named `name` in `dir` with `min_executors = 1`, [`ELASTIC_EPOCHS`] epochs
+/// and `extra` arguments.
 fn elastic_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> ElasticRun {
     let spec = spec(dir, name);
     let summary = dir.join(format!("{name}.json"));
@@ -465,13 +469,13 @@ fn elastic_run(dir: &std::path::Path, name: &str, extra: &[&str]) -> ElasticRun 
     for set in [
         format!("cluster.checkpoint_dir={}", s(&dir.join("run"))),
         "cluster.min_executors=1".into(),
-        "train.epochs=3".into(),
+        format!("train.epochs={ELASTIC_EPOCHS}"),
     ] {
         args.extend(["--set".into(), set]);
     }
     args.extend(["--summary-json".into(), s(&summary)]);
     args.extend(["--secret-file".into(), secret.clone()]);
-    let (run, pids, driver) = watch_local(&args, "epoch 1/3");
+    let (run, pids, driver) = watch_local(&args, &format!("epoch 1/{ELASTIC_EPOCHS}"));
     ElasticRun {
         run,
         pids,
@@ -505,7 +509,7 @@ fn an_idle_executor_joins_an_elastic_job_at_an_epoch_boundary() {
     assert_eq!(sm["recoveries"], 0, "{sm}");
     assert_eq!(sm["executors"], 3, "{sm}");
     assert_eq!(sm["replicas_identical"], true, "{sm}");
-    assert_every_row_once(&sm, 3);
+    assert_every_row_once(&sm, ELASTIC_EPOCHS);
 }
 
 /// The ring that admits a joiner breaks before the joiner received the job's state (a second
@@ -543,7 +547,7 @@ fn a_joiner_whose_first_ring_breaks_recovers_like_a_survivor() {
     let sm = summary(&out);
     assert_eq!(sm["executors_lost"], 2, "{sm}");
     assert_eq!(sm["replicas_identical"], true, "{sm}");
-    assert_every_row_once(&sm, 3);
+    assert_every_row_once(&sm, ELASTIC_EPOCHS);
 }
 
 /// With backup workers the survivor does not wait for the hung executor at all; the driver

@@ -15,6 +15,8 @@
 //! - **shuffle buffer**: `data.shuffle_buffer` rows of features and label, at most the share;
 //! - **row-group cache**: `data.cache_mb`, at most the share's decoded (uncompressed) size;
 //! - **read-ahead**: the converted chunks between the reader and the training loop;
+//! - **batches ahead**: the training batches drawn ahead of the step ([`BATCHES_AHEAD`] and
+//!   the one being drawn);
 //! - **runtime**: the process itself ([`RUNTIME_BYTES`]).
 //!
 //! Executors advertise host memory only, so a GPU job counts what stays on the host (one
@@ -27,7 +29,7 @@
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelFootprint;
 use ringflow_proto::data::partition::{read_ahead_chunks, read_batch_rows};
-use ringflow_proto::data::{EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
+use ringflow_proto::data::{BATCHES_AHEAD, EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
 use ringflow_proto::size::format_bytes;
 use ringflow_proto::spec::JobSpec;
 use serde::{Deserialize, Serialize};
@@ -123,6 +125,7 @@ impl MemoryEstimate {
         };
         let shuffle =
             row_bytes(width).saturating_mul((spec.data.shuffle_buffer as u64).min(share.rows));
+        let ahead = row_bytes(width).saturating_mul(batch * (BATCHES_AHEAD as u64 + 1));
         let cached = Share::of(&plan.test, world)
             .cached_bytes(spec)
             .saturating_add(share.cached_bytes(spec));
@@ -141,6 +144,7 @@ impl MemoryEstimate {
                     Some("data.cache_mb"),
                 ),
                 MemoryPart::new("read-ahead", read_ahead(&plan.train, width), None),
+                MemoryPart::new("batches ahead", ahead, Some("train.batch_size")),
                 MemoryPart::new("runtime", RUNTIME_BYTES, None),
             ],
             unknown_model(plan).or_else(|| on_gpu.then(gpu_note)),
@@ -427,6 +431,8 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         // Chunks of 166 rows (512 KiB): 2 decoders with 64 ready each (their 32 MiB), 1 being
         // converted each, 1 being cut.
         assert_eq!(part(&e, "read-ahead"), (2 * 65 + 1) * 166 * row);
+        // The 128-row batch kept ready and the one being drawn.
+        assert_eq!(part(&e, "batches ahead"), 2 * 128 * row);
         // 79,510 weights × (weights, gradients, buckets, adagrad's sum).
         assert_eq!(part(&e, "model and optimizer"), 4 * 79_510 * 4);
         // One 128-row step (no test split, so no evaluation batch to compare with).

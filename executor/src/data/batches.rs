@@ -28,7 +28,7 @@ use crate::data::sequences::{self, BucketPool, Sequence};
 use crate::error::Result;
 
 /// How long the training thread waits for the next chunk before declaring the reader stuck.
-const READ_DEADLINE: Duration = Duration::from_secs(600);
+pub const READ_DEADLINE: Duration = Duration::from_secs(600);
 
 /// One mini-batch: `rows × width` features (row-major) and `rows` labels; or, for token
 /// sequences, `rows × steps` token ids padded to the batch's longest sequence (see
@@ -452,7 +452,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn stream(plan: &EpochPlan, shuffle: Option<usize>) -> EpochStream {
+    pub(crate) fn stream(plan: &EpochPlan, shuffle: Option<usize>) -> EpochStream {
         let converter = Converter::new(
             &["x".to_string()],
             Some("y"),

@@ -7,7 +7,8 @@
 //!   spec gives, scaled, with every null, non-finite value or out-of-range label reported by
 //!   file, column and row.
 //! - [`batches`] streams an epoch's partitions on a background thread into a bounded shuffle
-//!   buffer and cuts mini-batches from it: memory stays bounded however large the data set.
+//!   buffer and cuts mini-batches from it: memory stays bounded however large the data set;
+//!   [`batches_ahead`] draws the next batch on a thread of its own while the current trains.
 //! - [`sequences`] reads token sequences (`list<string>`, `list<int>`) and their labels, and
 //!   pads each batch only to its own longest sequence, with length buckets.
 //! - [`images`] decodes a column of PNG or JPEG images (`data.image`) into `[C, H, W]` pixels.
@@ -21,6 +22,7 @@
 
 pub mod augment;
 pub mod batches;
+pub mod batches_ahead;
 pub mod cache;
 pub mod features;
 #[cfg(test)]

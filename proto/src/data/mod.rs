@@ -39,6 +39,10 @@ pub const EVAL_BATCH_ROWS: usize = 1024;
 /// Rows per batch when an executor writes predictions (`ringflow predict`).
 pub const PREDICT_BATCH_ROWS: usize = 4096;
 
+/// Training batches an executor draws ahead of the step it is taking: this many kept ready,
+/// plus the one being drawn (see the executor's `data::batches_ahead`).
+pub const BATCHES_AHEAD: usize = 1;
+
 /// True for the Arrow types that hold strings (a string label's class names), dictionary
 /// encoded or not.
 pub fn is_string(t: &DataType) -> bool {

@@ -10,7 +10,8 @@ use ringflow_proto::pb::EpochPlan;
 use super::Trainer;
 use crate::collective::ReduceOp;
 use crate::data::augment::BatchPosition;
-use crate::data::batches::EpochStream;
+use crate::data::batches::{EpochStream, READ_DEADLINE};
+use crate::data::batches_ahead::BatchesAhead;
 use crate::error::{CommError, ExecutorError, Result};
 use crate::train::context::{EpochStats, PhaseTimes, Split, TrainEvent};
 use crate::train::eval::labels_tensor;
@@ -150,7 +151,7 @@ impl Trainer<'_> {
         let first_step = std::mem::take(&mut self.plan.skip_steps);
         for _ in 0..first_step {
             // Steps the resumed checkpoint already took: draw their batches, train on none.
-            stream.next_batch(self.task.spec.train.batch_size)?;
+            stream.next_batch(READ_DEADLINE)?;
         }
         let (mut tally, mut window) = (Tally::default(), Window::new());
         let epoch_start = Instant::now();
@@ -233,27 +234,29 @@ impl Trainer<'_> {
         Ok(EpochEnd::Done(done))
     }
 
-    /// The epoch's batches, shuffled by a generator of (seed, epoch, rank).
-    fn open_stream(&self, plan: &EpochPlan, epoch: u64) -> EpochStream {
+    /// The epoch's batches, shuffled by a generator of (seed, epoch, rank), drawn ahead of
+    /// the steps.
+    fn open_stream(&self, plan: &EpochPlan, epoch: u64) -> BatchesAhead {
         let spec = &self.task.spec;
         let shuffle_rng = rng::seeded(
             spec.train.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             streams::SHUFFLE + ((self.position.rank as u64) << 32),
         );
-        EpochStream::start(
+        let stream = EpochStream::start(
             plan,
             self.data.converter.clone(),
             self.shape.input_width(),
             Some((spec.data.shuffle_buffer, shuffle_rng)),
             spec.data.buckets_by_length(),
             self.data.read.clone(),
-        )
+        );
+        BatchesAhead::start(stream, spec.train.batch_size)
     }
 
     /// Step `step` of `steps` in the epoch: the next batch through forward, backward, the
     /// gradient sync and the optimizer; the global step advances, and a checkpoint is written
     /// when one is due.
-    fn step(&mut self, stream: &mut EpochStream, step: u64, steps: u64) -> Result<Step> {
+    fn step(&mut self, stream: &mut BatchesAhead, step: u64, steps: u64) -> Result<Step> {
         let spec = &self.task.spec;
         let (epoch, rank, global_step) = (
             self.position.epoch,
@@ -261,15 +264,14 @@ impl Trainer<'_> {
             self.position.global_step,
         );
         let t0 = Instant::now();
-        let mut batch =
-            stream
-                .next_batch(spec.train.batch_size)?
-                .ok_or(ExecutorError::OutOfRows {
-                    rank,
-                    step,
-                    steps,
-                    epoch,
-                })?;
+        let mut batch = stream
+            .next_batch(READ_DEADLINE)?
+            .ok_or(ExecutorError::OutOfRows {
+                rank,
+                step,
+                steps,
+                epoch,
+            })?;
         let rows = batch.rows;
         let (tokens, padding) = (batch.tokens() as u64, batch.padding() as u64);
         let lr = spec
