@@ -16,7 +16,7 @@
 //! - **row-group cache**: `data.cache_mb`, at most the share's decoded (uncompressed) size;
 //! - **read-ahead**: the converted chunks between the reader and the training loop;
 //! - **batches ahead**: the training batches drawn ahead of the step ([`BATCHES_AHEAD`] and
-//!   the one being drawn);
+//!   the one being drawn, as far as the epoch has more steps);
 //! - **runtime**: the process itself ([`RUNTIME_BYTES`]).
 //!
 //! Executors advertise host memory only, so a GPU job counts what stays on the host (one
@@ -125,7 +125,10 @@ impl MemoryEstimate {
         };
         let shuffle =
             row_bytes(width).saturating_mul((spec.data.shuffle_buffer as u64).min(share.rows));
-        let ahead = row_bytes(width).saturating_mul(batch * (BATCHES_AHEAD as u64 + 1));
+        // Batches beyond the step's own exist only where the epoch has more steps.
+        let later_steps = share.rows.div_ceil(batch).saturating_sub(1);
+        let ahead =
+            row_bytes(width).saturating_mul(batch * (BATCHES_AHEAD as u64 + 1).min(later_steps));
         let cached = Share::of(&plan.test, world)
             .cached_bytes(spec)
             .saturating_add(share.cached_bytes(spec));
@@ -466,6 +469,8 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             4 * 60_000 * (f.activations_per_row + 1)
         );
         assert_eq!(part(&e, "shuffle buffer"), 60_000 * 4 * 785);
+        // One step per epoch: no batch is drawn ahead of it.
+        assert_eq!(part(&e, "batches ahead"), 0);
         assert_eq!(part(&e, "row-group cache"), 48_000_000);
         assert!(e.bytes < 2 << 30, "{}", e.summary());
     }

@@ -113,7 +113,9 @@ impl DirectReader {
         if width != converter.inputs || rows == 0 {
             return false;
         }
-        out.reset(rows * width);
+        // On success every value below is written (the columns' widths add up to `width`);
+        // on failure the caller drops the rows.
+        out.reset_to_overwrite(rows * width);
         if let [only] = self.features.as_mut_slice() {
             // One column fills whole rows: decoded in place.
             if !only.pages.read(&mut out.features) || !only.finite(&out.features) {

@@ -52,6 +52,21 @@ impl Rows {
         self.features.clear();
         self.features.resize(values, 0.0);
     }
+
+    /// [`reset`](Self::reset) for a conversion that has written every value when it succeeds
+    /// (and whose rows are dropped when it fails): the values already in the buffer are kept
+    /// up to `values` instead of being zeroed first, a pass over the chunk that was a sixth of
+    /// the decoders' time on MNIST.
+    fn reset_to_overwrite(&mut self, values: usize) {
+        self.rows = 0;
+        self.lengths.clear();
+        self.labels.clear();
+        if self.features.len() >= values {
+            self.features.truncate(values);
+        } else {
+            self.features.resize(values, 0.0);
+        }
+    }
 }
 
 /// Converts record batches with the configured feature and label columns.

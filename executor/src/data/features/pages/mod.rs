@@ -136,6 +136,13 @@ impl Packed<'_> {
     fn each(&self, f: impl FnMut(usize, u32)) {
         unpack(self.bytes, self.bit, self.count, self.width, f);
     }
+
+    /// The values as bytes, where each is one (8 bits wide, from a whole byte).
+    fn bytes(&self) -> Option<&[u8]> {
+        let start = self.bit / 8;
+        (self.width == 8 && self.bit.is_multiple_of(8))
+            .then(|| &self.bytes[start..start + self.count])
+    }
 }
 
 impl Hybrid {
@@ -587,12 +594,38 @@ impl PageColumn {
 
 /// `dst[i] = dict[index i]` for the packed indices; false where one is out of range.
 fn gather(packed: &Packed<'_>, dict: &[f32], dst: &mut [f32]) -> bool {
+    if let Some(indices) = packed.bytes() {
+        return gather_bytes(indices, dict, dst);
+    }
     let mut ok = true;
     packed.each(|i, v| match dict.get(v as usize) {
         Some(&x) => dst[i] = x,
         None => ok = false,
     });
     ok
+}
+
+/// [`gather`] for indices of a byte each (a dictionary of 129 to 256 values: 8-bit pixels),
+/// checked all at once: the lookups then need no check (a full dictionary) or one that never
+/// fails, and the loop runs without a branch on its result.
+fn gather_bytes(indices: &[u8], dict: &[f32], dst: &mut [f32]) -> bool {
+    if let Ok(table) = <&[f32; 256]>::try_from(dict.get(..256).unwrap_or_default()) {
+        for (d, &i) in dst.iter_mut().zip(indices) {
+            *d = table[usize::from(i)];
+        }
+        return true;
+    }
+    if indices
+        .iter()
+        .max()
+        .is_some_and(|&i| usize::from(i) >= dict.len())
+    {
+        return false;
+    }
+    for (d, &i) in dst.iter_mut().zip(indices) {
+        *d = dict[usize::from(i)];
+    }
+    true
 }
 
 #[cfg(test)]

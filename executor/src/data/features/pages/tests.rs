@@ -241,6 +241,50 @@ fn dictionary_indices_out_of_range_are_refused() {
     assert!(!c.read(&mut got), "a run of index 2");
 }
 
+/// Indices a byte wide (dictionaries of 129 to 256 values, 8-bit pixels) take their own path:
+/// a full dictionary needs no check, a smaller one refuses an index past its end.
+#[test]
+fn byte_wide_dictionary_indices_are_looked_up_and_checked() {
+    let dictionary = |n: i32| Page::DictionaryPage {
+        buf: Bytes::from(
+            (0..n)
+                .flat_map(|v| (3 * v).to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+        num_values: n as u32,
+        encoding: Encoding::PLAIN,
+        is_sorted: false,
+    };
+    let page = |indices: &[u32]| {
+        let mut buf = vec![8u8];
+        buf.extend(packed_stream(indices, 8));
+        Page::DataPage {
+            buf: Bytes::from(buf),
+            num_values: indices.len() as u32,
+            encoding: Encoding::RLE_DICTIONARY,
+            def_level_encoding: Encoding::RLE,
+            rep_level_encoding: Encoding::RLE,
+            statistics: None,
+        }
+    };
+    let indices: Vec<u32> = (0..40).map(|i| (i * 37 + 11) % 200).collect();
+    let want: Vec<f32> = indices.iter().map(|&i| 3.0 * i as f32).collect();
+    for size in [200, 256] {
+        let mut got = vec![0f32; 40];
+        let mut c = column(vec![dictionary(size), page(&indices)], 0, 0).unwrap();
+        assert!(c.read(&mut got), "a dictionary of {size}");
+        assert_eq!(got, want, "a dictionary of {size}");
+    }
+    let mut past = indices.clone();
+    past[33] = 200;
+    let mut got = vec![0f32; 40];
+    let mut c = column(vec![dictionary(200), page(&past)], 0, 0).unwrap();
+    assert!(!c.read(&mut got), "index 200 of a dictionary of 200");
+    past[33] = 255;
+    let mut c = column(vec![dictionary(256), page(&past)], 0, 0).unwrap();
+    assert!(c.read(&mut got) && got[33] == 765.0, "index 255 of 256");
+}
+
 #[test]
 fn plain_values_narrow_as_arrow_does() {
     let ints: Vec<u8> = [-1i32, 300, 70_000]
