@@ -7,8 +7,11 @@
 //!
 //! ```text
 //! cargo run --release -p ringflow-ml --example cnn_step [-- --seconds S] [--batch N] \
-//!     [--precision f32|bf16] [--winograd on|off]
+//!     [--precision f32|bf16] [--winograd on|off] [--model lenet|wide-mlp]
 //! ```
+//!
+//! `--model wide-mlp` times `benches/mlp_vs_jax.sh`'s wide MLP instead (784-1024-1024-10, ReLU,
+//! plain SGD; give it `--batch 256` as the script does).
 //!
 //! `--precision bf16` multiplies in bfloat16 with f32 sums (`train.matmul_precision`);
 //! `--winograd off` runs the second convolution as im2col and GEMM (`train.winograd = false`).
@@ -54,10 +57,40 @@ fn lenet() -> ringflow_ml::Result<ModelSpec> {
     )
 }
 
+/// The wide MLP of `benches/mlp_vs_jax.sh`.
+fn wide_mlp() -> ringflow_ml::Result<ModelSpec> {
+    ModelSpec::new(
+        "mlp",
+        serde_json::json!({ "layers": [784, 1024, 1024, 10], "activation": "relu" }),
+    )
+}
+
 /// The median of `v` (not empty).
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// `examples/mnist_cnn.toml`'s optimizer.
+fn adam() -> OptimizerSpec {
+    OptimizerSpec::Adam {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    }
+}
+
+/// `benches/mlp_vs_jax.sh`'s optimizer.
+fn sgd() -> OptimizerSpec {
+    OptimizerSpec::Sgd {
+        lr: 0.05,
+        momentum: 0.0,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -70,17 +103,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "on" | "off" => ringflow_ml::set_winograd(winograd == "on"),
         other => return Err(format!("--winograd is `on` or `off`, not `{other}`").into()),
     }
-    let model = Model::build(&lenet()?, &ModelRegistry::default(), 42, Device::Cpu)?;
-    let adam = OptimizerSpec::Adam {
-        lr: 1e-3,
-        beta1: 0.9,
-        beta2: 0.999,
-        eps: 1e-8,
-        weight_decay: 0.0,
+    let (spec, optimizer, input) = match arg("--model", String::from("lenet"))?.as_str() {
+        "lenet" => (lenet()?, adam(), vec![batch, 1, 28, 28]),
+        "wide-mlp" => (wide_mlp()?, sgd(), vec![batch, 784]),
+        other => return Err(format!("--model is `lenet` or `wide-mlp`, not `{other}`").into()),
     };
-    let mut opt = Optimizer::new(adam, model.params())?;
+    let lr = optimizer.lr();
+    let model = Model::build(&spec, &ModelRegistry::default(), 42, Device::Cpu)?;
+    let mut opt = Optimizer::new(optimizer, model.params())?;
     let mut r = rng::seeded(7, 0);
-    let x = Tensor::randn(&[batch, 1, 28, 28], 1.0, &mut r, Device::Cpu)?;
+    let x = Tensor::randn(&input, 1.0, &mut r, Device::Cpu)?;
     let labels = (0..batch).map(|i| (i % 10) as f32).collect();
     let y = Tensor::from_vec(labels, &[batch], Device::Cpu)?;
     let (mut forward, mut backward, mut update, mut total) = (vec![], vec![], vec![], vec![]);
@@ -92,7 +124,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t1 = Instant::now();
         l.backward()?;
         let t2 = Instant::now();
-        opt.step(1e-3)?;
+        opt.step(lr)?;
         let t3 = Instant::now();
         if step >= 5 {
             forward.push((t1 - t0).as_secs_f64() * 1e3);

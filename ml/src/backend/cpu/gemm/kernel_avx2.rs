@@ -83,11 +83,11 @@ impl Microkernel for Avx2Fma {
     const NC: usize = NC;
 
     fn pack_a(self, out: &mut [f32], a: &Operand<'_>, block: Block) {
-        pack::pack_a(self, out, a, block);
+        pack::pack_a::<MR>(self, out, a, block);
     }
 
     fn pack_b(self, out: &mut [f32], b: &Operand<'_>, block: Block) {
-        pack::pack_b(self, out, b, block);
+        pack::pack_b::<NR>(self, out, b, block);
     }
 
     fn tile(

@@ -2,10 +2,11 @@
 //!
 //! On x86-64 CPUs with AVX2 and FMA (detected at run time, once), products run on this
 //! module's own blocked GEMM: operands are packed into panels (`pack.rs`, `pack_avx2.rs`, which
-//! also read transposed operands, so callers never copy), a 6 × 16 register-blocked
-//! microkernel (`kernel_avx2.rs`) sweeps the tiles of cache-sized blocks (`blocked.rs`), and
-//! large products are cut into one rectangle per thread of the current rayon pool
-//! (`threading.rs`). Products of 2 to 15 rows with a row-major `b`, or of 2 to 15 columns
+//! also read transposed operands, so callers never copy), a register-blocked microkernel sweeps
+//! the tiles of cache-sized blocks (`blocked.rs`), and large products are cut into one
+//! rectangle per thread of the current rayon pool (`threading.rs`). The microkernel is an
+//! 8 × 32 AVX-512 one (`kernel_avx512.rs`) where the CPU has AVX-512F, twice the AVX2 rate
+//! on cores with 512-bit FMA units, and a 6 × 16 AVX2 one (`kernel_avx2.rs`) elsewhere. Products of 2 to 15 rows with a row-major `b`, or of 2 to 15 columns
 //! with a row-major `a`, run on unpacked AVX-512 kernels where the CPU has AVX-512F
 //! (`thin_avx512.rs`). Other thin products (fewer than 16
 //! rows or columns), row counts that leave their last 6-row panel mostly empty (32 rows), and
@@ -17,6 +18,7 @@
 mod bf16;
 mod blocked;
 mod kernel_avx2;
+mod kernel_avx512;
 mod microkernel;
 mod pack;
 mod pack_avx2;
@@ -29,6 +31,7 @@ use rayon::prelude::*;
 
 use self::bf16::{Avx512Bf16, Bf16Emulated};
 use self::kernel_avx2::Avx2Fma;
+use self::kernel_avx512::Avx512Fma;
 use self::microkernel::Microkernel;
 use self::thin_avx512::Avx512;
 use self::view::{DstTile, Operand};
@@ -113,8 +116,10 @@ pub fn matmul_into_serial_f32(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, acc
 /// Which implementation runs a product.
 #[derive(Clone, Copy, Debug)]
 enum Kernel {
-    /// This module's packed AVX2 + FMA GEMM.
+    /// This module's packed GEMM on the AVX2 + FMA microkernel.
     Packed(Avx2Fma),
+    /// This module's packed GEMM on the AVX-512 microkernel.
+    Packed512(Avx512Fma),
     /// The unpacked AVX-512 kernels for few rows or few columns (`thin_avx512.rs`); products
     /// they do not take go to the `gemm` crate.
     Thin(Avx512),
@@ -145,8 +150,13 @@ impl Kernel {
         {
             return Kernel::Thin(cpu);
         }
+        if let Some(cpu) = Avx512Fma::detect()
+            && packing_pays(m, n, kernel_avx512::MR)
+        {
+            return Kernel::Packed512(cpu);
+        }
         match Avx2Fma::detect() {
-            Some(cpu) if packing_pays(m, n) => Kernel::Packed(cpu),
+            Some(cpu) if packing_pays(m, n, kernel_avx2::MR) => Kernel::Packed(cpu),
             _ => Kernel::Portable,
         }
     }
@@ -216,6 +226,7 @@ fn product_with(
     }
     match kernel {
         Kernel::Packed(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
+        Kernel::Packed512(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
         Kernel::Bf16(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
         Kernel::Bf16Emulated(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
         Kernel::Bf16Portable => {
@@ -270,14 +281,14 @@ fn rounded(values: &[f32]) -> Vec<f32> {
     copy
 }
 
-/// Whether a product suits the packed 6 × 16 microkernel: with fewer than [`SMALL_SIDE`] rows
-/// or columns (a recurrent step of a small batch, a classifier's last layer) it would compute
-/// mostly padding, and packing would cost as much as the product; and rows that fill their
-/// last 6-row panel badly (32 rows take 36, a ninth more) waste more than the `gemm` crate
-/// loses (`lenet1.fwd`, 32 × 25 × 576: 83 GFLOP/s packed, 96 through the crate). The `gemm`
-/// crate's kernels, which vectorize along the rows, are faster there.
-fn packing_pays(m: usize, n: usize) -> bool {
-    let padded = m.div_ceil(kernel_avx2::MR) * kernel_avx2::MR;
+/// Whether a product suits a packed microkernel of `mr` rows: with fewer than [`SMALL_SIDE`]
+/// rows or columns (a recurrent step of a small batch, a classifier's last layer) it would
+/// compute mostly padding, and packing would cost as much as the product; and rows that fill
+/// their last panel badly (32 rows take 36 on the 6-row kernel, a ninth more) waste more than
+/// the `gemm` crate loses (`lenet1.fwd`, 32 × 25 × 576: 83 GFLOP/s packed, 96 through the
+/// crate). The `gemm` crate's kernels, which vectorize along the rows, are faster there.
+fn packing_pays(m: usize, n: usize, mr: usize) -> bool {
+    let padded = m.div_ceil(mr) * mr;
     m >= SMALL_SIDE && n >= SMALL_SIDE && padded * MAX_PADDING.1 <= m * MAX_PADDING.0
 }
 

@@ -2,10 +2,12 @@
 //! contiguously, zero-padding the last panel, whatever the operand's strides (this is where
 //! transposed operands are handled).
 //!
-//! `a` blocks become panels of [`MR`] rows: step `p` of a panel holds the panel's rows at column
-//! `p`. `b` blocks become panels of [`NR`] columns: step `p` holds the panel's columns at row `p`.
+//! `a` blocks become panels of `MR` rows: step `p` of a panel holds the panel's rows at column
+//! `p`. `b` blocks become panels of `NR` columns: step `p` holds the panel's columns at row `p`.
+//! Both are const parameters, so the 6 × 16 AVX2 kernel and the 8 × 32 AVX-512 kernel share
+//! this code; the transposing copies run on AVX2 (`pack_avx2.rs`), which both kernels' CPUs have.
 
-use super::kernel_avx2::{Avx2Fma, MR, NR};
+use super::kernel_avx2::Avx2Fma;
 use super::view::Operand;
 
 /// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.
@@ -19,16 +21,6 @@ pub struct Block {
     pub rows: usize,
     /// Columns in the block.
     pub cols: usize,
-}
-
-/// Elements a block of `a` takes once packed (rows rounded up to whole panels).
-pub fn packed_a_len(rows: usize, depth: usize) -> usize {
-    rows.div_ceil(MR) * MR * depth
-}
-
-/// Elements a block of `b` takes once packed (columns rounded up to whole panels).
-pub fn packed_b_len(depth: usize, cols: usize) -> usize {
-    cols.div_ceil(NR) * NR * depth
 }
 
 /// Checks that every element of `block` lies inside `op`'s storage; after this, the packing
@@ -48,21 +40,21 @@ pub fn check_block(op: &Operand<'_>, block: Block) {
     }
 }
 
-/// Packs `block` of `a` (rows × depth) into `out` as panels of [`MR`] rows.
-pub fn pack_a(cpu: Avx2Fma, out: &mut [f32], a: &Operand<'_>, block: Block) {
+/// Packs `block` of `a` (rows × depth) into `out` as panels of `MR` rows.
+pub fn pack_a<const MR: usize>(cpu: Avx2Fma, out: &mut [f32], a: &Operand<'_>, block: Block) {
     check_block(a, block);
-    let out = &mut out[..packed_a_len(block.rows, block.cols)];
     let depth = block.cols;
+    let out = &mut out[..block.rows.div_ceil(MR) * MR * depth];
     for (panel, dst) in out.chunks_exact_mut(MR * depth).enumerate() {
         let first = panel * MR;
         let live = MR.min(block.rows - first);
         let start = (block.row + first) * a.row_stride + block.col * a.col_stride;
         if live == MR && a.col_stride == 1 {
-            cpu.pack_a_rows(dst, &a.data[start..], a.row_stride, depth);
+            cpu.pack_a_rows::<MR>(dst, &a.data[start..], a.row_stride, depth);
             continue;
         }
         if live == MR && a.row_stride == 1 {
-            pack_a_columns(dst, a, start);
+            pack_a_columns::<MR>(dst, a, start);
             continue;
         }
         if live < MR {
@@ -82,19 +74,19 @@ pub fn pack_a(cpu: Avx2Fma, out: &mut [f32], a: &Operand<'_>, block: Block) {
 }
 
 /// One whole `a` panel whose rows are contiguous in memory (a transposed `a`): a copy of
-/// [`MR`] elements per step.
-fn pack_a_columns(dst: &mut [f32], a: &Operand<'_>, start: usize) {
+/// `MR` elements per step.
+fn pack_a_columns<const MR: usize>(dst: &mut [f32], a: &Operand<'_>, start: usize) {
     for (p, step) in dst.chunks_exact_mut(MR).enumerate() {
         let at = start + p * a.col_stride;
         step.copy_from_slice(&a.data[at..at + MR]);
     }
 }
 
-/// Packs `block` of `b` (depth × cols) into `out` as panels of [`NR`] columns.
-pub fn pack_b(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
+/// Packs `block` of `b` (depth × cols) into `out` as panels of `NR` columns.
+pub fn pack_b<const NR: usize>(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
     check_block(b, block);
     let depth = block.rows;
-    let out = &mut out[..packed_b_len(depth, block.cols)];
+    let out = &mut out[..block.cols.div_ceil(NR) * NR * depth];
     let whole = if b.col_stride == 1 {
         block.cols / NR
     } else {
@@ -102,26 +94,26 @@ pub fn pack_b(cpu: Avx2Fma, out: &mut [f32], b: &Operand<'_>, block: Block) {
     };
     let (by_rows, rest) = out.split_at_mut(whole * NR * depth);
     if whole > 0 {
-        pack_b_whole_rows(by_rows, b, block);
+        pack_b_whole_rows::<NR>(by_rows, b, block);
     }
     for (i, dst) in rest.chunks_exact_mut(NR * depth).enumerate() {
         let first = (whole + i) * NR;
         let live = NR.min(block.cols - first);
         let col = block.col + first;
         if b.col_stride == 1 {
-            pack_b_rows(dst, b, block.row, col, live);
+            pack_b_rows::<NR>(dst, b, block.row, col, live);
         } else if live == NR && b.row_stride == 1 {
             let start = block.row + col * b.col_stride;
-            cpu.pack_b_columns(dst, &b.data[start..], b.col_stride, depth);
+            cpu.pack_b_columns::<NR>(dst, &b.data[start..], b.col_stride, depth);
         } else {
-            pack_b_strided(dst, b, block.row, col, live);
+            pack_b_strided::<NR>(dst, b, block.row, col, live);
         }
     }
 }
 
 /// The whole panels of a block of a row-major `b` (`out` holds exactly them), row by row:
-/// each row of the block is read once, front to back, and dealt out 16 elements per panel.
-fn pack_b_whole_rows(out: &mut [f32], b: &Operand<'_>, block: Block) {
+/// each row of the block is read once, front to back, and dealt out `NR` elements per panel.
+fn pack_b_whole_rows<const NR: usize>(out: &mut [f32], b: &Operand<'_>, block: Block) {
     let depth = block.rows;
     let width = out.len() / depth;
     for p in 0..depth {
@@ -135,7 +127,13 @@ fn pack_b_whole_rows(out: &mut [f32], b: &Operand<'_>, block: Block) {
 }
 
 /// The partial `b` panel of a row-major `b`: a copy of `live` elements per step.
-fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+fn pack_b_rows<const NR: usize>(
+    dst: &mut [f32],
+    b: &Operand<'_>,
+    row: usize,
+    col: usize,
+    live: usize,
+) {
     for (p, step) in dst.chunks_exact_mut(NR).enumerate() {
         let start = (row + p) * b.row_stride + col;
         step[..live].copy_from_slice(&b.data[start..start + live]);
@@ -145,7 +143,13 @@ fn pack_b_rows(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: u
 
 /// One `b` panel read with a column stride (a transposed `b`): column by column, each a
 /// contiguous run in memory when the row stride is 1.
-fn pack_b_strided(dst: &mut [f32], b: &Operand<'_>, row: usize, col: usize, live: usize) {
+fn pack_b_strided<const NR: usize>(
+    dst: &mut [f32],
+    b: &Operand<'_>,
+    row: usize,
+    col: usize,
+    live: usize,
+) {
     let depth = dst.len() / NR;
     if live < NR {
         dst.fill(0.0);

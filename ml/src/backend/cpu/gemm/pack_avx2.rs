@@ -1,14 +1,22 @@
 //! AVX2 packing of the two operand layouts that need a transposition on the way into panels:
-//! a row-major `a` (its rows interleaved into 6-row panels) and a transposed `b` (its stored
-//! rows become the columns of 16-column panels). Both go through 8 × 8 register transposes, eight
-//! steps of depth at a time; the remaining steps are copied one element at a time.
+//! a row-major `a` (its rows interleaved into panels of up to 8 rows) and a transposed `b` (its
+//! stored rows become the columns of panels of a multiple of 8 columns). Both go through 8 × 8
+//! register transposes, eight steps of depth at a time; the remaining steps are copied one
+//! element at a time.
 
-use super::kernel_avx2::{Avx2Fma, MR, NR};
+use super::kernel_avx2::Avx2Fma;
 
 impl Avx2Fma {
-    /// Packs one whole `a` panel: `MR` rows, `depth` columns, row `r` starting at
+    /// Packs one whole `a` panel: `MR` rows (at most 8), `depth` columns, row `r` starting at
     /// `src[r * ld]`, into `dst` (`depth` steps of `MR`).
-    pub fn pack_a_rows(self, dst: &mut [f32], src: &[f32], ld: usize, depth: usize) {
+    pub fn pack_a_rows<const MR: usize>(
+        self,
+        dst: &mut [f32],
+        src: &[f32],
+        ld: usize,
+        depth: usize,
+    ) {
+        assert!(MR <= 8, "a panel of at most 8 rows");
         assert!(dst.len() >= depth * MR, "the panel holds depth steps");
         assert!(
             depth == 0 || (MR - 1) * ld + depth <= src.len(),
@@ -18,13 +26,21 @@ impl Avx2Fma {
         // SAFETY: the token proves AVX2; `src` holds the MR rows of `depth` elements and `dst`
         // depth steps of MR (asserted above).
         unsafe {
-            x86::pack_a_rows(dst, src, ld, depth);
+            x86::pack_a_rows::<MR>(dst, src, ld, depth);
         }
     }
 
-    /// Packs one whole `b` panel read transposed: `NR` columns, `depth` rows, column `j`
-    /// stored contiguously from `src[j * ld]`, into `dst` (`depth` steps of `NR`).
-    pub fn pack_b_columns(self, dst: &mut [f32], src: &[f32], ld: usize, depth: usize) {
+    /// Packs one whole `b` panel read transposed: `NR` columns (a multiple of 8), `depth`
+    /// rows, column `j` stored contiguously from `src[j * ld]`, into `dst` (`depth` steps of
+    /// `NR`).
+    pub fn pack_b_columns<const NR: usize>(
+        self,
+        dst: &mut [f32],
+        src: &[f32],
+        ld: usize,
+        depth: usize,
+    ) {
+        assert!(NR.is_multiple_of(8), "a panel of whole groups of 8 columns");
         assert!(dst.len() >= depth * NR, "the panel holds depth steps");
         assert!(
             depth == 0 || (NR - 1) * ld + depth <= src.len(),
@@ -33,7 +49,7 @@ impl Avx2Fma {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as for `pack_a_rows`, with NR columns of `depth` elements.
         unsafe {
-            x86::pack_b_columns(dst, src, ld, depth);
+            x86::pack_b_columns::<NR>(dst, src, ld, depth);
         }
     }
 }
@@ -41,8 +57,6 @@ impl Avx2Fma {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
-
-    use super::{MR, NR};
 
     /// Transposes 8 rows of 8 into 8 columns of 8.
     #[target_feature(enable = "avx2")]
@@ -78,11 +92,19 @@ mod x86 {
     /// See [`super::Avx2Fma::pack_a_rows`].
     ///
     /// # Safety
-    /// AVX2 is available, `src` holds `(MR - 1) * ld + depth` elements and `dst` `depth * MR`.
+    /// AVX2 is available, `MR <= 8`, `src` holds `(MR - 1) * ld + depth` elements and `dst`
+    /// `depth * MR`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pack_a_rows(dst: &mut [f32], src: &[f32], ld: usize, depth: usize) {
+    pub(super) unsafe fn pack_a_rows<const MR: usize>(
+        dst: &mut [f32],
+        src: &[f32],
+        ld: usize,
+        depth: usize,
+    ) {
         let full = depth / 8 * 8;
-        let mask = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+        let lanes: [i32; 8] = std::array::from_fn(|i| if i < MR { -1 } else { 0 });
+        // SAFETY: `lanes` holds 8 i32.
+        let mask = unsafe { _mm256_loadu_si256(lanes.as_ptr().cast()) };
         for p0 in (0..full).step_by(8) {
             let mut rows = [_mm256_setzero_ps(); 8];
             for (r, row) in rows.iter_mut().take(MR).enumerate() {
@@ -92,9 +114,10 @@ mod x86 {
             }
             let columns = transpose8(rows);
             for (q, column) in columns.into_iter().enumerate().take(7) {
-                debug_assert!((p0 + q + 1) * MR + 2 <= dst.len());
+                debug_assert!((p0 + q) * MR + 8 <= dst.len());
                 // SAFETY: step p0 + q + 1 < depth follows in `dst`, so the 8 lanes from step
-                // p0 + q's slots end inside it; its first 2 slots are written again next.
+                // p0 + q's slots end inside it (MR <= 8); its first 8 - MR slots are written
+                // again next.
                 unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add((p0 + q) * MR), column) };
             }
             debug_assert!((p0 + 7) * MR + MR <= dst.len());
@@ -112,9 +135,15 @@ mod x86 {
     /// See [`super::Avx2Fma::pack_b_columns`].
     ///
     /// # Safety
-    /// AVX2 is available, `src` holds `(NR - 1) * ld + depth` elements and `dst` `depth * NR`.
+    /// AVX2 is available, `NR` is a multiple of 8, `src` holds `(NR - 1) * ld + depth`
+    /// elements and `dst` `depth * NR`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pack_b_columns(dst: &mut [f32], src: &[f32], ld: usize, depth: usize) {
+    pub(super) unsafe fn pack_b_columns<const NR: usize>(
+        dst: &mut [f32],
+        src: &[f32],
+        ld: usize,
+        depth: usize,
+    ) {
         let full = depth / 8 * 8;
         for p0 in (0..full).step_by(8) {
             for half in 0..NR / 8 {

@@ -151,6 +151,7 @@ impl Case {
 fn kernels() -> Vec<Kernel> {
     let mut kernels = vec![Kernel::Portable];
     kernels.extend(Avx2Fma::detect().map(Kernel::Packed));
+    kernels.extend(Avx512Fma::detect().map(Kernel::Packed512));
     kernels.extend(Avx512::detect().map(Kernel::Thin));
     kernels.extend(bf16_kernels());
     kernels
@@ -236,8 +237,8 @@ fn vectors_and_depth_one_match_the_reference() {
     }
 }
 
-/// Shapes that cross the cache blocks (depth past `KC`, rows past `MC`) and split across
-/// threads into uneven rectangles.
+/// Shapes that cross the cache blocks of both packed kernels (depth past `KC`, rows past `MC`)
+/// and split across threads into uneven rectangles.
 #[test]
 fn products_larger_than_a_cache_block_match_the_reference() {
     for (i, dims) in [
@@ -255,7 +256,8 @@ fn products_larger_than_a_cache_block_match_the_reference() {
 
 #[test]
 fn a_product_wider_than_a_column_block_matches_the_reference() {
-    let case = Case::new((7, 3, blocked::NC + 21), (false, true), 300);
+    let widest = blocked::NC.max(kernel_avx512::NC);
+    let case = Case::new((7, 3, widest + 21), (false, true), 300);
     for accumulate in [false, true] {
         case.check(accumulate, true).unwrap();
         case.check(accumulate, false).unwrap();
@@ -266,11 +268,14 @@ fn a_product_wider_than_a_column_block_matches_the_reference() {
 /// several chunks, a partial last one, and depth blocks past `KC`, for every layout.
 #[test]
 fn a_short_product_over_several_chunks_matches_the_reference() {
-    let n = 2 * blocked::short_chunk::<Avx2Fma>() + 5;
-    for (i, dims) in [(100, 600, n), (blocked::MC, 40, n), (16, 300, 1100)]
-        .into_iter()
-        .enumerate()
-    {
+    let n = 2 * blocked::short_chunk::<Avx512Fma>().max(blocked::short_chunk::<Avx2Fma>()) + 5;
+    let shapes = [
+        (100, 600, n),
+        (blocked::MC, 40, n),
+        (kernel_avx512::MC, 40, n),
+        (16, 300, 1100),
+    ];
+    for (i, dims) in shapes.into_iter().enumerate() {
         check_all(dims, 500 + i as u64);
     }
 }
@@ -416,14 +421,26 @@ fn rounding_to_bf16_matches_the_half_crate() {
     }
 }
 
-/// Thin products and rows that fill their last 6-row panel badly go to the `gemm` crate.
+/// Thin products and rows that fill their last panel badly are not packed.
 #[test]
 fn padding_heavy_products_go_to_the_gemm_crate() {
     for (m, n) in [(64, 576), (256, 1024), (16 * 6, 16), (1024, 10_000)] {
-        assert!(packing_pays(m, n), "{m} × {n} is packed");
+        assert!(packing_pays(m, n, 6), "{m} × {n} is packed in 6-row panels");
     }
     for (m, n) in [(32, 576), (15, 1024), (1024, 15), (20, 512), (8, 512)] {
-        assert!(!packing_pays(m, n), "{m} × {n} goes to the gemm crate");
+        assert!(
+            !packing_pays(m, n, 6),
+            "{m} × {n} is not packed in 6-row panels"
+        );
+    }
+    for (m, n) in [(32, 576), (64, 576), (16, 16), (1024, 10_000)] {
+        assert!(packing_pays(m, n, 8), "{m} × {n} is packed in 8-row panels");
+    }
+    for (m, n) in [(20, 512), (36, 512), (15, 1024), (1024, 15)] {
+        assert!(
+            !packing_pays(m, n, 8),
+            "{m} × {n} is not packed in 8-row panels"
+        );
     }
 }
 
