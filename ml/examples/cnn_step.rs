@@ -94,6 +94,16 @@ fn sgd() -> OptimizerSpec {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Inside the pool, as an executor trains: the step's thread is one of the pool's, not a
+    // thread that hands every parallel op to the pool and sleeps until it is done.
+    rayon::ThreadPoolBuilder::new()
+        .build()?
+        .install(|| run().map_err(|e| e.to_string()))?;
+    Ok(())
+}
+
+/// The timed steps.
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let budget = Duration::from_secs_f64(arg("--seconds", 1.0)?);
     let batch: usize = arg("--batch", 64)?;
     let precision: String = arg("--precision", String::from("f32"))?;
