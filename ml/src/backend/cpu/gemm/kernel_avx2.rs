@@ -112,6 +112,7 @@ mod x86 {
 
     use super::{MR, NR};
     use crate::backend::cpu::gemm::DstTile;
+    use crate::backend::cpu::gemm::microkernel::prefetch_tile;
 
     /// The microkernel. Accumulates in registers, then writes the tile: straight to memory when
     /// it is a whole 6 × 16 tile, through a stack buffer for the edges.
@@ -128,13 +129,8 @@ mod x86 {
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
+        prefetch_tile(&tile);
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
-        // Ask for the tile's rows now, so that they are in L1 when the sums are written.
-        for r in 0..rows {
-            let row = c.wrapping_add(r * ld);
-            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
-        }
         let mut acc = [_mm256_setzero_ps(); 2 * MR];
         // One step of depth; called only with `a` at a step's MR elements and `b` at its NR.
         let step = |acc: &mut [__m256; 2 * MR], a: *const f32, b: *const f32| {

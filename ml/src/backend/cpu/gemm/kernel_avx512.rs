@@ -112,9 +112,11 @@ mod x86 {
 
     use super::MR;
     use crate::backend::cpu::gemm::DstTile;
+    use crate::backend::cpu::gemm::microkernel::prefetch_tile;
+    use crate::backend::cpu::gemm::microkernel::x86::store_sums;
 
     /// The microkernel: accumulates in registers, then adds to or overwrites the tile's live
-    /// rows and columns with masked loads and stores.
+    /// rows and columns with masked loads and stores ([`store_sums`]).
     ///
     /// # Safety
     /// AVX-512F is available; `a` points at `steps * MR` readable elements and `b` at `steps`
@@ -128,24 +130,18 @@ mod x86 {
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
-        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
-        // Ask for the tile's rows now, so that they are in L1 when the sums are written.
-        for r in 0..rows {
-            let row = c.wrapping_add(r * ld);
-            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
-        }
-        let mut acc = [_mm512_setzero_ps(); 2 * MR];
+        prefetch_tile(&tile);
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         // One step of depth; called only with `a` at a step's MR elements and `b` at its NR.
-        let step = |acc: &mut [__m512; 2 * MR], a: *const f32, b: *const f32| {
+        let step = |acc: &mut [[__m512; 2]; MR], a: *const f32, b: *const f32| {
             // SAFETY: the caller passes a step's MR elements at `a` and NR at `b`.
             unsafe {
                 let b0 = _mm512_loadu_ps(b);
                 let b1 = _mm512_loadu_ps(b.add(16));
-                for r in 0..MR {
+                for (r, sums) in acc.iter_mut().enumerate() {
                     let ar = _mm512_set1_ps(*a.add(r));
-                    acc[2 * r] = _mm512_fmadd_ps(ar, b0, acc[2 * r]);
-                    acc[2 * r + 1] = _mm512_fmadd_ps(ar, b1, acc[2 * r + 1]);
+                    sums[0] = _mm512_fmadd_ps(ar, b0, sums[0]);
+                    sums[1] = _mm512_fmadd_ps(ar, b1, sums[1]);
                 }
             }
         };
@@ -166,25 +162,7 @@ mod x86 {
             a = a.wrapping_add(MR);
             b = b.wrapping_add(b_step);
         }
-        // Lanes of the tile's two vectors that hold live columns.
-        let live = |from: usize| -> __mmask16 {
-            let n = cols.saturating_sub(from).min(16);
-            ((1u32 << n) - 1) as __mmask16
-        };
-        let (lo_mask, hi_mask) = (live(0), live(16));
-        for (r, pair) in acc.chunks_exact(2).take(rows).enumerate() {
-            // SAFETY: row r < rows of the tile starts at c + r * ld; the masks cover only its
-            // `cols` live elements, and masked-off lanes are neither read nor written.
-            unsafe {
-                let row = c.add(r * ld);
-                let (mut lo, mut hi) = (pair[0], pair[1]);
-                if !overwrite {
-                    lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(lo_mask, row));
-                    hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(hi_mask, row.wrapping_add(16)));
-                }
-                _mm512_mask_storeu_ps(row, lo_mask, lo);
-                _mm512_mask_storeu_ps(row.wrapping_add(16), hi_mask, hi);
-            }
-        }
+        // SAFETY: AVX-512F is enabled here; the caller promises the tile writable.
+        unsafe { store_sums(&acc, &tile, overwrite) };
     }
 }

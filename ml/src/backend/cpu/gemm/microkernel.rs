@@ -90,6 +90,60 @@ pub fn check_tile<P>(
     );
 }
 
+/// Asks for the rows of a destination tile now, so that they are in L1 when a microkernel
+/// writes its sums (a hint: nothing is read, and a prefetch never faults).
+#[inline(always)]
+pub fn prefetch_tile(tile: &DstTile<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    for r in 0..tile.rows() {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let row = tile.ptr().wrapping_add(r * tile.ld());
+        // SAFETY: SSE is part of x86-64; a prefetch of any address is harmless.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(tile.cols() - 1).cast::<i8>());
+        }
+    }
+}
+
+/// Writing the sums of the AVX-512 microkernels, whose tiles are two 16-lane vectors wide.
+#[cfg(target_arch = "x86_64")]
+pub mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::DstTile;
+
+    /// Adds `sums` (a row's two vectors each) to the tile's live rows and columns, or
+    /// overwrites them, through masked loads and stores: lanes past the tile's columns and
+    /// rows past its rows are neither read nor written.
+    ///
+    /// # Safety
+    /// AVX-512F is available; `tile` is writable as its rows, columns and row stride describe,
+    /// and has at most 32 columns.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn store_sums(sums: &[[__m512; 2]], tile: &DstTile<'_>, overwrite: bool) {
+        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
+        let lanes = |n: usize| ((1u32 << n.min(16)) - 1) as __mmask16;
+        let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
+        for (r, pair) in sums.iter().take(rows).enumerate() {
+            for (half, (&sum, &mask)) in pair.iter().zip(&masks).enumerate() {
+                let out = c.wrapping_add(r * ld + 16 * half);
+                // SAFETY: the mask keeps only columns below `cols` of row `r < rows`, which
+                // the caller promises writable; masked-off lanes are not accessed.
+                unsafe {
+                    let total = if overwrite {
+                        sum
+                    } else {
+                        _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out))
+                    };
+                    _mm512_mask_storeu_ps(out, mask, total);
+                }
+            }
+        }
+    }
+}
+
 /// The element of packed panels, which owns each thread's packing buffers for its type.
 pub trait PackedElement: Copy + Default + Send + Sync + 'static {
     /// Runs `f` on this thread's packing buffers for `a` and `b`, kept between products.

@@ -53,6 +53,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{MR, NR};
+    use crate::backend::cpu::gemm::microkernel::prefetch_tile;
+    use crate::backend::cpu::gemm::microkernel::x86::store_sums;
     use crate::backend::cpu::gemm::view::DstTile;
 
     /// Sixteen lanes of bfloat16 pairs, as the dot-product instruction takes them.
@@ -76,12 +78,7 @@ mod x86 {
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
-        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
-        for r in 0..rows {
-            let row = c.wrapping_add(r * ld);
-            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast::<i8>());
-        }
+        prefetch_tile(&tile);
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for _ in 0..steps {
             // SAFETY: one of the `steps` steps: MR lanes at `a`, NR at `b`; the pointers then
@@ -98,26 +95,8 @@ mod x86 {
                 b = b.wrapping_add(b_step);
             }
         }
-        let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
-        for (r, sums) in acc.iter().take(rows).enumerate() {
-            for (half, (&sum, &mask)) in sums.iter().zip(&masks).enumerate() {
-                // SAFETY: the mask keeps only columns below `cols` of row `r < rows`.
-                unsafe {
-                    let out = c.wrapping_add(r * ld + 16 * half);
-                    let total = if overwrite {
-                        sum
-                    } else {
-                        _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out))
-                    };
-                    _mm512_mask_storeu_ps(out, mask, total);
-                }
-            }
-        }
-    }
-
-    /// A mask of the first `n` (at most 16) lanes.
-    fn lanes(n: usize) -> __mmask16 {
-        ((1u32 << n.min(16)) - 1) as __mmask16
+        // SAFETY: AVX-512F is enabled here; the caller promises the tile writable.
+        unsafe { store_sums(&acc, &tile, overwrite) };
     }
 
     const _: () = assert!(NR == 32, "two 16-lane vectors per row");
