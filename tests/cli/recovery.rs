@@ -246,8 +246,10 @@ fn truncated_metadata_is_refused(spec: &str, run_dir: &Path) {
 }
 
 /// Runs the resume spec on 2 executors with a 3 s ring deadline and `extra` settings, stops
-/// (SIGSTOP) one executor once training runs, and returns the exit status, the time from the
-/// stop to the end, and stderr. The stopped executor is killed afterwards.
+/// (SIGSTOP) one executor as soon as the first epoch has ended (both ranks are then in the
+/// second), and returns the exit status, the time from the stop to the end, and stderr. The
+/// stopped executor is killed afterwards. (A stop at a fixed time after the ranks were assigned
+/// landed after the last epoch once epochs took 0.2 s.)
 fn run_with_a_hung_executor(
     extra: &[&str],
     summary_json: &std::path::Path,
@@ -268,10 +270,9 @@ fn run_with_a_hung_executor(
     .map(|a| a.to_string())
     .collect();
     args.extend(extra.iter().map(|a| a.to_string()));
-    let (run, pids, _) = watch_local(&args, "rank 1: executor");
+    let (run, pids, _) = watch_local(&args, "epoch 1/");
     assert_eq!(pids.len(), 2, "{}", run.stderr());
     let stopped = pids[1];
-    std::thread::sleep(Duration::from_secs(2));
     let stopped_at = Instant::now();
     unsafe {
         libc::kill(stopped, libc::SIGSTOP);
@@ -308,7 +309,6 @@ fn a_hung_executor_is_detected_within_the_deadline() {
 fn an_elastic_job_recovers_without_a_hung_executor() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hung.json");
-    // Enough epochs that the stop 2 s in lands while both ranks are still training.
     let (status, _, stderr) = run_with_a_hung_executor(
         &[
             "--set",
@@ -563,8 +563,10 @@ fn an_elastic_job_with_backup_workers_recovers_without_a_hung_executor() {
             "cluster.min_executors=1",
             "--set",
             "cluster.backup_workers=1",
+            // The survivor trains on without waiting: enough epochs (0.2 s each or more) that
+            // it is still training when the driver's 3 s deadline finds the hung executor.
             "--set",
-            "train.epochs=8",
+            "train.epochs=40",
         ],
         &out,
     );
