@@ -117,11 +117,13 @@ pub mod x86 {
     /// overwrites them, through masked loads and stores: lanes past the tile's columns and
     /// rows past its rows are neither read nor written.
     ///
+    /// Inlined into the microkernel that calls it (a call would first spill the sixteen
+    /// accumulators), so it carries no target features of its own.
+    ///
     /// # Safety
-    /// AVX-512F is available; `tile` is writable as its rows, columns and row stride describe,
-    /// and has at most 32 columns.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
+    /// AVX-512F is available and the caller is compiled for it; `tile` is writable as its
+    /// rows, columns and row stride describe, and has at most 32 columns.
+    #[inline(always)]
     pub unsafe fn store_sums(sums: &[[__m512; 2]], tile: &DstTile<'_>, overwrite: bool) {
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
         let lanes = |n: usize| ((1u32 << n.min(16)) - 1) as __mmask16;
