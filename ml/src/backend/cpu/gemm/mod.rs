@@ -5,12 +5,12 @@
 //! also read transposed operands, so callers never copy), a register-blocked microkernel sweeps
 //! the tiles of cache-sized blocks (`blocked.rs`), and large products are cut into one
 //! rectangle per thread of the current rayon pool (`threading.rs`). The microkernel is an
-//! 8 × 32 AVX-512 one (`kernel_avx512.rs`) where the CPU has AVX-512F, twice the AVX2 rate
-//! on cores with 512-bit FMA units, and a 6 × 16 AVX2 one (`kernel_avx2.rs`) elsewhere. Products of 2 to 15 rows with a row-major `b`, or of 2 to 15 columns
-//! with a row-major `a`, run on unpacked AVX-512 kernels where the CPU has AVX-512F
-//! (`thin_avx512.rs`). Other thin products (fewer than 16
-//! rows or columns), row counts that leave their last 6-row panel mostly empty (32 rows), and
-//! CPUs without AVX2 and FMA go through the `gemm` crate. Under
+//! 8 × 32 AVX-512 one (`kernel_avx512.rs`) where the CPU has AVX-512F, twice the AVX2 rate on
+//! cores with 512-bit FMA units, and a 6 × 16 AVX2 one (`kernel_avx2.rs`) elsewhere. Products
+//! of 1 to 15 rows with a row-major `b`, or of 2 to 15 columns with a row-major `a`, run on
+//! unpacked AVX-512 kernels where the CPU has AVX-512F (`thin_avx512.rs`). Other thin products
+//! (fewer than 16 rows or columns), row counts that leave their last panel mostly empty (32
+//! rows in 6-row panels), and CPUs without AVX2 and FMA go through the `gemm` crate. Under
 //! [`MatmulPrecision::Bf16`], products of 16 rows and columns or more run on the bf16 kernels
 //! of `bf16/` instead, through the same blocked loops (`microkernel.rs`). Nothing depends on the
 //! machine the binary was built on: no `target-cpu=native` is needed or used.
@@ -179,20 +179,17 @@ pub fn bf16_products() -> Bf16Products {
     }
 }
 
-/// Rows or columns of the products the AVX-512 thin kernels take: fewer than the packed
-/// kernel takes, and more than one (a single row or column is a matrix-vector product, which
-/// the `gemm` crate streams).
-const THIN: std::ops::Range<usize> = 2..SMALL_SIDE;
-
-/// Whether the AVX-512 kernel for few rows takes an `m × n` product: it reads `b` row by row.
+/// Whether the AVX-512 kernel for few rows takes an `m × n` product (1 to 15 rows, a single
+/// row included): it reads `b` row by row.
 fn few_rows(m: usize, n: usize, b_transposed: bool) -> bool {
-    THIN.contains(&m) && n >= SMALL_SIDE && !b_transposed
+    (1..SMALL_SIDE).contains(&m) && n >= SMALL_SIDE && !b_transposed
 }
 
-/// Whether the AVX-512 dot-product kernel for few columns takes an `m × n` product: it reads
-/// `a`'s rows where they lie.
+/// Whether the AVX-512 dot-product kernel for few columns takes an `m × n` product (2 to 15
+/// columns: a single column, a matrix-vector product, the `gemm` crate streams faster): it
+/// reads `a`'s rows where they lie.
 fn few_cols(m: usize, n: usize, a_transposed: bool) -> bool {
-    THIN.contains(&n) && m >= SMALL_SIDE && !a_transposed
+    (2..SMALL_SIDE).contains(&n) && m >= SMALL_SIDE && !a_transposed
 }
 
 /// [`matmul_into`], on the pool's threads when `threaded`.

@@ -297,9 +297,13 @@ fn thin_products_match_the_reference() {
         (37, 45),
         (37, 70),
         (1400, 333),
+        (1400, 400),
     ];
-    // The last shape is split across threads from 9 rows on.
+    // The last two shapes are split across threads from 9 rows on, the last one also as a
+    // single row (passes of 128 columns, then a partial one, in either thread's share).
     const { assert!(9 * 1400 * 333 >= thin_avx512::DOT_PARALLEL_MIN_MACS) };
+    const { assert!(1400 * 333 < thin_avx512::ROW_PARALLEL_MIN_MACS) };
+    const { assert!(1400 * 400 >= thin_avx512::ROW_PARALLEL_MIN_MACS) };
     for m in 1..SMALL_SIDE {
         for (k, n) in shapes {
             for orientation in ORIENTATIONS {
@@ -314,10 +318,12 @@ fn thin_products_match_the_reference() {
             }
         }
     }
-    assert!(matches!(
-        Kernel::for_product(8, 512, (false, false), MatmulPrecision::F32),
-        Kernel::Thin(_)
-    ));
+    for rows in [1, 8] {
+        assert!(matches!(
+            Kernel::for_product(rows, 512, (false, false), MatmulPrecision::F32),
+            Kernel::Thin(_)
+        ));
+    }
     assert!(!matches!(
         Kernel::for_product(8, 512, (false, true), MatmulPrecision::F32),
         Kernel::Thin(_)

@@ -3,7 +3,10 @@
 //! destination in sixteen 16-wide registers, loads two vectors of `b`'s row in place per step
 //! of depth and broadcasts each row's element of `a` from wherever `a` lies (any strides). A 6 ×
 //! 16 AVX2 tile would leave a third of its rows empty for 8 rows, and the `gemm` crate reaches
-//! about 88 GFLOP/s on `lstm.b8` (8 × 128 × 512) where OpenBLAS reaches 104.
+//! about 88 GFLOP/s on `lstm.b8` (8 × 128 × 512) where OpenBLAS reaches 104. A single row (a
+//! recurrent step of one sequence) keeps 128 columns in eight registers instead, so that enough
+//! sums are in flight: `lstm.b1` (1 × 128 × 512) 74 GFLOP/s against the `gemm` crate's 44 and
+//! OpenBLAS's 47 (Zen 5).
 //!
 //! Products of few columns (a classifier's last layer) with a row-major `a` are dot products
 //! instead ([`Avx512::product_few_cols`]): the `gemm` crate reached 50–58 GFLOP/s on
@@ -55,7 +58,14 @@ impl Avx512 {
         threaded: bool,
     ) {
         let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
-        let parts = if threaded && m * n * k >= DOT_PARALLEL_MIN_MACS {
+        // A single row reads each element of `b` once: past L2 it waits on memory, which a
+        // second core's share of the columns doubles.
+        let min_macs = if m == 1 {
+            ROW_PARALLEL_MIN_MACS
+        } else {
+            DOT_PARALLEL_MIN_MACS
+        };
+        let parts = if threaded && m * n * k >= min_macs {
             rayon::current_num_threads().min(n / COLS)
         } else {
             1
@@ -104,6 +114,9 @@ impl Avx512 {
             last(a) < a.data.len() && last(b) < b.data.len(),
             "the operands' elements lie in their storage"
         );
+        if m == 1 {
+            return self.row_times_b(dst, a, b, accumulate);
+        }
         // Rows in passes of at most ROWS, split evenly (13 rows: 7 and 6).
         let passes = m.div_ceil(ROWS);
         for pass in 0..passes {
@@ -134,6 +147,34 @@ impl Avx512 {
         }
     }
 }
+
+impl Avx512 {
+    /// [`Avx512::product_serial`] for a single row (a recurrent step of one sequence): passes
+    /// of [`ROW_COLS`] columns, so that eight independent sums hide the multiply-adds' latency
+    /// (a pass of [`COLS`] has two, and ran at half the `gemm` crate's rate on 1 × 1024 × 1024).
+    /// The caller checked the operands.
+    fn row_times_b(self, mut dst: DstTile<'_>, a: &Operand<'_>, b: &Operand<'_>, accumulate: bool) {
+        let (n, k) = (dst.cols(), a.cols);
+        for col in (0..n).step_by(ROW_COLS) {
+            let tile = dst.sub(0, col, 1, ROW_COLS.min(n - col));
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `self` exists only when AVX-512F was detected; `a`'s row and columns
+            // col.. of `b` lie in their storage over all k steps (checked by the caller), and
+            // `tile` is this pass's part of the destination.
+            unsafe {
+                let a = (a.data, a.col_stride);
+                x86::row_pass(tile, k, a, (&b.data[col..], b.row_stride), accumulate);
+            }
+        }
+    }
+}
+
+/// Columns one pass over a single row keeps in registers (eight 16-wide vectors).
+pub const ROW_COLS: usize = 128;
+
+/// Multiply-adds from which a single-row product is split across the pool's threads: `b` is
+/// then 2 MiB or more (1 × 784 × 1024 ran at 48 GFLOP/s on one thread, 1 × 128 × 512 at 74).
+pub const ROW_PARALLEL_MIN_MACS: usize = 1 << 19;
 
 /// Rows of `a` one dot-product pass of [`Avx512::product_few_cols`] reads together.
 const DOT_ROWS: usize = 4;
@@ -243,6 +284,7 @@ mod x86 {
 
     use super::ROWS;
     use crate::backend::cpu::gemm::DstTile;
+    use crate::backend::cpu::gemm::microkernel::x86::store_sums;
 
     /// One pass: `tile` (`R` rows, at most [`super::COLS`] columns) `=` or `+=` `a`'s rows
     /// times `b`'s columns.
@@ -259,7 +301,7 @@ mod x86 {
         (b, ldb): (&[f32], usize),
         accumulate: bool,
     ) {
-        let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
+        let (rows, cols) = (tile.rows(), tile.cols());
         let lanes = |from: usize| -> __mmask16 {
             let live = cols.saturating_sub(from).min(16);
             ((1u32 << live) - 1) as __mmask16
@@ -270,7 +312,7 @@ mod x86 {
         for (r, ptr) in row_ptr.iter_mut().enumerate().take(R) {
             *ptr = a.as_ptr().wrapping_add(r * a_rs);
         }
-        let mut acc = [_mm512_setzero_ps(); 2 * ROWS];
+        let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
         let mut bp = b.as_ptr();
         for p in 0..k {
             // SAFETY: step p < k of b's row holds the tile's columns (masked past them) and
@@ -280,26 +322,61 @@ mod x86 {
                 let b1 = _mm512_maskz_loadu_ps(mask1, bp.wrapping_add(16));
                 for r in 0..R {
                     let ar = _mm512_set1_ps(*row_ptr[r].add(p * a_cs));
-                    acc[2 * r] = _mm512_fmadd_ps(ar, b0, acc[2 * r]);
-                    acc[2 * r + 1] = _mm512_fmadd_ps(ar, b1, acc[2 * r + 1]);
+                    acc[r][0] = _mm512_fmadd_ps(ar, b0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(ar, b1, acc[r][1]);
                 }
             }
             bp = bp.wrapping_add(ldb);
         }
-        for (r, pair) in acc.chunks_exact(2).take(R).enumerate() {
-            // SAFETY: row r < rows of the tile holds `cols` elements from c + r * ld; the masks
-            // cover exactly those.
+        // SAFETY: AVX-512F is enabled here; the tile is writable (the function's contract).
+        unsafe { store_sums(&acc[..R], &tile, !accumulate) };
+    }
+
+    /// One pass over a single row: `tile` (1 row, at most [`super::ROW_COLS`] columns) `=` or
+    /// `+=` `a`'s row times `b`'s columns, in eight independent 16-wide sums.
+    ///
+    /// # Safety
+    /// AVX-512F is available; `a` has its `k` elements at `a[p * a_cs]`, `b` holds
+    /// `tile.cols()` elements from each `p * ldb`, and `tile` is writable as its columns say.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn row_pass(
+        tile: DstTile<'_>,
+        k: usize,
+        (a, a_cs): (&[f32], usize),
+        (b, ldb): (&[f32], usize),
+        accumulate: bool,
+    ) {
+        const VECTORS: usize = super::ROW_COLS / 16;
+        let (cols, c) = (tile.cols(), tile.ptr());
+        let masks: [__mmask16; VECTORS] = std::array::from_fn(|v| {
+            let live = cols.saturating_sub(16 * v).min(16);
+            ((1u32 << live) - 1) as __mmask16
+        });
+        let mut acc = [_mm512_setzero_ps(); VECTORS];
+        let mut bp = b.as_ptr();
+        for p in 0..k {
+            // SAFETY: element p of `a`'s row and the tile's columns of b's row p (masked past
+            // them) lie in the operands (the function's contract).
             unsafe {
-                let row = c.add(r * ld);
-                // Past the tile's columns when it has 16 or fewer: masked off, never touched.
-                let high = row.wrapping_add(16);
-                let (mut lo, mut hi) = (pair[0], pair[1]);
-                if accumulate {
-                    lo = _mm512_add_ps(lo, _mm512_maskz_loadu_ps(mask0, row));
-                    hi = _mm512_add_ps(hi, _mm512_maskz_loadu_ps(mask1, high));
+                let ar = _mm512_set1_ps(*a.as_ptr().add(p * a_cs));
+                for (v, sum) in acc.iter_mut().enumerate() {
+                    let bv = _mm512_maskz_loadu_ps(masks[v], bp.wrapping_add(16 * v));
+                    *sum = _mm512_fmadd_ps(ar, bv, *sum);
                 }
-                _mm512_mask_storeu_ps(row, mask0, lo);
-                _mm512_mask_storeu_ps(high, mask1, hi);
+            }
+            bp = bp.wrapping_add(ldb);
+        }
+        for (v, (&sum, &mask)) in acc.iter().zip(&masks).enumerate() {
+            let out = c.wrapping_add(16 * v);
+            // SAFETY: the mask keeps only the tile's columns, which are writable; masked-off
+            // lanes are not accessed.
+            unsafe {
+                let total = if accumulate {
+                    _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out))
+                } else {
+                    sum
+                };
+                _mm512_mask_storeu_ps(out, mask, total);
             }
         }
     }
