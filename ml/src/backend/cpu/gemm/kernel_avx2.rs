@@ -112,7 +112,7 @@ mod x86 {
 
     use super::{MR, NR};
     use crate::backend::cpu::gemm::DstTile;
-    use crate::backend::cpu::gemm::microkernel::prefetch_tile;
+    use crate::backend::cpu::gemm::microkernel::{for_each_step, prefetch_tile};
 
     /// The microkernel. Accumulates in registers, then writes the tile: straight to memory when
     /// it is a whole 6 × 16 tile, through a stack buffer for the edges.
@@ -124,8 +124,8 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
         kc: usize,
-        mut a: *const f32,
-        (mut b, b_step): (*const f32, usize),
+        a: *const f32,
+        (b, b_step): (*const f32, usize),
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
@@ -133,8 +133,9 @@ mod x86 {
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
         let mut acc = [_mm256_setzero_ps(); 2 * MR];
         // One step of depth; called only with `a` at a step's MR elements and `b` at its NR.
-        let step = |acc: &mut [__m256; 2 * MR], a: *const f32, b: *const f32| {
-            // SAFETY: the caller passes a step's MR elements at `a` and NR at `b`.
+        let step = |a: *const f32, b: *const f32| {
+            // SAFETY: `for_each_step` passes a step's MR elements at `a` and NR at `b`, within
+            // the panels' promised lengths.
             unsafe {
                 let b0 = _mm256_loadu_ps(b);
                 let b1 = _mm256_loadu_ps(b.add(8));
@@ -145,23 +146,7 @@ mod x86 {
                 }
             }
         };
-        for _ in 0..kc / 4 {
-            // SAFETY: four of the kc steps, each MR elements at `a` and NR at `b` within the
-            // panels' promised lengths; the pointers then move past them.
-            unsafe {
-                step(&mut acc, a, b);
-                step(&mut acc, a.add(MR), b.add(b_step));
-                step(&mut acc, a.add(2 * MR), b.add(2 * b_step));
-                step(&mut acc, a.add(3 * MR), b.add(3 * b_step));
-                a = a.wrapping_add(4 * MR);
-                b = b.wrapping_add(4 * b_step);
-            }
-        }
-        for _ in 0..kc % 4 {
-            step(&mut acc, a, b);
-            a = a.wrapping_add(MR);
-            b = b.wrapping_add(b_step);
-        }
+        for_each_step(kc, (a, MR), (b, b_step), step);
         if rows == MR && cols == NR {
             for (r, pair) in acc.chunks_exact(2).enumerate() {
                 // SAFETY: a whole tile: row r's 16 elements lie at c + r * ld.

@@ -112,8 +112,8 @@ mod x86 {
 
     use super::MR;
     use crate::backend::cpu::gemm::DstTile;
-    use crate::backend::cpu::gemm::microkernel::prefetch_tile;
     use crate::backend::cpu::gemm::microkernel::x86::store_sums;
+    use crate::backend::cpu::gemm::microkernel::{for_each_step, prefetch_tile};
 
     /// The microkernel: accumulates in registers, then adds to or overwrites the tile's live
     /// rows and columns with masked loads and stores ([`store_sums`]).
@@ -125,16 +125,17 @@ mod x86 {
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile(
         steps: usize,
-        mut a: *const f32,
-        (mut b, b_step): (*const f32, usize),
+        a: *const f32,
+        (b, b_step): (*const f32, usize),
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
         prefetch_tile(&tile);
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         // One step of depth; called only with `a` at a step's MR elements and `b` at its NR.
-        let step = |acc: &mut [[__m512; 2]; MR], a: *const f32, b: *const f32| {
-            // SAFETY: the caller passes a step's MR elements at `a` and NR at `b`.
+        let step = |a: *const f32, b: *const f32| {
+            // SAFETY: `for_each_step` passes a step's MR elements at `a` and NR at `b`, within
+            // the panels' promised lengths.
             unsafe {
                 let b0 = _mm512_loadu_ps(b);
                 let b1 = _mm512_loadu_ps(b.add(16));
@@ -145,23 +146,7 @@ mod x86 {
                 }
             }
         };
-        for _ in 0..steps / 4 {
-            // SAFETY: four of the steps, each MR elements at `a` and NR at `b` within the
-            // panels' promised lengths; the pointers then move past them.
-            unsafe {
-                step(&mut acc, a, b);
-                step(&mut acc, a.add(MR), b.add(b_step));
-                step(&mut acc, a.add(2 * MR), b.add(2 * b_step));
-                step(&mut acc, a.add(3 * MR), b.add(3 * b_step));
-            }
-            a = a.wrapping_add(4 * MR);
-            b = b.wrapping_add(4 * b_step);
-        }
-        for _ in 0..steps % 4 {
-            step(&mut acc, a, b);
-            a = a.wrapping_add(MR);
-            b = b.wrapping_add(b_step);
-        }
+        for_each_step(steps, (a, MR), (b, b_step), step);
         // SAFETY: AVX-512F is enabled here; the caller promises the tile writable.
         unsafe { store_sums(&acc, &tile, overwrite) };
     }

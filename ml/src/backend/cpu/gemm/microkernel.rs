@@ -106,6 +106,32 @@ pub fn prefetch_tile(tile: &DstTile<'_>) {
     }
 }
 
+/// Runs `step` over `steps` packed steps of depth, four at a time: `step(a, b)` with `a` at a
+/// step's `mr` elements of the `a` panel and `b` at its elements of the `b` panel, `b_step`
+/// apart. Inlined into the microkernel that calls it, so `step` (a closure of that kernel)
+/// keeps the kernel's target features.
+#[inline(always)]
+pub fn for_each_step<T>(
+    steps: usize,
+    (mut a, mr): (*const T, usize),
+    (mut b, b_step): (*const T, usize),
+    mut step: impl FnMut(*const T, *const T),
+) {
+    for _ in 0..steps / 4 {
+        step(a, b);
+        step(a.wrapping_add(mr), b.wrapping_add(b_step));
+        step(a.wrapping_add(2 * mr), b.wrapping_add(2 * b_step));
+        step(a.wrapping_add(3 * mr), b.wrapping_add(3 * b_step));
+        a = a.wrapping_add(4 * mr);
+        b = b.wrapping_add(4 * b_step);
+    }
+    for _ in 0..steps % 4 {
+        step(a, b);
+        a = a.wrapping_add(mr);
+        b = b.wrapping_add(b_step);
+    }
+}
+
 /// Writing the sums of the AVX-512 microkernels, whose tiles are two 16-lane vectors wide.
 #[cfg(target_arch = "x86_64")]
 pub mod x86 {
