@@ -11,12 +11,11 @@
 //! are written with masked stores. Reachable only through [`Avx512Fma`], a token that exists
 //! only after the CPU was seen to support AVX-512F (and the AVX2 and FMA its packing uses).
 
-use std::sync::OnceLock;
-
 use super::DstTile;
 use super::kernel_avx2::Avx2Fma;
 use super::microkernel::{Microkernel, check_tile};
 use super::pack::{self, Block};
+use super::thin_avx512::Avx512;
 use super::view::Operand;
 
 /// Rows of the destination tile (and of a packed `a` panel).
@@ -38,22 +37,10 @@ pub const NC: usize = 4096;
 pub struct Avx512Fma(Avx2Fma);
 
 impl Avx512Fma {
-    /// The token, when this CPU supports AVX-512F besides AVX2 and FMA (detected once, then
-    /// cached).
+    /// The token, when this CPU supports AVX-512F besides AVX2 and FMA (both detected once,
+    /// then cached).
     pub fn detect() -> Option<Self> {
-        static DETECTED: OnceLock<bool> = OnceLock::new();
-        let avx2 = Avx2Fma::detect()?;
-        let yes = *DETECTED.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            {
-                std::arch::is_x86_feature_detected!("avx512f")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                false
-            }
-        });
-        yes.then_some(Avx512Fma(avx2))
+        Avx512::detect().and(Avx2Fma::detect()).map(Avx512Fma)
     }
 }
 

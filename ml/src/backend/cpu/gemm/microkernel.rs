@@ -132,31 +132,41 @@ pub fn for_each_step<T>(
     }
 }
 
-/// Writing the sums of the AVX-512 microkernels, whose tiles are two 16-lane vectors wide.
+/// Masked writing of the AVX-512 kernels' sums, whose rows are whole 16-lane vectors.
 #[cfg(target_arch = "x86_64")]
 pub mod x86 {
     use std::arch::x86_64::*;
 
     use super::DstTile;
 
-    /// Adds `sums` (a row's two vectors each) to the tile's live rows and columns, or
-    /// overwrites them, through masked loads and stores: lanes past the tile's columns and
-    /// rows past its rows are neither read nor written.
+    /// A mask of the first `n` lanes of a 16-lane vector (all of them from 16 on).
+    #[inline(always)]
+    pub fn first_lanes(n: usize) -> __mmask16 {
+        ((1u32 << n.min(16)) - 1) as __mmask16
+    }
+
+    /// Adds `sums` (`V` vectors for each row, 16 columns each) to the tile's live rows and
+    /// columns, or overwrites them, through masked loads and stores: lanes past the tile's
+    /// columns and rows past its rows are neither read nor written.
     ///
-    /// Inlined into the microkernel that calls it (a call would first spill the sixteen
-    /// accumulators), so it carries no target features of its own.
+    /// Inlined into the kernel that calls it (a call would first spill the accumulators), so
+    /// it carries no target features of its own.
     ///
     /// # Safety
     /// AVX-512F is available and the caller is compiled for it; `tile` is writable as its
-    /// rows, columns and row stride describe, and has at most 32 columns.
+    /// rows, columns and row stride describe, and has at most `16 * V` columns.
     #[inline(always)]
-    pub unsafe fn store_sums(sums: &[[__m512; 2]], tile: &DstTile<'_>, overwrite: bool) {
+    pub unsafe fn store_sums<const V: usize>(
+        sums: &[[__m512; V]],
+        tile: &DstTile<'_>,
+        overwrite: bool,
+    ) {
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
-        let lanes = |n: usize| ((1u32 << n.min(16)) - 1) as __mmask16;
-        let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
-        for (r, pair) in sums.iter().take(rows).enumerate() {
-            for (half, (&sum, &mask)) in pair.iter().zip(&masks).enumerate() {
-                let out = c.wrapping_add(r * ld + 16 * half);
+        let masks: [__mmask16; V] =
+            std::array::from_fn(|v| first_lanes(cols.saturating_sub(16 * v)));
+        for (r, row) in sums.iter().take(rows).enumerate() {
+            for (v, (&sum, &mask)) in row.iter().zip(&masks).enumerate() {
+                let out = c.wrapping_add(r * ld + 16 * v);
                 // SAFETY: the mask keeps only columns below `cols` of row `r < rows`, which
                 // the caller promises writable; masked-off lanes are not accessed.
                 unsafe {

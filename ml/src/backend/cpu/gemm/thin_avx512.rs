@@ -146,9 +146,7 @@ impl Avx512 {
             }
         }
     }
-}
 
-impl Avx512 {
     /// [`Avx512::product_serial`] for a single row (a recurrent step of one sequence): passes
     /// of [`ROW_COLS`] columns, so that eight independent sums hide the multiply-adds' latency
     /// (a pass of [`COLS`] has two, and ran at half the `gemm` crate's rate on 1 × 1024 × 1024).
@@ -284,7 +282,7 @@ mod x86 {
 
     use super::ROWS;
     use crate::backend::cpu::gemm::DstTile;
-    use crate::backend::cpu::gemm::microkernel::x86::store_sums;
+    use crate::backend::cpu::gemm::microkernel::x86::{first_lanes, store_sums};
 
     /// One pass: `tile` (`R` rows, at most [`super::COLS`] columns) `=` or `+=` `a`'s rows
     /// times `b`'s columns.
@@ -302,11 +300,7 @@ mod x86 {
         accumulate: bool,
     ) {
         let (rows, cols) = (tile.rows(), tile.cols());
-        let lanes = |from: usize| -> __mmask16 {
-            let live = cols.saturating_sub(from).min(16);
-            ((1u32 << live) - 1) as __mmask16
-        };
-        let (mask0, mask1) = (lanes(0), lanes(16));
+        let (mask0, mask1) = (first_lanes(cols), first_lanes(cols.saturating_sub(16)));
         debug_assert!(rows == R && R <= ROWS);
         let mut row_ptr = [a.as_ptr(); ROWS];
         for (r, ptr) in row_ptr.iter_mut().enumerate().take(R) {
@@ -347,11 +341,9 @@ mod x86 {
         accumulate: bool,
     ) {
         const VECTORS: usize = super::ROW_COLS / 16;
-        let (cols, c) = (tile.cols(), tile.ptr());
-        let masks: [__mmask16; VECTORS] = std::array::from_fn(|v| {
-            let live = cols.saturating_sub(16 * v).min(16);
-            ((1u32 << live) - 1) as __mmask16
-        });
+        let cols = tile.cols();
+        let masks: [__mmask16; VECTORS] =
+            std::array::from_fn(|v| first_lanes(cols.saturating_sub(16 * v)));
         let mut acc = [_mm512_setzero_ps(); VECTORS];
         let mut bp = b.as_ptr();
         for p in 0..k {
@@ -366,19 +358,8 @@ mod x86 {
             }
             bp = bp.wrapping_add(ldb);
         }
-        for (v, (&sum, &mask)) in acc.iter().zip(&masks).enumerate() {
-            let out = c.wrapping_add(16 * v);
-            // SAFETY: the mask keeps only the tile's columns, which are writable; masked-off
-            // lanes are not accessed.
-            unsafe {
-                let total = if accumulate {
-                    _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out))
-                } else {
-                    sum
-                };
-                _mm512_mask_storeu_ps(out, mask, total);
-            }
-        }
+        // SAFETY: AVX-512F is enabled here; the tile is writable (the function's contract).
+        unsafe { store_sums(&[acc], &tile, !accumulate) };
     }
 
     /// `out[r][j] (+)= a_r · column_j` for `rows <= DOT_ROWS` rows of `a` (`a_ld` apart) and
@@ -449,7 +430,7 @@ mod x86 {
         let mut p = depth;
         while p < depth + kc {
             let live = (depth + kc - p).min(16);
-            let mask = ((1u32 << live) - 1) as __mmask16;
+            let mask = first_lanes(live);
             // SAFETY: elements p..p + live of every row and column lie in their storage (the
             // function's contract); the mask keeps the loads to them.
             unsafe {

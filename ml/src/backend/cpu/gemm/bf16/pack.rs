@@ -106,11 +106,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::Rows;
-
-    /// A mask of the first `n` (at most 16) lanes.
-    fn first(n: usize) -> __mmask16 {
-        ((1u32 << n.min(16)) - 1) as __mmask16
-    }
+    use crate::backend::cpu::gemm::microkernel::x86::first_lanes as first;
 
     /// 32 f32 values as 16 lanes of bfloat16 pairs, `lo` giving the lanes' low halves'
     /// source order: the result's words are `lo[0..16]` then `hi[0..16]`.
