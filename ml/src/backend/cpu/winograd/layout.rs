@@ -3,7 +3,7 @@
 //! [`Lanes`]) and point-major buffers of a chunk (`[α², tiles, lanes]`, each point a row-major
 //! `tiles × lanes` matrix: an operand of that point's product).
 
-use super::transform::{LANES, Lanes};
+use super::transform::{LANES, Lanes, ZERO, build};
 
 /// A channels-last plane: `cols` pixels per row, `lanes` values per pixel.
 #[derive(Clone, Copy, Debug)]
@@ -43,16 +43,15 @@ impl Plane {
                 let source = |l: usize, x: usize| (c0 + l) * area + y * w + x;
                 let mut x = 0;
                 while x + LANES <= w {
-                    let block: [Lanes; LANES] = std::array::from_fn(|l| lanes(image, source(l, x)));
-                    let pixels: [Lanes; LANES] =
-                        std::array::from_fn(|k| std::array::from_fn(|l| block[l][k]));
+                    let block: [Lanes; LANES] = build(ZERO, |l| lanes(image, source(l, x)));
+                    let pixels: [Lanes; LANES] = build(ZERO, |k| build(0.0, |l| block[l][k]));
                     for (k, pixel) in pixels.iter().enumerate() {
                         store(plane, at(x + k) + c0, pixel);
                     }
                     x += LANES;
                 }
                 for x in x..w {
-                    let pixel: Lanes = std::array::from_fn(|l| image[source(l, x)]);
+                    let pixel: Lanes = build(0.0, |l| image[source(l, x)]);
                     store(plane, at(x) + c0, &pixel);
                 }
             }

@@ -3,7 +3,7 @@
 //! and FMA where the CPU has them, so that each [`Lanes`] of eight channels is one register.
 
 use super::layout::{add, lanes, store};
-use super::transform::{LANES, Lanes, Minimal, filter, filter_t};
+use super::transform::{LANES, Lanes, Minimal, build, filter, filter_t};
 use super::{Plan, Side};
 
 /// One transform pass and its buffers.
@@ -109,7 +109,7 @@ fn filters_to_points<const A: usize, const R: usize, F: Minimal<A, R>>(
     for ci in 0..c {
         for group in 0..o8 / LANES {
             let tap = |k: usize, l: usize| -> Lanes {
-                std::array::from_fn(|lane| {
+                build(0.0, |lane| {
                     let oi = group * LANES + lane;
                     if oi < o {
                         w[((oi * c + ci) * R + k) * R + l]
