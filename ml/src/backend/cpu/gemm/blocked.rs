@@ -10,6 +10,7 @@
 use super::microkernel::{Microkernel, PackedElement};
 use super::pack::{Block, prefetch_block};
 use super::view::{DstTile, Operand};
+use super::zero_steps::{BlockSteps, with_block_steps};
 
 /// Largest depth of a packed f32 block: a `b` panel (`KC × 16` floats, 16 KiB) fits the 32 KiB
 /// L1 of the cores this is tuned for next to the `a` panel in flight.
@@ -82,11 +83,14 @@ pub fn product<K: Microkernel>(
         && b.row_stride <= DIRECT_B_MAX_STRIDE
         && K::in_place(b.data).is_some();
     K::Packed::with_buffers(|a_buf, b_buf| {
-        if m <= K::MC && !direct {
-            short_product(cpu, dst, (a, b), (a_buf, b_buf), accumulate);
-        } else {
-            long_product(cpu, dst, (a, b), (a_buf, b_buf), (accumulate, direct));
-        }
+        with_block_steps(|steps| {
+            let bufs = (a_buf, b_buf, steps);
+            if m <= K::MC && !direct {
+                short_product(cpu, dst, (a, b), bufs, accumulate);
+            } else {
+                long_product(cpu, dst, (a, b), bufs, (accumulate, direct));
+            }
+        })
     });
 }
 
@@ -96,7 +100,7 @@ fn long_product<K: Microkernel>(
     cpu: K,
     mut dst: DstTile<'_>,
     (a, b): (&Operand<'_>, &Operand<'_>),
-    (a_buf, b_buf): (&mut Vec<K::Packed>, &mut Vec<K::Packed>),
+    (a_buf, b_buf, steps): Buffers<'_, K>,
     (accumulate, direct): (bool, bool),
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
@@ -129,8 +133,9 @@ fn long_product<K: Microkernel>(
                     cols: kc,
                 };
                 cpu.pack_a(a_buf, a, block);
+                steps.find(a_buf, K::MR, K::steps(kc), mc.div_ceil(K::MR));
                 let mut tiles = dst.sub(row, col, mc, nc);
-                sweep(cpu, &mut tiles, kc, (a_buf, source), overwrite);
+                sweep(cpu, &mut tiles, (a_buf, steps), source, overwrite);
             }
         }
     }
@@ -151,7 +156,7 @@ fn short_product<K: Microkernel>(
     cpu: K,
     mut dst: DstTile<'_>,
     (a, b): (&Operand<'_>, &Operand<'_>),
-    (a_buf, b_buf): (&mut Vec<K::Packed>, &mut Vec<K::Packed>),
+    (a_buf, b_buf, steps): Buffers<'_, K>,
     accumulate: bool,
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
@@ -166,6 +171,7 @@ fn short_product<K: Microkernel>(
             cols: kc,
         };
         cpu.pack_a(a_buf, a, a_block);
+        steps.find(a_buf, K::MR, K::steps(kc), m.div_ceil(K::MR));
         let chunk = |col: usize| Block {
             row: depth,
             col,
@@ -182,33 +188,40 @@ fn short_product<K: Microkernel>(
             cpu.pack_b(b_buf, b, block);
             let mut tiles = dst.sub(0, col, m, block.cols);
             let source = BSource::Packed(&b_buf[..]);
-            sweep(cpu, &mut tiles, kc, (a_buf, source), overwrite);
+            sweep(cpu, &mut tiles, (a_buf, steps), source, overwrite);
         }
     }
 }
 
-/// Every microkernel tile of one packed `a` block times one block of `b`: a `b` panel stays
-/// in L1 while the `a` panels stream from L2.
+/// Every microkernel tile of one packed `a` block (whose panels run the steps `steps` lists)
+/// times one block of `b`: a `b` panel stays in L1 while the `a` panels stream from L2.
 fn sweep<K: Microkernel>(
     cpu: K,
     block: &mut DstTile<'_>,
-    kc: usize,
-    (a, b): (&[K::Packed], BSource<'_, K::Packed>),
+    (a, steps): (&[K::Packed], &BlockSteps),
+    b: BSource<'_, K::Packed>,
     overwrite: bool,
 ) {
     let (mc, nc) = (block.rows(), block.cols());
-    let steps = K::steps(kc);
+    let span = steps.span();
     for jp in 0..nc.div_ceil(K::NR) {
         let (col, cols) = (jp * K::NR, K::NR.min(nc - jp * K::NR));
-        let b_panel = b.panel(jp, (cols, K::NR), steps);
-        let a_panels = a.chunks_exact(steps * K::MR).take(mc.div_ceil(K::MR));
+        let b_panel = b.panel(jp, (cols, K::NR), span);
+        let a_panels = a.chunks_exact(span * K::MR).take(mc.div_ceil(K::MR));
         for (ip, a_panel) in a_panels.enumerate() {
             let (row, rows) = (ip * K::MR, K::MR.min(mc - ip * K::MR));
             let tile = block.sub(row, col, rows, cols);
-            cpu.tile(steps, a_panel, b_panel, tile, overwrite);
+            cpu.tile(steps.of(ip), a_panel, b_panel, tile, overwrite);
         }
     }
 }
+
+/// A thread's buffers for packed `a` and `b` blocks, and its step lists.
+type Buffers<'a, K> = (
+    &'a mut Vec<<K as Microkernel>::Packed>,
+    &'a mut Vec<<K as Microkernel>::Packed>,
+    &'a mut BlockSteps,
+);
 
 /// Makes `buf` at least `len` long.
 fn grow<P: Copy + Default>(buf: &mut Vec<P>, len: usize) {

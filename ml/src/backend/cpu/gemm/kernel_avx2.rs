@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use super::DstTile;
 use super::blocked::{KC, MC, NC};
-use super::microkernel::{Microkernel, check_tile};
+use super::microkernel::{Microkernel, Steps, check_tile};
 use super::pack::{self, Block};
 use super::view::Operand;
 
@@ -42,26 +42,27 @@ impl Avx2Fma {
         yes.then_some(Avx2Fma(()))
     }
 
-    /// `tile = a_panel · b_panel` over `kc` steps (`+=` unless `overwrite`), where `a_panel`
-    /// holds `kc` groups of [`MR`] elements and `b_panel` `kc` groups of [`NR`], `b_step`
-    /// apart ([`NR`] when packed, the operand's row stride when read in place). Only the
-    /// tile's own rows and columns are written; the panels are zero-padded past them.
+    /// `tile = a_panel · b_panel` over `steps` (`+=` unless `overwrite`), where `a_panel`
+    /// holds a group of [`MR`] elements for each step run and `b_panel` a group of [`NR`]
+    /// for each step of its span, `b_step` apart ([`NR`] when packed, the operand's row stride
+    /// when read in place). Only the tile's own rows and columns are written; the panels are
+    /// zero-padded past them.
     pub fn tile(
         self,
-        kc: usize,
+        steps: Steps<'_>,
         a_panel: &[f32],
         (b_panel, b_step): (&[f32], usize),
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
-        check_tile(kc, (a_panel, MR), (b_panel, b_step, NR), &tile);
+        check_tile(steps, (a_panel, MR), (b_panel, b_step, NR), &tile);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `self` exists only when AVX2 and FMA were detected on this CPU; the panels
-        // hold `kc` steps (checked above) and `tile` covers its rows × cols with its row
+        // hold their steps (checked above) and `tile` covers its rows × cols with its row
         // stride, uniquely borrowed for the call (a `DstTile` is handed to one caller at a time).
         unsafe {
             x86::tile(
-                kc,
+                steps,
                 a_panel.as_ptr(),
                 (b_panel.as_ptr(), b_step),
                 tile,
@@ -92,7 +93,7 @@ impl Microkernel for Avx2Fma {
 
     fn tile(
         self,
-        steps: usize,
+        steps: Steps<'_>,
         a_panel: &[f32],
         b_panel: (&[f32], usize),
         tile: DstTile<'_>,
@@ -112,18 +113,18 @@ mod x86 {
 
     use super::{MR, NR};
     use crate::backend::cpu::gemm::DstTile;
-    use crate::backend::cpu::gemm::microkernel::{for_each_step, prefetch_tile};
+    use crate::backend::cpu::gemm::microkernel::{Steps, for_each_step, prefetch_tile};
 
     /// The microkernel. Accumulates in registers, then writes the tile: straight to memory when
     /// it is a whole 6 × 16 tile, through a stack buffer for the edges.
     ///
     /// # Safety
-    /// AVX2 and FMA are available; `a` points at `kc * MR` readable elements and `b` at `kc`
-    /// runs of `NR`, `b_step` apart; `tile` is writable as described by its rows, columns and
-    /// row stride.
+    /// AVX2 and FMA are available; `a` points at `steps.run()` steps of `MR` readable
+    /// elements and `b` at `steps.span()` runs of `NR`, `b_step` apart; `tile` is writable as
+    /// described by its rows, columns and row stride.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn tile(
-        kc: usize,
+        steps: Steps<'_>,
         a: *const f32,
         (b, b_step): (*const f32, usize),
         tile: DstTile<'_>,
@@ -146,7 +147,7 @@ mod x86 {
                 }
             }
         };
-        for_each_step(kc, (a, MR), (b, b_step), step);
+        for_each_step(steps, (a, MR), (b, b_step), step);
         if rows == MR && cols == NR {
             for (r, pair) in acc.chunks_exact(2).enumerate() {
                 // SAFETY: a whole tile: row r's 16 elements lie at c + r * ld.

@@ -13,7 +13,7 @@
 
 use super::DstTile;
 use super::kernel_avx2::Avx2Fma;
-use super::microkernel::{Microkernel, check_tile};
+use super::microkernel::{Microkernel, Steps, check_tile};
 use super::pack::{self, Block};
 use super::thin_avx512::Avx512;
 use super::view::Operand;
@@ -63,7 +63,7 @@ impl Microkernel for Avx512Fma {
 
     fn tile(
         self,
-        steps: usize,
+        steps: Steps<'_>,
         a_panel: &[f32],
         b_panel: (&[f32], usize),
         tile: DstTile<'_>,
@@ -100,18 +100,18 @@ mod x86 {
     use super::MR;
     use crate::backend::cpu::gemm::DstTile;
     use crate::backend::cpu::gemm::microkernel::x86::store_sums;
-    use crate::backend::cpu::gemm::microkernel::{for_each_step, prefetch_tile};
+    use crate::backend::cpu::gemm::microkernel::{Steps, for_each_step, prefetch_tile};
 
     /// The microkernel: accumulates in registers, then adds to or overwrites the tile's live
     /// rows and columns with masked loads and stores ([`store_sums`]).
     ///
     /// # Safety
-    /// AVX-512F is available; `a` points at `steps * MR` readable elements and `b` at `steps`
-    /// runs of `NR`, `b_step` apart; `tile` is writable as its rows, columns and row stride
-    /// describe.
+    /// AVX-512F is available; `a` points at `steps.run()` steps of `MR` readable elements
+    /// and `b` at `steps.span()` runs of `NR`, `b_step` apart; `tile` is writable as its
+    /// rows, columns and row stride describe.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn tile(
-        steps: usize,
+        steps: Steps<'_>,
         a: *const f32,
         (b, b_step): (*const f32, usize),
         tile: DstTile<'_>,

@@ -7,6 +7,7 @@ use std::cell::Cell;
 
 use super::pack::Block;
 use super::view::{DstTile, Operand};
+use super::zero_steps::StepList;
 
 /// A register-blocked microkernel with its packing.
 ///
@@ -45,7 +46,7 @@ pub trait Microkernel: Copy + Send + Sync + 'static {
     /// panel's steps lie `b_step` elements apart. Writes only the tile's rows and columns.
     fn tile(
         self,
-        steps: usize,
+        steps: Steps<'_>,
         a_panel: &[Self::Packed],
         b_panel: (&[Self::Packed], usize),
         tile: DstTile<'_>,
@@ -70,18 +71,20 @@ pub trait Microkernel: Copy + Send + Sync + 'static {
     }
 }
 
-/// Checks what a microkernel's tile function relies on: `a_panel` holds `steps` steps of `mr`
-/// elements, `b_panel` `steps` steps of `nr` that start `b_step` apart, and the tile fits the
-/// kernel's `mr × nr`. After this, the kernel reads and writes without further checks.
+/// Checks what a microkernel's tile function relies on: `a_panel` holds the steps it runs, of
+/// `mr` elements each, `b_panel` every step of the panel, `nr` elements each, `b_step` apart,
+/// and the tile fits the kernel's `mr × nr`. After this, the kernel reads and writes without
+/// further checks.
 pub fn check_tile<P>(
-    steps: usize,
+    steps: Steps<'_>,
     (a_panel, mr): (&[P], usize),
     (b_panel, b_step, nr): (&[P], usize, usize),
     tile: &DstTile<'_>,
 ) {
-    assert!(a_panel.len() >= steps * mr, "the a panel holds its steps");
+    let (run, span) = (steps.run(), steps.span());
+    assert!(a_panel.len() >= run * mr, "the a panel holds its steps");
     assert!(
-        steps == 0 || b_panel.len() >= (steps - 1) * b_step + nr,
+        span == 0 || b_panel.len() >= (span - 1) * b_step + nr,
         "the b panel holds its steps"
     );
     assert!(
@@ -106,12 +109,55 @@ pub fn prefetch_tile(tile: &DstTile<'_>) {
     }
 }
 
-/// Runs `step` over `steps` packed steps of depth, four at a time: `step(a, b)` with `a` at a
-/// step's `mr` elements of the `a` panel and `b` at its elements of the `b` panel, `b_step`
-/// apart. Inlined into the microkernel that calls it, so `step` (a closure of that kernel)
-/// keeps the kernel's target features.
+/// The steps of depth a tile runs: every step of its panels, or only those of a
+/// [`StepList`], whose `a` panel was compacted to hold just them, in order (the others'
+/// `a` elements are all zero: `zero_steps.rs`).
+#[derive(Clone, Copy, Debug)]
+pub enum Steps<'a> {
+    /// All of the panels' steps, in order.
+    All(usize),
+    /// The listed steps of the `b` panel, against consecutive steps of the `a` panel.
+    Listed(&'a StepList),
+}
+
+impl Steps<'_> {
+    /// Steps the kernel runs: the `a` panel's steps it reads.
+    pub fn run(&self) -> usize {
+        match self {
+            Steps::All(steps) => *steps,
+            Steps::Listed(list) => list.steps().len(),
+        }
+    }
+
+    /// Steps the `b` panel spans.
+    pub fn span(&self) -> usize {
+        match self {
+            Steps::All(steps) => *steps,
+            Steps::Listed(list) => list.span(),
+        }
+    }
+}
+
+/// Runs `step` over the packed steps of depth `steps` names, four at a time: `step(a, b)`
+/// with `a` at a step's `mr` elements of the `a` panel and `b` at its elements of the `b`
+/// panel, whose steps lie `b_step` apart. Inlined into the microkernel that calls it, so
+/// `step` (a closure of that kernel) keeps the kernel's target features.
 #[inline(always)]
 pub fn for_each_step<T>(
+    steps: Steps<'_>,
+    (a, mr): (*const T, usize),
+    (b, b_step): (*const T, usize),
+    step: impl FnMut(*const T, *const T),
+) {
+    match steps {
+        Steps::All(steps) => each_step(steps, (a, mr), (b, b_step), step),
+        Steps::Listed(list) => each_listed_step(list.steps(), (a, mr), (b, b_step), step),
+    }
+}
+
+/// [`for_each_step`] over every step.
+#[inline(always)]
+fn each_step<T>(
     steps: usize,
     (mut a, mr): (*const T, usize),
     (mut b, b_step): (*const T, usize),
@@ -129,6 +175,29 @@ pub fn for_each_step<T>(
         step(a, b);
         a = a.wrapping_add(mr);
         b = b.wrapping_add(b_step);
+    }
+}
+
+/// [`for_each_step`] over the listed steps of `b`, against consecutive steps of `a`.
+#[inline(always)]
+fn each_listed_step<T>(
+    list: &[u32],
+    (mut a, mr): (*const T, usize),
+    (b, b_step): (*const T, usize),
+    mut step: impl FnMut(*const T, *const T),
+) {
+    let at = |s: u32| b.wrapping_add(s as usize * b_step);
+    let mut quads = list.chunks_exact(4);
+    for q in &mut quads {
+        step(a, at(q[0]));
+        step(a.wrapping_add(mr), at(q[1]));
+        step(a.wrapping_add(2 * mr), at(q[2]));
+        step(a.wrapping_add(3 * mr), at(q[3]));
+        a = a.wrapping_add(4 * mr);
+    }
+    for &s in quads.remainder() {
+        step(a, at(s));
+        a = a.wrapping_add(mr);
     }
 }
 
@@ -188,6 +257,14 @@ pub trait PackedElement: Copy + Default + Send + Sync + 'static {
     /// They are taken out while in use, so a nested product on the same thread (rayon runs
     /// other jobs while waiting) simply gets fresh ones.
     fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R;
+
+    /// The bits of the element's representation that are not a sign: none of them is set
+    /// exactly when the element adds nothing to a product (±0, or ±0 in both halves of a
+    /// pair).
+    const MAGNITUDE: u32;
+
+    /// The element's bits, masked by [`PackedElement::MAGNITUDE`].
+    fn magnitude_bits(self) -> u32;
 }
 
 /// Runs `f` on the buffers held by `cell`, putting them back afterwards.
@@ -212,11 +289,23 @@ impl PackedElement for f32 {
     fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R {
         F32_BUFFERS.with(|cell| borrow_buffers(cell, f))
     }
+
+    const MAGNITUDE: u32 = 0x7fff_ffff;
+
+    fn magnitude_bits(self) -> u32 {
+        self.to_bits() & Self::MAGNITUDE
+    }
 }
 
 /// Two bfloat16 values, the lower one in the low half: a pair of consecutive steps of depth.
 impl PackedElement for u32 {
     fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R {
         PAIR_BUFFERS.with(|cell| borrow_buffers(cell, f))
+    }
+
+    const MAGNITUDE: u32 = 0x7fff_7fff;
+
+    fn magnitude_bits(self) -> u32 {
+        self & Self::MAGNITUDE
     }
 }

@@ -25,6 +25,7 @@ mod pack_avx2;
 mod thin_avx512;
 mod threading;
 mod view;
+mod zero_steps;
 
 use gemm::Parallelism;
 use rayon::prelude::*;

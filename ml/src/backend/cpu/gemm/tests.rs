@@ -538,3 +538,91 @@ fn batched_products_match_the_reference() {
         }
     }
 }
+
+impl Case {
+    /// The same operands with the logical elements `(i, p)` of `a` for which `zero` holds set
+    /// to zero (the sign of the zero alternating), so that packed panels have zero steps.
+    fn with_zeros_in_a(mut self, zero: impl Fn(usize, usize) -> bool) -> Self {
+        for i in 0..self.m {
+            for p in 0..self.k {
+                if zero(i, p) {
+                    let at = if self.a_t {
+                        p * self.m + i
+                    } else {
+                        i * self.k + p
+                    };
+                    self.a[at] = if (i + p) % 2 == 0 { 0.0 } else { -0.0 };
+                }
+            }
+        }
+        self
+    }
+}
+
+/// Products whose `a` has zero steps (whole zero columns, zeros in most elements, blank
+/// regions as in images, or nothing but zeros) give the reference product through every
+/// implementation, whether their panels are compacted (`zero_steps.rs`) or not.
+#[test]
+fn products_with_zeros_in_a_match_the_reference() {
+    type Pattern = fn(usize, usize) -> bool;
+    let patterns: [Pattern; 5] = [
+        |_, p| p % 3 != 0,
+        |i, p| (i * 7 + p * 13) % 10 < 8,
+        |i, p| !(10..20).contains(&p) || i % 9 == 4,
+        |_, p| p >= 5,
+        |_, _| true,
+    ];
+    let mut seed = 400;
+    for (dims, pattern) in [(37, 530, 290), (64, 300, 70), (9, 17, 40)]
+        .into_iter()
+        .flat_map(|dims| patterns.map(|pattern| (dims, pattern)))
+    {
+        for orientation in ORIENTATIONS {
+            seed += 1;
+            let case = Case::new(dims, orientation, seed).with_zeros_in_a(pattern);
+            for (accumulate, threaded) in [(false, false), (true, true), (false, true)] {
+                if let Err(e) = case.check(accumulate, threaded) {
+                    panic!("{e}");
+                }
+            }
+        }
+    }
+}
+
+/// The steps a packed kernel skips are not run at all: where `a`'s columns are zero (two in
+/// a row, so that bf16 pairs are zero too), `b`'s rows may hold NaN without reaching the
+/// product (the one place where skipping shows, as it does for sparse products elsewhere);
+/// where they are not, the NaN does reach it. With `b` read in place (64 rows) and packed.
+#[test]
+fn packed_kernels_skip_the_steps_where_a_is_zero() {
+    for (m, k, n) in [(64, 96, 64), (128, 96, 64)] {
+        let case = Case::new((m, k, n), (false, false), 500);
+        let mut case = case.with_zeros_in_a(|_, p| p % 4 >= 2);
+        case.b[2 * n..4 * n].fill(f32::NAN);
+        for kernel in kernels().into_iter().filter(|k| k.packed()) {
+            let mut dst = vec![0.0; m * n];
+            product_with(kernel, &mut dst, (case.a(), case.b()), false, false);
+            assert!(
+                dst.iter().all(|x| x.is_finite()),
+                "{kernel:?} ran a zero step"
+            );
+            case.b[4 * n] = f32::NAN;
+            product_with(kernel, &mut dst, (case.a(), case.b()), false, false);
+            assert!(
+                dst[..n].iter().any(|x| x.is_nan()),
+                "{kernel:?} skipped a live step"
+            );
+            case.b[4 * n] = 0.5;
+        }
+    }
+}
+
+impl Kernel {
+    /// Whether this implementation is one of the packed microkernels.
+    fn packed(self) -> bool {
+        matches!(
+            self,
+            Kernel::Packed(_) | Kernel::Packed512(_) | Kernel::Bf16(_) | Kernel::Bf16Emulated(_)
+        )
+    }
+}

@@ -9,7 +9,7 @@
 //! mostly multiples of 8 (32 or 64 channels, batches of 64 or 256), and 8 rows ran 2–10% faster
 //! on the MLP and ResNet shapes of `benches/gemm_shapes.txt` (the LeNet step the same).
 
-use super::super::microkernel::check_tile;
+use super::super::microkernel::{Steps, check_tile};
 use super::super::view::DstTile;
 use super::Avx512Bf16;
 
@@ -19,11 +19,12 @@ pub const MR: usize = 8;
 pub const NR: usize = 32;
 
 /// `tile = a_panel · b_panel` over `steps` packed steps (`+=` unless `overwrite`), where
-/// `a_panel` holds `steps` groups of [`MR`] pairs and `b_panel` `steps` groups of [`NR`],
-/// `b_step` apart. Only the tile's own rows and columns are written.
+/// `a_panel` holds a group of [`MR`] pairs for each step run and `b_panel` a group of [`NR`]
+/// for each step of its span, `b_step` apart. Only the tile's own rows and columns are
+/// written.
 pub fn tile(
     cpu: Avx512Bf16,
-    steps: usize,
+    steps: Steps<'_>,
     a_panel: &[u32],
     (b_panel, b_step): (&[u32], usize),
     tile: DstTile<'_>,
@@ -33,7 +34,7 @@ pub fn tile(
     let _ = cpu;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cpu` exists only when AVX-512F/BW/VL and BF16 were detected on this CPU; the
-    // panels hold `steps` steps (checked above) and `tile` covers its rows × cols with its row
+    // panels hold their steps (checked above) and `tile` covers its rows × cols with its row
     // stride, uniquely borrowed for the call.
     unsafe {
         x86::tile(
@@ -53,8 +54,8 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{MR, NR};
-    use crate::backend::cpu::gemm::microkernel::prefetch_tile;
     use crate::backend::cpu::gemm::microkernel::x86::store_sums;
+    use crate::backend::cpu::gemm::microkernel::{Steps, for_each_step, prefetch_tile};
     use crate::backend::cpu::gemm::view::DstTile;
 
     /// Sixteen lanes of bfloat16 pairs, as the dot-product instruction takes them.
@@ -67,22 +68,23 @@ mod x86 {
     /// The microkernel.
     ///
     /// # Safety
-    /// AVX-512F/BW/VL and BF16 are available; `a` points at `steps * MR` readable lanes and `b`
-    /// at `steps` runs of `NR`, `b_step` apart; `tile` is writable as its rows, columns and
-    /// row stride describe.
+    /// AVX-512F/BW/VL and BF16 are available; `a` points at `steps.run()` steps of `MR`
+    /// readable lanes and `b` at `steps.span()` runs of `NR`, `b_step` apart; `tile` is
+    /// writable as its rows, columns and row stride describe.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
     pub(super) unsafe fn tile(
-        steps: usize,
-        mut a: *const u32,
-        (mut b, b_step): (*const u32, usize),
+        steps: Steps<'_>,
+        a: *const u32,
+        (b, b_step): (*const u32, usize),
         tile: DstTile<'_>,
         overwrite: bool,
     ) {
         prefetch_tile(&tile);
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        for _ in 0..steps {
-            // SAFETY: one of the `steps` steps: MR lanes at `a`, NR at `b`; the pointers then
-            // move past them.
+        // One packed step; called only with `a` at a step's MR lanes and `b` at its NR.
+        let step = |a: *const u32, b: *const u32| {
+            // SAFETY: `for_each_step` passes a step's MR lanes at `a` and NR at `b`, within
+            // the panels' promised lengths.
             unsafe {
                 let b0 = pairs(_mm512_loadu_si512(b.cast()));
                 let b1 = pairs(_mm512_loadu_si512(b.add(16).cast()));
@@ -91,10 +93,9 @@ mod x86 {
                     sums[0] = _mm512_dpbf16_ps(sums[0], ar, b0);
                     sums[1] = _mm512_dpbf16_ps(sums[1], ar, b1);
                 }
-                a = a.add(MR);
-                b = b.wrapping_add(b_step);
             }
-        }
+        };
+        for_each_step(steps, (a, MR), (b, b_step), step);
         // SAFETY: AVX-512F is enabled here; the caller promises the tile writable.
         unsafe { store_sums(&acc, &tile, overwrite) };
     }

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use super::blocked::{KC, MC, NC};
 use super::kernel_avx2::Avx2Fma;
-use super::microkernel::Microkernel;
+use super::microkernel::{Microkernel, Steps};
 use super::pack::Block;
 use super::view::{DstTile, Operand};
 
@@ -82,7 +82,7 @@ impl Microkernel for Avx512Bf16 {
 
     fn tile(
         self,
-        steps: usize,
+        steps: Steps<'_>,
         a_panel: &[u32],
         b_panel: (&[u32], usize),
         tile: DstTile<'_>,
@@ -118,7 +118,7 @@ impl Microkernel for Bf16Emulated {
 
     fn tile(
         self,
-        steps: usize,
+        steps: Steps<'_>,
         a_panel: &[f32],
         b_panel: (&[f32], usize),
         tile: DstTile<'_>,
