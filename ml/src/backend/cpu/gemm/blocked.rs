@@ -133,7 +133,11 @@ fn long_product<K: Microkernel>(
                     cols: kc,
                 };
                 cpu.pack_a(a_buf, a, block);
-                steps.find(a_buf, K::MR, K::steps(kc), mc.div_ceil(K::MR));
+                steps.find(
+                    a_buf,
+                    (K::MR, K::steps(kc), mc.div_ceil(K::MR)),
+                    nc.div_ceil(K::NR),
+                );
                 let mut tiles = dst.sub(row, col, mc, nc);
                 sweep(cpu, &mut tiles, (a_buf, steps), source, overwrite);
             }
@@ -171,7 +175,11 @@ fn short_product<K: Microkernel>(
             cols: kc,
         };
         cpu.pack_a(a_buf, a, a_block);
-        steps.find(a_buf, K::MR, K::steps(kc), m.div_ceil(K::MR));
+        steps.find(
+            a_buf,
+            (K::MR, K::steps(kc), m.div_ceil(K::MR)),
+            n.div_ceil(K::NR),
+        );
         let chunk = |col: usize| Block {
             row: depth,
             col,

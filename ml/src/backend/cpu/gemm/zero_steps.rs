@@ -178,6 +178,12 @@ mod x86 {
     }
 }
 
+/// Panels of `b` a block of `a` must meet for its scan to pay: the scan costs about one
+/// cycle a step of a panel, a tile eight (8 × 32 on AVX-512), so against fewer panels it
+/// would cost more than 3% of a dense block (`gemm_bench`'s lenet2.fwd, 64 × 800 × 64, two
+/// panels: 10% slower scanned).
+pub const MIN_B_PANELS: usize = 4;
+
 /// Which steps each panel of a packed `a` block runs.
 #[derive(Debug, Default)]
 pub struct BlockSteps {
@@ -191,10 +197,21 @@ pub struct BlockSteps {
 
 impl BlockSteps {
     /// Scans the `panels` panels of a packed block (`steps` steps of `mr` elements each,
-    /// one after the other in `a`), compacting those with enough zero steps.
-    pub fn find<P: PackedElement>(&mut self, a: &mut [P], mr: usize, steps: usize, panels: usize) {
+    /// one after the other in `a`), compacting those with enough zero steps, when the block
+    /// meets `b_panels` panels of `b` (at least [`MIN_B_PANELS`]; else every panel runs
+    /// every step).
+    pub fn find<P: PackedElement>(
+        &mut self,
+        a: &mut [P],
+        (mr, steps, panels): (usize, usize, usize),
+        b_panels: usize,
+    ) {
         self.steps = steps;
         self.listed.clear();
+        if b_panels < MIN_B_PANELS {
+            self.listed.resize(panels, false);
+            return;
+        }
         if self.lists.len() < panels {
             self.lists.resize_with(panels, StepList::default);
         }
@@ -262,7 +279,7 @@ mod tests {
         let mut a = panel(40, |s| s % 3 == 1);
         let original = a.clone();
         let mut steps = BlockSteps::default();
-        steps.find(&mut a, 8, 40, 1);
+        steps.find(&mut a, (8, 40, 1), MIN_B_PANELS);
         let Steps::Listed(list) = steps.of(0) else {
             panic!("a third of the steps are zero");
         };
@@ -280,7 +297,7 @@ mod tests {
             let mut a = panel(40, |s| s < zero_steps);
             let original = a.clone();
             let mut steps = BlockSteps::default();
-            steps.find(&mut a, 8, 40, 1);
+            steps.find(&mut a, (8, 40, 1), MIN_B_PANELS);
             assert_eq!(matches!(steps.of(0), Steps::Listed(_)), listed);
             if !listed {
                 assert_eq!(a, original);
@@ -295,13 +312,23 @@ mod tests {
         a.extend(panel(16, |s| s >= 8));
         a.extend(panel(16, |_| true));
         let mut steps = BlockSteps::default();
-        steps.find(&mut a, 8, 16, 3);
+        steps.find(&mut a, (8, 16, 3), MIN_B_PANELS);
         assert!(matches!(steps.of(0), Steps::All(16)));
         let runs = |p| match steps.of(p) {
             Steps::Listed(list) => list.steps().len(),
             Steps::All(_) => usize::MAX,
         };
         assert_eq!((runs(1), runs(2)), (8, 0));
+    }
+
+    #[test]
+    fn a_block_meeting_few_b_panels_is_not_scanned() {
+        let mut a = panel(40, |s| s % 2 == 0);
+        let original = a.clone();
+        let mut steps = BlockSteps::default();
+        steps.find(&mut a, (8, 40, 1), MIN_B_PANELS - 1);
+        assert!(matches!(steps.of(0), Steps::All(40)));
+        assert_eq!(a, original);
     }
 
     /// Six-lane panels (the AVX2 kernel's) are scanned without the 8-lane test.
@@ -311,7 +338,7 @@ mod tests {
             .map(|i| if (i / 6) % 2 == 0 { 0.0 } else { 1.0 })
             .collect();
         let mut steps = BlockSteps::default();
-        steps.find(&mut a, 6, 10, 1);
+        steps.find(&mut a, (6, 10, 1), MIN_B_PANELS);
         let Steps::Listed(list) = steps.of(0) else {
             panic!("half of the steps are zero");
         };
@@ -328,7 +355,7 @@ mod tests {
         a[5 * 8 + 2] = 0x0000_3f80;
         a[6 * 8] = 0x3f80_0000;
         let mut steps = BlockSteps::default();
-        steps.find(&mut a, 8, 8, 1);
+        steps.find(&mut a, (8, 8, 1), MIN_B_PANELS);
         let Steps::Listed(list) = steps.of(0) else {
             panic!("most steps are zero");
         };
