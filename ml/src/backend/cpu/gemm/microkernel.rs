@@ -267,14 +267,13 @@ pub trait PackedElement: Copy + Default + Send + Sync + 'static {
     fn magnitude_bits(self) -> u32;
 }
 
-/// Runs `f` on the buffers held by `cell`, putting them back afterwards.
-fn borrow_buffers<T, R>(
-    cell: &Cell<(Vec<T>, Vec<T>)>,
-    f: impl FnOnce(&mut Vec<T>, &mut Vec<T>) -> R,
-) -> R {
-    let (mut a, mut b) = cell.take();
-    let result = f(&mut a, &mut b);
-    cell.set((a, b));
+/// Runs `f` on what a thread's `cell` holds, taken out for the call (a nested call on the same
+/// thread meanwhile gets a fresh default) and put back afterwards: the packing buffers, the
+/// step lists of `zero_steps.rs`.
+pub fn borrow<T: Default, R>(cell: &Cell<T>, f: impl FnOnce(&mut T) -> R) -> R {
+    let mut held = cell.take();
+    let result = f(&mut held);
+    cell.set(held);
     result
 }
 
@@ -287,7 +286,7 @@ thread_local! {
 
 impl PackedElement for f32 {
     fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R {
-        F32_BUFFERS.with(|cell| borrow_buffers(cell, f))
+        F32_BUFFERS.with(|cell| borrow(cell, |(a, b)| f(a, b)))
     }
 
     const MAGNITUDE: u32 = 0x7fff_ffff;
@@ -300,7 +299,7 @@ impl PackedElement for f32 {
 /// Two bfloat16 values, the lower one in the low half: a pair of consecutive steps of depth.
 impl PackedElement for u32 {
     fn with_buffers<R>(f: impl FnOnce(&mut Vec<Self>, &mut Vec<Self>) -> R) -> R {
-        PAIR_BUFFERS.with(|cell| borrow_buffers(cell, f))
+        PAIR_BUFFERS.with(|cell| borrow(cell, |(a, b)| f(a, b)))
     }
 
     const MAGNITUDE: u32 = 0x7fff_7fff;
