@@ -95,7 +95,7 @@ pub fn product<K: Microkernel>(
 }
 
 /// [`product`] by whole blocks of `b`: packed once per block of [`Microkernel::NC`] columns
-/// and [`Microkernel::KC`] depth, or read in place (`direct`).
+/// and [`Microkernel::kc`] depth, or read in place (`direct`).
 fn long_product<K: Microkernel>(
     cpu: K,
     mut dst: DstTile<'_>,
@@ -105,7 +105,7 @@ fn long_product<K: Microkernel>(
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     for (col, nc) in even_parts(n, K::NC, K::NR) {
-        for (depth, kc) in even_parts(k, K::KC, K::DEPTH_PER_STEP) {
+        for (depth, kc) in even_parts(k, cpu.kc(), K::DEPTH_PER_STEP) {
             let overwrite = depth == 0 && !accumulate;
             let whole = if direct { nc / K::NR * K::NR } else { 0 };
             let packed = Block {
@@ -165,7 +165,7 @@ fn short_product<K: Microkernel>(
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let chunk_cols = short_chunk::<K>();
-    for (depth, kc) in even_parts(k, K::KC, K::DEPTH_PER_STEP) {
+    for (depth, kc) in even_parts(k, cpu.kc(), K::DEPTH_PER_STEP) {
         let overwrite = depth == 0 && !accumulate;
         grow(a_buf, K::packed_a_len(m, kc));
         let a_block = Block {

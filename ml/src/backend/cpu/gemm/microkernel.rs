@@ -25,11 +25,18 @@ pub trait Microkernel: Copy + Send + Sync + 'static {
     /// Columns of `a` (rows of `b`) one packed step covers.
     const DEPTH_PER_STEP: usize;
     /// Largest depth of a packed block: one `b` panel fits L1 beside the `a` panel in flight.
+    /// The blocked product reads it through [`Microkernel::kc`].
     const KC: usize;
     /// Largest number of rows of a packed `a` block, which stays in L2.
     const MC: usize;
     /// Largest number of columns of a packed `b` block, which stays in L3.
     const NC: usize;
+
+    /// Largest depth of a packed block on this CPU: [`Microkernel::KC`] unless the kernel
+    /// sizes it to the cache it found (the AVX-512 kernel does).
+    fn kc(self) -> usize {
+        Self::KC
+    }
 
     /// Packed steps for `depth` columns of `a` (rows of `b`).
     fn steps(depth: usize) -> usize {

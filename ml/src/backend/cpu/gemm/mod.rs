@@ -7,8 +7,9 @@
 //! rectangle per thread of the current rayon pool (`threading.rs`). The microkernel is an
 //! 8 × 32 AVX-512 one (`kernel_avx512.rs`) where the CPU has AVX-512F, twice the AVX2 rate on
 //! cores with 512-bit FMA units, and a 6 × 16 AVX2 one (`kernel_avx2.rs`) elsewhere. Products
-//! of 1 to 15 rows with a row-major `b`, or of 2 to 15 columns with a row-major `a`, run on
-//! unpacked AVX-512 kernels where the CPU has AVX-512F (`thin_avx512.rs`). Other thin products
+//! of 1 to 15 rows with a row-major `b`, of 2 to 15 columns with a row-major `a`, or of 1 to 15
+//! columns with a transposed `a` (as their transpose, which has few rows), run on unpacked
+//! AVX-512 kernels where the CPU has AVX-512F (`thin_avx512.rs`). Other thin products
 //! (fewer than 16 rows or columns), row counts that leave their last panel mostly empty (32
 //! rows in 6-row panels), and CPUs without AVX2 and FMA go through the `gemm` crate. Under
 //! [`MatmulPrecision::Bf16`], products of 16 rows and columns or more run on the bf16 kernels
@@ -19,6 +20,7 @@ mod bf16;
 mod blocked;
 mod kernel_avx2;
 mod kernel_avx512;
+mod l1_cache;
 mod microkernel;
 mod pack;
 mod pack_avx2;
@@ -146,7 +148,9 @@ impl Kernel {
         if precision == MatmulPrecision::Bf16 && m >= SMALL_SIDE && n >= SMALL_SIDE {
             return Kernel::bf16();
         }
-        if (few_rows(m, n, b_transposed) || few_cols(m, n, a_transposed))
+        if (few_rows(m, n, b_transposed)
+            || few_cols(m, n, a_transposed)
+            || few_cols_of_transposed(m, n, a_transposed))
             && let Some(cpu) = Avx512::detect()
         {
             return Kernel::Thin(cpu);
@@ -191,6 +195,23 @@ fn few_rows(m: usize, n: usize, b_transposed: bool) -> bool {
 /// reads `a`'s rows where they lie.
 fn few_cols(m: usize, n: usize, a_transposed: bool) -> bool {
     (2..SMALL_SIDE).contains(&n) && m >= SMALL_SIDE && !a_transposed
+}
+
+/// Whether a product of 1 to 15 columns with a transposed `a` (a classifier's weight
+/// gradient, `Hᵀ · dY`) runs as its transpose `dYᵀ · H` on the kernel for few rows: `aᵀ` is
+/// then a row-major right operand.
+fn few_cols_of_transposed(m: usize, n: usize, a_transposed: bool) -> bool {
+    few_rows(n, m, !a_transposed)
+}
+
+/// `dst (m × n) = tᵀ`, or `+= tᵀ` when `accumulate`, for `t` stored `n × m`.
+fn add_transposed(dst: &mut [f32], t: &[f32], (m, n): (usize, usize), accumulate: bool) {
+    for (i, row) in dst.chunks_exact_mut(n).enumerate().take(m) {
+        for (j, d) in row.iter_mut().enumerate() {
+            let x = t[j * m + i];
+            *d = if accumulate { *d + x } else { x };
+        }
+    }
 }
 
 /// [`matmul_into`], on the pool's threads when `threaded`.
@@ -239,6 +260,13 @@ fn product_with(
         Kernel::Thin(cpu) if few_cols(m, n, a.transposed) => {
             let (a, b) = (Operand::of(a), Operand::of(b));
             cpu.product_few_cols(dst, &a, &b, accumulate, threaded);
+        }
+        Kernel::Thin(cpu) if few_cols_of_transposed(m, n, a.transposed) => {
+            // dstᵀ = bᵀ · aᵀ has few rows and reads aᵀ, stored row-major, in place.
+            let mut t = vec![0.0; n * m];
+            let (bt, at) = (Operand::of(b.t()), Operand::of(a.t()));
+            cpu.product(DstTile::new(&mut t, n, m), &bt, &at, false, threaded);
+            add_transposed(dst, &t, (m, n), accumulate);
         }
         Kernel::Thin(_) | Kernel::Portable => {
             portable_product(dst, a, b, accumulate, parallelism(threaded));
