@@ -115,7 +115,17 @@ impl GradSink {
         if g.shape() == t.shape() {
             return self.add(t, g);
         }
+        self.add_reduced_ref(t, &g)
+    }
+
+    /// [`GradSink::add_reduced`] from a borrowed `g` (an op's output gradient, which a sum and
+    /// its operands share): copied only where `t`'s gradient takes it whole (the same shape,
+    /// and no buffer to add it to); a bias's gradient is summed straight from it.
+    pub fn add_reduced_ref(&mut self, t: &Tensor, g: &Storage) -> Result<()> {
+        let whole = g.shape() == t.shape();
         self.accumulate_with(t, |slot| match slot {
+            GradWrite::Add(d) if whole => d.add_assign(g).map(|_| None),
+            GradWrite::Overwrite(_) | GradWrite::New if whole => g.duplicate().map(Some),
             GradWrite::Add(d) => g.sum_to_shape_into(d, true).map(|_| None),
             GradWrite::Overwrite(d) => g.sum_to_shape_into(d, false).map(|_| None),
             GradWrite::New => {

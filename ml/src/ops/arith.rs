@@ -21,16 +21,14 @@ impl Backward for BinaryBackward {
         let shape = g.shape().to_vec();
         match self.0 {
             BinaryOp::Add => {
-                if sink.wants(b) {
-                    sink.add_reduced(b, g.duplicate()?)?;
-                }
-                sink.add_reduced(a, g.duplicate()?)
+                sink.add_reduced_ref(b, g)?;
+                sink.add_reduced_ref(a, g)
             }
             BinaryOp::Sub => {
                 if sink.wants(b) {
                     sink.add_reduced(b, g.affine(-1.0, 0.0)?)?;
                 }
-                sink.add_reduced(a, g.duplicate()?)
+                sink.add_reduced_ref(a, g)
             }
             BinaryOp::Mul => {
                 if sink.wants(a) {

@@ -46,11 +46,7 @@ impl Backward for AddmmBackward {
         sink: &mut GradSink,
     ) -> Result<()> {
         matmul_grads(&inputs[1], &inputs[2], g, sink)?;
-        let x = &inputs[0];
-        if sink.wants(x) {
-            sink.add(x, g.duplicate()?)?;
-        }
-        Ok(())
+        sink.add_reduced_ref(&inputs[0], g)
     }
 }
 
@@ -65,11 +61,7 @@ impl Backward for LinearBackward {
         sink: &mut GradSink,
     ) -> Result<()> {
         matmul_grads(&inputs[0], &inputs[1], g, sink)?;
-        let bias = &inputs[2];
-        if sink.wants(bias) {
-            sink.add_reduced(bias, g.duplicate()?)?;
-        }
-        Ok(())
+        sink.add_reduced_ref(&inputs[2], g)
     }
 }
 
