@@ -18,7 +18,7 @@ fn read() -> Option<usize> {
     let id = [vendor.ebx, vendor.edx, vendor.ecx].map(u32::to_le_bytes);
     match &id.concat()[..] {
         b"AuthenticAMD" | b"HygonGenuine" => amd_l1_data(),
-        b"GenuineIntel" if vendor.eax >= 4 => intel_l1_data(),
+        b"GenuineIntel" if vendor.eax >= 4 => cache_parameters_l1_data(4),
         _ => None,
     }
 }
@@ -28,33 +28,41 @@ fn read() -> Option<usize> {
     None
 }
 
-/// AMD's L1 cache leaf (0x8000_0005): ECX's top byte is the L1 data cache in KiB.
+/// AMD's cache parameters: leaf 0x8000_001D (the format of Intel's leaf 4) where the CPU has
+/// topology extensions, as Linux reads them; else the L1 cache leaf (0x8000_0005), whose ECX
+/// top byte is the L1 data cache in KiB.
 #[cfg(target_arch = "x86_64")]
 fn amd_l1_data() -> Option<usize> {
     use std::arch::x86_64::__cpuid;
-    const LEAF: u32 = 0x8000_0005;
-    if __cpuid(0x8000_0000).eax < LEAF {
+    const L1_LEAF: u32 = 0x8000_0005;
+    const CACHE_LEAF: u32 = 0x8000_001D;
+    const TOPOLOGY_EXTENSIONS: u32 = 1 << 22;
+    let max = __cpuid(0x8000_0000).eax;
+    if max >= CACHE_LEAF && __cpuid(0x8000_0001).ecx & TOPOLOGY_EXTENSIONS != 0 {
+        return cache_parameters_l1_data(CACHE_LEAF);
+    }
+    if max < L1_LEAF {
         return None;
     }
-    let kib = (__cpuid(LEAF).ecx >> 24) as usize;
+    let kib = (__cpuid(L1_LEAF).ecx >> 24) as usize;
     (kib > 0).then_some(kib << 10)
 }
 
-/// Intel's deterministic cache parameters (leaf 4): the sub-leaf of the level-1 data cache,
-/// whose size is ways × partitions × line size × sets.
+/// The level-1 data cache among the sub-leaves of a deterministic cache parameters leaf
+/// (Intel's 4, AMD's 0x8000_001D): ways × partitions × line size × sets.
 #[cfg(target_arch = "x86_64")]
-fn intel_l1_data() -> Option<usize> {
+fn cache_parameters_l1_data(leaf: u32) -> Option<usize> {
     use std::arch::x86_64::__cpuid_count;
     const DATA: u32 = 1;
     (0..16)
-        .map(|sub| __cpuid_count(4, sub))
-        .take_while(|leaf| leaf.eax & 0x1f != 0)
-        .find(|leaf| leaf.eax & 0x1f == DATA && (leaf.eax >> 5) & 0x7 == 1)
-        .map(|leaf| {
-            let ways = (leaf.ebx >> 22) as usize + 1;
-            let partitions = ((leaf.ebx >> 12) & 0x3ff) as usize + 1;
-            let line = (leaf.ebx & 0xfff) as usize + 1;
-            ways * partitions * line * (leaf.ecx as usize + 1)
+        .map(|sub| __cpuid_count(leaf, sub))
+        .take_while(|params| params.eax & 0x1f != 0)
+        .find(|params| params.eax & 0x1f == DATA && (params.eax >> 5) & 0x7 == 1)
+        .map(|params| {
+            let ways = (params.ebx >> 22) as usize + 1;
+            let partitions = ((params.ebx >> 12) & 0x3ff) as usize + 1;
+            let line = (params.ebx & 0xfff) as usize + 1;
+            ways * partitions * line * (params.ecx as usize + 1)
         })
 }
 
