@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngExt;
+use ringflow_ml::backend::cpu::prefetch_lines;
 use ringflow_ml::rng::Rng;
 use ringflow_proto::pb::EpochPlan;
 
@@ -411,11 +412,11 @@ fn draw_refilled(
     }
     let row = |i: usize| i * w..(i + 1) * w;
     if let Some(&first) = slots[..count].first() {
-        prefetch(&buf.features[row(first)]);
+        prefetch_lines(&buf.features[row(first)]);
     }
     for (j, &i) in slots[..count].iter().enumerate() {
         if j + 1 < count {
-            prefetch(&buf.features[row(slots[j + 1])]);
+            prefetch_lines(&buf.features[row(slots[j + 1])]);
         }
         batch.features.extend_from_slice(&buf.features[row(i)]);
         batch.labels.push(buf.labels[i]);
@@ -425,18 +426,6 @@ fn draw_refilled(
         *cursor += 1;
     }
     batch.rows += count;
-}
-
-/// Asks the caches for every line of `values` (a hint: nothing is read, nothing can fault).
-fn prefetch(values: &[f32]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in values.chunks(16) {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of x86-64, and a prefetch of a valid reference reads nothing.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = values;
 }
 
 #[cfg(test)]

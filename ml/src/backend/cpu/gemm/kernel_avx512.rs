@@ -54,11 +54,11 @@ impl Avx512Fma {
     /// then cached), blocking its depth by [`KC_LARGE_L1`] where the L1 data cache holds
     /// [`LARGE_L1`] or more, by [`KC`] elsewhere.
     pub fn detect() -> Option<Self> {
+        let base = Avx512::detect().and(Avx2Fma::detect())?;
         let depth = match l1_data_bytes() {
             Some(bytes) if bytes >= LARGE_L1 => KC_LARGE_L1,
             _ => KC,
         };
-        let base = Avx512::detect().and(Avx2Fma::detect())?;
         Some(Avx512Fma { base, depth })
     }
 

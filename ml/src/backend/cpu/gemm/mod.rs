@@ -30,6 +30,7 @@ mod view;
 mod zero_steps;
 
 use gemm::Parallelism;
+use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use self::bf16::{Avx512Bf16, Bf16Emulated};
@@ -206,11 +207,12 @@ fn few_cols_of_transposed(m: usize, n: usize, a_transposed: bool) -> bool {
 
 /// `dst (m × n) = tᵀ`, or `+= tᵀ` when `accumulate`, for `t` stored `n × m`.
 fn add_transposed(dst: &mut [f32], t: &[f32], (m, n): (usize, usize), accumulate: bool) {
-    for (i, row) in dst.chunks_exact_mut(n).enumerate().take(m) {
-        for (j, d) in row.iter_mut().enumerate() {
-            let x = t[j * m + i];
-            *d = if accumulate { *d + x } else { x };
-        }
+    let mut dst = ArrayViewMut2::from_shape((m, n), dst).expect("the caller sized dst m × n");
+    let t = ArrayView2::from_shape((n, m), t).expect("t is n × m");
+    if accumulate {
+        dst += &t.t();
+    } else {
+        dst.assign(&t.t());
     }
 }
 

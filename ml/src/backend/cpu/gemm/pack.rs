@@ -9,6 +9,7 @@
 
 use super::kernel_avx2::Avx2Fma;
 use super::view::Operand;
+use crate::backend::cpu::prefetch_lines;
 
 /// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.
 #[derive(Clone, Copy, Debug)]
@@ -185,26 +186,6 @@ pub fn prefetch_block(op: &Operand<'_>, block: Block) {
     let first = block.row * op.row_stride + block.col * op.col_stride;
     for r in 0..runs {
         let start = first + r * run_stride;
-        let run = &op.data[start..start + run_len];
-        for at in (0..run_len).step_by(LINE_FLOATS) {
-            prefetch(&run[at]);
-        }
-        prefetch(&run[run_len - 1]);
+        prefetch_lines(&op.data[start..start + run_len]);
     }
-}
-
-/// Floats in a 64-byte cache line.
-const LINE_FLOATS: usize = 16;
-
-/// A prefetch of the cache line holding `x` into every level.
-#[inline(always)]
-fn prefetch(x: &f32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of x86-64; a prefetch reads nothing and `x` is a valid reference.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(x).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
 }
