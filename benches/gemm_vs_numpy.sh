@@ -14,7 +14,9 @@
 # (a shared build machine), `chrt -f 1 benches/gemm_vs_numpy.sh ...` as root gives both sides the
 # cores: the large products then read as on a quiet machine, but OpenBLAS's threads, which
 # spin and yield between calls, lose about half their speed on products under a millisecond
-# (lenet2.fwd, pointwise.fwd, lstm.b32.dw), so read those from a quiet run.
+# (lenet2.fwd, pointwise.fwd, lstm.b32.dw), so read those from a quiet run. Each round also
+# prints the machine's FMA ceiling as gemm_bench measures it (a loop of register-held FMAs on one
+# thread and on all of them), against which to read ringflow's figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPEATS="${1:-3}" PY="${2:-python3}" SECONDS_PER_SHAPE="${3:-0.3}"
@@ -28,7 +30,9 @@ BENCH=target/release/examples/gemm_bench
 
 for round in $(seq "$REPEATS"); do
     echo "round $round/$REPEATS" >&2
-    "$BENCH" --shapes "$SHAPES" --seconds "$SECONDS_PER_SHAPE" | grep -v '^#' >>"$WORK/ours"
+    "$BENCH" --shapes "$SHAPES" --seconds "$SECONDS_PER_SHAPE" >"$WORK/round"
+    grep '^# fma peak' "$WORK/round" >&2 || true
+    grep -v '^#' "$WORK/round" >>"$WORK/ours"
     "$PY" benches/gemm_numpy.py --shapes "$SHAPES" --seconds "$SECONDS_PER_SHAPE" >>"$WORK/numpy"
 done
 

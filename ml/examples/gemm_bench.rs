@@ -16,6 +16,11 @@
 //! `S` seconds (default 0.3) after a warm-up; a busy machine lowers them. Prints one line per
 //! shape: `name m k n ta tb ours ours_serial gemm_crate` (GFLOP/s), the format
 //! `benches/gemm_vs_numpy.sh` reads.
+//!
+//! A comment line first gives the machine's ceiling: the multiply-adds per second of a loop that
+//! does nothing else (independent chains of AVX-512 or AVX2 FMAs held in registers: no memory,
+//! no packing), on one thread and on every thread of the pool at once. A product's figure over
+//! that ceiling is the share of the machine's peak it reaches.
 
 use std::time::{Duration, Instant};
 
@@ -136,6 +141,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("# precision: bf16 products ({how:?})");
     }
     println!("# threads: {}", rayon::current_num_threads());
+    if let Some((unit, one, all)) = fma_peak::measure(budget) {
+        println!("# fma peak ({unit}): {one:.1} GFLOP/s on one thread, {all:.1} on all threads");
+    }
     println!("# name m k n ta tb ours_gflops ours_serial_gflops gemm_crate_gflops");
     for s in shapes {
         let fill = |len: usize, seed: usize| -> Vec<f32> {
@@ -165,4 +173,101 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// The FMA ceiling of this machine: a loop of register-held multiply-adds and nothing else.
+mod fma_peak {
+    use std::time::Duration;
+
+    /// Loop iterations per timed repetition (each iteration is `CHAINS` FMAs).
+    const ITERATIONS: u64 = 2_000_000;
+
+    /// `(vector unit, GFLOP/s on one thread, GFLOP/s on every thread of the pool at once)`,
+    /// each the best over about `budget`; `None` on a CPU without AVX2 and FMA.
+    pub fn measure(budget: Duration) -> Option<(&'static str, f64, f64)> {
+        let (unit, lanes) = widest()?;
+        let flops = (2 * lanes * CHAINS) as f64 * ITERATIONS as f64;
+        let one = flops / super::best_time(budget, || run(unit)) / 1e9;
+        let threads = rayon::current_num_threads() as f64;
+        let all = threads * flops
+            / super::best_time(budget, || {
+                rayon::broadcast(|_| run(unit));
+            })
+            / 1e9;
+        Some((unit, one, all))
+    }
+
+    /// Independent accumulators: enough to cover the FMA latency on two FMA units.
+    pub const CHAINS: usize = 12;
+
+    /// The widest FMA unit and its f32 lanes.
+    fn widest() -> Option<(&'static str, usize)> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Some(("AVX-512", 16));
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Some(("AVX2", 8));
+            }
+        }
+        None
+    }
+
+    /// One repetition on `unit` (one [`widest`] returned).
+    fn run(unit: &str) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `widest` found this unit on this CPU.
+        let sum = unsafe {
+            if unit == "AVX-512" {
+                x86::avx512(ITERATIONS)
+            } else {
+                x86::avx2(ITERATIONS)
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let sum = unit.len() as f32;
+        std::hint::black_box(sum);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use std::arch::x86_64::*;
+
+        use super::CHAINS;
+
+        /// `iterations` rounds of `CHAINS` 16-lane FMAs; the lanes' sum, so none is elided.
+        #[target_feature(enable = "avx512f")]
+        pub fn avx512(iterations: u64) -> f32 {
+            let (x, y) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+            let mut acc = [_mm512_set1_ps(1.0); CHAINS];
+            for _ in 0..iterations {
+                for a in &mut acc {
+                    *a = _mm512_fmadd_ps(*a, x, y);
+                }
+            }
+            acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
+        }
+
+        /// `iterations` rounds of `CHAINS` 8-lane FMAs; the lanes' sum, so none is elided.
+        #[target_feature(enable = "avx2,fma")]
+        pub fn avx2(iterations: u64) -> f32 {
+            let (x, y) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+            let mut acc = [_mm256_set1_ps(1.0); CHAINS];
+            for _ in 0..iterations {
+                for a in &mut acc {
+                    *a = _mm256_fmadd_ps(*a, x, y);
+                }
+            }
+            let mut lanes = [0.0f32; 8];
+            let total = acc
+                .iter()
+                .fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a));
+            // SAFETY: `lanes` holds 8 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), total) };
+            lanes.iter().sum()
+        }
+    }
 }
