@@ -14,6 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::data::background::mark_as_batch_work;
 use crate::data::batches::{Batch, EpochStream};
 use crate::error::{CommError, CommOp, Peer, Result};
 
@@ -51,6 +52,7 @@ impl BatchesAhead {
         let thread = std::thread::Builder::new()
             .name("ringflow-batches".into())
             .spawn(move || {
+                mark_as_batch_work();
                 loop {
                     let next = stream.next_batch(rows);
                     let last = !matches!(next, Ok(Some(_)));
@@ -142,6 +144,21 @@ mod tests {
             assert!(ahead.next_batch(DEADLINE).unwrap().is_none());
             wait_for_end(ahead.thread.take().expect("a drawing thread"));
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_drawing_thread_is_batch_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = data(dir.path(), 950);
+        let mut ahead = BatchesAhead::start(stream(&plan, Some(64)), 8);
+        // The thread has drawn a batch, so it has marked itself; it then waits to send more.
+        assert!(ahead.next_batch(DEADLINE).unwrap().is_some());
+        let thread = ahead.thread.as_ref().expect("a drawing thread");
+        assert_eq!(
+            crate::data::background::policy_of(thread),
+            libc::SCHED_BATCH
+        );
     }
 
     #[test]

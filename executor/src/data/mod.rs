@@ -21,6 +21,7 @@
 //! [`PartitionReader`]: ringflow_proto::data::partition::PartitionReader
 
 pub mod augment;
+pub mod background;
 pub mod batches;
 pub mod batches_ahead;
 pub mod cache;

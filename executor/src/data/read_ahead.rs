@@ -40,6 +40,7 @@ use ringflow_proto::data::partition::{
 };
 use ringflow_proto::pb::Partition;
 
+use crate::data::background::mark_as_batch_work;
 use crate::data::features::{Converter, Rows};
 use crate::data::partitions::ReadContext;
 use crate::error::{CommError, CommOp, Peer, Result};
@@ -240,7 +241,10 @@ fn spawn(
     let report = tx.clone();
     let thread = std::thread::Builder::new()
         .name(format!("ringflow-reader-{k}"))
-        .spawn(move || decode(&share, &converter, &read, &tx, &pool, &stop));
+        .spawn(move || {
+            mark_as_batch_work();
+            decode(&share, &converter, &read, &tx, &pool, &stop)
+        });
     let thread = match thread {
         Ok(t) => Some(t),
         Err(e) => {
@@ -419,6 +423,29 @@ mod tests {
             error.contains("d.parquet") && error.contains("row group 99"),
             "{error}"
         );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn decoders_are_batch_work() {
+        let dir = tempfile::tempdir().unwrap();
+        let partitions = data(dir.path(), 9500).partitions;
+        let converter = Converter::new(&["x".into()], Some("y"), LabelKind::Regression, None, 1);
+        let mut r = ReadAhead::start_in_chunks_of_7(&partitions, &converter, read_context());
+        // Partition 0 (100 rows: 15 chunks of 7) comes from decoder 0, partition 1 from
+        // decoder 1: with a chunk of each, both have marked themselves. Each has ~700 chunks to
+        // convert, far more than its channel holds, so both are still running.
+        for _ in 0..16 {
+            assert!(r.next_chunk(Duration::from_secs(60)).unwrap().is_some());
+        }
+        assert_eq!(r.decoders.len(), 2, "the test expects two decoders");
+        for d in &r.decoders {
+            let thread = d.thread.as_ref().expect("a decoder thread");
+            assert_eq!(
+                crate::data::background::policy_of(thread),
+                libc::SCHED_BATCH
+            );
+        }
     }
 
     #[test]
