@@ -33,6 +33,7 @@ use image::{
 use rayon::prelude::*;
 use ringflow_proto::spec::{ImageSpec, MAX_IMAGE_SIDE};
 
+use crate::data::background::mark_as_batch_work;
 use crate::error::{ExecutorError, Result};
 
 /// The most bytes one decoded image may take before conversion (256 MiB: an 8192 × 8192
@@ -60,11 +61,13 @@ thread_local! {
 }
 
 impl ImageColumn {
-    /// Decodes `spec`'s column on `threads` threads of its own.
+    /// Decodes `spec`'s column on `threads` threads of its own, which run as batch work
+    /// ([`background`](crate::data::background)).
     pub fn new(spec: &ImageSpec, threads: usize) -> ImageColumn {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(|i| format!("ringflow-decode-{i}"))
+            .start_handler(|_| mark_as_batch_work())
             .build()
             .ok()
             .map(Arc::new);
@@ -365,6 +368,15 @@ pub(crate) mod tests {
             channels,
         };
         ImageColumn::new(&spec, 2)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn decoding_threads_are_batch_work() {
+        let pool = column(3, [2, 2]).pool.expect("a pool of decoding threads");
+        // SAFETY: sched_getscheduler of the calling thread (pid 0) only reads.
+        let policies = pool.broadcast(|_| unsafe { libc::sched_getscheduler(0) });
+        assert_eq!(policies, vec![libc::SCHED_BATCH; 2]);
     }
 
     fn decode(
