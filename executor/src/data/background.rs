@@ -1,12 +1,12 @@
 //! Threads that prepare data beside training, marked so that they never interrupt it.
 //!
 //! The threads that decode partitions (and their images) and draw batches sleep until the
-//! training thread takes what they made, and its taking wakes them. A thread woken with time owed to it preempts the
-//! thread on its core at once: here the training thread itself, stopped for the whole batch
-//! the drawing thread then draws, though its next batch was ready (MNIST's wide MLP: its `data`
-//! phase was 0.19–0.21 ms of a 5.5 ms step, 0.06–0.07 ms with this). Marked as batch work
-//! (Linux's `SCHED_BATCH`), a woken thread waits for the scheduler's next decision instead,
-//! and still gets its fair share of the cores.
+//! training thread takes what they made, and its taking wakes them. A thread woken with time
+//! owed to it preempts the thread on its core at once: here the training thread itself,
+//! stopped for the whole batch the drawing thread then draws, though its next batch was ready
+//! (MNIST's wide MLP: its `data` phase was 0.19–0.21 ms of a 5.5 ms step, 0.06–0.07 ms with
+//! this). Marked as batch work (Linux's `SCHED_BATCH`), a woken thread waits for the
+//! scheduler's next decision instead, and still gets its fair share of the cores.
 
 /// Marks the calling thread as batch work (see the module's documentation). Best effort: where
 /// the OS has no such class or refuses, the thread runs as before.
@@ -26,9 +26,10 @@ pub(crate) fn policy_of<T>(thread: &std::thread::JoinHandle<T>) -> libc::c_int {
     let mut policy = -1;
     let mut param = libc::sched_param { sched_priority: 0 };
     // SAFETY: the handle's thread has not been joined (the handle is borrowed), so its
-    // pthread_t is valid; both out-pointers are valid.
+    // pthread_t is valid (a thread that has ended gives an error); both out-pointers are
+    // valid.
     let r = unsafe { libc::pthread_getschedparam(thread.as_pthread_t(), &mut policy, &mut param) };
-    assert_eq!(r, 0, "pthread_getschedparam failed");
+    assert_eq!(r, 0, "pthread_getschedparam failed: has the thread ended?");
     policy
 }
 
