@@ -182,54 +182,76 @@ mod fma_peak {
     /// Loop iterations per timed repetition (each iteration is `CHAINS` FMAs).
     const ITERATIONS: u64 = 2_000_000;
 
+    /// Independent accumulators: enough to cover the FMA latency on two FMA units.
+    const CHAINS: usize = 12;
+
+    /// A vector unit with FMA.
+    #[derive(Clone, Copy)]
+    enum Unit {
+        Avx512,
+        Avx2,
+    }
+
+    impl Unit {
+        /// The widest this CPU has.
+        fn widest() -> Option<Unit> {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    return Some(Unit::Avx512);
+                }
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    return Some(Unit::Avx2);
+                }
+            }
+            None
+        }
+
+        fn name(self) -> &'static str {
+            match self {
+                Unit::Avx512 => "AVX-512",
+                Unit::Avx2 => "AVX2",
+            }
+        }
+
+        /// f32 lanes of one FMA.
+        fn lanes(self) -> usize {
+            match self {
+                Unit::Avx512 => 16,
+                Unit::Avx2 => 8,
+            }
+        }
+
+        /// One timed repetition (`self` came from [`Unit::widest`]).
+        fn run(self) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `widest` found this unit on this CPU.
+            unsafe {
+                match self {
+                    Unit::Avx512 => x86::avx512(ITERATIONS),
+                    Unit::Avx2 => x86::avx2(ITERATIONS),
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = self;
+        }
+    }
+
     /// `(vector unit, GFLOP/s on one thread, GFLOP/s on every thread of the pool at once)`,
     /// each the best over about `budget`; `None` on a CPU without AVX2 and FMA.
     pub fn measure(budget: Duration) -> Option<(&'static str, f64, f64)> {
-        let (unit, lanes) = widest()?;
-        let flops = (2 * lanes * CHAINS) as f64 * ITERATIONS as f64;
-        let one = flops / super::best_time(budget, || run(unit)) / 1e9;
+        let unit = Unit::widest()?;
+        let flops = (2 * unit.lanes() * CHAINS) as f64 * ITERATIONS as f64;
+        let one = flops / super::best_time(budget, || unit.run()) / 1e9;
         let threads = rayon::current_num_threads() as f64;
         let all = threads * flops
             / super::best_time(budget, || {
-                rayon::broadcast(|_| run(unit));
+                rayon::broadcast(|_| unit.run());
             })
             / 1e9;
-        Some((unit, one, all))
-    }
-
-    /// Independent accumulators: enough to cover the FMA latency on two FMA units.
-    pub const CHAINS: usize = 12;
-
-    /// The widest FMA unit and its f32 lanes.
-    fn widest() -> Option<(&'static str, usize)> {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Some(("AVX-512", 16));
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Some(("AVX2", 8));
-            }
-        }
-        None
-    }
-
-    /// One repetition on `unit` (one [`widest`] returned).
-    fn run(unit: &str) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `widest` found this unit on this CPU.
-        let sum = unsafe {
-            if unit == "AVX-512" {
-                x86::avx512(ITERATIONS)
-            } else {
-                x86::avx2(ITERATIONS)
-            }
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let sum = unit.len() as f32;
-        std::hint::black_box(sum);
+        Some((unit.name(), one, all))
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -238,9 +260,9 @@ mod fma_peak {
 
         use super::CHAINS;
 
-        /// `iterations` rounds of `CHAINS` 16-lane FMAs; the lanes' sum, so none is elided.
+        /// `iterations` rounds of `CHAINS` 16-lane FMAs, kept (`black_box`) so none is elided.
         #[target_feature(enable = "avx512f")]
-        pub fn avx512(iterations: u64) -> f32 {
+        pub fn avx512(iterations: u64) {
             let (x, y) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
             let mut acc = [_mm512_set1_ps(1.0); CHAINS];
             for _ in 0..iterations {
@@ -248,12 +270,12 @@ mod fma_peak {
                     *a = _mm512_fmadd_ps(*a, x, y);
                 }
             }
-            acc.iter().map(|&a| _mm512_reduce_add_ps(a)).sum()
+            std::hint::black_box(acc);
         }
 
-        /// `iterations` rounds of `CHAINS` 8-lane FMAs; the lanes' sum, so none is elided.
+        /// `iterations` rounds of `CHAINS` 8-lane FMAs, kept (`black_box`) so none is elided.
         #[target_feature(enable = "avx2,fma")]
-        pub fn avx2(iterations: u64) -> f32 {
+        pub fn avx2(iterations: u64) {
             let (x, y) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
             let mut acc = [_mm256_set1_ps(1.0); CHAINS];
             for _ in 0..iterations {
@@ -261,13 +283,7 @@ mod fma_peak {
                     *a = _mm256_fmadd_ps(*a, x, y);
                 }
             }
-            let mut lanes = [0.0f32; 8];
-            let total = acc
-                .iter()
-                .fold(_mm256_setzero_ps(), |s, &a| _mm256_add_ps(s, a));
-            // SAFETY: `lanes` holds 8 floats.
-            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), total) };
-            lanes.iter().sum()
+            std::hint::black_box(acc);
         }
     }
 }
