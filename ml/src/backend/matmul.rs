@@ -1,6 +1,7 @@
-//! [`MatmulOps`]: matrix products, single and batched; and the [`Storage`] methods that
-//! dispatch to them.
+//! [`MatmulOps`]: matrix products, single and batched, and a dense layer's product with its
+//! bias; and the [`Storage`] methods that dispatch to them.
 
+use super::elementwise::ElementwiseOps;
 use super::memory::MemoryOps;
 use super::storage::{Storage, dispatch};
 use crate::error::Result;
@@ -29,9 +30,32 @@ pub trait MatmulOps: MemoryOps {
         transpose_b: bool,
         accumulate: bool,
     ) -> Result<()>;
+
+    /// `x · w + bias` for 2-D `x` (`[m, k]`) and `w` (`[k, n]`), `bias` (`[n]`) added to every
+    /// row: a dense layer's output, as a new array. Default: [`linear_from_primitives`].
+    fn linear(x: &Self, w: &Self, bias: &Self) -> Result<Self>
+    where
+        Self: ElementwiseOps,
+    {
+        linear_from_primitives(x, w, bias)
+    }
+}
+
+/// [`MatmulOps::linear`] as the bias broadcast to the output's shape, then the product added
+/// onto it.
+pub fn linear_from_primitives<S: MatmulOps + ElementwiseOps>(x: &S, w: &S, bias: &S) -> Result<S> {
+    let (m, n) = (x.shape()[0], w.shape()[1]);
+    let mut out = bias.broadcast_to(&[m, n])?;
+    S::matmul_into(&mut out, x, false, w, false, true)?;
+    Ok(out)
 }
 
 impl Storage {
+    /// `x · w + bias`, `bias` added to every row of the product (shapes checked by the caller).
+    pub fn linear(x: &Storage, w: &Storage, bias: &Storage) -> Result<Storage> {
+        dispatch!("linear", (x = x, w = w, b = bias) => MatmulOps::linear(x, w, b))
+    }
+
     /// `dst (=|+=) op_a(a) · op_b(b)` for 2-D operands, `op` being an optional transpose.
     pub fn matmul_into(
         dst: &mut Storage,

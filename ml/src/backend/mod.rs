@@ -16,7 +16,7 @@
 //! | [`MemoryOps`] | `memory.rs` | `to_host`, `queue_copy_to_slice` |
 //! | [`ElementwiseOps`] | `elementwise.rs` | `scale` |
 //! | [`ReduceOps`] | `reduce.rs` | `sum_to_shape_into`, `expand_axis` |
-//! | [`MatmulOps`] | `matmul.rs` | |
+//! | [`MatmulOps`] | `matmul.rs` | `linear` |
 //! | [`ConvOps`] | `conv.rs` | |
 //! | [`NormOps`] | `norm.rs` | `batch_norm_stats`, `batch_norm`, `batch_norm_backward` |
 //! | [`SoftmaxOps`] | `softmax.rs` | `softmax_backward` |
@@ -30,9 +30,9 @@
 //! written once with primitives (those of the ops, in a public `*_from_primitives` function of
 //! their file), so a backend that implements only the required methods is complete; a backend
 //! overrides a default with a fused kernel where it has one (the CPU's and CUDA's one-pass
-//! optimizer updates, softmax backward and losses, the recurrent gates), and the conformance
-//! suite (`defaults.rs`) checks on every device that each override gives the values of its
-//! default. The CUDA stub of a build without the `cuda` feature implements the same traits, so
+//! optimizer updates, softmax backward and losses, the recurrent gates; the CPU's dense layer),
+//! and the conformance suite (`defaults.rs`) checks on every device that each override gives the
+//! values of its default. The CUDA stub of a build without the `cuda` feature implements the same traits, so
 //! the compiler lists whatever a backend lacks.
 //!
 //! [`Storage`] is the enum over the backends that the rest of the crate holds. Each of its ops

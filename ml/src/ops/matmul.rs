@@ -197,9 +197,10 @@ impl Tensor {
     }
 
     /// `self · weight + bias` for `self` `[m, k]`, `weight` `[k, n]` and `bias` `[n]`, in one
-    /// pass: the output starts as the bias rows and GEMM adds the product into it.
+    /// pass: the output starts as the bias rows and GEMM adds the product into it (on the CPU,
+    /// each thread writes the bias into its part of the output just before multiplying into it).
     pub fn linear(&self, weight: &Tensor, bias: &Tensor) -> Result<Tensor> {
-        let (m, n) = check_matmul("linear", self, weight)?;
+        let (_, n) = check_matmul("linear", self, weight)?;
         same_device("linear", &[self, bias])?;
         if bias.shape() != [n] {
             return Err(MlError::ShapeMismatch {
@@ -209,8 +210,7 @@ impl Tensor {
                 reason: "need a bias with one value per output column",
             });
         }
-        let mut out = bias.read().broadcast_to(&[m, n])?;
-        Storage::matmul_into(&mut out, &self.read(), false, &weight.read(), false, true)?;
+        let out = Storage::linear(&self.read(), &weight.read(), &bias.read())?;
         Ok(Tensor::from_op(out, &[self, weight, bias], LinearBackward))
     }
 }

@@ -12,6 +12,7 @@ use ringflow_ml::backend::elementwise::scale_from_primitives;
 use ringflow_ml::backend::loss::{
     bce_with_logits_backward_from_primitives, bce_with_logits_from_primitives,
 };
+use ringflow_ml::backend::matmul::linear_from_primitives;
 use ringflow_ml::backend::norm::{
     batch_norm_backward_from_primitives, batch_norm_from_primitives,
     batch_norm_stats_from_primitives, channel_sum_from_primitives,
@@ -26,8 +27,8 @@ use ringflow_ml::backend::recurrent::{
 use ringflow_ml::backend::reduce::{expand_axis_from_primitives, sum_to_shape_from_primitives};
 use ringflow_ml::backend::softmax::softmax_backward_from_primitives;
 use ringflow_ml::backend::{
-    AdagradStep, AdamStep, BackendStorage, CudaStorage, ElementwiseOps, LossOps, NormOps, OptimOps,
-    RecurrentOps, ReduceOps, SgdStep, SoftmaxOps,
+    AdagradStep, AdamStep, BackendStorage, CudaStorage, ElementwiseOps, LossOps, MatmulOps,
+    NormOps, OptimOps, RecurrentOps, ReduceOps, SgdStep, SoftmaxOps,
 };
 
 use crate::helpers::*;
@@ -264,6 +265,28 @@ fn reductions_on<S: BackendStorage>(at: S::Location) -> TestResult {
     agree(&fused, &composite, "scale")
 }
 
+fn linear_matches_its_default(device: Device) -> TestResult {
+    on_backend!(device, linear_on)
+}
+
+/// A dense layer's product with its bias, on shapes the CPU runs packed on every thread, on its
+/// thin kernels and through the `gemm` crate.
+fn linear_on<S: BackendStorage>(at: S::Location) -> TestResult {
+    for (k, (m, depth, n)) in [(256, 96, 200), (3, 40, 300), (150, 30, 5), (33, 1, 17)]
+        .into_iter()
+        .enumerate()
+    {
+        let seed = 90 + 10 * k as u64;
+        let x = random::<S>(&[m, depth], -1.0, 1.0, seed, at)?;
+        let w = random::<S>(&[depth, n], -1.0, 1.0, seed + 1, at)?;
+        let bias = random::<S>(&[n], -2.0, 2.0, seed + 2, at)?;
+        let fused = MatmulOps::linear(&x, &w, &bias)?;
+        let composite = linear_from_primitives(&x, &w, &bias)?;
+        agree(&fused, &composite, &format!("linear {m}×{depth}×{n}"))?;
+    }
+    Ok(())
+}
+
 fn batch_norm_matches_its_defaults(device: Device) -> TestResult {
     on_backend!(device, batch_norm_on)
 }
@@ -356,6 +379,7 @@ fn recurrent_on<S: BackendStorage>(at: S::Location) -> TestResult {
 }
 
 device_test!(
+    linear_matches_its_default,
     recurrent_gates_match_their_defaults,
     batch_norm_matches_its_defaults,
     optimizer_updates_match_their_defaults,

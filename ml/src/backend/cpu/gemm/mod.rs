@@ -29,6 +29,8 @@ mod threading;
 mod view;
 mod zero_steps;
 
+use std::mem::MaybeUninit;
+
 use gemm::Parallelism;
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
@@ -38,7 +40,7 @@ use self::kernel_avx2::Avx2Fma;
 use self::kernel_avx512::Avx512Fma;
 use self::microkernel::Microkernel;
 use self::thin_avx512::Avx512;
-use self::view::{DstTile, Operand};
+use self::view::{DstTile, Operand, Start};
 use super::{CpuArray, slice, slice_mut};
 use crate::backend::matmul::MatmulOps;
 use crate::error::Result;
@@ -287,10 +289,50 @@ fn packed_product<K: Microkernel>(
     let (m, n) = (a.logical_dims().0, b.logical_dims().1);
     let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
     if threaded {
-        threading::product(cpu, dst, &a, &b, accumulate);
+        threading::product(cpu, dst, &a, &b, Start::accumulating(accumulate));
     } else {
         blocked::product(cpu, dst, &a, &b, accumulate);
     }
+}
+
+/// `dst = row + a · b`, `row` added to every row of the product (a dense layer's output,
+/// `x · w + bias`), on the pool's threads. Every element of `dst` is written, and none read
+/// before it is: on the packed kernels each thread starts its rectangle from `row` just before
+/// it multiplies into it (in cache, on every core, where a broadcast bias was one core's pass
+/// over the whole output); elsewhere `dst` is filled with `row` first.
+pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_>, row: &[f32]) {
+    let ((m, k), n) = (a.logical_dims(), b.logical_dims().1);
+    assert_eq!(dst.len(), m * n, "caller sized the destination");
+    assert_eq!(row.len(), n, "the row has one value per column");
+    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), matmul_precision());
+    let start = Start::Row(row);
+    let packed = k > 0 && m > 0 && n > 0;
+    match kernel {
+        Kernel::Packed(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
+        Kernel::Packed512(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
+        Kernel::Bf16(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
+        Kernel::Bf16Emulated(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
+        _ => {
+            DstTile::uninit(dst, m, n).fill_rows(row);
+            // SAFETY: every element was written just above, and `MaybeUninit<f32>` has the
+            // size, alignment and (once initialized) the values of `f32`.
+            let dst = unsafe { &mut *(dst as *mut [MaybeUninit<f32>] as *mut [f32]) };
+            product_with(kernel, dst, (a, b), true, true);
+        }
+    }
+}
+
+/// [`matmul_onto_row`] on a packed microkernel: `start` written by each thread into its own
+/// rectangle.
+fn packed_onto<K: Microkernel>(
+    cpu: K,
+    dst: &mut [MaybeUninit<f32>],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    start: Start<'_>,
+) {
+    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
+    let (dst, a, b) = (DstTile::uninit(dst, m, n), Operand::of(a), Operand::of(b));
+    threading::product(cpu, dst, &a, &b, start);
 }
 
 /// The `gemm` crate's threading for a product on the pool's threads or on this one.
@@ -392,6 +434,16 @@ impl MatmulOps for CpuArray {
         let (a, b) = (mat_ref(a, transpose_a), mat_ref(b, transpose_b));
         matmul_into(slice_mut(dst), a, b, accumulate);
         Ok(())
+    }
+
+    fn linear(x: &Self, w: &Self, bias: &Self) -> Result<Self> {
+        let (m, n) = (x.shape()[0], w.shape()[1]);
+        let mut data = Vec::with_capacity(m * n);
+        let (x, w) = (mat_ref(x, false), mat_ref(w, false));
+        matmul_onto_row(&mut data.spare_capacity_mut()[..m * n], x, w, slice(bias));
+        // SAFETY: `matmul_onto_row` wrote every one of the m × n elements.
+        unsafe { data.set_len(m * n) };
+        Ok(super::from_vec(&[m, n], data))
     }
 
     fn bmm_into(

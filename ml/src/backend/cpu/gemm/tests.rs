@@ -500,6 +500,44 @@ fn every_pool_size_gives_the_reference_product() {
     }
 }
 
+/// Products started from a row (a dense layer's bias) on pools of several sizes, packed
+/// (split across threads by columns and rows), thin and of depth 0: every element written (the
+/// destination starts as NaN), each the row's value plus the product.
+#[test]
+fn products_onto_a_row_match_the_reference_on_every_pool_size() {
+    for threads in [1, 2, 3, 5] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for dims in [
+            (97, 70, 203),
+            (300, 64, 40),
+            (3, 40, 700),
+            (300, 70, 5),
+            (20, 0, 30),
+        ] {
+            let case = Case::new(dims, (false, false), 11 + threads as u64);
+            let (m, n) = (dims.0, dims.2);
+            let row: Vec<f32> = (0..n).map(|j| (j % 13) as f32 - 6.0).collect();
+            let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
+            pool.install(|| matmul_onto_row(&mut dst, case.a(), case.b(), &row));
+            let init: Vec<f32> = (0..m * n).map(|idx| row[idx % n]).collect();
+            let (want, scale) = case.reference(&init, false);
+            for (idx, got) in dst.iter().enumerate() {
+                // SAFETY: every element was initialized (to NaN, then by the product).
+                let got = f64::from(unsafe { got.assume_init() });
+                let tolerance = 1e-5 * (scale[idx] + want[idx].abs()) + 1e-6;
+                assert!(
+                    (got - want[idx]).abs() <= tolerance,
+                    "{dims:?} on {threads} threads: element {idx} is {got}, want {}",
+                    want[idx]
+                );
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(crate::fuzz::config(256))]
     #[test]

@@ -9,7 +9,7 @@
 
 use super::blocked;
 use super::microkernel::Microkernel;
-use super::view::{DstTile, Operand};
+use super::view::{DstTile, Operand, Start};
 
 /// Multiply-adds below which a product stays on the calling thread: waking the pool's threads
 /// costs microseconds, the time of about this much work on one core (the `gemm` crate's own
@@ -31,17 +31,19 @@ pub fn grid(m: usize, n: usize, threads: usize, (mr, nr): (usize, usize)) -> (us
         .unwrap_or((1, 1))
 }
 
-/// `dst = a · b` (or `+=`) on the current rayon pool, one rectangle per thread.
+/// `dst = start + a · b` on the current rayon pool, one rectangle per thread, each started
+/// (see [`Start::prepare`]) by the thread that multiplies into it.
 pub fn product<K: Microkernel>(
     cpu: K,
-    dst: DstTile<'_>,
+    mut dst: DstTile<'_>,
     a: &Operand<'_>,
     b: &Operand<'_>,
-    accumulate: bool,
+    start: Start<'_>,
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let threads = rayon::current_num_threads();
     if threads <= 1 || m * n * k < PARALLEL_MIN_MACS {
+        let accumulate = start.prepare(&mut dst);
         return blocked::product(cpu, dst, a, b, accumulate);
     }
     let (row_parts, col_parts) = grid(m, n, threads, (K::MR, K::NR));
@@ -58,10 +60,14 @@ pub fn product<K: Microkernel>(
         }
     }
     rayon::scope(|s| {
-        for (row, col, rect) in rects {
+        for (row, col, mut rect) in rects {
             let a = rows_of(a, row, rect.rows());
             let b = rows_of(&b.t(), col, rect.cols()).t();
-            s.spawn(move |_| blocked::product(cpu, rect, &a, &b, accumulate));
+            let start = start.columns(col, rect.cols());
+            s.spawn(move |_| {
+                let accumulate = start.prepare(&mut rect);
+                blocked::product(cpu, rect, &a, &b, accumulate)
+            });
         }
     });
 }

@@ -2,6 +2,7 @@
 //! operands need no copy) and rectangles of the destination that threads write in parallel.
 
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 use super::MatRef;
 
@@ -89,6 +90,37 @@ impl<'a> DstTile<'a> {
         }
     }
 
+    /// The whole of `dst`, a contiguous row-major `rows × cols` matrix not yet written: whoever
+    /// holds the tile must write every element before anything reads one (see
+    /// [`Start::Row`]).
+    pub fn uninit(dst: &'a mut [MaybeUninit<f32>], rows: usize, cols: usize) -> Self {
+        assert_eq!(
+            dst.len(),
+            rows * cols,
+            "the destination holds rows × cols elements"
+        );
+        DstTile {
+            ptr: dst.as_mut_ptr().cast(),
+            rows,
+            cols,
+            ld: cols,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Writes `row` into every row of the rectangle.
+    pub fn fill_rows(&mut self, row: &[f32]) {
+        assert_eq!(row.len(), self.cols, "the row spans the rectangle");
+        for i in 0..self.rows {
+            // SAFETY: row `i` of the rectangle holds `cols` elements from `ptr + i * ld`, all
+            // inside its allocation and borrowed by this tile alone; `row` is a shared slice,
+            // so the two cannot overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(row.as_ptr(), self.ptr.add(i * self.ld), self.cols)
+            };
+        }
+    }
+
     /// Rows of the rectangle.
     pub fn rows(&self) -> usize {
         self.rows
@@ -149,5 +181,50 @@ impl<'a> DstTile<'a> {
             ..self
         };
         (DstTile { cols: at, ..self }, right)
+    }
+}
+
+/// What a product's sums are added to in its destination.
+#[derive(Clone, Copy, Debug)]
+pub enum Start<'a> {
+    /// Nothing: the destination is overwritten.
+    Zero,
+    /// The destination's current values (`+=`).
+    Current,
+    /// The same row in every row of the destination (a dense layer's bias): element `(i, j)`
+    /// starts as `row[j]`. The destination's previous contents are never read: each thread
+    /// writes the row into its rectangle just before multiplying into it.
+    Row(&'a [f32]),
+}
+
+impl<'a> Start<'a> {
+    /// [`Start::Current`] when `accumulate`, else [`Start::Zero`].
+    pub fn accumulating(accumulate: bool) -> Self {
+        if accumulate {
+            Start::Current
+        } else {
+            Start::Zero
+        }
+    }
+
+    /// This start for the columns `col..col + cols` of the destination.
+    pub fn columns(self, col: usize, cols: usize) -> Self {
+        match self {
+            Start::Row(row) => Start::Row(&row[col..col + cols]),
+            other => other,
+        }
+    }
+
+    /// Writes the start into `dst` where the product will read it; whether the product then
+    /// adds its sums to `dst` (rather than overwriting it).
+    pub fn prepare(self, dst: &mut DstTile<'_>) -> bool {
+        match self {
+            Start::Zero => false,
+            Start::Current => true,
+            Start::Row(row) => {
+                dst.fill_rows(row);
+                true
+            }
+        }
     }
 }
