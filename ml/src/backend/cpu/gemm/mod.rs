@@ -247,19 +247,21 @@ fn product_with(
         }
         return;
     }
+    let whole = |dst| DstTile::new(dst, m, n);
+    let start = Start::accumulating(accumulate);
     match kernel {
-        Kernel::Packed(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
-        Kernel::Packed512(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
-        Kernel::Bf16(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
-        Kernel::Bf16Emulated(cpu) => packed_product(cpu, dst, (a, b), accumulate, threaded),
+        Kernel::Packed(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
+        Kernel::Packed512(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
+        Kernel::Bf16(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
+        Kernel::Bf16Emulated(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
         Kernel::Bf16Portable => {
             let (a_data, b_data) = (rounded(a.data), rounded(b.data));
             let (a, b) = (MatRef { data: &a_data, ..a }, MatRef { data: &b_data, ..b });
             portable_product(dst, a, b, accumulate, parallelism(threaded));
         }
         Kernel::Thin(cpu) if few_rows(m, n, b.transposed) => {
-            let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
-            cpu.product(dst, &a, &b, accumulate, threaded);
+            let (a, b) = (Operand::of(a), Operand::of(b));
+            cpu.product(whole(dst), &a, &b, accumulate, threaded);
         }
         Kernel::Thin(cpu) if few_cols(m, n, a.transposed) => {
             let (a, b) = (Operand::of(a), Operand::of(b));
@@ -278,19 +280,19 @@ fn product_with(
     }
 }
 
-/// The product on a packed microkernel, on the pool's threads when `threaded`.
+/// `dst = start + a · b` on a packed microkernel, on the pool's threads when `threaded`.
 fn packed_product<K: Microkernel>(
     cpu: K,
-    dst: &mut [f32],
+    mut dst: DstTile<'_>,
     (a, b): (MatRef<'_>, MatRef<'_>),
-    accumulate: bool,
+    start: Start<'_>,
     threaded: bool,
 ) {
-    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let (dst, a, b) = (DstTile::new(dst, m, n), Operand::of(a), Operand::of(b));
+    let (a, b) = (Operand::of(a), Operand::of(b));
     if threaded {
-        threading::product(cpu, dst, &a, &b, Start::accumulating(accumulate));
+        threading::product(cpu, dst, &a, &b, start);
     } else {
+        let accumulate = start.prepare(&mut dst);
         blocked::product(cpu, dst, &a, &b, accumulate);
     }
 }
@@ -307,11 +309,12 @@ pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_
     let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), matmul_precision());
     let start = Start::Row(row);
     let packed = k > 0 && m > 0 && n > 0;
+    let whole = |dst| DstTile::uninit(dst, m, n);
     match kernel {
-        Kernel::Packed(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
-        Kernel::Packed512(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
-        Kernel::Bf16(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
-        Kernel::Bf16Emulated(cpu) if packed => packed_onto(cpu, dst, (a, b), start),
+        Kernel::Packed(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
+        Kernel::Packed512(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
+        Kernel::Bf16(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
+        Kernel::Bf16Emulated(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
         _ => {
             DstTile::uninit(dst, m, n).fill_rows(row);
             // SAFETY: every element was written just above, and `MaybeUninit<f32>` has the
@@ -320,19 +323,6 @@ pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_
             product_with(kernel, dst, (a, b), true, true);
         }
     }
-}
-
-/// [`matmul_onto_row`] on a packed microkernel: `start` written by each thread into its own
-/// rectangle.
-fn packed_onto<K: Microkernel>(
-    cpu: K,
-    dst: &mut [MaybeUninit<f32>],
-    (a, b): (MatRef<'_>, MatRef<'_>),
-    start: Start<'_>,
-) {
-    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let (dst, a, b) = (DstTile::uninit(dst, m, n), Operand::of(a), Operand::of(b));
-    threading::product(cpu, dst, &a, &b, start);
 }
 
 /// The `gemm` crate's threading for a product on the pool's threads or on this one.

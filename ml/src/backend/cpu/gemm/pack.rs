@@ -94,7 +94,7 @@ const RUN_PIECE_BYTES: usize = 256;
 /// starts at `first + p * stride` and holds step `p` of every panel in `out`, one after the
 /// other (the rows of a row-major `b`, the columns of a transposed `a`). The panels are filled
 /// `group` at a time: the group's piece of each run is read front to back and dealt out `W`
-/// elements per panel.
+/// elements per panel. `depth` and `group` are at least 1.
 fn deal_runs<const W: usize>(
     out: &mut [f32],
     data: &[f32],
@@ -103,7 +103,7 @@ fn deal_runs<const W: usize>(
 ) {
     let panel_len = depth * W;
     for (g, panels) in out.chunks_mut(group * panel_len).enumerate() {
-        let width = panels.len() / depth.max(1);
+        let width = panels.len() / depth;
         for p in 0..depth {
             let start = first + p * stride + g * group * W;
             let run = &data[start..start + width];
