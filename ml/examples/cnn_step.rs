@@ -7,11 +7,15 @@
 //!
 //! ```text
 //! cargo run --release -p ringflow-ml --example cnn_step [-- --seconds S] [--batch N] \
-//!     [--precision f32|bf16] [--winograd on|off] [--model lenet|wide-mlp]
+//!     [--precision f32|bf16] [--winograd on|off] [--model lenet|wide-mlp] [--thrash MB]
 //! ```
 //!
 //! `--model wide-mlp` times `benches/mlp_vs_jax.sh`'s wide MLP instead (784-1024-1024-10, ReLU,
 //! plain SGD; give it `--batch 256` as the script does).
+//!
+//! `--thrash MB` writes a buffer of that many MiB on every thread before each step, outside
+//! the timing, so that the step starts with caches full of other data, as when a busy
+//! neighbour on the host shares the L3 (64 covers this machine's 32 MiB L3 and both L2s).
 //!
 //! `--precision bf16` multiplies in bfloat16 with f32 sums (`train.matmul_precision`);
 //! `--winograd off` runs the second convolution as im2col and GEMM (`train.winograd = false`).
@@ -23,6 +27,8 @@
 //! figure drops by up to half: every step maps its buffers afresh).
 
 use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
 
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
@@ -125,9 +131,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let x = Tensor::randn(&input, 1.0, &mut r, Device::Cpu)?;
     let labels = (0..batch).map(|i| (i % 10) as f32).collect();
     let y = Tensor::from_vec(labels, &[batch], Device::Cpu)?;
+    let mut thrash = vec![0u8; arg("--thrash", 0usize)? << 20];
     let (mut forward, mut backward, mut update, mut total) = (vec![], vec![], vec![], vec![]);
     let start = Instant::now();
     for step in 0.. {
+        thrash
+            .par_chunks_mut(1 << 16)
+            .for_each(|c| c.fill(step as u8));
         let t0 = Instant::now();
         model.params().zero_grad();
         let l = loss::cross_entropy(&model.forward(&x, true, &mut r)?, &y)?;

@@ -5,8 +5,11 @@
 //!
 //! ```text
 //! cargo run --release -p ringflow-ml --example gemm_bench -- [--shapes FILE] [--seconds S] \
-//!     [--precision f32|bf16]
+//!     [--precision f32|bf16] [--cold]
 //! ```
+//!
+//! `--cold` flushes both operands and the destination out of every cache before each timed
+//! product (outside the timing): the figure of a product whose data a busy host evicted.
 //!
 //! `--precision bf16` times the crate's products in bfloat16 with f32 sums (the job spec's
 //! `train.matmul_precision = "bf16"`); the `gemm` crate's column stays f32.
@@ -68,13 +71,25 @@ fn parse_shapes(text: &str) -> Result<Vec<Shape>, String> {
 
 /// The shortest of the timed repetitions of `f` within about `budget` (at least 3).
 fn best_time(budget: Duration, mut f: impl FnMut()) -> f64 {
-    f();
+    best_time_on(budget, &mut [], |_| {}, |_| f())
+}
+
+/// [`best_time`] of `f` writing into `dst`, with `before` run ahead of every repetition,
+/// outside the timing.
+fn best_time_on(
+    budget: Duration,
+    dst: &mut [f32],
+    mut before: impl FnMut(&mut [f32]),
+    mut f: impl FnMut(&mut [f32]),
+) -> f64 {
+    f(dst);
     let start = Instant::now();
     let mut best = f64::INFINITY;
     let mut runs = 0;
     while runs < 3 || start.elapsed() < budget {
+        before(dst);
         let t = Instant::now();
-        f();
+        f(dst);
         best = best.min(t.elapsed().as_secs_f64());
         runs += 1;
     }
@@ -133,6 +148,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
     let shapes = parse_shapes(&text).map_err(|e| format!("{path}: {e}"))?;
     let budget = Duration::from_secs_f64(seconds);
+    let cold = args.iter().any(|a| a == "--cold");
+    if cold {
+        println!("# cold: operands and destination flushed from every cache before each product");
+    }
     let precision: ringflow_ml::MatmulPrecision =
         value("--precision").map_or("f32", |s| s).parse()?;
     ringflow_ml::set_matmul_precision(precision);
@@ -164,15 +183,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let mut dst = vec![0.0f32; s.m * s.n];
         let flops = 2.0 * (s.m * s.k * s.n) as f64;
-        let ours = flops / best_time(budget, || matmul_into(&mut dst, a, b, false)) / 1e9;
-        let serial = flops / best_time(budget, || matmul_into_serial(&mut dst, a, b, false)) / 1e9;
-        let reference = flops / best_time(budget, || gemm_crate(&mut dst, a, b)) / 1e9;
+        let flush = |out: &mut [f32]| {
+            if cold {
+                [a_data.as_slice(), &b_data, out]
+                    .iter()
+                    .for_each(|x| evict(x));
+            }
+        };
+        let mut time =
+            |f: &mut dyn FnMut(&mut [f32])| flops / best_time_on(budget, &mut dst, flush, f) / 1e9;
+        let ours = time(&mut |d| matmul_into(d, a, b, false));
+        let serial = time(&mut |d| matmul_into_serial(d, a, b, false));
+        let reference = time(&mut |d| gemm_crate(d, a, b));
         println!(
             "{} {} {} {} {} {} {ours:.1} {serial:.1} {reference:.1}",
             s.name, s.m, s.k, s.n, s.a_t as u8, s.b_t as u8
         );
     }
     Ok(())
+}
+
+/// Flushes every cache line of `values` out of the whole cache hierarchy (x86-64), so the next
+/// product reads them from memory, as a busy host's neighbour leaves them.
+fn evict(values: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in values.chunks(16) {
+        // SAFETY: SSE2 is part of x86-64; `line` is a valid reference, and a flush changes
+        // no value.
+        unsafe { std::arch::x86_64::_mm_clflush(line.as_ptr().cast::<u8>()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = values;
 }
 
 /// The FMA ceiling of this machine: a loop of register-held multiply-adds and nothing else.

@@ -7,8 +7,9 @@
 //! block is a sliver. A rectangle of at most `MC` rows packs `b` a few panels at a time instead
 //! ([`short_chunk`]), since its packed block would serve a single `a` block. The f32 kernel's
 //! blocks are [`KC`], [`MC`] and [`NC`].
+use super::ahead::{Ahead, prefetch_block};
 use super::microkernel::{Microkernel, PackedElement};
-use super::pack::{Block, prefetch_block};
+use super::pack::Block;
 use super::view::{DstTile, Operand};
 use super::zero_steps::{BlockSteps, with_block_steps};
 
@@ -95,7 +96,8 @@ pub fn product<K: Microkernel>(
 }
 
 /// [`product`] by whole blocks of `b`: packed once per block of [`Microkernel::NC`] columns
-/// and [`Microkernel::kc`] depth, or read in place (`direct`).
+/// and [`Microkernel::kc`] depth, or read in place (`direct`). While the microkernel sweeps a
+/// block, the next `a` block and a share of the next `b` block are asked for ([`Ahead`]).
 fn long_product<K: Microkernel>(
     cpu: K,
     mut dst: DstTile<'_>,
@@ -104,43 +106,74 @@ fn long_product<K: Microkernel>(
     (accumulate, direct): (bool, bool),
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
-    for (col, nc) in even_parts(n, K::NC, K::NR) {
-        for (depth, kc) in even_parts(k, cpu.kc(), K::DEPTH_PER_STEP) {
-            let overwrite = depth == 0 && !accumulate;
-            let whole = if direct { nc / K::NR * K::NR } else { 0 };
-            let packed = Block {
-                row: depth,
-                col: col + whole,
-                rows: kc,
-                cols: nc - whole,
+    let row_blocks = || even_parts(m, K::MC, K::MR);
+    let first_rows = row_blocks().next().map_or(0, |(_, mc)| mc);
+    let a_block = |row, rows, (col, cols)| Block {
+        row,
+        col,
+        rows,
+        cols,
+    };
+    let mut b_blocks = even_parts(n, K::NC, K::NR)
+        .flat_map(|(col, nc)| {
+            let depths = even_parts(k, cpu.kc(), K::DEPTH_PER_STEP);
+            depths.map(move |(row, rows)| Block {
+                row,
+                col,
+                rows,
+                cols: nc,
+            })
+        })
+        .peekable();
+    while let Some(block) = b_blocks.next() {
+        let next_b = b_blocks.peek().copied();
+        let ((col, nc), (depth, kc)) = ((block.col, block.cols), (block.row, block.rows));
+        let overwrite = depth == 0 && !accumulate;
+        let whole = if direct { nc / K::NR * K::NR } else { 0 };
+        let packed = Block {
+            col: col + whole,
+            cols: nc - whole,
+            ..block
+        };
+        grow(b_buf, K::packed_b_len(kc, packed.cols));
+        cpu.pack_b(b_buf, b, packed);
+        let source = match K::in_place(b.data) {
+            Some(data) if direct => BSource::Direct {
+                data: &data[depth * b.row_stride + col..],
+                ld: b.row_stride,
+                edge: b_buf,
+            },
+            _ => BSource::Packed(b_buf),
+        };
+        let parts = row_blocks().count();
+        let mut rows = row_blocks().enumerate().peekable();
+        while let Some((part, (row, mc))) = rows.next() {
+            let next_a = match rows.peek() {
+                Some(&(_, (row, mc))) => Some(a_block(row, mc, (depth, kc))),
+                None => next_b.map(|b| a_block(0, first_rows, (b.row, b.rows))),
             };
-            grow(b_buf, K::packed_b_len(kc, packed.cols));
-            cpu.pack_b(b_buf, b, packed);
-            let source = match K::in_place(b.data) {
-                Some(data) if direct => BSource::Direct {
-                    data: &data[depth * b.row_stride + col..],
-                    ld: b.row_stride,
-                    edge: b_buf,
-                },
-                _ => BSource::Packed(b_buf),
+            let tile_count = nc.div_ceil(K::NR) * mc.div_ceil(K::MR);
+            let mut a_ahead = Ahead::part(a, next_a, (0, 1), tile_count);
+            let mut b_ahead = Ahead::part(b, next_b, (part, parts), tile_count);
+            grow(a_buf, K::packed_a_len(mc, kc));
+            cpu.pack_a(a_buf, a, a_block(row, mc, (depth, kc)));
+            steps.find(
+                a_buf,
+                (K::MR, K::steps(kc), mc.div_ceil(K::MR)),
+                nc.div_ceil(K::NR),
+            );
+            let mut tiles = dst.sub(row, col, mc, nc);
+            let mut ask = || {
+                a_ahead.step();
+                b_ahead.step();
             };
-            for (row, mc) in even_parts(m, K::MC, K::MR) {
-                grow(a_buf, K::packed_a_len(mc, kc));
-                let block = Block {
-                    row,
-                    col: depth,
-                    rows: mc,
-                    cols: kc,
-                };
-                cpu.pack_a(a_buf, a, block);
-                steps.find(
-                    a_buf,
-                    (K::MR, K::steps(kc), mc.div_ceil(K::MR)),
-                    nc.div_ceil(K::NR),
-                );
-                let mut tiles = dst.sub(row, col, mc, nc);
-                sweep(cpu, &mut tiles, (a_buf, steps), source, overwrite);
-            }
+            sweep(
+                cpu,
+                &mut tiles,
+                (a_buf, steps),
+                source,
+                (overwrite, &mut ask),
+            );
         }
     }
 }
@@ -154,8 +187,10 @@ pub fn short_chunk<K: Microkernel>() -> usize {
 /// The product of a rectangle of at most [`Microkernel::MC`] rows, whose every packed `b`
 /// element serves only `m` multiply-adds: packing `b` there costs a fifth of the time or more
 /// when `b` comes from memory (an im2col matrix of 7 MB, say), so it is packed a few panels at
-/// a time, each chunk swept while its copy is hot and the next one's rows prefetched meanwhile
-/// (OpenBLAS does the same), instead of one wide block that goes out to L3 before it is read.
+/// a time, each chunk swept while its copy is hot (OpenBLAS does the same), instead of one wide
+/// block that goes out to L3 before it is read. While a chunk is swept, the next chunk's rows
+/// (the next depth's first chunk after the last) and a share of the next depth's `a` are asked
+/// for ([`Ahead`]), so that memory is read while the microkernel works.
 fn short_product<K: Microkernel>(
     cpu: K,
     mut dst: DstTile<'_>,
@@ -165,50 +200,69 @@ fn short_product<K: Microkernel>(
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let chunk_cols = short_chunk::<K>();
-    for (depth, kc) in even_parts(k, cpu.kc(), K::DEPTH_PER_STEP) {
+    let chunks = n.div_ceil(chunk_cols);
+    let b_chunk = |(row, rows): (usize, usize), col: usize| Block {
+        row,
+        col,
+        rows,
+        cols: chunk_cols.min(n - col),
+    };
+    let a_block = |(col, cols): (usize, usize)| Block {
+        row: 0,
+        col,
+        rows: m,
+        cols,
+    };
+    let mut depths = even_parts(k, cpu.kc(), K::DEPTH_PER_STEP).peekable();
+    if let Some(&first) = depths.peek() {
+        prefetch_block(b, b_chunk(first, 0));
+    }
+    while let Some((depth, kc)) = depths.next() {
+        let next_depth = depths.peek().copied();
         let overwrite = depth == 0 && !accumulate;
         grow(a_buf, K::packed_a_len(m, kc));
-        let a_block = Block {
-            row: 0,
-            col: depth,
-            rows: m,
-            cols: kc,
-        };
-        cpu.pack_a(a_buf, a, a_block);
-        steps.find(
-            a_buf,
-            (K::MR, K::steps(kc), m.div_ceil(K::MR)),
-            n.div_ceil(K::NR),
-        );
-        let chunk = |col: usize| Block {
-            row: depth,
-            col,
-            rows: kc,
-            cols: chunk_cols.min(n - col),
-        };
-        prefetch_block(b, chunk(0));
-        for col in (0..n).step_by(chunk_cols) {
-            let block = chunk(col);
-            if col + chunk_cols < n {
-                prefetch_block(b, chunk(col + chunk_cols));
-            }
+        cpu.pack_a(a_buf, a, a_block((depth, kc)));
+        let a_steps = (K::MR, K::steps(kc), m.div_ceil(K::MR));
+        steps.find(a_buf, a_steps, n.div_ceil(K::NR));
+        for (c, col) in (0..n).step_by(chunk_cols).enumerate() {
+            let block = b_chunk((depth, kc), col);
+            let next_b = match col + chunk_cols {
+                next if next < n => Some(b_chunk((depth, kc), next)),
+                _ => next_depth.map(|depth| b_chunk(depth, 0)),
+            };
+            let tile_count = block.cols.div_ceil(K::NR) * m.div_ceil(K::MR);
+            let next_a = next_depth.map(a_block);
+            let mut b_ahead = Ahead::part(b, next_b, (0, 1), tile_count);
+            let mut a_ahead = Ahead::part(a, next_a, (c, chunks), tile_count);
             grow(b_buf, K::packed_b_len(kc, block.cols));
             cpu.pack_b(b_buf, b, block);
             let mut tiles = dst.sub(0, col, m, block.cols);
             let source = BSource::Packed(&b_buf[..]);
-            sweep(cpu, &mut tiles, (a_buf, steps), source, overwrite);
+            let mut ask = || {
+                b_ahead.step();
+                a_ahead.step();
+            };
+            sweep(
+                cpu,
+                &mut tiles,
+                (a_buf, steps),
+                source,
+                (overwrite, &mut ask),
+            );
         }
     }
 }
 
 /// Every microkernel tile of one packed `a` block (whose panels run the steps `steps` lists)
 /// times one block of `b`: a `b` panel stays in L1 while the `a` panels stream from L2.
+/// `each_tile` runs before every tile (to ask for the next blocks' lines a few at a time: a
+/// burst of prefetches overflows the core's queue of misses, and most of them are dropped).
 fn sweep<K: Microkernel>(
     cpu: K,
     block: &mut DstTile<'_>,
     (a, steps): (&[K::Packed], &BlockSteps),
     b: BSource<'_, K::Packed>,
-    overwrite: bool,
+    (overwrite, each_tile): (bool, &mut dyn FnMut()),
 ) {
     let (mc, nc) = (block.rows(), block.cols());
     let span = steps.span();
@@ -219,6 +273,7 @@ fn sweep<K: Microkernel>(
         for (ip, a_panel) in a_panels.enumerate() {
             let (row, rows) = (ip * K::MR, K::MR.min(mc - ip * K::MR));
             let tile = block.sub(row, col, rows, cols);
+            each_tile();
             cpu.tile(steps.of(ip), a_panel, b_panel, tile, overwrite);
         }
     }

@@ -16,6 +16,7 @@
 //! of `bf16/` instead, through the same blocked loops (`microkernel.rs`). Nothing depends on the
 //! machine the binary was built on: no `target-cpu=native` is needed or used.
 
+mod ahead;
 mod bf16;
 mod blocked;
 mod kernel_avx2;

@@ -9,7 +9,6 @@
 
 use super::kernel_avx2::Avx2Fma;
 use super::view::Operand;
-use crate::backend::cpu::prefetch_lines;
 
 /// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.
 #[derive(Clone, Copy, Debug)]
@@ -182,28 +181,5 @@ fn pack_b_strided<const NR: usize>(
             // them) and dst holds depth steps of NR elements.
             unsafe { *dst.get_unchecked_mut(p * NR + j) = *b.data.get_unchecked(src) };
         }
-    }
-}
-
-/// Asks the cache hierarchy for every line of `block` of `op` ahead of its packing: one
-/// prefetch per cache line of each contiguous run (a row of a row-major operand, a column of
-/// a transposed one). A hint only: nothing is read, and a prefetch never faults.
-pub fn prefetch_block(op: &Operand<'_>, block: Block) {
-    check_block(op, block);
-    if block.rows == 0 || block.cols == 0 {
-        return;
-    }
-    // Contiguous runs: (how many, their length, the distance between their starts).
-    let (runs, run_len, run_stride) = if op.col_stride == 1 {
-        (block.rows, block.cols, op.row_stride)
-    } else if op.row_stride == 1 {
-        (block.cols, block.rows, op.col_stride)
-    } else {
-        return;
-    };
-    let first = block.row * op.row_stride + block.col * op.col_stride;
-    for r in 0..runs {
-        let start = first + r * run_stride;
-        prefetch_lines(&op.data[start..start + run_len]);
     }
 }
