@@ -262,7 +262,7 @@ fn sweep<K: Microkernel>(
     block: &mut DstTile<'_>,
     (a, steps): (&[K::Packed], &BlockSteps),
     b: BSource<'_, K::Packed>,
-    (overwrite, each_tile): (bool, &mut dyn FnMut()),
+    (overwrite, mut each_tile): (bool, impl FnMut()),
 ) {
     let (mc, nc) = (block.rows(), block.cols());
     let span = steps.span();
