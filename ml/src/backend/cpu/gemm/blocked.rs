@@ -153,8 +153,10 @@ fn long_product<K: Microkernel>(
                 None => next_b.map(|b| a_block(0, first_rows, (b.row, b.rows))),
             };
             let tile_count = nc.div_ceil(K::NR) * mc.div_ceil(K::MR);
-            let mut a_ahead = Ahead::part(a, next_a, (0, 1), tile_count);
-            let mut b_ahead = Ahead::part(b, next_b, (part, parts), tile_count);
+            let mut ahead = [
+                Ahead::part(a, next_a, (0, 1), tile_count),
+                Ahead::part(b, next_b, (part, parts), tile_count),
+            ];
             grow(a_buf, K::packed_a_len(mc, kc));
             cpu.pack_a(a_buf, a, a_block(row, mc, (depth, kc)));
             steps.find(
@@ -163,16 +165,12 @@ fn long_product<K: Microkernel>(
                 nc.div_ceil(K::NR),
             );
             let mut tiles = dst.sub(row, col, mc, nc);
-            let mut ask = || {
-                a_ahead.step();
-                b_ahead.step();
-            };
             sweep(
                 cpu,
                 &mut tiles,
                 (a_buf, steps),
                 source,
-                (overwrite, &mut ask),
+                (overwrite, &mut ahead),
             );
         }
     }
@@ -232,22 +230,20 @@ fn short_product<K: Microkernel>(
             };
             let tile_count = block.cols.div_ceil(K::NR) * m.div_ceil(K::MR);
             let next_a = next_depth.map(a_block);
-            let mut b_ahead = Ahead::part(b, next_b, (0, 1), tile_count);
-            let mut a_ahead = Ahead::part(a, next_a, (c, chunks), tile_count);
+            let mut ahead = [
+                Ahead::part(b, next_b, (0, 1), tile_count),
+                Ahead::part(a, next_a, (c, chunks), tile_count),
+            ];
             grow(b_buf, K::packed_b_len(kc, block.cols));
             cpu.pack_b(b_buf, b, block);
             let mut tiles = dst.sub(0, col, m, block.cols);
             let source = BSource::Packed(&b_buf[..]);
-            let mut ask = || {
-                b_ahead.step();
-                a_ahead.step();
-            };
             sweep(
                 cpu,
                 &mut tiles,
                 (a_buf, steps),
                 source,
-                (overwrite, &mut ask),
+                (overwrite, &mut ahead),
             );
         }
     }
@@ -255,14 +251,14 @@ fn short_product<K: Microkernel>(
 
 /// Every microkernel tile of one packed `a` block (whose panels run the steps `steps` lists)
 /// times one block of `b`: a `b` panel stays in L1 while the `a` panels stream from L2.
-/// `each_tile` runs before every tile (to ask for the next blocks' lines a few at a time: a
+/// Before every tile, each of `ahead` asks for its next share of lines (a few at a time: a
 /// burst of prefetches overflows the core's queue of misses, and most of them are dropped).
 fn sweep<K: Microkernel>(
     cpu: K,
     block: &mut DstTile<'_>,
     (a, steps): (&[K::Packed], &BlockSteps),
     b: BSource<'_, K::Packed>,
-    (overwrite, mut each_tile): (bool, impl FnMut()),
+    (overwrite, ahead): (bool, &mut [Ahead<'_>; 2]),
 ) {
     let (mc, nc) = (block.rows(), block.cols());
     let span = steps.span();
@@ -273,7 +269,7 @@ fn sweep<K: Microkernel>(
         for (ip, a_panel) in a_panels.enumerate() {
             let (row, rows) = (ip * K::MR, K::MR.min(mc - ip * K::MR));
             let tile = block.sub(row, col, rows, cols);
-            each_tile();
+            ahead.iter_mut().for_each(Ahead::step);
             cpu.tile(steps.of(ip), a_panel, b_panel, tile, overwrite);
         }
     }

@@ -3,8 +3,9 @@
 //! On x86-64 CPUs with AVX2 and FMA (detected at run time, once), products run on this
 //! module's own blocked GEMM: operands are packed into panels (`pack.rs`, `pack_avx2.rs`, which
 //! also read transposed operands, so callers never copy), a register-blocked microkernel sweeps
-//! the tiles of cache-sized blocks (`blocked.rs`), and large products are cut into one
-//! rectangle per thread of the current rayon pool (`threading.rs`). The microkernel is an
+//! the tiles of cache-sized blocks (`blocked.rs`) while the next blocks' lines are asked for
+//! (`ahead.rs`), and large products are cut into one rectangle per thread of the current rayon
+//! pool (`threading.rs`). The microkernel is an
 //! 8 × 32 AVX-512 one (`kernel_avx512.rs`) where the CPU has AVX-512F, twice the AVX2 rate on
 //! cores with 512-bit FMA units, and a 6 × 16 AVX2 one (`kernel_avx2.rs`) elsewhere. Products
 //! of 1 to 15 rows with a row-major `b`, of 2 to 15 columns with a row-major `a`, or of 1 to 15
