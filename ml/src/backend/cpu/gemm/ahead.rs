@@ -8,9 +8,9 @@
 //! the next block's lines a few at a time, one share before each microkernel tile, while the
 //! microkernel works on the current block, so that they are in the caches by the time they are
 //! packed. A few at a time, because a burst of prefetches overflows the core's queue of misses
-//! and most of it is dropped (on Zen 5, 1,568 lines asked for at once and read 50 µs later came
-//! at 0.85× the speed of uncached lines, the same lines asked for 8 every 200 ns at the speed of
-//! cached ones). [`prefetch_block`] asks for a block at once, just before it is read.
+//! and most of it is dropped (on Zen 5, 1,568 lines asked for at once and read 50 µs later took
+//! 0.8–0.85 of the time uncached lines take; the same lines asked for 8 every 200 ns, the time
+//! of cached ones). [`prefetch_block`] asks for a block at once, just before it is read.
 
 use super::pack::{Block, check_block};
 use super::view::Operand;
@@ -61,7 +61,7 @@ impl Runs {
 }
 
 /// Asks for every line of `block` of `op` now, into every cache level: for a block read right
-/// after (the next chunk of a short product's `b`). A hint only: nothing is read, and a
+/// after (the first chunk of a short product's `b`). A hint only: nothing is read, and a
 /// prefetch never faults.
 pub fn prefetch_block(op: &Operand<'_>, block: Block) {
     let runs = Runs::of(op, block);
