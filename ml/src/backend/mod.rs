@@ -32,8 +32,8 @@
 //! overrides a default with a fused kernel where it has one (the CPU's and CUDA's one-pass
 //! optimizer updates, softmax backward and losses, the recurrent gates; the CPU's dense layer),
 //! and the conformance suite (`defaults.rs`) checks on every device that each override gives the
-//! values of its default. The CUDA stub of a build without the `cuda` feature implements the same traits, so
-//! the compiler lists whatever a backend lacks.
+//! values of its default. The CUDA stub of a build without the `cuda` feature implements the
+//! same traits, so the compiler lists whatever a backend lacks.
 //!
 //! [`Storage`] is the enum over the backends that the rest of the crate holds. Each of its ops
 //! is one `dispatch!` line next to the trait it calls: it unwraps every operand to one backend,

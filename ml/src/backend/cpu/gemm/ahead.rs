@@ -18,7 +18,7 @@ use crate::backend::cpu::prefetch_lines;
 
 /// The contiguous runs of memory a block of an operand occupies: a row of a row-major operand,
 /// a column of a transposed one.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Runs {
     /// Index of the first run's first element.
     first: usize,
@@ -71,7 +71,9 @@ pub fn prefetch_block(op: &Operand<'_>, block: Block) {
 }
 
 /// A block of an operand asked for over a number of calls to [`Ahead::step`], an even share of
-/// its runs each, while the microkernel works on the block before it.
+/// its runs each, while the microkernel works on the block before it. The default asks for
+/// nothing.
+#[derive(Default)]
 pub struct Ahead<'a> {
     /// The operand's elements.
     data: &'a [f32],
@@ -86,22 +88,6 @@ pub struct Ahead<'a> {
 }
 
 impl<'a> Ahead<'a> {
-    /// Nothing to ask for.
-    pub fn nothing() -> Self {
-        Ahead {
-            data: &[],
-            runs: Runs {
-                first: 0,
-                count: 0,
-                len: 0,
-                stride: 0,
-            },
-            next: 0,
-            end: 0,
-            per_step: 0,
-        }
-    }
-
     /// Share `part` of `parts` of `block`'s runs (all of them for `(0, 1)`; none without a
     /// block), asked for over `steps` calls to [`Ahead::step`]. The shares of `parts` calls
     /// cover every run once.
@@ -112,11 +98,11 @@ impl<'a> Ahead<'a> {
         steps: usize,
     ) -> Self {
         let Some(block) = block else {
-            return Ahead::nothing();
+            return Ahead::default();
         };
         let runs = Runs::of(op, block);
         let share = |part: usize| (runs.count * part / parts.max(1)).min(runs.count);
-        let (next, end) = (share(part), share(part + 1).max(share(part)));
+        let (next, end) = (share(part), share(part + 1));
         Ahead {
             data: op.data,
             runs,

@@ -5,11 +5,11 @@
 //! also read transposed operands, so callers never copy), a register-blocked microkernel sweeps
 //! the tiles of cache-sized blocks (`blocked.rs`) while the next blocks' lines are asked for
 //! (`ahead.rs`), and large products are cut into one rectangle per thread of the current rayon
-//! pool (`threading.rs`). The microkernel is an
-//! 8 × 32 AVX-512 one (`kernel_avx512.rs`) where the CPU has AVX-512F, twice the AVX2 rate on
-//! cores with 512-bit FMA units, and a 6 × 16 AVX2 one (`kernel_avx2.rs`) elsewhere. Products
-//! of 1 to 15 rows with a row-major `b`, of 2 to 15 columns with a row-major `a`, or of 1 to 15
-//! columns with a transposed `a` (as their transpose, which has few rows), run on unpacked
+//! pool (`threading.rs`). The microkernel is an 8 × 32 AVX-512 one (`kernel_avx512.rs`) where
+//! the CPU has AVX-512F, twice the AVX2 rate on cores with 512-bit FMA units, and a 6 × 16 AVX2
+//! one (`kernel_avx2.rs`) elsewhere. Products of 1 to 15 rows with a row-major `b`, of 2 to 15
+//! columns with a row-major `a`, or of 1 to 15 columns with a transposed `a` (as their
+//! transpose, which has few rows), run on unpacked
 //! AVX-512 kernels where the CPU has AVX-512F (`thin_avx512.rs`). Other thin products
 //! (fewer than 16 rows or columns), row counts that leave their last panel mostly empty (32
 //! rows in 6-row panels), and CPUs without AVX2 and FMA go through the `gemm` crate. Under
@@ -318,7 +318,7 @@ pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_
         Kernel::Bf16(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
         Kernel::Bf16Emulated(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
         _ => {
-            DstTile::uninit(dst, m, n).fill_rows(row);
+            start.prepare(&mut whole(&mut *dst));
             // SAFETY: every element was written just above, and `MaybeUninit<f32>` has the
             // size, alignment and (once initialized) the values of `f32`.
             let dst = unsafe { &mut *(dst as *mut [MaybeUninit<f32>] as *mut [f32]) };
