@@ -52,6 +52,10 @@ struct Inner {
 struct GradBuffer {
     storage: Option<Storage>,
     stale: bool,
+    /// The pass's gradient was applied to the value inside the backward pass
+    /// ([`Tensor::update_in_backward`]) instead of being stored: the buffer holds nothing of it,
+    /// and the optimizer's step skips the parameter.
+    applied: bool,
 }
 
 /// How an op may write a gradient it has computed.
@@ -394,14 +398,20 @@ impl Tensor {
     /// Computes the gradient of this one-element tensor with respect to every parameter it
     /// depends on, adding it to their [`Tensor::grad`].
     pub fn backward(&self) -> Result<()> {
-        autodiff::run_backward(self, &mut |_| Ok(()))
+        autodiff::run_backward(self, &mut |_| Ok(()), None)
+    }
+
+    /// [`Tensor::backward`] applying a plain SGD step at `lr` inside the pass to every
+    /// parameter whose gradient is a single matrix product (see [`crate::optim::Optimizer::backward`]).
+    pub(crate) fn backward_with_sgd(&self, lr: f32) -> Result<()> {
+        autodiff::run_backward(self, &mut |_| Ok(()), Some(lr))
     }
 
     /// Like [`Tensor::backward`], calling `on_ready(param)` for each parameter as soon as its
     /// gradient is complete (the last op using it has run its backward), while the rest of the
     /// pass continues: the hook through which gradient all-reduce overlaps with backward.
     pub fn backward_with(&self, mut on_ready: impl FnMut(&Tensor) -> Result<()>) -> Result<()> {
-        autodiff::run_backward(self, &mut on_ready)
+        autodiff::run_backward(self, &mut on_ready, None)
     }
 
     /// The accumulated gradient of a parameter (`None` before the first backward pass).
@@ -419,7 +429,9 @@ impl Tensor {
     /// Sets the accumulated gradient to zero. The buffer is kept and only marked stale: the
     /// next backward pass overwrites it, so this costs nothing per step.
     pub fn zero_grad(&self) {
-        lock(&self.0.grad).stale = true;
+        let mut g = lock(&self.0.grad);
+        g.stale = true;
+        g.applied = false;
     }
 
     /// Lets `write` store this parameter's gradient: it may add to the buffer, must overwrite
@@ -430,7 +442,12 @@ impl Tensor {
         write: impl FnOnce(GradWrite<'_>) -> Result<Option<Storage>>,
     ) -> Result<()> {
         let mut g = lock(&self.0.grad);
-        let GradBuffer { storage, stale } = &mut *g;
+        let GradBuffer {
+            storage,
+            stale,
+            applied,
+        } = &mut *g;
+        *applied = false;
         let replacement = match storage.as_mut() {
             None => write(GradWrite::New)?,
             Some(buf) if *stale => write(GradWrite::Overwrite(buf))?,
@@ -455,7 +472,7 @@ impl Tensor {
         f: impl FnOnce(&mut Storage) -> Result<R>,
     ) -> Result<R> {
         let mut g = lock(&self.0.grad);
-        let GradBuffer { storage, stale } = &mut *g;
+        let GradBuffer { storage, stale, .. } = &mut *g;
         match storage.as_mut() {
             None => *storage = Some(Storage::zeros(self.shape(), self.device())?),
             Some(buf) if *stale => buf.fill(0.0)?,
@@ -593,6 +610,32 @@ impl Tensor {
     ) -> Result<R> {
         let mut value = self.write();
         self.with_grad_buffer(|g| f(&mut value, g))
+    }
+
+    /// Applies this pass's gradient of a parameter to its value inside the backward pass, when
+    /// the gradient buffer holds nothing of the pass yet: `update` changes the value (computing
+    /// the gradient on the way), and the parameter is marked applied, so that the optimizer's
+    /// step skips it and its gradient reads as zeros (or none). `false`, and nothing called,
+    /// when the buffer already holds gradient values, which the update would leave out.
+    pub(crate) fn update_in_backward(
+        &self,
+        update: impl FnOnce(&mut Storage) -> Result<()>,
+    ) -> Result<bool> {
+        let mut value = self.write();
+        let mut g = lock(&self.0.grad);
+        if g.storage.is_some() && !g.stale {
+            return Ok(false);
+        }
+        update(&mut value)?;
+        g.stale = true;
+        g.applied = true;
+        Ok(true)
+    }
+
+    /// Whether this parameter's gradient was applied to its value in the backward pass
+    /// ([`Tensor::update_in_backward`]) since the last [`Tensor::zero_grad`].
+    pub(crate) fn gradient_applied(&self) -> bool {
+        lock(&self.0.grad).applied
     }
 }
 

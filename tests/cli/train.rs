@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::helpers::{job, ringflow, s, summary, write_regression_data};
+use crate::helpers::{job, mnist_data, ringflow, s, summary, write_regression_data};
 
 const MINUTES: Duration = Duration::from_secs(600);
 
@@ -99,4 +99,52 @@ checkpoint_dir = "{ckpt}"
         let mse = sm["test_mse"].as_f64().unwrap();
         assert!(mse < 0.05, "{name}: test mse {mse}");
     }
+}
+
+/// A lone executor with plain SGD updates its dense layers' weights inside the backward pass;
+/// the same job with a clipping limit no gradient reaches (which needs the gradients stored,
+/// so the step updates every weight after the pass) ends with the same parameters, bit for
+/// bit, under a schedule whose rate changes every step.
+#[test]
+fn sgd_inside_the_backward_pass_ends_where_the_step_alone_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let checksums: Vec<u64> = ["", "clip_grad_norm = 1e30"]
+        .iter()
+        .enumerate()
+        .map(|(i, clip)| {
+            let spec = job(
+                dir.path(),
+                &format!("sgd{i}"),
+                &format!(
+                    r#"name = "sgd-in-backward"
+{data}
+[model]
+kind = "mlp"
+layers = [784, 64, 48, 10]
+activation = "relu"
+[train]
+epochs = 1
+batch_size = 100
+optimizer = {{ kind = "sgd", lr = 0.1 }}
+schedule = {{ kind = "cosine", warmup_steps = 5 }}
+{clip}
+[cluster]
+checkpoint_dir = "{ckpt}"
+"#,
+                    data = mnist_data(),
+                    ckpt = s(&dir.path().join(format!("run{i}"))),
+                ),
+            );
+            let out = dir.path().join(format!("sgd{i}.json"));
+            ringflow(&["local", &spec, "--summary-json", &s(&out)], MINUTES).assert_success();
+            let sm = summary(&out);
+            let acc = sm["test_accuracy"].as_f64().unwrap();
+            assert!(acc > 0.9, "{clip:?}: test accuracy {acc}");
+            sm["param_checksum"].as_u64().expect("a checksum")
+        })
+        .collect();
+    assert_eq!(
+        checksums[0], checksums[1],
+        "the weights differ from the step's alone"
+    );
 }

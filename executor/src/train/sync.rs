@@ -146,6 +146,11 @@ impl GradientSync {
 }
 
 impl GradientSync {
+    /// True in a world of one: gradients need no combining.
+    pub fn is_alone(&self) -> bool {
+        matches!(self, GradientSync::Alone)
+    }
+
     /// True when steps do not wait for every rank (backup workers).
     pub fn skips_late_ranks(&self) -> bool {
         matches!(self, GradientSync::Backup(_))

@@ -69,6 +69,9 @@ pub(crate) struct GradSink {
     pending: HashMap<u64, Storage>,
     /// The outputs' gradients of the joint tensors of multi-output ops, by the joint's id.
     parts: HashMap<u64, Vec<Option<Storage>>>,
+    /// The learning rate of a plain SGD step applied inside the pass, and the parameters it
+    /// may be applied to: those used once in the graph, whose gradient is then that use's.
+    sgd: Option<(f32, HashSet<u64>)>,
 }
 
 impl GradSink {
@@ -137,7 +140,9 @@ impl GradSink {
     }
 
     /// Adds `op_a(a) · op_b(b)` to `t`'s gradient, with GEMM writing straight into the
-    /// gradient buffer (no temporary of the parameter's size).
+    /// gradient buffer (no temporary of the parameter's size). In a pass that applies a plain
+    /// SGD step, a parameter used once is updated with the product instead
+    /// ([`Storage::sgd_product_update`]), its gradient never stored.
     pub fn add_matmul(
         &mut self,
         t: &Tensor,
@@ -146,6 +151,14 @@ impl GradSink {
         b: &Storage,
         transpose_b: bool,
     ) -> Result<()> {
+        if let Some(lr) = self.sgd_lr_for(t) {
+            let update = |p: &mut Storage| {
+                Storage::sgd_product_update(p, (a, transpose_a), (b, transpose_b), lr)
+            };
+            if t.update_in_backward(update)? {
+                return Ok(());
+            }
+        }
         self.add_product(t, |d, accumulate| {
             Storage::matmul_into(d, a, transpose_a, b, transpose_b, accumulate)
         })
@@ -184,6 +197,12 @@ impl GradSink {
         })
     }
 
+    /// The learning rate of the pass's SGD step when `t` is a parameter it may update.
+    fn sgd_lr_for(&self, t: &Tensor) -> Option<f32> {
+        let (lr, once) = self.sgd.as_ref()?;
+        (t.is_leaf() && t.requires_grad() && once.contains(&t.id())).then_some(*lr)
+    }
+
     /// True if `t` takes part in this backward pass.
     pub fn wants(&self, t: &Tensor) -> bool {
         t.requires_grad()
@@ -213,10 +232,12 @@ impl GradSink {
 /// `on_ready` is called for every parameter (a leaf that requires gradients) as soon as its
 /// gradient for this pass is complete, i.e. after the last recorded op that uses it has run its
 /// backward. Data-parallel training uses this to start reducing gradients while the rest of the
-/// backward pass runs.
+/// backward pass runs. With `sgd_lr`, a plain SGD step at that rate is applied inside the pass
+/// to every parameter used once whose gradient is a matrix product ([`GradSink::add_matmul`]).
 pub(crate) fn run_backward(
     root: &Tensor,
     on_ready: &mut dyn FnMut(&Tensor) -> Result<()>,
+    sgd_lr: Option<f32>,
 ) -> Result<()> {
     if root.numel() != 1 {
         return Err(MlError::Backward(format!(
@@ -230,24 +251,19 @@ pub(crate) fn run_backward(
         ));
     }
     let order = topological_order(root);
+    // How many recorded uses of each parameter are still to run their backward.
+    let mut uses = parameter_uses(&order);
+    let once = |lr| (lr, uses.iter().filter(|&(_, &n)| n == 1).map(|(&id, _)| id));
     let mut sink = GradSink {
         pending: HashMap::new(),
         parts: HashMap::new(),
+        sgd: sgd_lr.map(once).map(|(lr, ids)| (lr, ids.collect())),
     };
     let mut seed = Storage::zeros(root.shape(), root.device())?;
     seed.fill(1.0)?;
     if root.is_leaf() {
         sink.add(root, seed)?;
         return on_ready(root);
-    }
-    // How many recorded uses of each parameter are still to run their backward.
-    let mut uses: HashMap<u64, usize> = HashMap::new();
-    for t in &order {
-        for input in &t.node().expect("non-leaf").inputs {
-            if input.is_leaf() && input.requires_grad() {
-                *uses.entry(input.id()).or_default() += 1;
-            }
-        }
     }
     sink.pending.insert(root.id(), seed);
     for t in order.iter().rev() {
@@ -279,6 +295,20 @@ pub(crate) fn run_backward(
         }
     }
     Ok(())
+}
+
+/// How many recorded ops of `order` use each parameter (a leaf that requires gradients), by
+/// its id.
+fn parameter_uses(order: &[Tensor]) -> HashMap<u64, usize> {
+    let mut uses: HashMap<u64, usize> = HashMap::new();
+    for t in order {
+        for input in &t.node().expect("non-leaf").inputs {
+            if input.is_leaf() && input.requires_grad() {
+                *uses.entry(input.id()).or_default() += 1;
+            }
+        }
+    }
+    uses
 }
 
 /// Non-leaf tensors reachable from `root` through tensors that need gradients, each after all of

@@ -23,7 +23,7 @@
 //! | [`LossOps`] | `loss.rs` | `bce_with_logits`, `bce_with_logits_backward` |
 //! | [`IndexOps`] | `index.rs` | |
 //! | [`RandomOps`] | `random.rs` | |
-//! | [`OptimOps`] | `optim.rs` | `sgd_update`, `adagrad_update`, `adam_update` |
+//! | [`OptimOps`] | `optim.rs` | `sgd_update`, `adagrad_update`, `adam_update`, `sgd_product_update` |
 //! | [`RecurrentOps`] | `recurrent.rs` | `lstm_cell`, `gru_cell` and their backward |
 //!
 //! Required methods are primitives: one kernel per backend. Default methods are composites

@@ -5,6 +5,7 @@
 //! CPU and CUDA backends override each with one fused pass.
 
 use super::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
+use super::matmul::MatmulOps;
 use super::storage::{Storage, dispatch};
 use crate::error::Result;
 
@@ -23,6 +24,20 @@ pub struct SgdStep {
     pub nesterov: bool,
     /// True on the first step, when the momentum buffer is initialized with the gradient.
     pub first: bool,
+}
+
+impl SgdStep {
+    /// A step without momentum or weight decay at learning rate `lr`: `p -= lr · g`.
+    pub fn plain(lr: f32) -> Self {
+        SgdStep {
+            lr,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            first: false,
+        }
+    }
 }
 
 /// Hyper-parameters of one Adagrad step.
@@ -93,6 +108,36 @@ pub trait OptimOps: ElementwiseOps {
     ) -> Result<()> {
         adam_from_primitives(p, g, m, v, step)
     }
+
+    /// One plain SGD step (no momentum, no weight decay) for a 2-D weight `p` whose gradient is
+    /// the product `op_a(a) · op_b(b)`: `p -= lr · op_a(a) · op_b(b)` without storing the
+    /// gradient, rounded as [`OptimOps::sgd_update`] rounds the stored one. Default:
+    /// [`sgd_product_from_primitives`]; the CPU backend writes the product onto `p` from its
+    /// GEMM's registers.
+    fn sgd_product_update(
+        p: &mut Self,
+        (a, transpose_a): (&Self, bool),
+        (b, transpose_b): (&Self, bool),
+        lr: f32,
+    ) -> Result<()>
+    where
+        Self: MatmulOps,
+    {
+        sgd_product_from_primitives(p, (a, transpose_a), (b, transpose_b), lr)
+    }
+}
+
+/// [`OptimOps::sgd_product_update`] as the product into a new array of `p`'s shape, then
+/// [`OptimOps::sgd_update`] from it.
+pub fn sgd_product_from_primitives<S: OptimOps + MatmulOps>(
+    p: &mut S,
+    (a, transpose_a): (&S, bool),
+    (b, transpose_b): (&S, bool),
+    lr: f32,
+) -> Result<()> {
+    let mut g = p.duplicate()?;
+    S::matmul_into(&mut g, a, transpose_a, b, transpose_b, false)?;
+    S::sgd_update(p, &g, None, SgdStep::plain(lr))
 }
 
 /// `g + weight_decay · p`, the gradient with its L2 term.
@@ -188,6 +233,18 @@ impl Storage {
             Some(b) => dispatch!("optimizer step", (p = p, g = g, b = b) =>
                 OptimOps::sgd_update(p, g, Some(b), step)),
         }
+    }
+
+    /// One plain SGD step for a 2-D weight whose gradient is `op_a(a) · op_b(b)`:
+    /// `p -= lr · op_a(a) · op_b(b)`, the gradient never stored (shapes checked by the caller).
+    pub fn sgd_product_update(
+        p: &mut Storage,
+        (a, transpose_a): (&Storage, bool),
+        (b, transpose_b): (&Storage, bool),
+        lr: f32,
+    ) -> Result<()> {
+        dispatch!("optimizer step", (p = p, a = a, b = b) =>
+            OptimOps::sgd_product_update(p, (a, transpose_a), (b, transpose_b), lr))
     }
 
     /// One Adagrad step on `p` with accumulator `acc`.

@@ -264,14 +264,49 @@ impl Optimizer {
         self.steps
     }
 
+    /// Whether [`Optimizer::backward`] updates weights inside the backward pass: plain SGD, no
+    /// momentum and no weight decay (the step then needs nothing but the gradient).
+    pub fn updates_in_backward(&self) -> bool {
+        matches!(self.spec, OptimizerSpec::Sgd { momentum, weight_decay, .. }
+            if momentum == 0.0 && weight_decay == 0.0)
+    }
+
+    /// The backward pass of `loss` for a step at learning rate `lr`, which
+    /// [`Optimizer::step`] at the same `lr` then completes.
+    ///
+    /// Where [`Optimizer::updates_in_backward`], a weight used once whose gradient is a matrix
+    /// product (a dense layer's `xᵀ · dy`) is updated inside that product, `w -= lr · xᵀ · dy`
+    /// written onto the weight from the GEMM's registers on the CPU: its gradient is never
+    /// stored (it reads as zeros until the next pass), and the update's separate pass over the
+    /// weight and its gradient is saved. The step then updates the other parameters. The
+    /// weights end bit for bit as after [`Tensor::backward`] and the step where the batch fits
+    /// one depth block of the GEMM (see `matmul_scaled_onto` in the CPU backend), within
+    /// rounding where it does not. Parameters whose gradient already holds values (a pass
+    /// without `zero_grad` before) are left to the step. Otherwise this is the plain backward
+    /// pass.
+    ///
+    /// Gradients that must be read or combined before the update (clipped, all-reduced) rule
+    /// this out: run [`Tensor::backward`] then.
+    pub fn backward(&self, loss: &Tensor, lr: f32) -> Result<()> {
+        if self.updates_in_backward() {
+            loss.backward_with_sgd(lr)
+        } else {
+            loss.backward()
+        }
+    }
+
     /// Updates every parameter from its gradient with learning rate `lr` (from a
-    /// [`super::Schedule`]); gradients are left as they are.
+    /// [`super::Schedule`]); gradients are left as they are. Parameters that
+    /// [`Optimizer::backward`] already updated are skipped.
     pub fn step(&mut self, lr: f32) -> Result<()> {
         self.steps += 1;
         let first = self.steps == 1;
         let step_no = self.steps;
         let spec = self.spec.clone();
         for ((_, param), slots) in self.params.iter().zip(self.slots.iter_mut()) {
+            if param.gradient_applied() {
+                continue;
+            }
             param.update_with(|value, grad| {
                 let mut bufs = slots.iter_mut();
                 match spec {

@@ -18,7 +18,7 @@ use ringflow_ml::backend::norm::{
     batch_norm_stats_from_primitives, channel_sum_from_primitives,
 };
 use ringflow_ml::backend::optim::{
-    adagrad_from_primitives, adam_from_primitives, sgd_from_primitives,
+    adagrad_from_primitives, adam_from_primitives, sgd_from_primitives, sgd_product_from_primitives,
 };
 use ringflow_ml::backend::recurrent::{
     gru_cell_backward_from_primitives, gru_cell_from_primitives,
@@ -287,6 +287,43 @@ fn linear_on<S: BackendStorage>(at: S::Location) -> TestResult {
     Ok(())
 }
 
+fn sgd_product_update_matches_its_default(device: Device) -> TestResult {
+    on_backend!(device, sgd_product_update_on)
+}
+
+/// A plain SGD step whose gradient is a product (a dense layer's weight gradient `xᵀ · dy`),
+/// written onto the weight by the CPU's GEMM: packed on every thread, with a depth deeper than
+/// one block, with few columns, and with both operands transposed.
+fn sgd_product_update_on<S: BackendStorage>(at: S::Location) -> TestResult {
+    let cases = [
+        ((96, 256, 200), (true, false)),
+        ((64, 600, 48), (true, false)),
+        ((150, 40, 5), (true, false)),
+        ((40, 33, 70), (true, true)),
+    ];
+    for (k, ((m, depth, n), (ta, tb))) in cases.into_iter().enumerate() {
+        let seed = 300 + 10 * k as u64;
+        let stored = |rows, cols, t| if t { [cols, rows] } else { [rows, cols] };
+        let a = random::<S>(&stored(m, depth, ta), -1.0, 1.0, seed, at)?;
+        let b = random::<S>(&stored(depth, n, tb), -1.0, 1.0, seed + 1, at)?;
+        let mut pair = [
+            random::<S>(&[m, n], -1.0, 1.0, seed + 2, at)?,
+            random(&[m, n], -1.0, 1.0, seed + 2, at)?,
+        ];
+        let before = values(&pair[0])?;
+        let [fused, composite] = &mut pair;
+        OptimOps::sgd_product_update(fused, (&a, ta), (&b, tb), 0.05)?;
+        sgd_product_from_primitives(composite, (&a, ta), (&b, tb), 0.05)?;
+        let moved = values(&pair[0])? != before;
+        ensure(
+            moved,
+            format!("the {m}×{depth}×{n} step left the weight as it was"),
+        )?;
+        agree(&pair[0], &pair[1], &format!("sgd product {m}×{depth}×{n}"))?;
+    }
+    Ok(())
+}
+
 fn batch_norm_matches_its_defaults(device: Device) -> TestResult {
     on_backend!(device, batch_norm_on)
 }
@@ -380,6 +417,7 @@ fn recurrent_on<S: BackendStorage>(at: S::Location) -> TestResult {
 
 device_test!(
     linear_matches_its_default,
+    sgd_product_update_matches_its_default,
     recurrent_gates_match_their_defaults,
     batch_norm_matches_its_defaults,
     optimizer_updates_match_their_defaults,

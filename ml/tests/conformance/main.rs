@@ -12,6 +12,8 @@
 //!   padding, finite differences of it and of the Transformer encoder block; position
 //!   embeddings.
 //! - `optim`: optimizer steps, schedules and clipping against hand-computed values.
+//! - `optim_in_backward`: plain SGD applied inside the backward pass, against the backward
+//!   pass followed by the step.
 //! - `nn`: layers, model specs and registries, parameter stores, an MLP that learns XOR.
 //! - `checkpoint`: bit-exact resume and refusal of damaged files.
 //! - `checkpoint_fuzz`: any damage to a checkpoint is refused by file name or restores exactly
@@ -36,5 +38,6 @@ mod nn;
 mod norm;
 mod ops;
 mod optim;
+mod optim_in_backward;
 mod pool;
 mod recurrent;

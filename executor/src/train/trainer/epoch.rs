@@ -300,7 +300,11 @@ impl Trainer<'_> {
         let output = forward_batch(&self.model, &mut batch, true, &mut dropout, device)?;
         let loss = spec.train.loss.compute(&output, &y)?;
         let t2 = Instant::now();
-        self.sync.backward(&loss, self.ring.get())?;
+        if self.updates_in_backward() {
+            self.optimizer.backward(&loss, lr)?;
+        } else {
+            self.sync.backward(&loss, self.ring.get())?;
+        }
         self.hooks.after_backward(rank, global_step);
         let t3 = Instant::now();
         let contribution = self.sync.exchange(self.ring.get(), params, global_step)?;
@@ -343,6 +347,17 @@ impl Trainer<'_> {
             phases,
             contribution,
         })
+    }
+
+    /// Whether the step's weights are updated inside the backward pass
+    /// ([`ringflow_ml::optim::Optimizer::backward`]): alone (no gradient to combine), without
+    /// clipping (which reads every gradient first), with plain SGD, on the CPU (whose GEMM
+    /// writes the update from its registers; elsewhere it would only cost a temporary).
+    fn updates_in_backward(&self) -> bool {
+        self.sync.is_alone()
+            && self.task.spec.train.clip_grad_norm.is_none()
+            && self.task.device == ringflow_ml::Device::Cpu
+            && self.optimizer.updates_in_backward()
     }
 
     /// Applies the step's common gradient: clipping, then the optimizer at `lr`.

@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::{CpuArray, PAR_CHUNK, PAR_MIN, slice, slice_mut};
+use super::{CpuArray, PAR_CHUNK, PAR_MIN, gemm, slice, slice_mut};
 use crate::backend::optim::{AdagradStep, AdamStep, OptimOps, SgdStep};
 use crate::error::Result;
 
@@ -117,6 +117,18 @@ impl OptimOps for CpuArray {
 
     fn adam_update(p: &mut Self, g: &Self, m: &mut Self, v: &mut Self, s: AdamStep) -> Result<()> {
         adam(slice_mut(p), slice(g), slice_mut(m), slice_mut(v), s);
+        Ok(())
+    }
+
+    /// The product written onto `p` times `-lr` by the GEMM ([`gemm::matmul_scaled_onto`]).
+    fn sgd_product_update(
+        p: &mut Self,
+        (a, transpose_a): (&Self, bool),
+        (b, transpose_b): (&Self, bool),
+        lr: f32,
+    ) -> Result<()> {
+        let (a, b) = (gemm::mat_ref(a, transpose_a), gemm::mat_ref(b, transpose_b));
+        gemm::matmul_scaled_onto(slice_mut(p), a, b, -lr);
         Ok(())
     }
 }

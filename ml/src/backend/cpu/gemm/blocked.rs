@@ -10,7 +10,7 @@
 use super::ahead::{Ahead, prefetch_block};
 use super::microkernel::{Microkernel, PackedElement};
 use super::pack::Block;
-use super::view::{DstTile, Operand};
+use super::view::{DstTile, Onto, Operand};
 use super::zero_steps::{BlockSteps, with_block_steps};
 
 /// Largest depth of a packed f32 block: a `b` panel (`KC × 16` floats, 16 KiB) fits the 32 KiB
@@ -68,14 +68,15 @@ impl<'a, P> BSource<'a, P> {
     }
 }
 
-/// `dst = a · b` (or `+=` when `accumulate`) for one rectangle: `a` holds the rectangle's rows
-/// (`dst.rows() × k`), `b` its columns (`k × dst.cols()`).
+/// `a · b` written `onto` one rectangle (each later depth block's sums
+/// [`Onto::after_first_block`]): `a` holds the rectangle's rows (`dst.rows() × k`), `b` its
+/// columns (`k × dst.cols()`).
 pub fn product<K: Microkernel>(
     cpu: K,
     dst: DstTile<'_>,
     a: &Operand<'_>,
     b: &Operand<'_>,
-    accumulate: bool,
+    onto: Onto,
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     debug_assert!(a.rows == m && b.rows == k && b.cols == n);
@@ -87,9 +88,9 @@ pub fn product<K: Microkernel>(
         with_block_steps(|steps| {
             let bufs = (a_buf, b_buf, steps);
             if m <= K::MC && !direct {
-                short_product(cpu, dst, (a, b), bufs, accumulate);
+                short_product(cpu, dst, (a, b), bufs, onto);
             } else {
-                long_product(cpu, dst, (a, b), bufs, (accumulate, direct));
+                long_product(cpu, dst, (a, b), bufs, (onto, direct));
             }
         })
     });
@@ -103,7 +104,7 @@ fn long_product<K: Microkernel>(
     mut dst: DstTile<'_>,
     (a, b): (&Operand<'_>, &Operand<'_>),
     (a_buf, b_buf, steps): Buffers<'_, K>,
-    (accumulate, direct): (bool, bool),
+    (onto, direct): (Onto, bool),
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let row_blocks = || even_parts(m, K::MC, K::MR);
@@ -128,7 +129,7 @@ fn long_product<K: Microkernel>(
     while let Some(block) = b_blocks.next() {
         let next_b = b_blocks.peek().copied();
         let ((col, nc), (depth, kc)) = ((block.col, block.cols), (block.row, block.rows));
-        let overwrite = depth == 0 && !accumulate;
+        let onto = block_onto(onto, depth);
         let whole = if direct { nc / K::NR * K::NR } else { 0 };
         let packed = Block {
             col: col + whole,
@@ -165,13 +166,7 @@ fn long_product<K: Microkernel>(
                 nc.div_ceil(K::NR),
             );
             let mut tiles = dst.sub(row, col, mc, nc);
-            sweep(
-                cpu,
-                &mut tiles,
-                (a_buf, steps),
-                source,
-                (overwrite, &mut ahead),
-            );
+            sweep(cpu, &mut tiles, (a_buf, steps), source, (onto, &mut ahead));
         }
     }
 }
@@ -194,7 +189,7 @@ fn short_product<K: Microkernel>(
     mut dst: DstTile<'_>,
     (a, b): (&Operand<'_>, &Operand<'_>),
     (a_buf, b_buf, steps): Buffers<'_, K>,
-    accumulate: bool,
+    onto: Onto,
 ) {
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let chunk_cols = short_chunk::<K>();
@@ -217,7 +212,7 @@ fn short_product<K: Microkernel>(
     }
     while let Some((depth, kc)) = depths.next() {
         let next_depth = depths.peek().copied();
-        let overwrite = depth == 0 && !accumulate;
+        let onto = block_onto(onto, depth);
         grow(a_buf, K::packed_a_len(m, kc));
         cpu.pack_a(a_buf, a, a_block((depth, kc)));
         let a_steps = (K::MR, K::steps(kc), m.div_ceil(K::MR));
@@ -238,13 +233,7 @@ fn short_product<K: Microkernel>(
             cpu.pack_b(b_buf, b, block);
             let mut tiles = dst.sub(0, col, m, block.cols);
             let source = BSource::Packed(&b_buf[..]);
-            sweep(
-                cpu,
-                &mut tiles,
-                (a_buf, steps),
-                source,
-                (overwrite, &mut ahead),
-            );
+            sweep(cpu, &mut tiles, (a_buf, steps), source, (onto, &mut ahead));
         }
     }
 }
@@ -258,7 +247,7 @@ fn sweep<K: Microkernel>(
     block: &mut DstTile<'_>,
     (a, steps): (&[K::Packed], &BlockSteps),
     b: BSource<'_, K::Packed>,
-    (overwrite, ahead): (bool, &mut [Ahead<'_>; 2]),
+    (onto, ahead): (Onto, &mut [Ahead<'_>; 2]),
 ) {
     let (mc, nc) = (block.rows(), block.cols());
     let span = steps.span();
@@ -270,8 +259,18 @@ fn sweep<K: Microkernel>(
             let (row, rows) = (ip * K::MR, K::MR.min(mc - ip * K::MR));
             let tile = block.sub(row, col, rows, cols);
             ahead.iter_mut().for_each(Ahead::step);
-            cpu.tile(steps.of(ip), a_panel, b_panel, tile, overwrite);
+            cpu.tile(steps.of(ip), a_panel, b_panel, tile, onto);
         }
+    }
+}
+
+/// How the sums of the depth block starting at `depth` meet the destination, for a product
+/// written `onto` it.
+fn block_onto(onto: Onto, depth: usize) -> Onto {
+    if depth == 0 {
+        onto
+    } else {
+        onto.after_first_block()
     }
 }
 

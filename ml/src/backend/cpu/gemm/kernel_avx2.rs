@@ -13,7 +13,7 @@ use super::DstTile;
 use super::blocked::{KC, MC, NC};
 use super::microkernel::{Microkernel, Steps, check_tile};
 use super::pack::{self, Block};
-use super::view::Operand;
+use super::view::{Onto, Operand};
 
 /// Rows of the destination tile (and of a packed `a` panel).
 pub const MR: usize = 6;
@@ -42,7 +42,7 @@ impl Avx2Fma {
         yes.then_some(Avx2Fma(()))
     }
 
-    /// `tile = a_panel · b_panel` over `steps` (`+=` unless `overwrite`), where `a_panel`
+    /// `a_panel · b_panel` over `steps`, written `onto` the tile, where `a_panel`
     /// holds a group of [`MR`] elements for each step run and `b_panel` a group of [`NR`]
     /// for each step of its span, `b_step` apart ([`NR`] when packed, the operand's row stride
     /// when read in place). Only the tile's own rows and columns are written; the panels are
@@ -53,7 +53,7 @@ impl Avx2Fma {
         a_panel: &[f32],
         (b_panel, b_step): (&[f32], usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
         check_tile(steps, (a_panel, MR), (b_panel, b_step, NR), &tile);
         #[cfg(target_arch = "x86_64")]
@@ -66,7 +66,7 @@ impl Avx2Fma {
                 a_panel.as_ptr(),
                 (b_panel.as_ptr(), b_step),
                 tile,
-                overwrite,
+                onto,
             );
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -97,9 +97,9 @@ impl Microkernel for Avx2Fma {
         a_panel: &[f32],
         b_panel: (&[f32], usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
-        Avx2Fma::tile(self, steps, a_panel, b_panel, tile, overwrite);
+        Avx2Fma::tile(self, steps, a_panel, b_panel, tile, onto);
     }
 
     fn in_place(b: &[f32]) -> Option<&[f32]> {
@@ -114,6 +114,7 @@ mod x86 {
     use super::{MR, NR};
     use crate::backend::cpu::gemm::DstTile;
     use crate::backend::cpu::gemm::microkernel::{Steps, for_each_step, prefetch_tile};
+    use crate::backend::cpu::gemm::view::Onto;
 
     /// The microkernel. Accumulates in registers, then writes the tile: straight to memory when
     /// it is a whole 6 × 16 tile, through a stack buffer for the edges.
@@ -128,7 +129,7 @@ mod x86 {
         a: *const f32,
         (b, b_step): (*const f32, usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
         prefetch_tile(&tile);
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
@@ -153,13 +154,8 @@ mod x86 {
                 // SAFETY: a whole tile: row r's 16 elements lie at c + r * ld.
                 unsafe {
                     let row = c.add(r * ld);
-                    let (mut lo, mut hi) = (pair[0], pair[1]);
-                    if !overwrite {
-                        lo = _mm256_add_ps(lo, _mm256_loadu_ps(row));
-                        hi = _mm256_add_ps(hi, _mm256_loadu_ps(row.add(8)));
-                    }
-                    _mm256_storeu_ps(row, lo);
-                    _mm256_storeu_ps(row.add(8), hi);
+                    _mm256_storeu_ps(row, meet(pair[0], row, onto));
+                    _mm256_storeu_ps(row.add(8), meet(pair[1], row.add(8), onto));
                 }
             }
             return;
@@ -177,7 +173,31 @@ mod x86 {
                 // SAFETY: r < rows and j < cols, inside the tile.
                 unsafe {
                     let out = c.add(r * ld + j);
-                    *out = if overwrite { v } else { *out + v };
+                    *out = match onto {
+                        Onto::Overwrite => v,
+                        Onto::Add => *out + v,
+                        Onto::AddScaled(factor) => *out + v * factor,
+                    };
+                }
+            }
+        }
+    }
+
+    /// `sums` as they are to be stored `onto` the 8 elements at `out`.
+    ///
+    /// # Safety
+    /// AVX is available and the caller is compiled for it; unless `onto` overwrites, `out`
+    /// points at 8 readable elements.
+    #[inline(always)]
+    unsafe fn meet(sums: __m256, out: *const f32, onto: Onto) -> __m256 {
+        // SAFETY: the caller promises `out` readable where it is read.
+        unsafe {
+            match onto {
+                Onto::Overwrite => sums,
+                Onto::Add => _mm256_add_ps(sums, _mm256_loadu_ps(out)),
+                Onto::AddScaled(factor) => {
+                    let scaled = _mm256_mul_ps(sums, _mm256_set1_ps(factor));
+                    _mm256_add_ps(scaled, _mm256_loadu_ps(out))
                 }
             }
         }

@@ -17,7 +17,7 @@ use super::l1_cache::l1_data_bytes;
 use super::microkernel::{Microkernel, Steps, check_tile};
 use super::pack::{self, Block};
 use super::thin_avx512::Avx512;
-use super::view::Operand;
+use super::view::{Onto, Operand};
 
 /// Rows of the destination tile (and of a packed `a` panel).
 pub const MR: usize = 8;
@@ -97,7 +97,7 @@ impl Microkernel for Avx512Fma {
         a_panel: &[f32],
         b_panel: (&[f32], usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
         let (b_panel, b_step) = b_panel;
         check_tile(steps, (a_panel, MR), (b_panel, b_step, NR), &tile);
@@ -111,7 +111,7 @@ impl Microkernel for Avx512Fma {
                 a_panel.as_ptr(),
                 (b_panel.as_ptr(), b_step),
                 tile,
-                overwrite,
+                onto,
             );
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -131,8 +131,9 @@ mod x86 {
     use crate::backend::cpu::gemm::DstTile;
     use crate::backend::cpu::gemm::microkernel::x86::store_sums;
     use crate::backend::cpu::gemm::microkernel::{Steps, for_each_step, prefetch_tile};
+    use crate::backend::cpu::gemm::view::Onto;
 
-    /// The microkernel: accumulates in registers, then adds to or overwrites the tile's live
+    /// The microkernel: accumulates in registers, then writes its sums onto the tile's live
     /// rows and columns with masked loads and stores ([`store_sums`]).
     ///
     /// # Safety
@@ -145,7 +146,7 @@ mod x86 {
         a: *const f32,
         (b, b_step): (*const f32, usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
         prefetch_tile(&tile);
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
@@ -165,6 +166,6 @@ mod x86 {
         };
         for_each_step(steps, (a, MR), (b, b_step), step);
         // SAFETY: AVX-512F is enabled here; the caller promises the tile writable.
-        unsafe { store_sums(&acc, &tile, overwrite) };
+        unsafe { store_sums(&acc, &tile, onto) };
     }
 }

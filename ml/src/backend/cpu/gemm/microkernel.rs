@@ -6,7 +6,7 @@
 use std::cell::Cell;
 
 use super::pack::Block;
-use super::view::{DstTile, Operand};
+use super::view::{DstTile, Onto, Operand};
 use super::zero_steps::StepList;
 
 /// A register-blocked microkernel with its packing.
@@ -49,15 +49,15 @@ pub trait Microkernel: Copy + Send + Sync + 'static {
     /// Packs `block` of `b` (depth × cols) into `out` as panels of [`Microkernel::NR`] columns.
     fn pack_b(self, out: &mut [Self::Packed], b: &Operand<'_>, block: Block);
 
-    /// `tile = a_panel · b_panel` over `steps` packed steps (`+=` unless `overwrite`); the `b`
-    /// panel's steps lie `b_step` elements apart. Writes only the tile's rows and columns.
+    /// `a_panel · b_panel` over `steps` packed steps, written `onto` the tile; the `b` panel's
+    /// steps lie `b_step` elements apart. Writes only the tile's rows and columns.
     fn tile(
         self,
         steps: Steps<'_>,
         a_panel: &[Self::Packed],
         b_panel: (&[Self::Packed], usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     );
 
     /// A row-major `b`'s elements as this kernel's panels, when it can read them where they
@@ -213,7 +213,7 @@ fn each_listed_step<T>(
 pub mod x86 {
     use std::arch::x86_64::*;
 
-    use super::DstTile;
+    use super::{DstTile, Onto};
 
     /// A mask of the first `n` lanes of a 16-lane vector (all of them from 16 on).
     #[inline(always)]
@@ -221,9 +221,9 @@ pub mod x86 {
         ((1u32 << n.min(16)) - 1) as __mmask16
     }
 
-    /// Adds `sums` (`V` vectors for each row, 16 columns each) to the tile's live rows and
-    /// columns, or overwrites them, through masked loads and stores: lanes past the tile's
-    /// columns and rows past its rows are neither read nor written.
+    /// Writes `sums` (`V` vectors for each row, 16 columns each) `onto` the tile's live rows
+    /// and columns through masked loads and stores: lanes past the tile's columns and rows
+    /// past its rows are neither read nor written.
     ///
     /// Inlined into the kernel that calls it (a call would first spill the accumulators), so
     /// it carries no target features of its own.
@@ -232,11 +232,7 @@ pub mod x86 {
     /// AVX-512F is available and the caller is compiled for it; `tile` is writable as its
     /// rows, columns and row stride describe, and has at most `16 * V` columns.
     #[inline(always)]
-    pub unsafe fn store_sums<const V: usize>(
-        sums: &[[__m512; V]],
-        tile: &DstTile<'_>,
-        overwrite: bool,
-    ) {
+    pub unsafe fn store_sums<const V: usize>(sums: &[[__m512; V]], tile: &DstTile<'_>, onto: Onto) {
         let (rows, cols, ld, c) = (tile.rows(), tile.cols(), tile.ld(), tile.ptr());
         let masks: [__mmask16; V] =
             std::array::from_fn(|v| first_lanes(cols.saturating_sub(16 * v)));
@@ -246,10 +242,13 @@ pub mod x86 {
                 // SAFETY: the mask keeps only columns below `cols` of row `r < rows`, which
                 // the caller promises writable; masked-off lanes are not accessed.
                 unsafe {
-                    let total = if overwrite {
-                        sum
-                    } else {
-                        _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out))
+                    let total = match onto {
+                        Onto::Overwrite => sum,
+                        Onto::Add => _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, out)),
+                        Onto::AddScaled(factor) => {
+                            let scaled = _mm512_mul_ps(sum, _mm512_set1_ps(factor));
+                            _mm512_add_ps(scaled, _mm512_maskz_loadu_ps(mask, out))
+                        }
                     };
                     _mm512_mask_storeu_ps(out, mask, total);
                 }

@@ -249,13 +249,14 @@ fn product_with(
         }
         return;
     }
-    let whole = |dst| DstTile::new(dst, m, n);
     let start = Start::accumulating(accumulate);
+    if on_packed_kernel(kernel, DstTile::new(dst, m, n), (a, b), start, threaded) {
+        return;
+    }
     match kernel {
-        Kernel::Packed(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
-        Kernel::Packed512(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
-        Kernel::Bf16(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
-        Kernel::Bf16Emulated(cpu) => packed_product(cpu, whole(dst), (a, b), start, threaded),
+        Kernel::Packed(_) | Kernel::Packed512(_) | Kernel::Bf16(_) | Kernel::Bf16Emulated(_) => {
+            unreachable!("the packed kernels ran above")
+        }
         Kernel::Bf16Portable => {
             let (a_data, b_data) = (rounded(a.data), rounded(b.data));
             let (a, b) = (MatRef { data: &a_data, ..a }, MatRef { data: &b_data, ..b });
@@ -263,7 +264,7 @@ fn product_with(
         }
         Kernel::Thin(cpu) if few_rows(m, n, b.transposed) => {
             let (a, b) = (Operand::of(a), Operand::of(b));
-            cpu.product(whole(dst), &a, &b, accumulate, threaded);
+            cpu.product(DstTile::new(dst, m, n), &a, &b, accumulate, threaded);
         }
         Kernel::Thin(cpu) if few_cols(m, n, a.transposed) => {
             let (a, b) = (Operand::of(a), Operand::of(b));
@@ -282,6 +283,25 @@ fn product_with(
     }
 }
 
+/// `dst = start + a · b` on `kernel` when it is a packed microkernel (on the pool's threads
+/// when `threaded`): whether it was one (nothing is done otherwise).
+fn on_packed_kernel(
+    kernel: Kernel,
+    dst: DstTile<'_>,
+    operands: (MatRef<'_>, MatRef<'_>),
+    start: Start<'_>,
+    threaded: bool,
+) -> bool {
+    match kernel {
+        Kernel::Packed(cpu) => packed_product(cpu, dst, operands, start, threaded),
+        Kernel::Packed512(cpu) => packed_product(cpu, dst, operands, start, threaded),
+        Kernel::Bf16(cpu) => packed_product(cpu, dst, operands, start, threaded),
+        Kernel::Bf16Emulated(cpu) => packed_product(cpu, dst, operands, start, threaded),
+        _ => return false,
+    }
+    true
+}
+
 /// `dst = start + a · b` on a packed microkernel, on the pool's threads when `threaded`.
 fn packed_product<K: Microkernel>(
     cpu: K,
@@ -294,8 +314,8 @@ fn packed_product<K: Microkernel>(
     if threaded {
         threading::product(cpu, dst, &a, &b, start);
     } else {
-        let accumulate = start.prepare(&mut dst);
-        blocked::product(cpu, dst, &a, &b, accumulate);
+        let onto = start.prepare(&mut dst);
+        blocked::product(cpu, dst, &a, &b, onto);
     }
 }
 
@@ -311,21 +331,55 @@ pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_
     let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), matmul_precision());
     let start = Start::Row(row);
     let packed = k > 0 && m > 0 && n > 0;
-    let whole = |dst| DstTile::uninit(dst, m, n);
-    match kernel {
-        Kernel::Packed(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
-        Kernel::Packed512(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
-        Kernel::Bf16(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
-        Kernel::Bf16Emulated(cpu) if packed => packed_product(cpu, whole(dst), (a, b), start, true),
-        _ => {
-            start.prepare(&mut whole(&mut *dst));
-            // SAFETY: every element was written just above, and `MaybeUninit<f32>` has the
-            // size, alignment and (once initialized) the values of `f32`.
-            let dst = unsafe { &mut *(dst as *mut [MaybeUninit<f32>] as *mut [f32]) };
-            product_with(kernel, dst, (a, b), true, true);
-        }
+    if packed && on_packed_kernel(kernel, DstTile::uninit(dst, m, n), (a, b), start, true) {
+        return;
     }
+    start.prepare(&mut DstTile::uninit(dst, m, n));
+    // SAFETY: every element was written just above, and `MaybeUninit<f32>` has the size,
+    // alignment and (once initialized) the values of `f32`.
+    let dst = unsafe { &mut *(dst as *mut [MaybeUninit<f32>] as *mut [f32]) };
+    product_with(kernel, dst, (a, b), true, true);
 }
+
+/// `dst += factor · (a · b)` on the pool's threads: the product's sums are rounded to f32,
+/// multiplied by `factor`, rounded, and added, as a stored product and a separate pass
+/// `dst += factor · g` would compute them — bit for bit where the packed kernels sum the whole
+/// depth in one block (up to 192 or 256 on the AVX-512 kernel, 256 on the AVX2 one); deeper
+/// products add each block's scaled sums in turn. With `factor = -lr` this is a plain SGD step
+/// for a weight whose gradient is the product, without storing the gradient: the packed
+/// kernels write it onto the weight from their registers; other kernels multiply into a
+/// temporary first.
+pub fn matmul_scaled_onto(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, factor: f32) {
+    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
+    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), matmul_precision());
+    scaled_product_with(kernel, dst, (a, b), factor);
+}
+
+/// [`matmul_scaled_onto`] through the given implementation.
+fn scaled_product_with(
+    kernel: Kernel,
+    dst: &mut [f32],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    factor: f32,
+) {
+    let ((m, k), n) = (a.logical_dims(), b.logical_dims().1);
+    assert_eq!(dst.len(), m * n, "caller sized the destination");
+    let start = Start::Scaled(factor);
+    if k > 0 && on_packed_kernel(kernel, DstTile::new(dst, m, n), (a, b), start, true) {
+        return;
+    }
+    let mut product = vec![0.0; m * n];
+    product_with(kernel, &mut product, (a, b), false, true);
+    let add = |(d, p): (&mut [f32], &[f32])| {
+        d.iter_mut().zip(p).for_each(|(d, &p)| *d += p * factor);
+    };
+    dst.par_chunks_mut(SCALED_CHUNK)
+        .zip(product.par_chunks(SCALED_CHUNK))
+        .for_each(add);
+}
+
+/// Elements of the destination a thread adds at a time in [`matmul_scaled_onto`]'s fallback.
+const SCALED_CHUNK: usize = 1 << 14;
 
 /// The `gemm` crate's threading for a product on the pool's threads or on this one.
 fn parallelism(threaded: bool) -> Parallelism {
@@ -405,7 +459,7 @@ fn portable_product(
 }
 
 /// A 2-D array as a GEMM operand.
-fn mat_ref(x: &CpuArray, transposed: bool) -> MatRef<'_> {
+pub fn mat_ref(x: &CpuArray, transposed: bool) -> MatRef<'_> {
     MatRef {
         data: slice(x),
         rows: x.shape()[0],
@@ -478,5 +532,7 @@ impl MatmulOps for CpuArray {
     }
 }
 
+#[cfg(test)]
+mod scaled_tests;
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use super::*;
 
 /// Operands of one product: `a` stored `m × k` (or `k × m` when transposed), `b` likewise.
-struct Case {
+pub(super) struct Case {
     m: usize,
     k: usize,
     n: usize,
@@ -18,7 +18,11 @@ struct Case {
 }
 
 impl Case {
-    fn new((m, k, n): (usize, usize, usize), (a_t, b_t): (bool, bool), seed: u64) -> Self {
+    pub(super) fn new(
+        (m, k, n): (usize, usize, usize),
+        (a_t, b_t): (bool, bool),
+        seed: u64,
+    ) -> Self {
         let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = move || {
             state ^= state << 13;
@@ -39,7 +43,7 @@ impl Case {
         }
     }
 
-    fn a(&self) -> MatRef<'_> {
+    pub(super) fn a(&self) -> MatRef<'_> {
         if self.a_t {
             MatRef::new(&self.a, self.k, self.m).t()
         } else {
@@ -47,7 +51,7 @@ impl Case {
         }
     }
 
-    fn b(&self) -> MatRef<'_> {
+    pub(super) fn b(&self) -> MatRef<'_> {
         if self.b_t {
             MatRef::new(&self.b, self.n, self.k).t()
         } else {
@@ -72,7 +76,7 @@ impl Case {
 
     /// `init + a · b` in f64, and the sum of `|a_ip · b_pj|` per element (the error scale);
     /// with the operands rounded to bfloat16 first when `rounded`.
-    fn reference(&self, init: &[f32], rounded: bool) -> (Vec<f64>, Vec<f64>) {
+    pub(super) fn reference(&self, init: &[f32], rounded: bool) -> (Vec<f64>, Vec<f64>) {
         let round = |x: f64| {
             if rounded {
                 half::bf16::from_f64(x).to_f64()
@@ -149,7 +153,7 @@ impl Case {
 /// Every implementation this CPU can run: the packed kernel is checked on every shape, also
 /// those [`matmul_into`] would send to the `gemm` crate, and the AVX-512 one at both depths it
 /// may block by, whatever this CPU's L1 cache.
-fn kernels() -> Vec<Kernel> {
+pub(super) fn kernels() -> Vec<Kernel> {
     let mut kernels = vec![Kernel::Portable];
     kernels.extend(Avx2Fma::detect().map(Kernel::Packed));
     for depth in [kernel_avx512::KC, kernel_avx512::KC_LARGE_L1] {
@@ -170,7 +174,7 @@ fn bf16_kernels() -> Vec<Kernel> {
 
 impl Kernel {
     /// Whether this implementation rounds its operands to bfloat16.
-    fn rounds(self) -> bool {
+    pub(super) fn rounds(self) -> bool {
         matches!(
             self,
             Kernel::Bf16(_) | Kernel::Bf16Emulated(_) | Kernel::Bf16Portable
@@ -194,7 +198,7 @@ fn the_entry_points_match_the_reference() {
     }
 }
 
-const ORIENTATIONS: [(bool, bool); 4] =
+pub(super) const ORIENTATIONS: [(bool, bool); 4] =
     [(false, false), (true, false), (false, true), (true, true)];
 
 fn check_all(dims: (usize, usize, usize), seed: u64) {

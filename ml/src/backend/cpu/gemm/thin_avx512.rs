@@ -283,6 +283,7 @@ mod x86 {
     use super::ROWS;
     use crate::backend::cpu::gemm::DstTile;
     use crate::backend::cpu::gemm::microkernel::x86::{first_lanes, store_sums};
+    use crate::backend::cpu::gemm::view::Onto;
 
     /// One pass: `tile` (`R` rows, at most [`super::COLS`] columns) `=` or `+=` `a`'s rows
     /// times `b`'s columns.
@@ -323,7 +324,7 @@ mod x86 {
             bp = bp.wrapping_add(ldb);
         }
         // SAFETY: AVX-512F is enabled here; the tile is writable (the function's contract).
-        unsafe { store_sums(&acc[..R], &tile, !accumulate) };
+        unsafe { store_sums(&acc[..R], &tile, Onto::accumulating(accumulate)) };
     }
 
     /// One pass over a single row: `tile` (1 row, at most [`super::ROW_COLS`] columns) `=` or
@@ -359,7 +360,7 @@ mod x86 {
             bp = bp.wrapping_add(ldb);
         }
         // SAFETY: AVX-512F is enabled here; the tile is writable (the function's contract).
-        unsafe { store_sums(&[acc], &tile, !accumulate) };
+        unsafe { store_sums(&[acc], &tile, Onto::accumulating(accumulate)) };
     }
 
     /// `out[r][j] (+)= a_r · column_j` for `rows <= DOT_ROWS` rows of `a` (`a_ld` apart) and

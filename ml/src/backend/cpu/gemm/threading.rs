@@ -43,8 +43,8 @@ pub fn product<K: Microkernel>(
     let (m, n, k) = (dst.rows(), dst.cols(), a.cols);
     let threads = rayon::current_num_threads();
     if threads <= 1 || m * n * k < PARALLEL_MIN_MACS {
-        let accumulate = start.prepare(&mut dst);
-        return blocked::product(cpu, dst, a, b, accumulate);
+        let onto = start.prepare(&mut dst);
+        return blocked::product(cpu, dst, a, b, onto);
     }
     let (row_parts, col_parts) = grid(m, n, threads, (K::MR, K::NR));
     let mut rects = Vec::with_capacity(row_parts * col_parts);
@@ -65,8 +65,8 @@ pub fn product<K: Microkernel>(
             let b = rows_of(&b.t(), col, rect.cols()).t();
             let start = start.columns(col, rect.cols());
             s.spawn(move |_| {
-                let accumulate = start.prepare(&mut rect);
-                blocked::product(cpu, rect, &a, &b, accumulate)
+                let onto = start.prepare(&mut rect);
+                blocked::product(cpu, rect, &a, &b, onto)
             });
         }
     });

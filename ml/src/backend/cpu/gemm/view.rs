@@ -191,6 +191,9 @@ pub enum Start<'a> {
     Zero,
     /// The destination's current values (`+=`).
     Current,
+    /// The destination's current values, to which the product times the factor is added
+    /// (`+= factor · a · b`; see [`Onto::AddScaled`]).
+    Scaled(f32),
     /// The same row in every row of the destination (a dense layer's bias): element `(i, j)`
     /// starts as `row[j]`. The destination's previous contents are never read: each thread
     /// writes the row into its rectangle just before multiplying into it.
@@ -215,16 +218,50 @@ impl<'a> Start<'a> {
         }
     }
 
-    /// Writes the start into `dst` where the product will read it; whether the product then
-    /// adds its sums to `dst` (rather than overwriting it).
-    pub fn prepare(self, dst: &mut DstTile<'_>) -> bool {
+    /// Writes the start into `dst` where the product will read it; how the product's sums
+    /// then meet `dst`.
+    pub fn prepare(self, dst: &mut DstTile<'_>) -> Onto {
         match self {
-            Start::Zero => false,
-            Start::Current => true,
+            Start::Zero => Onto::Overwrite,
+            Start::Current => Onto::Add,
+            Start::Scaled(factor) => Onto::AddScaled(factor),
             Start::Row(row) => {
                 dst.fill_rows(row);
-                true
+                Onto::Add
             }
+        }
+    }
+}
+
+/// How a microkernel's sums meet the destination tile they are written to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Onto {
+    /// The sums replace the tile.
+    Overwrite,
+    /// The sums are added to the tile.
+    Add,
+    /// The sums times the factor are added to the tile, `tile + factor · sums`, rounded after
+    /// the multiplication and after the addition (no fused multiply-add), as a separate pass
+    /// `p -= lr · g` over a stored product `g` would round them.
+    AddScaled(f32),
+}
+
+impl Onto {
+    /// [`Onto::Add`] when `accumulate`, else [`Onto::Overwrite`].
+    pub fn accumulating(accumulate: bool) -> Self {
+        if accumulate {
+            Onto::Add
+        } else {
+            Onto::Overwrite
+        }
+    }
+
+    /// How the sums of a later depth block meet a tile that holds the earlier blocks' sums:
+    /// added (scaled as the first were).
+    pub fn after_first_block(self) -> Self {
+        match self {
+            Onto::Overwrite => Onto::Add,
+            other => other,
         }
     }
 }

@@ -10,7 +10,7 @@
 //! on the MLP and ResNet shapes of `benches/gemm_shapes.txt` (the LeNet step the same).
 
 use super::super::microkernel::{Steps, check_tile};
-use super::super::view::DstTile;
+use super::super::view::{DstTile, Onto};
 use super::Avx512Bf16;
 
 /// Rows of the destination tile (and of a packed `a` panel).
@@ -18,7 +18,7 @@ pub const MR: usize = 8;
 /// Columns of the destination tile (and of a packed `b` panel).
 pub const NR: usize = 32;
 
-/// `tile = a_panel · b_panel` over `steps` packed steps (`+=` unless `overwrite`), where
+/// `a_panel · b_panel` over `steps` packed steps, written `onto` the tile, where
 /// `a_panel` holds a group of [`MR`] pairs for each step run and `b_panel` a group of [`NR`]
 /// for each step of its span, `b_step` apart. Only the tile's own rows and columns are
 /// written.
@@ -28,7 +28,7 @@ pub fn tile(
     a_panel: &[u32],
     (b_panel, b_step): (&[u32], usize),
     tile: DstTile<'_>,
-    overwrite: bool,
+    onto: Onto,
 ) {
     check_tile(steps, (a_panel, MR), (b_panel, b_step, NR), &tile);
     let _ = cpu;
@@ -42,7 +42,7 @@ pub fn tile(
             a_panel.as_ptr(),
             (b_panel.as_ptr(), b_step),
             tile,
-            overwrite,
+            onto,
         );
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -56,7 +56,7 @@ mod x86 {
     use super::{MR, NR};
     use crate::backend::cpu::gemm::microkernel::x86::store_sums;
     use crate::backend::cpu::gemm::microkernel::{Steps, for_each_step, prefetch_tile};
-    use crate::backend::cpu::gemm::view::DstTile;
+    use crate::backend::cpu::gemm::view::{DstTile, Onto};
 
     /// Sixteen lanes of bfloat16 pairs, as the dot-product instruction takes them.
     #[inline(always)]
@@ -77,7 +77,7 @@ mod x86 {
         a: *const u32,
         (b, b_step): (*const u32, usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
         prefetch_tile(&tile);
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
@@ -97,7 +97,7 @@ mod x86 {
         };
         for_each_step(steps, (a, MR), (b, b_step), step);
         // SAFETY: AVX-512F is enabled here; the caller promises the tile writable.
-        unsafe { store_sums(&acc, &tile, overwrite) };
+        unsafe { store_sums(&acc, &tile, onto) };
     }
 
     const _: () = assert!(NR == 32, "two 16-lane vectors per row");

@@ -22,7 +22,7 @@ use super::blocked::{KC, MC, NC};
 use super::kernel_avx2::Avx2Fma;
 use super::microkernel::{Microkernel, Steps};
 use super::pack::Block;
-use super::view::{DstTile, Operand};
+use super::view::{DstTile, Onto, Operand};
 
 pub use self::pack::round_to_bf16;
 
@@ -86,9 +86,9 @@ impl Microkernel for Avx512Bf16 {
         a_panel: &[u32],
         b_panel: (&[u32], usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
-        kernel::tile(self, steps, a_panel, b_panel, tile, overwrite);
+        kernel::tile(self, steps, a_panel, b_panel, tile, onto);
     }
 }
 
@@ -122,9 +122,9 @@ impl Microkernel for Bf16Emulated {
         a_panel: &[f32],
         b_panel: (&[f32], usize),
         tile: DstTile<'_>,
-        overwrite: bool,
+        onto: Onto,
     ) {
-        self.0.tile(steps, a_panel, b_panel, tile, overwrite);
+        self.0.tile(steps, a_panel, b_panel, tile, onto);
     }
 }
 

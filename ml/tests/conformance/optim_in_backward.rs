@@ -1,0 +1,140 @@
+//! Plain SGD applied inside the backward pass (`Optimizer::backward`): the weights end bit for
+//! bit where the backward pass and the step leave them, for dense layers of every product shape
+//! (packed, few columns), while weights used twice, gradients already holding values and other
+//! optimizers are left to the step.
+
+use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
+use ringflow_ml::optim::{Optimizer, OptimizerSpec};
+use ringflow_ml::{Device, Tensor, loss, rng};
+
+use crate::helpers::*;
+
+type Checked<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Plain SGD, or with momentum.
+fn sgd(momentum: f32) -> OptimizerSpec {
+    OptimizerSpec::Sgd {
+        lr: 0.1,
+        momentum,
+        dampening: 0.0,
+        nesterov: false,
+        weight_decay: 0.0,
+    }
+}
+
+/// The values of every parameter, by name.
+fn values(params: &ParamStore) -> Vec<(String, Vec<f32>)> {
+    params
+        .iter()
+        .map(|p| (p.name.clone(), p.tensor.to_vec()))
+        .collect()
+}
+
+/// A 24-40-36-3 ReLU MLP trained `steps` steps on a batch of `batch` rows, through
+/// `Optimizer::backward` (`in_backward`) or `Tensor::backward`, then the step; its parameters
+/// and the gradients of its weights after the last pass.
+fn train(
+    spec: OptimizerSpec,
+    (batch, steps): (usize, usize),
+    in_backward: bool,
+    device: Device,
+) -> Checked<(ParamStore, Vec<Vec<f32>>)> {
+    let layers = ModelSpec::mlp(&[24, 40, 36, 3], "relu");
+    let model = Model::build(&layers, &ModelRegistry::default(), 3, device)?;
+    let mut opt = Optimizer::new(spec, model.params())?;
+    let x = uniform(&[batch, 24], -1.0, 1.0, 5, device);
+    let labels: Vec<f32> = (0..batch).map(|i| (i % 3) as f32).collect();
+    let y = tensor(&labels, &[batch], device);
+    let mut dropout = rng::seeded(1, rng::streams::DROPOUT);
+    for _ in 0..steps {
+        model.params().zero_grad();
+        let l = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
+        if in_backward {
+            opt.backward(&l, 0.1)?;
+        } else {
+            l.backward()?;
+        }
+        opt.step(0.1)?;
+    }
+    let weights = model.params().iter().filter(|p| p.name.ends_with("weight"));
+    let grads = weights.map(|p| p.tensor.grad().map(|g| g.to_vec()).unwrap_or_default());
+    let grads = grads.collect();
+    Ok((model.params().clone(), grads))
+}
+
+fn sgd_in_backward_matches_backward_then_step(device: Device) -> TestResult {
+    ensure(
+        Optimizer::new(sgd(0.0), &ParamStore::new())?.updates_in_backward(),
+        "plain SGD",
+    )?;
+    for batch in [50, 256] {
+        let (fused, grads) = train(sgd(0.0), (batch, 3), true, device)?;
+        let (plain, plain_grads) = train(sgd(0.0), (batch, 3), false, device)?;
+        ensure(
+            values(&fused) == values(&plain),
+            format!("batch {batch}: the weights differ from backward then step"),
+        )?;
+        // Updated in the pass, the weights' gradients were never stored; the reference's were.
+        ensure(
+            grads.iter().all(|g| g.iter().all(|&v| v == 0.0)),
+            format!("batch {batch}: a weight's gradient was stored"),
+        )?;
+        ensure(
+            plain_grads.iter().all(|g| g.iter().any(|&v| v != 0.0)),
+            "the reference stored every weight's gradient",
+        )?;
+    }
+    // Deeper than one block of the GEMM: each block's step is added in turn.
+    let (fused, _) = train(sgd(0.0), (600, 2), true, device)?;
+    let (plain, _) = train(sgd(0.0), (600, 2), false, device)?;
+    for ((name, got), (_, want)) in values(&fused).iter().zip(values(&plain)) {
+        assert_close(got, &want, 1e-5, name)?;
+    }
+    Ok(())
+}
+
+fn other_optimizers_take_the_plain_pass(device: Device) -> TestResult {
+    ensure(
+        !Optimizer::new(sgd(0.9), &ParamStore::new())?.updates_in_backward(),
+        "SGD with momentum needs the gradient for its buffer",
+    )?;
+    let (fused, grads) = train(sgd(0.9), (50, 3), true, device)?;
+    let (plain, _) = train(sgd(0.9), (50, 3), false, device)?;
+    ensure(values(&fused) == values(&plain), "momentum SGD's weights")?;
+    ensure(
+        grads.iter().all(|g| g.iter().any(|&v| v != 0.0)),
+        "momentum SGD's gradients are stored",
+    )
+}
+
+/// `w` used twice (`x · w · w`) and `v` whose gradient already holds a pass's values: both are
+/// left to the step, which applies their whole gradients.
+fn shared_and_accumulated_weights_are_left_to_the_step(device: Device) -> TestResult {
+    let run = |in_backward: bool| -> Checked<(Vec<f32>, Vec<f32>)> {
+        let mut params = ParamStore::new();
+        let w = params.insert("w".into(), param(&[6, 6], -0.5, 0.5, 7, device))?;
+        let v = params.insert("v".into(), param(&[6, 20], -0.5, 0.5, 8, device))?;
+        let x = uniform(&[30, 6], -1.0, 1.0, 9, device);
+        let mut opt = Optimizer::new(sgd(0.0), &params)?;
+        let loss_of = |t: Tensor| -> ringflow_ml::Result<Tensor> { t.mul(&t)?.mean_all() };
+        params.zero_grad();
+        loss_of(x.matmul(&v)?)?.backward()?;
+        let l = loss_of(x.matmul(&w)?.matmul(&w)?.matmul(&v)?)?;
+        if in_backward {
+            opt.backward(&l, 0.1)?;
+        } else {
+            l.backward()?;
+        }
+        opt.step(0.1)?;
+        Ok((w.to_vec(), v.to_vec()))
+    };
+    let ((w, v), (w_ref, v_ref)) = (run(true)?, run(false)?);
+    ensure(w == w_ref, "the weight used twice")?;
+    ensure(v == v_ref, "the weight whose gradient held a pass already")
+}
+
+device_test!(
+    sgd_in_backward_matches_backward_then_step,
+    other_optimizers_take_the_plain_pass,
+    shared_and_accumulated_weights_are_left_to_the_step,
+);
