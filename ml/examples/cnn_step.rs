@@ -11,7 +11,9 @@
 //! ```
 //!
 //! `--model wide-mlp` times `benches/mlp_vs_jax.sh`'s wide MLP instead (784-1024-1024-10, ReLU,
-//! plain SGD; give it `--batch 256` as the script does).
+//! plain SGD; give it `--batch 256` as the script does). The backward pass is
+//! `Optimizer::backward`'s, as a lone executor runs it: with plain SGD it updates the dense
+//! layers' weights itself, and the optimizer's time is the biases'.
 //!
 //! `--thrash MB` writes a buffer of that many MiB on every thread before each step, outside
 //! the timing, so that the step starts with caches full of other data, as when a busy
@@ -142,7 +144,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         model.params().zero_grad();
         let l = loss::cross_entropy(&model.forward(&x, true, &mut r)?, &y)?;
         let t1 = Instant::now();
-        l.backward()?;
+        opt.backward(&l, lr)?;
         let t2 = Instant::now();
         opt.step(lr)?;
         let t3 = Instant::now();

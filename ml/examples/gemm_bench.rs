@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release -p ringflow-ml --example gemm_bench -- [--shapes FILE] [--seconds S] \
 //!     [--precision f32|bf16] [--cold]
+//! cargo run --release -p ringflow-ml --example gemm_bench -- --probe S
 //! ```
 //!
 //! `--cold` flushes both operands and the destination out of every cache before each timed
@@ -24,10 +25,48 @@
 //! does nothing else (independent chains of AVX-512 or AVX2 FMAs held in registers: no memory,
 //! no packing), on one thread and on every thread of the pool at once. A product's figure over
 //! that ceiling is the share of the machine's peak it reaches.
+//!
+//! `--probe S` only runs that loop on every thread at once, in slices of a few milliseconds for
+//! `S` seconds, and prints the median, least and most GFLOP/s of the slices
+//! (`# fma probe: median M least L most H GFLOP/s`). On a host whose other tenants run on the
+//! sibling hyperthreads of this machine's cores, the slices fall below the ceiling while those
+//! tenants use the FMA units (to two thirds of it, on the machine of the README's figures, while
+//! the scalar clock stays the same): `benches/mlp_vs_jax.sh` probes before each run this way.
 
 use std::time::{Duration, Instant};
 
 use ringflow_ml::backend::cpu::gemm::{MatRef, matmul_into, matmul_into_serial};
+
+/// Bytes each thread of the pool reads in [`memory_probe`]: far more than any L3 cache.
+const PROBE_BYTES: usize = 64 << 20;
+
+/// The median bandwidth (GB/s) of passes over [`PROBE_BYTES`] per thread, every thread of the
+/// pool reading its own buffer at once (written first, with values other than zero: pages never
+/// written would all map the kernel's one page of zeros, read from cache), for about `budget`: what the host's other tenants leave
+/// of the memory bus (on the README's machine 62–68 GB/s alone, half that while they stream).
+fn memory_probe(budget: Duration) -> f64 {
+    let threads = rayon::current_num_threads();
+    let buffers: Vec<Vec<f32>> = (0..threads)
+        .map(|t| vec![1.0 + t as f32; PROBE_BYTES / 4])
+        .collect();
+    let start = Instant::now();
+    let mut rates = Vec::new();
+    while rates.len() < 3 || start.elapsed() < budget {
+        let t = Instant::now();
+        // One element of each cache line, into four sums so that no add waits on the last.
+        let lines = |b: &[f32]| {
+            let quads = b.chunks_exact(64).map(|q| [q[0], q[16], q[32], q[48]]);
+            quads.fold([0.0f32; 4], |s, q| std::array::from_fn(|i| s[i] + q[i]))
+        };
+        let sum: f32 = rayon::broadcast(|c| lines(&buffers[c.index()]).iter().sum::<f32>())
+            .into_iter()
+            .sum();
+        std::hint::black_box(sum);
+        rates.push((threads * PROBE_BYTES) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
 
 /// One product to time.
 struct Shape {
@@ -143,6 +182,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .position(|a| a == flag)
             .and_then(|i| args.get(i + 1))
     };
+    if let Some(probe) = value("--probe") {
+        let budget = Duration::from_secs_f64(probe.parse()?);
+        let (median, least, most) =
+            fma_peak::probe(budget).ok_or("this CPU has neither AVX-512 nor AVX2 with FMA")?;
+        println!("# fma probe: median {median:.1} least {least:.1} most {most:.1} GFLOP/s");
+        println!("# memory probe: median {:.1} GB/s", memory_probe(budget));
+        return Ok(());
+    }
     let seconds: f64 = value("--seconds").map_or(Ok(0.3), |s| s.parse())?;
     let path = value("--shapes").map_or("benches/gemm_shapes.txt", |s| s.as_str());
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
@@ -293,6 +340,24 @@ mod fma_peak {
             })
             / 1e9;
         Some((unit.name(), one, all))
+    }
+
+    /// The loop on every thread of the pool at once, repeated for `budget`: the median, least
+    /// and most GFLOP/s of the repetitions (a few milliseconds each); `None` on a CPU without
+    /// AVX2 and FMA.
+    pub fn probe(budget: Duration) -> Option<(f64, f64, f64)> {
+        let unit = Unit::widest()?;
+        let flops = (2 * unit.lanes() * CHAINS) as f64 * ITERATIONS as f64;
+        let threads = rayon::current_num_threads() as f64;
+        let start = std::time::Instant::now();
+        let mut rates = Vec::new();
+        while rates.len() < 3 || start.elapsed() < budget {
+            let t = std::time::Instant::now();
+            rayon::broadcast(|_| unit.run());
+            rates.push(threads * flops / t.elapsed().as_secs_f64() / 1e9);
+        }
+        rates.sort_by(f64::total_cmp);
+        Some((rates[rates.len() / 2], rates[0], rates[rates.len() - 1]))
     }
 
     #[cfg(target_arch = "x86_64")]
