@@ -401,10 +401,11 @@ impl Tensor {
         autodiff::run_backward(self, &mut |_| Ok(()), None)
     }
 
-    /// [`Tensor::backward`] applying a plain SGD step at `lr` inside the pass to every
-    /// parameter whose gradient is a single matrix product (see [`crate::optim::Optimizer::backward`]).
-    pub(crate) fn backward_with_sgd(&self, lr: f32) -> Result<()> {
-        autodiff::run_backward(self, &mut |_| Ok(()), Some(lr))
+    /// [`Tensor::backward`] applying a plain SGD step at `lr` inside the pass to every one of
+    /// `params` used once whose gradient is a matrix product (see
+    /// [`crate::optim::Optimizer::backward`]).
+    pub(crate) fn backward_with_sgd(&self, lr: f32, params: &[Tensor]) -> Result<()> {
+        autodiff::run_backward(self, &mut |_| Ok(()), Some((lr, params)))
     }
 
     /// Like [`Tensor::backward`], calling `on_ready(param)` for each parameter as soon as its

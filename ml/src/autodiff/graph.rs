@@ -70,7 +70,8 @@ pub(crate) struct GradSink {
     /// The outputs' gradients of the joint tensors of multi-output ops, by the joint's id.
     parts: HashMap<u64, Vec<Option<Storage>>>,
     /// The learning rate of a plain SGD step applied inside the pass, and the parameters it
-    /// may be applied to: those used once in the graph, whose gradient is then that use's.
+    /// may be applied to: the optimizer's that are used once in the graph, whose gradient is
+    /// then that use's.
     sgd: Option<(f32, HashSet<u64>)>,
 }
 
@@ -232,12 +233,13 @@ impl GradSink {
 /// `on_ready` is called for every parameter (a leaf that requires gradients) as soon as its
 /// gradient for this pass is complete, i.e. after the last recorded op that uses it has run its
 /// backward. Data-parallel training uses this to start reducing gradients while the rest of the
-/// backward pass runs. With `sgd_lr`, a plain SGD step at that rate is applied inside the pass
-/// to every parameter used once whose gradient is a matrix product ([`GradSink::add_matmul`]).
+/// backward pass runs. With `sgd = (lr, params)`, a plain SGD step at `lr` is applied inside
+/// the pass to every one of `params` used once whose gradient is a matrix product
+/// ([`GradSink::add_matmul`]).
 pub(crate) fn run_backward(
     root: &Tensor,
     on_ready: &mut dyn FnMut(&Tensor) -> Result<()>,
-    sgd_lr: Option<f32>,
+    sgd: Option<(f32, &[Tensor])>,
 ) -> Result<()> {
     if root.numel() != 1 {
         return Err(MlError::Backward(format!(
@@ -253,11 +255,12 @@ pub(crate) fn run_backward(
     let order = topological_order(root);
     // How many recorded uses of each parameter are still to run their backward.
     let mut uses = parameter_uses(&order);
-    let once = |lr| (lr, uses.iter().filter(|&(_, &n)| n == 1).map(|(&id, _)| id));
+    let used_once = |p: &&Tensor| uses.get(&p.id()) == Some(&1);
+    let sgd = sgd.map(|(lr, params)| (lr, params.iter().filter(used_once).map(Tensor::id)));
     let mut sink = GradSink {
         pending: HashMap::new(),
         parts: HashMap::new(),
-        sgd: sgd_lr.map(once).map(|(lr, ids)| (lr, ids.collect())),
+        sgd: sgd.map(|(lr, ids)| (lr, ids.collect())),
     };
     let mut seed = Storage::zeros(root.shape(), root.device())?;
     seed.fill(1.0)?;

@@ -274,8 +274,8 @@ impl Optimizer {
     /// The backward pass of `loss` for a step at learning rate `lr`, which
     /// [`Optimizer::step`] at the same `lr` then completes.
     ///
-    /// Where [`Optimizer::updates_in_backward`], a weight used once whose gradient is a matrix
-    /// product (a dense layer's `xᵀ · dy`) is updated inside that product, `w -= lr · xᵀ · dy`
+    /// Where [`Optimizer::updates_in_backward`], a weight of this optimizer's used once whose
+    /// gradient is a matrix product (a dense layer's `xᵀ · dy`) is updated inside that product, `w -= lr · xᵀ · dy`
     /// written onto the weight from the GEMM's registers on the CPU: its gradient is never
     /// stored (it reads as zeros until the next pass), and the update's separate pass over the
     /// weight and its gradient is saved. The step then updates the other parameters. The
@@ -289,7 +289,8 @@ impl Optimizer {
     /// this out: run [`Tensor::backward`] then.
     pub fn backward(&self, loss: &Tensor, lr: f32) -> Result<()> {
         if self.updates_in_backward() {
-            loss.backward_with_sgd(lr)
+            let params: Vec<Tensor> = self.params.iter().map(|(_, p)| p.clone()).collect();
+            loss.backward_with_sgd(lr, &params)
         } else {
             loss.backward()
         }

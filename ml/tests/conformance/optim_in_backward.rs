@@ -1,7 +1,7 @@
 //! Plain SGD applied inside the backward pass (`Optimizer::backward`): the weights end bit for
 //! bit where the backward pass and the step leave them, for dense layers of every product shape
 //! (packed, few columns), while weights used twice, gradients already holding values and other
-//! optimizers are left to the step.
+//! optimizers are left to the step, and weights the optimizer does not own to the caller.
 
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
@@ -107,34 +107,46 @@ fn other_optimizers_take_the_plain_pass(device: Device) -> TestResult {
     )
 }
 
-/// `w` used twice (`x · w · w`) and `v` whose gradient already holds a pass's values: both are
-/// left to the step, which applies their whole gradients.
-fn shared_and_accumulated_weights_are_left_to_the_step(device: Device) -> TestResult {
-    let run = |in_backward: bool| -> Checked<(Vec<f32>, Vec<f32>)> {
+/// `w` used twice (`x · w · w`), `v` whose gradient already holds a pass's values and `u`,
+/// which the optimizer does not own, are left to the step (which applies the whole gradients of
+/// its own) and to the caller.
+fn shared_accumulated_and_foreign_weights_are_left_alone(device: Device) -> TestResult {
+    let run = |in_backward: bool| -> Checked<Vec<Vec<f32>>> {
         let mut params = ParamStore::new();
         let w = params.insert("w".into(), param(&[6, 6], -0.5, 0.5, 7, device))?;
         let v = params.insert("v".into(), param(&[6, 20], -0.5, 0.5, 8, device))?;
+        let u = param(&[20, 4], -0.5, 0.5, 10, device);
         let x = uniform(&[30, 6], -1.0, 1.0, 9, device);
         let mut opt = Optimizer::new(sgd(0.0), &params)?;
         let loss_of = |t: Tensor| -> ringflow_ml::Result<Tensor> { t.mul(&t)?.mean_all() };
         params.zero_grad();
         loss_of(x.matmul(&v)?)?.backward()?;
-        let l = loss_of(x.matmul(&w)?.matmul(&w)?.matmul(&v)?)?;
+        let l = loss_of(x.matmul(&w)?.matmul(&w)?.matmul(&v)?.matmul(&u)?)?;
         if in_backward {
             opt.backward(&l, 0.1)?;
         } else {
             l.backward()?;
         }
         opt.step(0.1)?;
-        Ok((w.to_vec(), v.to_vec()))
+        let u_grad = u.grad().ok_or("u has no gradient")?.to_vec();
+        ensure(u_grad.iter().any(|&g| g != 0.0), "u's gradient was stored")?;
+        Ok(vec![w.to_vec(), v.to_vec(), u.to_vec()])
     };
-    let ((w, v), (w_ref, v_ref)) = (run(true)?, run(false)?);
-    ensure(w == w_ref, "the weight used twice")?;
-    ensure(v == v_ref, "the weight whose gradient held a pass already")
+    let (got, want) = (run(true)?, run(false)?);
+    let u0 = param(&[20, 4], -0.5, 0.5, 10, device).to_vec();
+    ensure(got[0] == want[0], "the weight used twice")?;
+    ensure(
+        got[1] == want[1],
+        "the weight whose gradient held a pass already",
+    )?;
+    ensure(
+        got[2] == u0,
+        "a weight the optimizer does not own was updated",
+    )
 }
 
 device_test!(
     sgd_in_backward_matches_backward_then_step,
     other_optimizers_take_the_plain_pass,
-    shared_and_accumulated_weights_are_left_to_the_step,
+    shared_accumulated_and_foreign_weights_are_left_alone,
 );
