@@ -628,7 +628,6 @@ impl Tensor {
             return Ok(false);
         }
         update(&mut value)?;
-        g.stale = true;
         g.applied = true;
         Ok(true)
     }

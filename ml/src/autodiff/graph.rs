@@ -201,7 +201,7 @@ impl GradSink {
     /// The learning rate of the pass's SGD step when `t` is a parameter it may update.
     fn sgd_lr_for(&self, t: &Tensor) -> Option<f32> {
         let (lr, once) = self.sgd.as_ref()?;
-        (t.is_leaf() && t.requires_grad() && once.contains(&t.id())).then_some(*lr)
+        once.contains(&t.id()).then_some(*lr)
     }
 
     /// True if `t` takes part in this backward pass.

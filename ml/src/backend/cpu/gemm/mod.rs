@@ -249,13 +249,10 @@ fn product_with(
         }
         return;
     }
-    let start = Start::accumulating(accumulate);
-    if on_packed_kernel(kernel, DstTile::new(dst, m, n), (a, b), start, threaded) {
-        return;
-    }
     match kernel {
         Kernel::Packed(_) | Kernel::Packed512(_) | Kernel::Bf16(_) | Kernel::Bf16Emulated(_) => {
-            unreachable!("the packed kernels ran above")
+            let start = Start::accumulating(accumulate);
+            on_packed_kernel(kernel, DstTile::new(dst, m, n), (a, b), start, threaded);
         }
         Kernel::Bf16Portable => {
             let (a_data, b_data) = (rounded(a.data), rounded(b.data));
