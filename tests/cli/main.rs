@@ -30,6 +30,7 @@ mod s3;
 mod security;
 mod sequences;
 mod shared_memory;
+mod sql_rows;
 mod standalone;
 mod status;
 mod train;

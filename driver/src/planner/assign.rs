@@ -9,6 +9,11 @@
 //!
 //! **Evaluation.** Row groups in file order; every row is evaluated exactly once, ranks taking
 //! `⌊rows / N⌋` or one more.
+//!
+//! Where `data.sql` may drop or multiply rows, a row group's rows are the rows the query yields
+//! over it (counted when the job was planned, [`counting`](super::counting)), and a partition's
+//! range is a range of that output ([`Partition::query_rows`] set): the rules above then hold
+//! for the rows training really sees.
 
 use rand::seq::SliceRandom;
 use ringflow_ml::rng::{self, streams};
@@ -17,12 +22,20 @@ use ringflow_proto::pb::{EpochPlan, Partition};
 use crate::error::{DriverError, Result};
 use crate::planner::footer::RowGroup;
 
-/// Fails unless the split has at least one row per rank.
-pub fn check_enough_rows(key: &str, groups: &[RowGroup], world: usize) -> Result<()> {
+/// Fails unless the split has at least one row per rank (`after_sql`: rows that `data.sql`
+/// yields).
+pub fn check_enough_rows(
+    key: &str,
+    groups: &[RowGroup],
+    world: usize,
+    after_sql: bool,
+) -> Result<()> {
     let rows: u64 = groups.iter().map(|g| g.rows).sum();
     if rows < world as u64 {
+        let which = if after_sql { " after data.sql" } else { "" };
         return Err(DriverError::Data(format!(
-            "{key} holds {rows} rows, fewer than the {world} executors that would share them"
+            "{key} holds {rows} rows{which}, fewer than the {world} executors that would share \
+             them"
         )));
     }
     Ok(())
@@ -88,6 +101,7 @@ fn deal(order: &[&RowGroup], shares: &[u64], epoch: u64, steps: u64) -> Vec<Epoc
                 row_offset: offset,
                 row_count: take,
                 file_row_start: g.file_row_start,
+                query_rows: g.after_sql.then_some(g.rows),
             });
             plans[rank].rows += take;
             offset += take;
@@ -114,6 +128,7 @@ mod tests {
                     rows,
                     file_row_start: start,
                     bytes: 0,
+                    after_sql: false,
                 };
                 start += rows;
                 g
@@ -179,7 +194,7 @@ mod tests {
 
     #[test]
     fn too_few_rows_is_an_error() {
-        let err = check_enough_rows("data.train", &groups(&[3]), 4).unwrap_err();
+        let err = check_enough_rows("data.train", &groups(&[3]), 4, false).unwrap_err();
         assert!(err.to_string().contains("3 rows"), "{err}");
     }
 }

@@ -24,12 +24,16 @@ pub struct RowGroup {
     pub path: String,
     /// Index of the row group in the file.
     pub index: u32,
-    /// Rows in the row group.
+    /// Rows in the row group: the file's, or, where `after_sql`, the rows `data.sql` yields
+    /// over the whole row group.
     pub rows: u64,
     /// File row number of its first row.
     pub file_row_start: u64,
     /// Its size uncompressed, all columns (what decoding it takes, about).
     pub bytes: u64,
+    /// Whether `rows` counts the rows `data.sql` yields over the whole row group (a query that
+    /// may drop or multiply rows, counted when the job was planned) rather than the file's.
+    pub after_sql: bool,
 }
 
 /// The row groups of a split and each file's Arrow schema and footer.
@@ -77,6 +81,7 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
                     rows,
                     file_row_start: start,
                     bytes: u64::try_from(rg.total_byte_size()).unwrap_or(0),
+                    after_sql: false,
                 });
             }
             start += rows;

@@ -398,6 +398,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
                 rows,
                 file_row_start: rows * u64::from(i),
                 bytes,
+                after_sql: false,
             })
             .collect();
         JobPlan {
@@ -413,6 +414,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             resume: None,
             summary: None,
             warnings: Vec::new(),
+            notes: Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@
 //! what one executor needs for the job.
 
 pub mod assign;
+pub mod counting;
 pub mod discover;
 pub mod footer;
 pub mod memory;
@@ -66,6 +67,10 @@ struct SplitPlan {
     label: LabelType,
     /// Entries of its directory or glob skipped because they are not regular files.
     warnings: Vec<String>,
+    /// Where `data.sql` may drop or multiply rows: the input columns counting them reads.
+    count_columns: Option<Vec<String>>,
+    /// Each file with its schema.
+    schemas: Vec<(String, SchemaRef)>,
 }
 
 /// Checks the listed split `key` against the spec and the model.
@@ -85,6 +90,7 @@ fn check_split(
     let data = &spec.data;
     let mut label = LabelType::Absent;
     let mut input_columns: Vec<String> = Vec::new();
+    let mut count_columns: Option<Vec<String>> = None;
     let mut seen: Vec<SchemaRef> = Vec::new();
     for (file, schema) in &split.schemas {
         if seen.iter().any(|s| s == schema) {
@@ -112,6 +118,10 @@ fn check_split(
                     .map_err(|m| DriverError::Data(format!("{key}: {file}: {m}")))?;
                 let what = format!("{key}: {file}: the output of data.sql");
                 let l = check_schema(&what, &planned.output, spec, model, label_required)?;
+                if !planned.keeps_rows {
+                    let counted = count_columns.get_or_insert_with(Vec::new);
+                    union(counted, planned.count_columns);
+                }
                 (l, planned.input_columns)
             }
         };
@@ -122,11 +132,7 @@ fn check_split(
             )));
         }
         label = l;
-        for c in columns {
-            if !input_columns.contains(&c) {
-                input_columns.push(c);
-            }
-        }
+        union(&mut input_columns, columns);
     }
     Ok(SplitPlan {
         groups: split.groups,
@@ -134,7 +140,35 @@ fn check_split(
         input_columns,
         label,
         warnings,
+        count_columns,
+        schemas: split.schemas,
     })
+}
+
+/// Adds to `into` the `columns` it does not hold yet, in order.
+fn union(into: &mut Vec<String>, columns: Vec<String>) {
+    for c in columns {
+        if !into.contains(&c) {
+            into.push(c);
+        }
+    }
+}
+
+/// Where `data.sql` may drop or multiply the rows of split `key`, replaces the rows of its
+/// groups by the rows the query yields (see [`counting`]), with a line saying so in `notes`.
+fn count_rows(
+    key: &str,
+    split: &mut SplitPlan,
+    spec: &JobSpec,
+    notes: &mut Vec<String>,
+) -> Result<()> {
+    let (Some(columns), Some(query)) = (&split.count_columns, &spec.data.sql) else {
+        return Ok(());
+    };
+    let counter = counting::RowCounter::new(spec, query)?;
+    let counted = counter.count(key, &mut split.groups, columns, &split.schemas)?;
+    notes.push(counted.describe(key));
+    Ok(())
 }
 
 /// A job's `data.sql` with its lookup tables registered once (their schemas are read, their
@@ -228,6 +262,8 @@ pub struct JobPlan {
     /// What planning left out and people should know: entries of a data directory or glob
     /// that are not regular files.
     pub warnings: Vec<String>,
+    /// What planning did that people should know: the rows `data.sql` was counted to yield.
+    pub notes: Vec<String>,
 }
 
 /// What the planner decided for a job of token sequences.
@@ -325,9 +361,15 @@ impl JobPlan {
         };
         let summary = builder.summary(&spec.model)?;
         let check = |key, listed| check_split(key, listed, &spec, &model, true, prep.as_ref());
-        let train = check("data.train", train)?;
+        let mut notes = Vec::new();
+        let mut train = check("data.train", train)?;
+        count_rows("data.train", &mut train, &spec, &mut notes)?;
         let test = match test {
-            Some(listed) => Some(check("data.test", listed)?),
+            Some(listed) => {
+                let mut test = check("data.test", listed)?;
+                count_rows("data.test", &mut test, &spec, &mut notes)?;
+                Some(test)
+            }
             None => None,
         };
         if let Some(t) = &test
@@ -357,7 +399,9 @@ impl JobPlan {
                 )));
             }
         }
-        assign::check_enough_rows("data.train", &train.groups, spec.cluster.executors)?;
+        let after_sql = train.count_columns.is_some();
+        let world = spec.cluster.executors;
+        assign::check_enough_rows("data.train", &train.groups, world, after_sql)?;
         let mut input_columns = train.input_columns.clone();
         let mut files = train.files.clone();
         let mut warnings = train.warnings.clone();
@@ -365,11 +409,7 @@ impl JobPlan {
         let test_groups = match test {
             Some(t) => {
                 warnings.extend(t.warnings);
-                for c in t.input_columns {
-                    if !input_columns.contains(&c) {
-                        input_columns.push(c);
-                    }
-                }
+                union(&mut input_columns, t.input_columns);
                 files.extend(t.files);
                 t.groups
             }
@@ -388,6 +428,7 @@ impl JobPlan {
             footprint,
             summary,
             warnings,
+            notes,
         })
     }
 
@@ -405,7 +446,7 @@ impl JobPlan {
         let summary = builder.summary(&spec.model)?;
         let prep = SqlPlanner::new(&spec)?;
         let listed = list_split("--data", path)?;
-        let data = check_split(
+        let mut data = check_split(
             "--data",
             listed,
             &spec,
@@ -413,6 +454,8 @@ impl JobPlan {
             label_required,
             prep.as_ref(),
         )?;
+        let mut notes = Vec::new();
+        count_rows("--data", &mut data, &spec, &mut notes)?;
         let mut warnings = data.warnings;
         warnings.extend(prep.iter().flat_map(|p| p.warnings.iter().cloned()));
         Ok(JobPlan {
@@ -428,6 +471,7 @@ impl JobPlan {
             footprint,
             summary,
             warnings,
+            notes,
         })
     }
 

@@ -234,6 +234,7 @@ fn count_group(
         row_offset: 0,
         row_count: group.rows,
         file_row_start: group.file_row_start,
+        query_rows: None,
     };
     let wanted = vec![columns.column.clone(), spec.data.label.clone()];
     let mut reader = PartitionReader::open(&partition, &wanted).map_err(|e| fail(e.to_string()))?;

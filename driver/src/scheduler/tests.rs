@@ -201,6 +201,7 @@ device = "{device}"
             rows: 10,
             file_row_start: 10 * u64::from(i),
             bytes: 400,
+            after_sql: false,
         })
         .collect();
     JobKind::Train(Box::new(JobPlan {
@@ -219,6 +220,7 @@ device = "{device}"
         )),
         summary: None,
         warnings: Vec::new(),
+        notes: Vec::new(),
     }))
 }
 

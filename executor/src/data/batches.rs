@@ -486,6 +486,7 @@ pub(crate) mod tests {
                 row_offset: 0,
                 row_count: (rows - 100 * g).min(100) as u64,
                 file_row_start: 100 * g as u64,
+                query_rows: None,
             })
             .collect();
         EpochPlan {

@@ -435,6 +435,7 @@ fn partitions(case: &Case, path: &str, groups: &[u64]) -> Vec<Partition> {
                 row_offset: r[0],
                 row_count: r[1] - r[0],
                 file_row_start: start,
+                query_rows: None,
             });
         }
         start += rows;

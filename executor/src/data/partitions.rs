@@ -92,37 +92,25 @@ impl ReadContext {
             None => None,
         };
         if let Some(prep) = &self.prep {
+            // The query runs over the file's rows of `p`, or, where `p` is a range of its
+            // output, over the whole row group.
             let input = match &group {
                 Some(g) => {
-                    let slices: Vec<RecordBatch> = slice_rows(g, p.row_offset, p.row_count)
-                        .into_iter()
-                        .map(|(b, _)| b)
-                        .collect();
+                    let slices: Vec<RecordBatch> = match p.query_rows {
+                        Some(_) => g.to_vec(),
+                        None => slice_rows(g, p.row_offset, p.row_count)
+                            .into_iter()
+                            .map(|(b, _)| b)
+                            .collect(),
+                    };
                     let Some(schema) = slices.first().map(RecordBatch::schema) else {
                         return Ok(true);
                     };
                     ringflow_proto::data::sql::memory_stream(schema, slices)
                 }
-                None => self.open(p, false)?.into_stream(),
+                None => self.open(p, p.query_rows.is_some())?.into_stream(),
             };
-            let site = format!("{} (row group {}, after data.sql)", p.path, p.row_group);
-            let mut prepared = prep.run(input)?;
-            let mut row = 0u64;
-            while let Some(batch) = prepared
-                .next_batch()
-                .map_err(|m| ExecutorError::data(site.clone(), m))?
-            {
-                let first_row = row;
-                row += batch.num_rows() as u64;
-                if batch.num_rows() == 0 {
-                    continue;
-                }
-                let batch = self.decoded(batch, &site, first_row)?;
-                if !emit(&batch, &site, first_row)? {
-                    return Ok(false);
-                }
-            }
-            return Ok(true);
+            return self.prepared(prep, p, input, &mut emit);
         }
         if let Some(group) = group {
             for (batch, at) in slice_rows(&group, p.row_offset, p.row_count) {
@@ -139,6 +127,39 @@ impl ReadContext {
                 return Ok(false);
             }
         }
+        Ok(true)
+    }
+
+    /// Hands on the rows of `p` that `data.sql` yields over `input`: all of them, or, where
+    /// `p` is a range of the query's output over its whole row group ([`Partition::query_rows`]),
+    /// that range, after checking that the query yields the rows the driver counted.
+    fn prepared(
+        &self,
+        prep: &SqlPrep,
+        p: &Partition,
+        input: datafusion::execution::SendableRecordBatchStream,
+        emit: &mut impl FnMut(&RecordBatch, &str, u64) -> Result<bool>,
+    ) -> Result<bool> {
+        let site = format!("{} (row group {}, after data.sql)", p.path, p.row_group);
+        let range = OutputRange::of(p);
+        let mut prepared = prep.run(input)?;
+        let mut row = 0u64;
+        while let Some(batch) = prepared
+            .next_batch()
+            .map_err(|m| ExecutorError::data(site.clone(), m))?
+        {
+            let first_row = row;
+            row += batch.num_rows() as u64;
+            let Some(batch) = range.take(batch, first_row) else {
+                continue;
+            };
+            let first_row = first_row.max(range.start);
+            let batch = self.decoded(batch, &site, first_row)?;
+            if !emit(&batch, &site, first_row)? {
+                return Ok(false);
+            }
+        }
+        range.check(row).map_err(|m| ExecutorError::data(site, m))?;
         Ok(true)
     }
 
@@ -198,4 +219,55 @@ fn next(reader: &mut PartitionReader) -> Result<Option<(RecordBatch, u64)>> {
     reader
         .next_batch()
         .map_err(|e| ExecutorError::data(e.what, e.message))
+}
+
+/// The rows of a query's output a partition takes: all, or `[start, end)` of the output over
+/// the whole row group, which must hold `counted` rows.
+struct OutputRange {
+    start: u64,
+    end: u64,
+    counted: Option<u64>,
+}
+
+impl OutputRange {
+    fn of(p: &Partition) -> OutputRange {
+        match p.query_rows {
+            Some(counted) => OutputRange {
+                start: p.row_offset,
+                end: p.row_offset.saturating_add(p.row_count),
+                counted: Some(counted),
+            },
+            None => OutputRange {
+                start: 0,
+                end: u64::MAX,
+                counted: None,
+            },
+        }
+    }
+
+    /// The part of `batch` (output rows from `first_row` on) inside the range, if any.
+    fn take(&self, batch: RecordBatch, first_row: u64) -> Option<RecordBatch> {
+        let rows = batch.num_rows() as u64;
+        let from = self.start.max(first_row);
+        let to = self.end.min(first_row + rows);
+        if from >= to {
+            return None;
+        }
+        if from == first_row && to == first_row + rows {
+            return Some(batch);
+        }
+        Some(batch.slice((from - first_row) as usize, (to - from) as usize))
+    }
+
+    /// Fails unless the query yielded the `rows` the driver counted.
+    fn check(&self, rows: u64) -> std::result::Result<(), String> {
+        match self.counted {
+            Some(counted) if counted != rows => Err(format!(
+                "data.sql yielded {rows} rows over this row group where the driver counted \
+                 {counted} when it planned the job; the query must yield the same rows every \
+                 time it runs (no random(), no now(), no LIMIT without ORDER BY)"
+            )),
+            _ => Ok(()),
+        }
+    }
 }

@@ -65,13 +65,19 @@ impl DriverSource {
         columns: &[String],
         whole: bool,
     ) -> Result<PartitionReader> {
+        // A range of `data.sql`'s output needs the whole row group, whose file rows it does
+        // not count.
+        let (row_offset, row_count, whole) = match partition.query_rows {
+            Some(_) => (0, 0, true),
+            None => (partition.row_offset, partition.row_count, whole),
+        };
         let ticket = PartitionTicket {
             job_id: self.job_id.clone(),
             secret: self.secret.clone(),
             path: partition.path.clone(),
             row_group: partition.row_group,
-            row_offset: partition.row_offset,
-            row_count: partition.row_count,
+            row_offset,
+            row_count,
             file_row_start: partition.file_row_start,
             columns: columns.to_vec(),
             whole,
@@ -106,7 +112,7 @@ impl DriverSource {
         };
         let rest = rest.map_err(|e| e.to_string());
         let stream = futures::stream::iter(first.map(Ok)).chain(rest).boxed();
-        let offset = if whole { 0 } else { partition.row_offset };
+        let offset = if whole { 0 } else { row_offset };
         Ok(PartitionReader::from_stream(
             partition, schema, stream, offset,
         ))

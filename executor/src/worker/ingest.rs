@@ -163,6 +163,7 @@ mod tests {
                 row_offset: 0,
                 row_count: (rows - 1000 * g).min(1000) as u64,
                 file_row_start: 1000 * g as u64,
+                query_rows: None,
             })
             .collect()
     }

@@ -51,6 +51,8 @@ impl PartitionTicket {
             row_offset: self.row_offset,
             row_count: self.row_count,
             file_row_start: self.file_row_start,
+            // The driver serves file rows; the executor runs `data.sql` over them.
+            query_rows: None,
         }
     }
 }

@@ -20,6 +20,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::functions_aggregate::count::count_all;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::prelude::{
@@ -234,6 +235,13 @@ pub struct PlannedQuery {
     pub output: SchemaRef,
     /// The columns of `input` that the query reads, in input-schema order.
     pub input_columns: Vec<String>,
+    /// Whether the query provably yields exactly its input's rows, in their order: it only
+    /// projects `input` (no filter, join, unnest, aggregate, window, sort, limit or union), so
+    /// any range of input rows gives the same range of output rows.
+    pub keeps_rows: bool,
+    /// The columns of `input` that counting the query's output rows reads (those its filters,
+    /// joins and unnests depend on), in input-schema order; at least one column.
+    pub count_columns: Vec<String>,
 }
 
 /// Plans `query` with `input` of the given schema (no rows are read from `input`).
@@ -247,9 +255,54 @@ pub async fn plan_query(
     ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
     ctx.register_table(INPUT_TABLE, Arc::new(empty))
         .map_err(fail)?;
+    let planned = plan_registered(ctx, query, &input).await;
+    ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
+    planned
+}
+
+/// [`plan_query`] once `input` is registered.
+async fn plan_registered(
+    ctx: &SessionContext,
+    query: &str,
+    input: &SchemaRef,
+) -> Result<PlannedQuery> {
+    let fail = |e: DataFusionError| DataError::new("data.sql", df_message(&e));
     let df = ctx.sql(query).await.map_err(fail)?;
     let output: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+    let counted = df
+        .clone()
+        .aggregate(vec![], vec![count_all()])
+        .map_err(fail)?;
     let plan = df.into_optimized_plan().map_err(fail)?;
+    let (used, scans) = input_columns_read(&plan, input).map_err(fail)?;
+    if scans == 0 {
+        return Err(DataError::new(
+            "data.sql",
+            "the query does not read the table `input` (the partition being prepared)",
+        ));
+    }
+    let (mut counting, _) =
+        input_columns_read(&counted.into_optimized_plan().map_err(fail)?, input).map_err(fail)?;
+    if !counting.iter().any(|&u| u) {
+        // Counting rows needs no value, but a stream of no columns carries no rows: read the
+        // first column the query reads.
+        let first = used.iter().position(|&u| u).unwrap_or(0);
+        counting[first] = true;
+    }
+    Ok(PlannedQuery {
+        output,
+        input_columns: named(input, &used),
+        keeps_rows: keeps_rows(&plan),
+        count_columns: named(input, &counting),
+    })
+}
+
+/// Which of `input`'s columns the scans of `input` in `plan` read, and how many such scans
+/// there are.
+fn input_columns_read(
+    plan: &LogicalPlan,
+    input: &SchemaRef,
+) -> datafusion::error::Result<(Vec<bool>, usize)> {
     let mut used = vec![false; input.fields().len()];
     let mut scans = 0;
     plan.apply(|node| {
@@ -263,26 +316,34 @@ pub async fn plan_query(
             }
         }
         Ok(TreeNodeRecursion::Continue)
-    })
-    .map_err(fail)?;
-    ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
-    if scans == 0 {
-        return Err(DataError::new(
-            "data.sql",
-            "the query does not read the table `input` (the partition being prepared)",
-        ));
-    }
-    let input_columns = input
+    })?;
+    Ok((used, scans))
+}
+
+/// The names of `input`'s columns marked in `used`, in schema order.
+fn named(input: &SchemaRef, used: &[bool]) -> Vec<String> {
+    input
         .fields()
         .iter()
-        .zip(&used)
+        .zip(used)
         .filter(|(_, u)| **u)
         .map(|(f, _)| f.name().clone())
-        .collect();
-    Ok(PlannedQuery {
-        output,
-        input_columns,
-    })
+        .collect()
+}
+
+/// Whether the optimized `plan` yields exactly the rows of its one scan of `input`, in order:
+/// nothing but projections and aliases above a scan of `input` with no filter or limit.
+fn keeps_rows(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(p) => keeps_rows(&p.input),
+        LogicalPlan::SubqueryAlias(a) => keeps_rows(&a.input),
+        LogicalPlan::TableScan(scan) => {
+            scan.table_name.table() == INPUT_TABLE
+                && scan.filters.is_empty()
+                && scan.fetch.is_none()
+        }
+        _ => false,
+    }
 }
 
 /// A partition stream that hands out one prepared stream, once.
@@ -327,7 +388,129 @@ pub async fn run_query(
     query: &str,
     rows: SendableRecordBatchStream,
 ) -> Result<SendableRecordBatchStream> {
-    let fail = |e: DataFusionError| DataError::new("data.sql", df_message(&e));
+    let df = query_over(ctx, query, rows).await?;
+    df.execute_stream().await.map_err(sql_failed)
+}
+
+/// Starts counting the rows `query` yields with `input` of schema `full` streaming from `rows`
+/// (a row group), which holds only some of its columns: those [`PlannedQuery::count_columns`]
+/// names, all the count depends on. A stream of one batch of one count, for [`read_count`]; the
+/// query's output is counted as it streams, never held.
+pub async fn run_count(
+    ctx: &SessionContext,
+    query: &str,
+    full: SchemaRef,
+    rows: SendableRecordBatchStream,
+) -> Result<SendableRecordBatchStream> {
+    let read = rows.schema();
+    let table = StreamingTable::try_new(
+        read.clone(),
+        vec![Arc::new(OnceStream {
+            schema: read.clone(),
+            stream: Mutex::new(Some(rows)),
+        })],
+    )
+    .map_err(sql_failed)?;
+    let positions = full
+        .fields()
+        .iter()
+        .map(|f| read.index_of(f.name()).ok())
+        .collect();
+    let input = SomeColumns {
+        full,
+        read: table,
+        positions,
+    };
+    ctx.deregister_table(INPUT_TABLE).map_err(sql_failed)?;
+    ctx.register_table(INPUT_TABLE, Arc::new(input))
+        .map_err(sql_failed)?;
+    let df = ctx.sql(query).await.map_err(sql_failed)?;
+    let counted = df
+        .aggregate(vec![], vec![count_all()])
+        .map_err(sql_failed)?;
+    counted.execute_stream().await.map_err(sql_failed)
+}
+
+/// The table `input` of a count: the schema of the whole input, the values of the columns read
+/// (the ones the count depends on, which are all a pruned plan asks for).
+#[derive(Debug)]
+struct SomeColumns {
+    full: SchemaRef,
+    read: StreamingTable,
+    /// For each column of `full`, its place among the columns read.
+    positions: Vec<Option<usize>>,
+}
+
+#[async_trait::async_trait]
+impl datafusion::catalog::TableProvider for SomeColumns {
+    fn schema(&self) -> SchemaRef {
+        self.full.clone()
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn datafusion::catalog::Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[datafusion::prelude::Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        let all: Vec<usize> = (0..self.full.fields().len()).collect();
+        let mapped = projection
+            .unwrap_or(&all)
+            .iter()
+            .map(|&i| {
+                self.positions.get(i).copied().flatten().ok_or_else(|| {
+                    DataFusionError::Plan(format!(
+                        "counting the query's rows needs the column `{}`, which was not read",
+                        self.full.field(i).name()
+                    ))
+                })
+            })
+            .collect::<datafusion::error::Result<Vec<usize>>>()?;
+        self.read.scan(state, Some(&mapped), filters, limit).await
+    }
+}
+
+/// The count that a stream of [`run_count`] yields, or why the query failed (the reader's
+/// message, which names the file, or DataFusion's).
+pub async fn read_count(
+    mut counted: SendableRecordBatchStream,
+) -> std::result::Result<u64, String> {
+    use futures::StreamExt;
+    let mut total = None;
+    while let Some(batch) = counted.next().await {
+        let batch = batch.map_err(|e| match e.find_root() {
+            DataFusionError::External(inner) => inner.to_string(),
+            other => df_message(other),
+        })?;
+        let column = batch.columns().first().and_then(|c| {
+            c.as_any()
+                .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        });
+        if let Some(values) = column {
+            total = values.iter().flatten().next().or(total);
+        }
+    }
+    let count = total.ok_or("counting the query's rows gave no count")?;
+    Ok(u64::try_from(count).unwrap_or(0))
+}
+
+/// The DataFusion error of running a job's query, as a [`DataError`] about `data.sql`.
+fn sql_failed(e: DataFusionError) -> DataError {
+    DataError::new("data.sql", df_message(&e))
+}
+
+/// The plan of `query` with `input` registered as a table streaming from `rows`; bound to
+/// those rows once built.
+async fn query_over(
+    ctx: &SessionContext,
+    query: &str,
+    rows: SendableRecordBatchStream,
+) -> Result<datafusion::dataframe::DataFrame> {
     let schema = rows.schema();
     let table = StreamingTable::try_new(
         schema.clone(),
@@ -336,12 +519,11 @@ pub async fn run_query(
             stream: Mutex::new(Some(rows)),
         })],
     )
-    .map_err(fail)?;
-    ctx.deregister_table(INPUT_TABLE).map_err(fail)?;
+    .map_err(sql_failed)?;
+    ctx.deregister_table(INPUT_TABLE).map_err(sql_failed)?;
     ctx.register_table(INPUT_TABLE, Arc::new(table))
-        .map_err(fail)?;
-    let df = ctx.sql(query).await.map_err(fail)?;
-    df.execute_stream().await.map_err(fail)
+        .map_err(sql_failed)?;
+    ctx.sql(query).await.map_err(sql_failed)
 }
 
 /// A stream over batches already in memory (a cached row group's slices).
@@ -393,6 +575,131 @@ mod tests {
             .map(|f| f.name().clone())
             .collect();
         assert_eq!(names, ["x", "b"]);
+    }
+
+    /// Only queries that do nothing but project `input` keep its rows; a filter, join, unnest,
+    /// aggregate, limit, sort or union may change them and needs them counted.
+    #[test]
+    fn only_projections_keep_every_row() {
+        let ctx = session(Some(1));
+        ctx.register_table("names", schema_with_names()).unwrap();
+        let keeps = |query: &str| {
+            let (ctx, owned) = (ctx.clone(), query.to_string());
+            block_on(async move { plan_query(&ctx, &owned, schema()).await })
+                .unwrap_or_else(|e| panic!("{query}: {e}"))
+                .keeps_rows
+        };
+        for query in [
+            "SELECT a, b FROM input",
+            "SELECT * FROM input",
+            "SELECT a * 2 AS x, CAST(b AS FLOAT) AS y FROM input AS i",
+            "SELECT x FROM (SELECT a AS x FROM input) AS sub",
+            "SELECT a FROM input WHERE true",
+        ] {
+            assert!(keeps(query), "{query} keeps every row");
+        }
+        for query in [
+            "SELECT a FROM input WHERE b > 0",
+            "SELECT a FROM input LIMIT 2",
+            "SELECT a FROM input ORDER BY b",
+            "SELECT sum(a) AS a FROM input",
+            "SELECT unnest(make_array(a, a)) AS a FROM input",
+            "SELECT a, row_number() OVER () AS r FROM input",
+            "SELECT a FROM input UNION ALL SELECT a FROM input",
+            "SELECT input.a, names.n FROM input JOIN names ON input.b = names.b",
+            "SELECT DISTINCT a FROM input",
+        ] {
+            assert!(!keeps(query), "{query} may change the rows");
+        }
+    }
+
+    /// Counting reads only what the count depends on: a filter's columns, a join's keys.
+    #[test]
+    fn counting_reads_only_the_columns_the_count_depends_on() {
+        let ctx = session(Some(1));
+        ctx.register_table("names", schema_with_names()).unwrap();
+        let count_columns = |query: &str| {
+            let (ctx, query) = (ctx.clone(), query.to_string());
+            block_on(async move { plan_query(&ctx, &query, schema()).await })
+                .unwrap()
+                .count_columns
+        };
+        assert_eq!(
+            count_columns("SELECT a, unused FROM input WHERE b > 0"),
+            ["b"]
+        );
+        assert_eq!(
+            count_columns("SELECT input.a, names.n FROM input JOIN names ON input.b = names.b"),
+            ["b"]
+        );
+        // A count that depends on no value still reads one column, to see the rows.
+        assert_eq!(count_columns("SELECT a, b FROM input"), ["a"]);
+    }
+
+    /// The count is the number of rows the query yields, filtered, joined or multiplied, from
+    /// a stream of only the columns the count depends on.
+    #[test]
+    fn counts_are_the_rows_the_query_yields() {
+        let batch = RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0])),
+                Arc::new(Int64Array::from(vec![-1, 5, 7])),
+                Arc::new(StringArray::from(vec![Some("x"), None, Some("z")])),
+            ],
+        )
+        .unwrap();
+        let names_schema = Arc::new(Schema::new(vec![
+            Field::new("b", DataType::Int64, false),
+            Field::new("n", DataType::Utf8, false),
+        ]));
+        let names = RecordBatch::try_new(
+            names_schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![5, 5, 7, 9])),
+                Arc::new(StringArray::from(vec!["five", "cinq", "seven", "nine"])),
+            ],
+        )
+        .unwrap();
+        let count = |query: &str| {
+            let (batch, names) = (batch.clone(), names.clone());
+            let (names_schema, query) = (names_schema.clone(), query.to_string());
+            block_on(async move {
+                let query = query.as_str();
+                let ctx = session(Some(1));
+                let table = MemTable::try_new(names_schema, vec![vec![names]]).unwrap();
+                ctx.register_table("names", Arc::new(table)).unwrap();
+                let planned = plan_query(&ctx, query, schema()).await.unwrap();
+                let read: Vec<usize> = planned
+                    .count_columns
+                    .iter()
+                    .map(|c| schema().index_of(c).unwrap())
+                    .collect();
+                let part = batch.project(&read).unwrap();
+                let stream = memory_stream(part.schema(), vec![part]);
+                read_count(run_count(&ctx, query, schema(), stream).await.unwrap()).await
+            })
+            .unwrap()
+        };
+        assert_eq!(count("SELECT a, unused FROM input WHERE b > 0"), 2);
+        assert_eq!(
+            count("SELECT unnest(make_array(a, a, a)) AS a FROM input"),
+            9
+        );
+        assert_eq!(count("SELECT a FROM input WHERE b > 100"), 0);
+        assert_eq!(count("SELECT * FROM input"), 3);
+        let joined = "SELECT input.a, input.unused, names.n FROM input \
+                      JOIN names ON input.b = names.b";
+        assert_eq!(count(joined), 3);
+    }
+
+    /// A lookup table `names(b, n)` as a table provider.
+    fn schema_with_names() -> Arc<MemTable> {
+        let names = Arc::new(Schema::new(vec![
+            Field::new("b", DataType::Int64, false),
+            Field::new("n", DataType::Utf8, false),
+        ]));
+        Arc::new(MemTable::try_new(names, vec![vec![]]).unwrap())
     }
 
     #[test]

@@ -99,6 +99,10 @@ impl Job {
             let line = s.described.clone();
             job.message(line);
         }
+        let notes = job.plan().map(|p| p.notes.clone()).unwrap_or_default();
+        for note in notes {
+            job.message(note);
+        }
         let warnings = job.plan().map(|p| p.warnings.clone()).unwrap_or_default();
         for w in warnings {
             // People see it as a job message; the driver's log keeps it too.

@@ -398,6 +398,7 @@ mod tests {
             row_offset: 13,
             row_count: 77,
             file_row_start: 100,
+            query_rows: None,
         };
         let mut direct = c.open_direct(&path, &p).expect("plain data reads directly");
         let (mut got, mut chunk) = (Rows::default(), Rows::default());
@@ -434,6 +435,7 @@ mod tests {
             row_offset: 0,
             row_count: 100,
             file_row_start: 0,
+            query_rows: None,
         };
         let mut direct = c.open_direct(&path, &p).unwrap();
         let mut chunk = Rows::default();
@@ -498,6 +500,7 @@ mod tests {
                 row_offset: 0,
                 row_count: (rows - 100 * g).min(100),
                 file_row_start: 100 * g,
+                query_rows: None,
             })
             .collect()
     }

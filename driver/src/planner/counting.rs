@@ -1,0 +1,209 @@
+//! Counting the rows `data.sql` yields, where the query may drop or multiply them (a filter, a
+//! join, an unnest): the step plan, the remainder rule and every rank's share are then reckoned
+//! in the rows training really sees, not in the rows of the files.
+//!
+//! The pass runs in the planner, on every core of the driver, before any executor works (as
+//! the sequence statistics pass does): the steps of an epoch must be known to plan it. It runs
+//! the query over each whole row group, as executors then do, reading only the columns that
+//! the count depends on (a filter's columns, a join's keys: DataFusion prunes the rest), and
+//! counts its output as it streams. A query that provably keeps every row (it only projects
+//! `input`) needs no pass. Executors check that the query yields the counted rows again.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::prelude::SessionContext;
+use ringflow_proto::data::deadline::block_on_timeout;
+use ringflow_proto::data::partition::PartitionReader;
+use ringflow_proto::data::sql;
+use ringflow_proto::pb::Partition;
+use ringflow_proto::spec::JobSpec;
+
+use super::footer::RowGroup;
+use crate::error::{DriverError, Result};
+
+/// What the counting pass over one split found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counted {
+    /// Rows of the split's files.
+    pub file_rows: u64,
+    /// Rows the query yields over them.
+    pub query_rows: u64,
+    /// How long the pass took.
+    pub took: Duration,
+}
+
+impl Counted {
+    /// The line the job's messages show for split `key`.
+    pub fn describe(&self, key: &str) -> String {
+        format!(
+            "{key}: data.sql yields {} rows from the {} rows of its files (counted on the \
+             driver in {:.1} s, reading only the columns the count depends on)",
+            self.query_rows,
+            self.file_rows,
+            self.took.as_secs_f64()
+        )
+    }
+}
+
+/// A job's query, ready to count rows: its lookup tables read once into memory.
+pub struct RowCounter {
+    ctx: SessionContext,
+    query: String,
+    timeout: Duration,
+    /// Held while a row group is registered as `input` and its count planned: the threads
+    /// share the session, and a plan must bind to its own row group.
+    planning: Mutex<()>,
+}
+
+impl RowCounter {
+    /// The counter of `spec`'s query (which it has).
+    pub fn new(spec: &JobSpec, query: &str) -> Result<RowCounter> {
+        let tables: BTreeMap<String, String> = spec.data.tables.clone();
+        let timeout = spec.data.sql_timeout();
+        let ctx = block_on_timeout(timeout, async move {
+            let ctx = sql::session(Some(1));
+            sql::register_lookup_tables(&ctx, &tables, true).await?;
+            Ok::<_, ringflow_proto::data::DataError>(ctx)
+        })
+        .map_err(|_| {
+            DriverError::Data(format!(
+                "data.sql: loading data.tables to count the query's rows did not finish \
+                 within data.sql_timeout_s = {} s; raise data.sql_timeout_s if it needs longer",
+                timeout.as_secs()
+            ))
+        })?
+        .map_err(|e| DriverError::Data(e.to_string()))?;
+        Ok(RowCounter {
+            ctx,
+            query: query.to_string(),
+            timeout,
+            planning: Mutex::new(()),
+        })
+    }
+
+    /// Replaces the rows of every group of split `key` by the rows the query yields over it,
+    /// reading `columns` (the ones the count depends on) of files whose schemas `schemas`
+    /// gives, on every core of the driver. Groups the query empties are dropped.
+    pub fn count(
+        &self,
+        key: &str,
+        groups: &mut Vec<RowGroup>,
+        columns: &[String],
+        schemas: &[(String, SchemaRef)],
+    ) -> Result<Counted> {
+        let start = Instant::now();
+        let file_rows = groups.iter().map(|g| g.rows).sum();
+        let read = Read { columns, schemas };
+        let counts = self.count_each(key, groups, &read)?;
+        for (g, rows) in groups.iter_mut().zip(counts) {
+            g.rows = rows;
+            g.after_sql = true;
+        }
+        groups.retain(|g| g.rows > 0);
+        Ok(Counted {
+            file_rows,
+            query_rows: groups.iter().map(|g| g.rows).sum(),
+            took: start.elapsed(),
+        })
+    }
+
+    /// The count of every group, in order, from as many threads as the driver has cores.
+    fn count_each(&self, key: &str, groups: &[RowGroup], read: &Read<'_>) -> Result<Vec<u64>> {
+        let next = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let counts: Vec<Mutex<Option<u64>>> = groups.iter().map(|_| Mutex::new(None)).collect();
+        let failure: Mutex<Option<DriverError>> = Mutex::new(None);
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(groups.len().max(1));
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(group) = groups.get(i) else {
+                            break;
+                        };
+                        match self.count_group(group, read) {
+                            Ok(n) => *lock(&counts[i]) = Some(n),
+                            Err(m) => {
+                                stop.store(true, Ordering::Relaxed);
+                                let site =
+                                    format!("{key}: {} (row group {})", group.path, group.index);
+                                *lock(&failure) = Some(DriverError::Data(format!("{site}: {m}")));
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = lock(&failure).take() {
+            return Err(e);
+        }
+        Ok(counts
+            .into_iter()
+            .map(|c| {
+                c.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .unwrap_or(0)
+            })
+            .collect())
+    }
+
+    /// The rows the query yields over the whole of `group`, or why it could not say.
+    fn count_group(&self, group: &RowGroup, read: &Read<'_>) -> std::result::Result<u64, String> {
+        let full = read
+            .schemas
+            .iter()
+            .find(|(file, _)| *file == group.path)
+            .map(|(_, schema)| schema.clone())
+            .ok_or("its schema was not read")?;
+        let partition = Partition {
+            path: group.path.clone(),
+            row_group: group.index,
+            row_offset: 0,
+            row_count: group.rows,
+            file_row_start: group.file_row_start,
+            query_rows: None,
+        };
+        let rows = PartitionReader::open(&partition, read.columns)
+            .map_err(|e| e.to_string())?
+            .into_stream();
+        let (ctx, query) = (self.ctx.clone(), self.query.clone());
+        let over = || {
+            format!(
+                "data.sql: counting the query's rows ran longer than data.sql_timeout_s = {} s \
+                 and was stopped; raise data.sql_timeout_s if it needs longer",
+                self.timeout.as_secs()
+            )
+        };
+        let started = Instant::now();
+        let counting = {
+            let _planning = lock(&self.planning);
+            let counting = async move { sql::run_count(&ctx, &query, full, rows).await };
+            block_on_timeout(self.timeout, counting)
+                .map_err(|_| over())?
+                .map_err(|e| e.to_string())?
+        };
+        let left = self.timeout.saturating_sub(started.elapsed());
+        block_on_timeout(left, sql::read_count(counting))
+            .map_err(|_| over())?
+            .map_err(|m| format!("data.sql: {m}"))
+    }
+}
+
+/// What the pass reads of each row group: the columns the count depends on, of files of these
+/// schemas.
+struct Read<'a> {
+    columns: &'a [String],
+    schemas: &'a [(String, SchemaRef)],
+}
+
+/// `m` locked, poisoned or not (a panicking thread leaves nothing half-written here).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
