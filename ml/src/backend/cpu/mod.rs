@@ -20,6 +20,7 @@ mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod index;
+pub mod isa;
 pub mod loss;
 mod memory;
 pub mod norm;
