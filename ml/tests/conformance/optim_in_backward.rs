@@ -1,7 +1,8 @@
 //! Plain SGD applied inside the backward pass (`Optimizer::backward`): the weights end bit for
 //! bit where the backward pass and the step leave them, for dense layers of every product shape
-//! (packed, few columns) and every batch (within one depth block of the GEMM or deeper), while weights used twice, gradients already holding values and other
-//! optimizers are left to the step, and weights the optimizer does not own to the caller.
+//! (packed, few columns) and every batch (within one depth block of the GEMM and deeper), while
+//! weights used twice, gradients already holding values and other optimizers are left to the
+//! step, and weights the optimizer does not own to the caller.
 
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};

@@ -136,15 +136,15 @@ fn parse_l1d_kib(value: Option<&OsStr>) -> Result<Option<usize>, CpuSettingError
     }
 }
 
-/// Each variable's value as this process started with it, read once.
-fn values() -> &'static (
+/// Each variable's value as read: the cap, and the L1 data cache size.
+type Values = (
     Result<MaxCpuIsa, CpuSettingError>,
     Result<Option<usize>, CpuSettingError>,
-) {
-    static VALUES: OnceLock<(
-        Result<MaxCpuIsa, CpuSettingError>,
-        Result<Option<usize>, CpuSettingError>,
-    )> = OnceLock::new();
+);
+
+/// Each variable's value as this process started with it, read once.
+fn values() -> &'static Values {
+    static VALUES: OnceLock<Values> = OnceLock::new();
     VALUES.get_or_init(|| {
         let (isa, l1) = (std::env::var_os(MAX_ISA_VAR), std::env::var_os(L1D_VAR));
         (parse_max_isa(isa.as_deref()), parse_l1d_kib(l1.as_deref()))
@@ -171,7 +171,7 @@ pub fn in_force() -> CpuSettings {
             .into_iter()
             .flatten()
         {
-            tracing::warn!("{error}; the CPU kernels follow the default until then");
+            tracing::warn!("{error}; the CPU kernels use the default instead");
         }
         CpuSettings {
             max_isa: isa.clone().unwrap_or_default(),

@@ -16,7 +16,7 @@
 //! [`MatmulPrecision::Bf16`], products of 16 rows and columns or more run on the bf16 kernels
 //! of `bf16/` instead, through the same blocked loops (`microkernel.rs`). Nothing depends on the
 //! machine the binary was built on: no `target-cpu=native` is needed or used. The kernels a
-//! product may run are this process's [`Features`] (`features.rs`): what the CPU has, capped by
+//! product may run are this process's features (`features.rs`): what the CPU has, capped by
 //! `RINGFLOW_MAX_CPU_ISA`, the AVX-512 kernel blocked for the L1 data cache `RINGFLOW_L1D_KIB`
 //! names or CPUID reports (`../isa.rs`).
 
