@@ -3,7 +3,8 @@
 //! Every function here takes and returns arrays in standard (row-major, contiguous) layout, so the
 //! hot loops run over plain slices that the compiler vectorizes. Matrix products go through
 //! [`gemm`]: a packed AVX2 + FMA GEMM chosen at run time (the `gemm` crate on other CPUs);
-//! everything else is a single pass over memory.
+//! everything else is a single pass over memory. [`isa`] reads the settings that cap what the
+//! run-time choices may use (`RINGFLOW_MAX_CPU_ISA`, `RINGFLOW_L1D_KIB`).
 //!
 //! Convolutions unroll their windows for the GEMM (`conv.rs`, `unroll.rs`), except depthwise
 //! ones (`depthwise.rs`, direct) and stride-1 3×3 and 5×5 ones with enough channels
@@ -20,6 +21,7 @@ mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod index;
+pub mod isa;
 pub mod loss;
 mod memory;
 pub mod norm;

@@ -7,6 +7,7 @@
 use std::ops::Range;
 
 use crate::backend::conv::Conv2dGeometry;
+use crate::backend::cpu::isa::{self, MaxCpuIsa};
 
 /// Where one kernel tap reads, the same for every channel and image.
 #[derive(Clone, Debug)]
@@ -174,10 +175,11 @@ fn copy_short(dst: &mut [f32], src: &[f32]) {
 }
 
 /// Unrolls one group of one image (`[in_group, h, w]`, `x`) into `cols` (`[in_group · taps,
-/// oh · ow]`), writing every element (zeros where a tap reads padding).
+/// oh · ow]`), writing every element (zeros where a tap reads padding); compiled for AVX2 where
+/// the CPU has it and `RINGFLOW_MAX_CPU_ISA` allows it.
 pub fn im2col(x: &[f32], spans: &TapSpans, cols: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if std::arch::is_x86_feature_detected!("avx2") && isa::allows(MaxCpuIsa::Avx2) {
         // SAFETY: this CPU supports AVX2 (checked just above).
         unsafe { x86::im2col(x, spans, cols) };
         return;
@@ -189,7 +191,7 @@ pub fn im2col(x: &[f32], spans: &TapSpans, cols: &mut [f32]) {
 /// w]`, `x`), adding each tap's values where it read.
 pub fn col2im(cols: &[f32], spans: &TapSpans, x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if std::arch::is_x86_feature_detected!("avx2") && isa::allows(MaxCpuIsa::Avx2) {
         // SAFETY: this CPU supports AVX2 (checked just above).
         unsafe { x86::col2im(cols, spans, x) };
         return;

@@ -51,21 +51,20 @@ pub struct Avx512Fma {
 
 impl Avx512Fma {
     /// The token, when this CPU supports AVX-512F besides AVX2 and FMA (both detected once,
-    /// then cached), blocking its depth by [`KC_LARGE_L1`] where the L1 data cache holds
-    /// [`LARGE_L1`] or more, by [`KC`] elsewhere.
+    /// then cached), blocking its depth for the L1 data cache CPUID reports (see
+    /// [`Avx512Fma::for_l1`]).
     pub fn detect() -> Option<Self> {
         let base = Avx512::detect().and(Avx2Fma::detect())?;
-        let depth = match l1_data_bytes() {
+        Some(Avx512Fma { base, depth: KC }.for_l1(l1_data_bytes()))
+    }
+
+    /// The same token blocking its depth for an L1 data cache of `bytes`: by [`KC_LARGE_L1`]
+    /// where it holds [`LARGE_L1`] or more, by [`KC`] where it is smaller or unknown.
+    pub fn for_l1(self, bytes: Option<usize>) -> Self {
+        let depth = match bytes {
             Some(bytes) if bytes >= LARGE_L1 => KC_LARGE_L1,
             _ => KC,
         };
-        Some(Avx512Fma { base, depth })
-    }
-
-    /// The same token blocking its depth by `depth` (a multiple of 8, at most
-    /// [`KC_LARGE_L1`]): for tests, to run both depths on any CPU.
-    #[cfg(test)]
-    pub fn with_depth(self, depth: usize) -> Self {
         Avx512Fma { depth, ..self }
     }
 }

@@ -1,6 +1,7 @@
 //! The size of the cores' L1 data cache, read once from CPUID: the AVX-512 kernel sizes the
 //! depth of its packed blocks to it (`kernel_avx512.rs`), so that a binary built anywhere
-//! blocks for the cache of the machine it runs on.
+//! blocks for the cache of the machine it runs on, unless `RINGFLOW_L1D_KIB` names another size
+//! (`features.rs`).
 
 use std::sync::OnceLock;
 

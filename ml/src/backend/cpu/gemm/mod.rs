@@ -15,11 +15,15 @@
 //! rows in 6-row panels), and CPUs without AVX2 and FMA go through the `gemm` crate. Under
 //! [`MatmulPrecision::Bf16`], products of 16 rows and columns or more run on the bf16 kernels
 //! of `bf16/` instead, through the same blocked loops (`microkernel.rs`). Nothing depends on the
-//! machine the binary was built on: no `target-cpu=native` is needed or used.
+//! machine the binary was built on: no `target-cpu=native` is needed or used. The kernels a
+//! product may run are this process's features (`features.rs`): what the CPU has, capped by
+//! `RINGFLOW_MAX_CPU_ISA`, the AVX-512 kernel blocked for the L1 data cache `RINGFLOW_L1D_KIB`
+//! names or CPUID reports (`../isa.rs`).
 
 mod ahead;
 mod bf16;
 mod blocked;
+mod features;
 mod kernel_avx2;
 mod kernel_avx512;
 mod l1_cache;
@@ -38,6 +42,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use self::bf16::{Avx512Bf16, Bf16Emulated};
+use self::features::Features;
 use self::kernel_avx2::Avx2Fma;
 use self::kernel_avx512::Avx512Fma;
 use self::microkernel::Microkernel;
@@ -116,8 +121,7 @@ pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumul
 /// [`matmul_into_serial`] in f32 whatever [`matmul_precision`] says: for products whose
 /// operands bf16 would round too coarsely (Winograd's transformed tiles).
 pub fn matmul_into_serial_f32(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), MatmulPrecision::F32);
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), MatmulPrecision::F32);
     product_with(kernel, dst, (a, b), accumulate, false);
 }
 
@@ -142,48 +146,71 @@ enum Kernel {
 }
 
 impl Kernel {
-    /// The fastest implementation for an `m × n` product on this CPU, `a` and `b` read
+    /// The fastest implementation of `features` for an `m × n` product, `a` and `b` read
     /// transposed or not.
     fn for_product(
-        m: usize,
-        n: usize,
+        features: Features,
+        (m, n): (usize, usize),
         (a_transposed, b_transposed): (bool, bool),
         precision: MatmulPrecision,
     ) -> Self {
         if precision == MatmulPrecision::Bf16 && m >= SMALL_SIDE && n >= SMALL_SIDE {
-            return Kernel::bf16();
+            return Kernel::bf16(features);
         }
         if (few_rows(m, n, b_transposed)
             || few_cols(m, n, a_transposed)
             || few_cols_of_transposed(m, n, a_transposed))
-            && let Some(cpu) = Avx512::detect()
+            && let Some(cpu) = features.avx512
         {
             return Kernel::Thin(cpu);
         }
-        if let Some(cpu) = Avx512Fma::detect()
+        if let Some(cpu) = features.packed512
             && packing_pays(m, n, kernel_avx512::MR)
         {
             return Kernel::Packed512(cpu);
         }
-        match Avx2Fma::detect() {
+        match features.avx2 {
             Some(cpu) if packing_pays(m, n, kernel_avx2::MR) => Kernel::Packed(cpu),
             _ => Kernel::Portable,
         }
     }
 
-    /// The fastest bf16 implementation on this CPU.
-    fn bf16() -> Self {
-        match (Avx512Bf16::detect(), Avx2Fma::detect()) {
+    /// [`Kernel::for_product`] for the product of these operands.
+    fn for_operands(
+        features: Features,
+        (a, b): (MatRef<'_>, MatRef<'_>),
+        precision: MatmulPrecision,
+    ) -> Self {
+        let (m, n) = (a.logical_dims().0, b.logical_dims().1);
+        Kernel::for_product(features, (m, n), (a.transposed, b.transposed), precision)
+    }
+
+    /// The fastest bf16 implementation of `features`.
+    fn bf16(features: Features) -> Self {
+        match (features.bf16, features.avx2) {
             (Some(cpu), _) => Kernel::Bf16(cpu),
             (None, Some(cpu)) => Kernel::Bf16Emulated(Bf16Emulated(cpu)),
             (None, None) => Kernel::Bf16Portable,
+        }
+    }
+
+    /// The depth a packed microkernel sums in registers before it meets the destination (its
+    /// depth block: deeper products meet it once per block); None for the other
+    /// implementations, which sum into a destination of their own.
+    fn depth_block(self) -> Option<usize> {
+        match self {
+            Kernel::Packed(cpu) => Some(cpu.kc()),
+            Kernel::Packed512(cpu) => Some(cpu.kc()),
+            Kernel::Bf16(cpu) => Some(cpu.kc()),
+            Kernel::Bf16Emulated(cpu) => Some(cpu.kc()),
+            Kernel::Thin(_) | Kernel::Portable | Kernel::Bf16Portable => None,
         }
     }
 }
 
 /// How this CPU computes bf16 products.
 pub fn bf16_products() -> Bf16Products {
-    match Kernel::bf16() {
+    match Kernel::bf16(Features::in_force()) {
         Kernel::Bf16(_) => Bf16Products::Native,
         _ => Bf16Products::Emulated,
     }
@@ -222,9 +249,7 @@ fn add_transposed(dst: &mut [f32], t: &[f32], (m, n): (usize, usize), accumulate
 
 /// [`matmul_into`], on the pool's threads when `threaded`.
 fn product(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
-    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let transposed = (a.transposed, b.transposed);
-    let kernel = Kernel::for_product(m, n, transposed, matmul_precision());
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), matmul_precision());
     product_with(kernel, dst, (a, b), accumulate, threaded);
 }
 
@@ -322,10 +347,20 @@ fn packed_product<K: Microkernel>(
 /// it multiplies into it (in cache, on every core, where a broadcast bias was one core's pass
 /// over the whole output); elsewhere `dst` is filled with `row` first.
 pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_>, row: &[f32]) {
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), matmul_precision());
+    onto_row_with(kernel, dst, (a, b), row);
+}
+
+/// [`matmul_onto_row`] through the given implementation.
+fn onto_row_with(
+    kernel: Kernel,
+    dst: &mut [MaybeUninit<f32>],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    row: &[f32],
+) {
     let ((m, k), n) = (a.logical_dims(), b.logical_dims().1);
     assert_eq!(dst.len(), m * n, "caller sized the destination");
     assert_eq!(row.len(), n, "the row has one value per column");
-    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), matmul_precision());
     let start = Start::Row(row);
     let packed = k > 0 && m > 0 && n > 0;
     if packed && on_packed_kernel(kernel, DstTile::uninit(dst, m, n), (a, b), start, true) {
@@ -338,17 +373,19 @@ pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_
     product_with(kernel, dst, (a, b), true, true);
 }
 
-/// `dst += factor · (a · b)` on the pool's threads: the product's sums are rounded to f32,
-/// multiplied by `factor`, rounded, and added, as a stored product and a separate pass
-/// `dst += factor · g` would compute them — bit for bit where the packed kernels sum the whole
-/// depth in one block (up to 192 or 256 on the AVX-512 kernel, 256 on the AVX2 one); deeper
-/// products add each block's scaled sums in turn. With `factor = -lr` this is a plain SGD step
-/// for a weight whose gradient is the product, without storing the gradient: the packed
-/// kernels write it onto the weight from their registers; other kernels multiply into a
-/// temporary first.
+/// `dst += factor · (a · b)` on the pool's threads, bit for bit as [`matmul_into`] storing the
+/// product `g` and a separate pass `dst += g · factor` compute it (with `factor = -lr`, as the
+/// plain SGD step `dst -= lr · g` does), on every implementation, blocking, precision and pool
+/// size: a plain SGD step for a weight whose gradient is the product, without storing the
+/// gradient.
+///
+/// Where a packed microkernel sums the whole depth in registers (one depth block: at most 192
+/// or 256 on the AVX-512 kernel, by the L1 data cache it blocks for, 256 on the others), it
+/// writes `dst + factor · sum` onto the weight from there, rounding after the multiplication
+/// and after the addition. Deeper products, whose stored sums add the blocks' partial sums
+/// first, and the other implementations multiply into a temporary and add it scaled.
 pub fn matmul_scaled_onto(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, factor: f32) {
-    let (m, n) = (a.logical_dims().0, b.logical_dims().1);
-    let kernel = Kernel::for_product(m, n, (a.transposed, b.transposed), matmul_precision());
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), matmul_precision());
     scaled_product_with(kernel, dst, (a, b), factor);
 }
 
@@ -361,8 +398,12 @@ fn scaled_product_with(
 ) {
     let ((m, k), n) = (a.logical_dims(), b.logical_dims().1);
     assert_eq!(dst.len(), m * n, "caller sized the destination");
+    let in_registers = kernel.depth_block().is_some_and(|block| k <= block);
     let start = Start::Scaled(factor);
-    if k > 0 && on_packed_kernel(kernel, DstTile::new(dst, m, n), (a, b), start, true) {
+    if k > 0
+        && in_registers
+        && on_packed_kernel(kernel, DstTile::new(dst, m, n), (a, b), start, true)
+    {
         return;
     }
     let mut product = vec![0.0; m * n];
@@ -529,6 +570,8 @@ impl MatmulOps for CpuArray {
     }
 }
 
+#[cfg(test)]
+mod dispatch_tests;
 #[cfg(test)]
 mod scaled_tests;
 #[cfg(test)]

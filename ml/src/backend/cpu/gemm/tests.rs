@@ -150,25 +150,35 @@ impl Case {
     }
 }
 
+/// Everything this CPU has, whatever the settings cap.
+pub(super) fn this_cpu() -> Features {
+    Features::of_this_cpu(None)
+}
+
 /// Every implementation this CPU can run: the packed kernel is checked on every shape, also
 /// those [`matmul_into`] would send to the `gemm` crate, and the AVX-512 one at both depths it
-/// may block by, whatever this CPU's L1 cache.
+/// may block by (for a 32 KiB and a 48 KiB L1 data cache), whatever this CPU's L1 cache.
 pub(super) fn kernels() -> Vec<Kernel> {
+    let cpu = this_cpu();
     let mut kernels = vec![Kernel::Portable];
-    kernels.extend(Avx2Fma::detect().map(Kernel::Packed));
-    for depth in [kernel_avx512::KC, kernel_avx512::KC_LARGE_L1] {
-        kernels.extend(Avx512Fma::detect().map(|cpu| Kernel::Packed512(cpu.with_depth(depth))));
+    kernels.extend(cpu.avx2.map(Kernel::Packed));
+    for l1 in [32 << 10, kernel_avx512::LARGE_L1] {
+        kernels.extend(
+            cpu.packed512
+                .map(|cpu| Kernel::Packed512(cpu.for_l1(Some(l1)))),
+        );
     }
-    kernels.extend(Avx512::detect().map(Kernel::Thin));
+    kernels.extend(cpu.avx512.map(Kernel::Thin));
     kernels.extend(bf16_kernels());
     kernels
 }
 
 /// Every bf16 implementation this CPU can run.
 fn bf16_kernels() -> Vec<Kernel> {
+    let cpu = this_cpu();
     let mut kernels = vec![Kernel::Bf16Portable];
-    kernels.extend(Avx2Fma::detect().map(|cpu| Kernel::Bf16Emulated(Bf16Emulated(cpu))));
-    kernels.extend(Avx512Bf16::detect().map(Kernel::Bf16));
+    kernels.extend(cpu.avx2.map(|cpu| Kernel::Bf16Emulated(Bf16Emulated(cpu))));
+    kernels.extend(cpu.bf16.map(Kernel::Bf16));
     kernels
 }
 
@@ -327,12 +337,17 @@ fn thin_products_match_the_reference() {
     }
     for rows in [1, 8] {
         assert!(matches!(
-            Kernel::for_product(rows, 512, (false, false), MatmulPrecision::F32),
+            Kernel::for_product(
+                this_cpu(),
+                (rows, 512),
+                (false, false),
+                MatmulPrecision::F32
+            ),
             Kernel::Thin(_)
         ));
     }
     assert!(!matches!(
-        Kernel::for_product(8, 512, (false, true), MatmulPrecision::F32),
+        Kernel::for_product(this_cpu(), (8, 512), (false, true), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
 }
@@ -364,11 +379,11 @@ fn few_column_products_match_the_reference() {
         }
     }
     assert!(matches!(
-        Kernel::for_product(256, 10, (false, false), MatmulPrecision::F32),
+        Kernel::for_product(this_cpu(), (256, 10), (false, false), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
     assert!(matches!(
-        Kernel::for_product(1024, 10, (true, false), MatmulPrecision::F32),
+        Kernel::for_product(this_cpu(), (1024, 10), (true, false), MatmulPrecision::F32),
         Kernel::Thin(_)
     ));
 }
@@ -391,12 +406,14 @@ fn bf16_products_round_their_operands() {
 fn bf16_precision_takes_the_products_of_16_rows_and_columns_or_more() {
     let bf16 = MatmulPrecision::Bf16;
     for (m, n) in [(16, 16), (256, 1024), (1024, 256), (32, 576)] {
-        let kernel = Kernel::for_product(m, n, (false, true), bf16);
+        let kernel = Kernel::for_product(this_cpu(), (m, n), (false, true), bf16);
         assert!(kernel.rounds(), "{m} × {n} runs in bf16");
-        assert!(!Kernel::for_product(m, n, (false, true), MatmulPrecision::F32).rounds());
+        assert!(
+            !Kernel::for_product(this_cpu(), (m, n), (false, true), MatmulPrecision::F32).rounds()
+        );
     }
     for (m, n) in [(15, 1024), (256, 10), (1, 1)] {
-        assert!(!Kernel::for_product(m, n, (false, false), bf16).rounds());
+        assert!(!Kernel::for_product(this_cpu(), (m, n), (false, false), bf16).rounds());
     }
 }
 

@@ -5,6 +5,7 @@
 use super::layout::{add, lanes, store};
 use super::transform::{LANES, Lanes, Minimal, build, filter, filter_t};
 use super::{Plan, Side};
+use crate::backend::cpu::isa::{self, MaxCpuIsa};
 
 /// One transform pass and its buffers.
 pub enum Pass<'a> {
@@ -33,7 +34,7 @@ pub enum Pass<'a> {
 }
 
 /// Runs `pass` (`plane`: the per-thread channels-last scratch the image passes need), compiled
-/// for AVX2 and FMA where the CPU has them.
+/// for AVX2 and FMA where the CPU has them and `RINGFLOW_MAX_CPU_ISA` allows them.
 pub fn run<const A: usize, const R: usize, F: Minimal<A, R>>(
     p: &Plan,
     pass: Pass<'_>,
@@ -42,6 +43,7 @@ pub fn run<const A: usize, const R: usize, F: Minimal<A, R>>(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
+        && isa::allows(MaxCpuIsa::Avx2)
         && !portable_forced()
     {
         // SAFETY: this CPU supports AVX2 and FMA (checked just above).
