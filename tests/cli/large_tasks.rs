@@ -110,18 +110,22 @@ fn a_tagger_whose_vocabulary_passes_4_mib_trains_and_evaluates() {
     write_urls(&data);
     let spec = sequence_job(dir.path(), "urls", &data, true, "");
     let out = dir.path().join("urls.json");
-    let run = ringflow(
-        &[
-            "local",
-            &spec,
-            "--executors",
-            "2",
-            "--summary-json",
-            &s(&out),
-        ],
-        DEADLINE,
-    );
+    // The executors say when they fetch the preprocessing.
+    let log = ("RINGFLOW_LOG", Some("warn,ringflow_executor::worker=info"));
+    let args = [
+        "local",
+        &spec,
+        "--executors",
+        "2",
+        "--summary-json",
+        &s(&out),
+    ];
+    let run = ringflow_env(&args, &[log], DEADLINE);
     run.assert_success();
+    // Too large to travel inside the tasks (4.9 MB), the vocabulary reached each executor in
+    // chunks.
+    let fetched = "fetched the job's preprocessing (4";
+    assert_eq!(run.stderr.matches(fetched).count(), 2, "{}", run.stderr);
     let trained = summary(&out);
     assert_eq!(trained["replicas_identical"], true, "{trained}");
     let model = dir.path().join("urls/model");
