@@ -147,4 +147,36 @@ pub enum JobError {
     /// Another job took over the lock on the job's output directory; the sentence names it.
     #[error("{0}")]
     LockLost(String),
+    /// The driver sent an executor its task, and the executor could not receive or decode it
+    /// (it said so, or asked for a task again).
+    #[error("{executor} could not receive its task: {cause}")]
+    TaskNotReceived {
+        /// The executor, as errors name it ("executor ID (rank R) on HOST").
+        executor: String,
+        /// Why, as the executor (or the driver) saw it.
+        cause: String,
+    },
+    /// A rank's task is larger than a control-plane message may be (planning should have
+    /// refused the job); the reason names the task's largest part.
+    #[error("{rank} cannot be sent its task: {reason}")]
+    TaskTooLarge {
+        /// The rank, as errors name it.
+        rank: String,
+        /// Its size, the bound and its largest part.
+        reason: String,
+    },
+    /// The preprocessing the statistics of the training split decided is larger than a job's
+    /// preprocessing may be.
+    #[error(
+        "the statistics of data.train ({what}) make a preprocessing of {}, more than the {} a \
+         job's preprocessing may have",
+        ringflow_proto::size::format_bytes(*bytes),
+        ringflow_proto::size::format_bytes(ringflow_proto::wire::MAX_PREPROCESSING_BYTES)
+    )]
+    PreprocessingTooLarge {
+        /// What it holds ("100000 label classes, the mean and deviation of 784 features").
+        what: String,
+        /// Its length as JSON.
+        bytes: u64,
+    },
 }

@@ -16,6 +16,8 @@
 //! - [`size`]: sizes in bytes as people write them (`--memory 64MiB`) and read them.
 //! - [`listener`]: the bounds, deadlines and counters that every listening port of the driver
 //!   and the executors applies to its connections.
+//! - [`wire`]: how large each control-plane message and each part of a task may be, and the
+//!   chunked transfer of what may be larger (a job's vocabulary).
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
@@ -30,6 +32,7 @@ pub mod phases;
 pub mod security;
 pub mod size;
 pub mod spec;
+pub mod wire;
 
 /// Messages and services generated from `ringflow.proto` (generated code: its long functions and
 /// undocumented items are prost's and tonic's).
@@ -40,4 +43,4 @@ pub mod pb {
 
 /// The control-plane protocol version. A driver refuses executors and clients that speak
 /// another version, with a message naming both.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;

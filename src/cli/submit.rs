@@ -10,6 +10,7 @@ use ringflow_driver::observe::{self, Followed, Observers};
 use ringflow_proto::pb::{self, jobs_client::JobsClient};
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity, error_chain, status_line};
 use ringflow_proto::spec::JobSpec;
+use ringflow_proto::wire::MAX_MESSAGE_BYTES;
 
 use super::JobArgs;
 use super::security::SecurityArgs;
@@ -43,7 +44,10 @@ pub async fn connect(url: &str, security: &ClientSecurity) -> anyhow::Result<Cli
         .connect()
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the driver at {url}: {}", error_chain(&e)))?;
-    Ok(JobsClient::new(security.authenticated(channel)))
+    // The same bound on messages as the driver's job service.
+    Ok(JobsClient::new(security.authenticated(channel))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Makes a relative local path that exists here absolute, so that a driver and executors

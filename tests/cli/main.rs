@@ -16,6 +16,7 @@ mod helpers;
 mod history;
 mod images;
 mod ingest;
+mod large_tasks;
 mod listeners;
 mod load;
 mod lost;

@@ -179,7 +179,7 @@ fn check_predicted_tags(preds: &Path, test: &Path) {
 }
 
 /// Lists of `values` per row, as a list<string> column.
-fn strings(rows: &[Vec<&str>]) -> ArrayRef {
+pub(crate) fn strings(rows: &[Vec<&str>]) -> ArrayRef {
     let mut b = ListBuilder::new(StringBuilder::new());
     for row in rows {
         for v in row {

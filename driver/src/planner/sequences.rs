@@ -4,7 +4,8 @@
 //! of a tagger), the largest integer id and label, and the lengths. It runs in the planner,
 //! on every core of the driver, reading only the sequence and label columns, because the
 //! model (its embedding's rows, its outputs) must be complete before any executor builds it;
-//! the same pass refuses a bad row (empty, too long, tags of another length) naming the file,
+//! the same pass refuses a bad row (empty, too long, tags of another length, a token longer
+//! than `data.vocab.max_token_bytes`, a tag longer than a class name may be) naming the file,
 //! the row and the lengths, before training starts.
 
 use std::collections::BTreeSet;
@@ -22,7 +23,8 @@ use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::metrics::entities::TagScheme;
 use ringflow_proto::pb::Partition;
-use ringflow_proto::spec::{JobSpec, Metric};
+use ringflow_proto::spec::{JobSpec, MAX_TOKEN_BYTES, Metric};
+use ringflow_proto::wire::MAX_CLASS_NAME_BYTES;
 
 use super::footer::{LabelType, RowGroup, Split};
 use crate::error::{DriverError, Result};
@@ -271,7 +273,14 @@ fn count_batch(
         let labels = tags.as_ref().map(|t| (data.label.as_str(), t.len(row)));
         let steps = rules.steps(at, (&columns.column, tokens.len(row)), labels)?;
         let kept = tokens.range(row).start..tokens.range(row).start + steps;
-        add_tokens(tokens.elements(), kept, at, &columns.column, into)?;
+        let max_token = data.vocab.max_token_bytes;
+        add_tokens(
+            tokens.elements(),
+            kept,
+            (at, &columns.column),
+            max_token,
+            into,
+        )?;
         if let Some(t) = &tags {
             let kept = t.range(row).start..t.range(row).start + steps;
             add_labels(t.elements(), kept, at, &data.label, into)?;
@@ -286,11 +295,13 @@ fn count_batch(
     Ok(())
 }
 
+/// Counts the string tokens of `range` (of row `row` of `column`), each at most `max_token`
+/// bytes (`data.vocab.max_token_bytes`), or notes the largest integer id.
 fn add_tokens(
     elements: &Elements,
     range: std::ops::Range<usize>,
-    row: u64,
-    column: &str,
+    (row, column): (u64, &str),
+    max_token: usize,
     into: &mut SequenceCounts,
 ) -> std::result::Result<(), String> {
     match elements {
@@ -298,6 +309,14 @@ fn add_tokens(
             let counts = into.stats.tokens.get_or_insert_with(TokenCounts::default);
             for t in &s[range] {
                 let t = t.as_deref().ok_or_else(|| null_element(row, column))?;
+                if t.len() > max_token {
+                    return Err(format!(
+                        "row {row} (0-based): column `{column}` holds a token of {} bytes, more \
+                         than data.vocab.max_token_bytes = {max_token}; split or shorten such \
+                         tokens, or raise data.vocab.max_token_bytes (at most {MAX_TOKEN_BYTES})",
+                        t.len()
+                    ));
+                }
                 counts
                     .add(t, MAX_DISTINCT_TOKENS)
                     .map_err(|e| e.to_string())?;
@@ -323,6 +342,9 @@ fn add_labels(
             let classes = into.stats.labels.get_or_insert_with(BTreeSet::new);
             for t in &s[range] {
                 let t = t.as_deref().ok_or_else(|| null_element(row, column))?;
+                if t.len() > MAX_CLASS_NAME_BYTES {
+                    return Err(class_name_too_long(row, column, t.len()));
+                }
                 if !classes.contains(t) {
                     if classes.len() >= MAX_CLASSES {
                         return Err(format!(
@@ -371,6 +393,15 @@ fn largest(
         most = most.max(Some(v));
     }
     Ok(most)
+}
+
+/// The error of a class name (a tag, a string label) of `bytes` bytes in row `row` of
+/// `column`, longer than [`MAX_CLASS_NAME_BYTES`].
+fn class_name_too_long(row: u64, column: &str, bytes: usize) -> String {
+    format!(
+        "row {row} (0-based): column `{column}` holds a class name of {bytes} bytes, more than \
+         the {MAX_CLASS_NAME_BYTES} bytes a class name may have"
+    )
 }
 
 fn null_element(row: u64, column: &str) -> String {

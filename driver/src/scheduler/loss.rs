@@ -324,7 +324,10 @@ mod tests {
         }
         let id = s.submit(kind, now);
         s.tick(now);
-        assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+        assert!(
+            s.take_task("e1", Instant::now()).is_some()
+                && s.take_task("e2", Instant::now()).is_some()
+        );
         (s, id)
     }
 

@@ -14,13 +14,17 @@
 //!   lock, cancellation;
 //! - [`rendezvous`]: queued jobs meet idle executors with their device and memory ([`fit`]),
 //!   take ranks, or give up after `cluster.rendezvous_timeout_s`;
-//! - [`tasks`]: task handout, preparation, recovery requests, reports and each rank's end;
+//! - [`tasks`]: task handout (and tasks that did not arrive), the preprocessing executors
+//!   fetch, preparation, recovery requests, reports and each rank's end;
+//! - [`bounds`]: what a planned job's tasks and epoch plans would carry, checked against the
+//!   control plane's bounds before the job is queued;
 //! - [`retention`]: the driver keeps the `retained_jobs` most recently finished jobs and
 //!   forgets older ones, so its memory does not grow with the jobs it has run;
 //! - [`job`]: one job, itself split by concept (lifecycle, membership, recovery, tasks,
 //!   preparation, progress, events);
 //! - [`registry`]: what the driver knows about each executor.
 
+mod bounds;
 mod executors;
 mod fit;
 mod job;

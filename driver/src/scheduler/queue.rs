@@ -2,7 +2,8 @@
 //! wait for executors. This file owns:
 //!
 //! - **Planning.** A submitted spec is checked and planned (Parquet footers only) before it is
-//!   queued; so is an evaluation or prediction of a saved model.
+//!   queued; so is an evaluation or prediction of a saved model. What its messages would
+//!   carry is checked against their bounds ([`super::bounds`]).
 //! - **Job ids.** `<name>-<yyyyMMddHHmmss>-<tag>-<NNNN>`, like Spark's application ids: the
 //!   submission time (UTC), a random tag drawn once per driver and the driver's job counter, so
 //!   that two drivers, even started in the same second, never give two jobs one id.
@@ -22,6 +23,7 @@ use ringflow_proto::pb;
 use ringflow_proto::spec::JobSpec;
 use tracing::info;
 
+use super::bounds;
 use super::job::{Job, JobKind};
 use super::{Refusal, Scheduler};
 use crate::error::{DriverError, JobError};
@@ -168,6 +170,17 @@ impl Scheduler {
         if resume {
             plan.resume = Some(crate::planner::resume_point(&plan.spec)?);
         }
+        let preprocessing = super::job::training_preprocessing(&plan);
+        let what = match &plan.sequence {
+            Some(s) => format!(
+                "data.train: the vocabulary and classes of column `{}`",
+                s.columns.column
+            ),
+            None => "data.label_classes".into(),
+        };
+        let fix = "lower data.vocab.max_size or data.vocab.max_token_bytes";
+        bounds::check_preprocessing(preprocessing.len(), &what, fix)?;
+        bounds::check_messages(&plan)?;
         Ok(plan)
     }
 
@@ -193,6 +206,10 @@ impl Scheduler {
         {
             plan.input_columns.push(id.clone());
         }
+        let what = format!("--model {model_dir}: the saved preprocessing");
+        let fix = "train the model again with a smaller data.vocab.max_size";
+        bounds::check_preprocessing(saved.preprocessing_json.len(), &what, fix)?;
+        bounds::check_messages(&plan)?;
         Ok((plan, saved.preprocessing_json))
     }
 

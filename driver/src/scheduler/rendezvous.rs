@@ -172,6 +172,9 @@ mod tests {
         s.register(info("e2", "h2", 1), limit).unwrap();
         s.tick(limit + Duration::from_secs(1));
         assert_eq!(s.job(&id).unwrap().state, JobState::Failed);
-        assert!(s.take_task("e1").is_none() && s.take_task("e2").is_none());
+        assert!(
+            s.take_task("e1", Instant::now()).is_none()
+                && s.take_task("e2", Instant::now()).is_none()
+        );
     }
 }

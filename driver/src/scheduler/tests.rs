@@ -8,6 +8,7 @@ use super::*;
 use crate::planner::JobPlan;
 
 mod devices;
+mod tasks;
 
 /// A task's header (every task the driver hands out has one).
 pub(super) fn header(task: &pb::Task) -> &pb::TaskHeader {
@@ -144,7 +145,10 @@ fn a_silent_executor_fails_its_job_by_name() {
     s.register(info("exec-2", "host-2", 6), start).unwrap();
     let id = s.submit(bench(2), start);
     s.tick(start);
-    assert!(s.take_task("exec-1").is_some() && s.take_task("exec-2").is_some());
+    assert!(
+        s.take_task("exec-1", Instant::now()).is_some()
+            && s.take_task("exec-2", Instant::now()).is_some()
+    );
     let later = start + Duration::from_secs(20);
     s.heartbeat(info("exec-1", "host-1", 5), &id, later)
         .unwrap();
@@ -238,7 +242,9 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
     }
     let id = s.submit(kind, now);
     s.tick(now);
-    assert!(s.take_task("e1").is_some() && s.take_task("e2").is_some());
+    assert!(
+        s.take_task("e1", Instant::now()).is_some() && s.take_task("e2", Instant::now()).is_some()
+    );
     s.register(info("e3", "h2", 1), now).unwrap();
     report_one_epoch_and_finish(&mut s, &id, now);
     let job = s.job(&id).unwrap();
@@ -359,7 +365,7 @@ fn start(s: &mut Scheduler, kind: JobKind, executors: &[&str], now: Instant) -> 
     let id = s.submit(kind, now);
     s.tick(now);
     for e in executors {
-        assert!(s.take_task(e).is_some(), "no task for {e}");
+        assert!(s.take_task(e, Instant::now()).is_some(), "no task for {e}");
     }
     id
 }
@@ -548,7 +554,7 @@ fn a_joiner_without_the_jobs_state_is_never_rank_0() {
     assert_eq!(s.recover(&ask("e1", 0, 0, false), start), Ok(None));
     assert!(s.recover(&ask("e2", 1, 0, false), start).unwrap().is_some());
     assert_eq!(ranks(&s), ["e1", "e2", "a0"]);
-    assert!(train_work(&s.take_task("a0").unwrap()).join);
+    assert!(train_work(&s.take_task("a0", Instant::now()).unwrap()).join);
     // The new ring breaks while the joiner connects: it asks without the job's state.
     assert_eq!(s.recover(&ask("a0", 2, 1, true), start), Ok(None));
     assert_eq!(s.recover(&ask("e1", 0, 1, false), start), Ok(None));

@@ -1,4 +1,6 @@
-//! The service executors call.
+//! The service executors call: registration, heartbeats and attachment, task handout (and the
+//! report of a task that did not arrive), the job's preprocessing in chunks, preparation,
+//! progress, recovery and each task's end.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -6,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use ringflow_proto::pb::{self, executors_server::Executors};
+use ringflow_proto::wire::{CHUNK_BYTES, travels_inline};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
@@ -46,9 +49,42 @@ impl Drop for Attached {
     }
 }
 
+/// The chunks of a fetched preprocessing, each cut from the one shared copy as it is sent.
+pub(crate) type Chunks = Pin<Box<dyn Stream<Item = Result<pb::PreprocessingChunk, Status>> + Send>>;
+
+/// `doc` as a stream of chunks of at most [`CHUNK_BYTES`].
+fn chunked(doc: Arc<str>) -> Chunks {
+    let starts = (0..doc.len()).step_by(CHUNK_BYTES);
+    Box::pin(tokio_stream::iter(starts.map(move |at| {
+        let end = (at + CHUNK_BYTES).min(doc.len());
+        Ok(pb::PreprocessingChunk {
+            data: doc.as_bytes()[at..end].to_vec(),
+        })
+    })))
+}
+
+/// The reply of a preparation phase: the merged result inside it when it is small, else its
+/// length, for the executor to fetch.
+fn prepare_reply(merged: Option<Arc<str>>, cancel: bool) -> pb::PrepareReply {
+    let ready = merged.is_some();
+    let merged = merged.unwrap_or_else(|| "".into());
+    let (merged_json, merged_bytes) = if travels_inline(merged.len()) {
+        (merged.to_string(), 0)
+    } else {
+        (String::new(), merged.len() as u64)
+    };
+    pb::PrepareReply {
+        ready,
+        merged_json,
+        cancel,
+        merged_bytes,
+    }
+}
+
 #[tonic::async_trait]
 impl Executors for ExecutorsService {
     type AttachStream = Attached;
+    type FetchPreprocessingStream = Chunks;
 
     async fn attach(
         &self,
@@ -124,7 +160,7 @@ impl Executors for ExecutorsService {
         let deadline = Instant::now() + Duration::from_millis(req.wait_ms).min(MAX_POLL);
         loop {
             let notified = self.0.task_ready.notified();
-            if let Some(task) = self.0.lock().take_task(&req.executor_id) {
+            if let Some(task) = self.0.lock().take_task(&req.executor_id, Instant::now()) {
                 return Ok(Response::new(pb::PollTaskReply { task: Some(task) }));
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -183,11 +219,7 @@ impl Executors for ExecutorsService {
                 .map_err(status)?;
             if merged.is_some() || cancel {
                 self.0.task_ready.notify_waiters();
-                return Ok(Response::new(pb::PrepareReply {
-                    ready: merged.is_some(),
-                    merged_json: merged.unwrap_or_default(),
-                    cancel,
-                }));
+                return Ok(Response::new(prepare_reply(merged, cancel)));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -229,6 +261,32 @@ impl Executors for ExecutorsService {
             }
             let _ = tokio::time::timeout(left, notified).await;
         }
+    }
+
+    async fn task_not_received(
+        &self,
+        req: Request<pb::TaskNotReceivedRequest>,
+    ) -> Result<Response<pb::TaskNotReceivedReply>, Status> {
+        let req = req.into_inner();
+        self.0
+            .lock()
+            .task_not_received(&req.executor_id, &req.error, Instant::now());
+        self.0.tick();
+        Ok(Response::new(pb::TaskNotReceivedReply {}))
+    }
+
+    async fn fetch_preprocessing(
+        &self,
+        req: Request<pb::FetchPreprocessingRequest>,
+    ) -> Result<Response<Self::FetchPreprocessingStream>, Status> {
+        let req = req.into_inner();
+        let doc = self
+            .0
+            .lock()
+            .preprocessing(&req.job_id, req.statistics)
+            .map_err(status)?;
+        tracing::debug!(job = %req.job_id, rank = req.rank, bytes = doc.len(), "sending the preprocessing in chunks");
+        Ok(Response::new(chunked(doc)))
     }
 
     async fn finish_task(

@@ -1,7 +1,8 @@
 //! The driver's gRPC server: the [`executors`] service for executors, the [`jobs`] service for
 //! the command line, the Arrow Flight service ([`flight`]) that serves partitions to executors
 //! that cannot read the data, all on one port, and a ticker that drives the [`Scheduler`]'s
-//! timed rules.
+//! timed rules. The executor and job services decode and encode messages of at most
+//! [`MAX_MESSAGE_BYTES`], the bound their clients set too.
 //!
 //! With a shared secret every call must carry a valid token ([`auth`]); with TLS the port
 //! speaks only TLS. Both ports admit a bounded number of connections and close those that do
@@ -28,6 +29,7 @@ use ringflow_proto::listener::{ConnectionGate, GatedListener, ListenerKind, List
 use ringflow_proto::pb::executors_server::ExecutorsServer;
 use ringflow_proto::pb::jobs_server::JobsServer;
 use ringflow_proto::security::{Secret, ServerTls};
+use ringflow_proto::wire::MAX_MESSAGE_BYTES;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
@@ -245,11 +247,15 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
     let check = |service| auth::AuthCheck::new(verifier.clone(), service);
     let router = builder
         .add_service(InterceptedService::new(
-            ExecutorsServer::new(executors::ExecutorsService(shared.clone())),
+            ExecutorsServer::new(executors::ExecutorsService(shared.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             check("an executor"),
         ))
         .add_service(InterceptedService::new(
-            JobsServer::new(jobs::JobsService(shared.clone())),
+            JobsServer::new(jobs::JobsService(shared.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             check("a client"),
         ))
         .add_service(InterceptedService::new(

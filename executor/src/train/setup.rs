@@ -15,6 +15,7 @@ use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::metrics::entities::TagScheme;
 use ringflow_proto::spec::{JobSpec, Metric};
+use ringflow_proto::wire::MAX_CLASS_NAME_BYTES;
 
 use crate::data::augment::Augmenter;
 use crate::data::cache::RowGroupCache;
@@ -227,6 +228,14 @@ fn collect_stats(
                 .ok_or_else(|| fail("(data.label) is missing from the data".into()))?;
             for (i, v) in string_values(col).map_err(fail)?.into_iter().enumerate() {
                 match v {
+                    Some(v) if v.len() > MAX_CLASS_NAME_BYTES => {
+                        return Err(fail(format!(
+                            "row {} (0-based): holds a class name of {} bytes, more than the \
+                             {MAX_CLASS_NAME_BYTES} bytes a class name may have",
+                            origin.first_row + i as u64,
+                            v.len()
+                        )));
+                    }
                     Some(v) => {
                         labels.insert(v);
                     }

@@ -1,4 +1,7 @@
-//! The executor's RPC client for the driver, with a deadline on every call.
+//! The executor's RPC client for the driver, with a deadline on every call. It decodes and
+//! encodes messages of at most [`MAX_MESSAGE_BYTES`], the bound the driver's service sets too,
+//! and fetches a preprocessing too large to travel in a task in chunks
+//! ([`DriverClient::fetch_preprocessing`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,6 +12,7 @@ use ringflow_proto::pb::{self, executors_client::ExecutorsClient};
 use ringflow_proto::security::{
     AuthenticatedChannel, ClientSecurity, is_certificate_error, status_line,
 };
+use ringflow_proto::wire::{MAX_MESSAGE_BYTES, Reassembly};
 use tonic::{Code, Request};
 use tracing::warn;
 
@@ -18,6 +22,26 @@ use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 const CALL: Duration = Duration::from_secs(20);
 /// How long a call is retried while the driver is unreachable.
 const RETRY_FOR: Duration = Duration::from_secs(60);
+/// Deadline of a fetch of the job's preprocessing, per MiB announced (on top of [`CALL`]).
+const FETCH_PER_MIB: Duration = Duration::from_secs(2);
+
+/// The test hook (`test-hooks` builds only) that makes this executor decode messages of at
+/// most this many bytes from the driver, so that a test can give it a task it cannot receive.
+#[cfg(feature = "test-hooks")]
+const TASK_LIMIT_ENV: &str = "RINGFLOW_TEST_MAX_TASK_BYTES";
+
+/// The largest message this executor decodes: [`MAX_MESSAGE_BYTES`] (or, in a build with the
+/// test hooks, what `RINGFLOW_TEST_MAX_TASK_BYTES` says).
+fn decoding_limit() -> usize {
+    #[cfg(feature = "test-hooks")]
+    if let Some(n) = std::env::var(TASK_LIMIT_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+    {
+        return n;
+    }
+    MAX_MESSAGE_BYTES
+}
 
 /// A cloneable connection to the driver's executor service.
 #[derive(Clone)]
@@ -58,8 +82,11 @@ impl DriverClient {
             .http2_keep_alive_interval(CLIENT_KEEPALIVE)
             .keep_alive_timeout(CLIENT_KEEPALIVE)
             .keep_alive_while_idle(true);
+        let inner = ExecutorsClient::new(security.authenticated(endpoint.connect_lazy()))
+            .max_decoding_message_size(decoding_limit())
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(DriverClient {
-            inner: ExecutorsClient::new(security.authenticated(endpoint.connect_lazy())),
+            inner,
             url: url.to_string(),
             give_up,
         })
@@ -179,12 +206,13 @@ impl DriverClient {
         }
     }
 
-    /// Waits up to `wait` for a task.
+    /// Waits up to `wait` for a task. An error is the reply's status, which says why the reply
+    /// (and the task it may have held) did not arrive or could not be decoded.
     pub async fn poll_task(
         &mut self,
         executor_id: &str,
         wait: Duration,
-    ) -> Result<Option<pb::Task>> {
+    ) -> std::result::Result<Option<pb::Task>, tonic::Status> {
         let req = pb::PollTaskRequest {
             executor_id: executor_id.to_string(),
             wait_ms: wait.as_millis() as u64,
@@ -193,7 +221,64 @@ impl DriverClient {
             .poll_task(with_deadline(req, wait + CALL))
             .await
             .map(|r| r.into_inner().task)
-            .map_err(|s| comm(&self.url, "polling for tasks", s.message()))
+    }
+
+    /// Tells the driver that this executor could not receive its poll's reply (`error` says
+    /// why), so that the job of a task it may have held fails at once.
+    pub async fn task_not_received(&mut self, executor_id: &str, error: &str) -> Result<()> {
+        let req = pb::TaskNotReceivedRequest {
+            executor_id: executor_id.to_string(),
+            error: error.to_string(),
+        };
+        self.inner
+            .task_not_received(with_deadline(req, Duration::from_secs(5)))
+            .await
+            .map(|_| ())
+            .map_err(|s| comm(&self.url, "reporting a task not received", s.message()))
+    }
+
+    /// Fetches job `job_id`'s preprocessing (or, with `statistics`, its merged statistics),
+    /// announced as `announced` bytes, in chunks; refuses more bytes than announced, or an
+    /// announced length over [`ringflow_proto::wire::MAX_PREPROCESSING_BYTES`].
+    pub async fn fetch_preprocessing(
+        &self,
+        (job_id, rank): (&str, u32),
+        statistics: bool,
+        announced: u64,
+    ) -> Result<String> {
+        let what = "fetching the job's preprocessing (its vocabulary)";
+        let fail = |e: &dyn std::fmt::Display| comm(&self.url, what, e);
+        let mut whole = Reassembly::new(announced).map_err(|e| fail(&e))?;
+        let req = pb::FetchPreprocessingRequest {
+            job_id: job_id.to_string(),
+            rank,
+            statistics,
+        };
+        // The whole transfer has one deadline, growing with its length.
+        let deadline = CALL + FETCH_PER_MIB * (1 + (announced >> 20) as u32);
+        let started = Instant::now();
+        let left = || deadline.saturating_sub(started.elapsed());
+        let mut inner = self.inner.clone();
+        let opened = tokio::time::timeout(
+            left(),
+            inner.fetch_preprocessing(with_deadline(req, deadline)),
+        );
+        let mut stream = opened
+            .await
+            .map_err(|_| fail(&"no answer in time"))?
+            .map_err(|s| fail(&status_line(&s)))?
+            .into_inner();
+        loop {
+            let next = tokio::time::timeout(left(), stream.message())
+                .await
+                .map_err(|_| fail(&"the transfer did not finish in time"))?
+                .map_err(|s| fail(&status_line(&s)))?;
+            match next {
+                Some(chunk) => whole.push(&chunk.data).map_err(|e| fail(&e))?,
+                None => break,
+            }
+        }
+        whole.finish().map_err(|e| fail(&e))
     }
 
     /// Retries `call` on transient failures for up to [`RETRY_FOR`].

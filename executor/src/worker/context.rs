@@ -1,9 +1,13 @@
-//! The train loop's view of a remote driver.
+//! The train loop's view of a remote driver: epoch plans, reports, the preparation phases (a
+//! rank's statistics, at most [`MAX_STATISTICS_BYTES`], and the merged result, fetched in
+//! chunks when it is too large for the reply) and recovery.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ringflow_proto::pb;
+use ringflow_proto::size::format_bytes;
+use ringflow_proto::wire::MAX_STATISTICS_BYTES;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
@@ -106,6 +110,16 @@ impl TaskContext for RemoteContext<'_> {
     }
 
     fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String> {
+        if partial.len() > MAX_STATISTICS_BYTES {
+            return Err(ExecutorError::Spec(format!(
+                "rank {}'s statistics of data.train are {} as JSON, more than the {} a rank may \
+                 send; they hold the distinct values of data.label (set data.label_classes) \
+                 and the moments of every feature (data.normalize)",
+                self.rank,
+                format_bytes(partial.len() as u64),
+                format_bytes(MAX_STATISTICS_BYTES as u64)
+            )));
+        }
         let mut req = pb::PrepareRequest {
             job_id: self.job_id.clone(),
             rank: self.rank,
@@ -122,6 +136,13 @@ impl TaskContext for RemoteContext<'_> {
             if reply.cancel {
                 self.cancel.store(true, Ordering::Relaxed);
                 return Err(ExecutorError::Cancelled);
+            }
+            if reply.ready && reply.merged_bytes > 0 {
+                let job = (self.job_id.as_str(), self.rank);
+                let fetch = self
+                    .client
+                    .fetch_preprocessing(job, true, reply.merged_bytes);
+                return self.rt.block_on(fetch);
             }
             if reply.ready {
                 return Ok(reply.merged_json);

@@ -190,8 +190,8 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
         let task = match rt.block_on(client.poll_task(&info.executor_id, Duration::from_secs(2))) {
             Ok(Some(task)) => task,
             Ok(None) => continue,
-            Err(e) => {
-                warn!("polling the driver for tasks failed: {e}");
+            Err(s) => {
+                poll_failed(&rt, &mut client, &info.executor_id, &s);
                 std::thread::sleep(Duration::from_millis(500));
                 continue;
             }
@@ -218,6 +218,31 @@ pub fn run(config: ExecutorConfig, registry: ModelRegistry, stop: Arc<AtomicBool
     heartbeat.abort();
     attachment.abort();
     Ok(())
+}
+
+/// A poll for tasks failed with `status`. When the driver answered (the reply did not arrive
+/// whole, or could not be decoded), the reply may have held this executor's task: the driver
+/// is told, and fails that task's job at once naming this executor and the cause. An
+/// unreachable driver sent nothing (and would not hear it).
+fn poll_failed(
+    rt: &tokio::runtime::Runtime,
+    client: &mut DriverClient,
+    executor_id: &str,
+    status: &tonic::Status,
+) {
+    let why = ringflow_proto::security::status_line(status);
+    if status.code() == tonic::Code::Unavailable {
+        warn!(
+            "polling the driver at {} for tasks failed: {why}",
+            client.url()
+        );
+        return;
+    }
+    let cause = format!("the reply to its poll for tasks could not be read: {why}");
+    error!("this executor could not receive its task from the driver: {cause}; telling the driver");
+    if let Err(e) = rt.block_on(client.task_not_received(executor_id, &cause)) {
+        warn!("{e}");
+    }
 }
 
 /// Installs the hooks that report a panic or a failed allocation of this process to the

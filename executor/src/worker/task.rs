@@ -1,6 +1,7 @@
 //! Running one task the driver assigned: its header becomes the ring this executor connects
-//! ([`ring::connect`]: the ring, and shared memory where ranks share hosts), its work
-//! (train, evaluate or predict, benchmark) runs, and its end is reported.
+//! ([`ring::connect`]: the ring, and shared memory where ranks share hosts), its preprocessing
+//! is fetched when it was too large to travel inside it, its work (train, evaluate or predict,
+//! benchmark) runs, and its end is reported.
 
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
@@ -182,13 +183,27 @@ impl Worker<'_> {
         )
     }
 
-    /// The data part of a task.
+    /// The data part of a task, with its preprocessing fetched from the driver when it was
+    /// too large to travel inside the task.
     fn data_options(
         &self,
         header: &pb::TaskHeader,
         data: Option<&pb::DataAccess>,
     ) -> Result<DataOptions> {
-        let data = data.cloned().unwrap_or_default();
+        let mut data = data.cloned().unwrap_or_default();
+        if data.preprocessing_bytes > 0 {
+            let job = (header.job_id.as_str(), header.rank);
+            let fetch = self
+                .client
+                .fetch_preprocessing(job, false, data.preprocessing_bytes);
+            data.preprocessing_json = self.rt.block_on(fetch)?;
+            info!(
+                job = %header.job_id,
+                rank = header.rank,
+                "fetched the job's preprocessing ({} bytes) from the driver",
+                data.preprocessing_bytes
+            );
+        }
         let preprocessing =
             Preprocessing::from_json(&data.preprocessing_json).map_err(ExecutorError::Protocol)?;
         Ok(DataOptions {

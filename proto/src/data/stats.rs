@@ -286,6 +286,7 @@ mod tests {
         let spec = VocabSpec {
             max_size: 4,
             min_count: 1,
+            ..VocabSpec::default()
         };
         let p = Preprocessing::from_stats(&merged, None, &spec);
         let v = p.vocabulary.as_ref().unwrap();

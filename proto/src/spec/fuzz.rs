@@ -44,6 +44,7 @@ const KEYS: &[&str] = &[
     "data.vocab",
     "data.vocab.max_size",
     "data.vocab.min_count",
+    "data.vocab.max_token_bytes",
     "data.max_length",
     "data.on_too_long",
     "data.bucket_by_length",

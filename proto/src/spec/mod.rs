@@ -22,7 +22,8 @@ pub use fusion::{
 pub use images::{AugmentSpec, ImageSpec, MAX_EXAMPLE_VALUES, MAX_IMAGE_SIDE, MAX_SHAPE_DIMS};
 pub use overrides::Override;
 pub use sequences::{
-    DEFAULT_MAX_LENGTH, MAX_SEQUENCE_LENGTH, MAX_VOCAB, Metric, OnTooLong, VocabSpec,
+    DEFAULT_MAX_LENGTH, DEFAULT_MAX_TOKEN_BYTES, MAX_SEQUENCE_LENGTH, MAX_TOKEN_BYTES, MAX_VOCAB,
+    Metric, OnTooLong, VocabSpec,
 };
 
 use std::collections::BTreeMap;
@@ -122,8 +123,8 @@ pub struct DataSpec {
     /// Random crops and flips of the training images ([`AugmentSpec`]; default: none).
     #[serde(default)]
     pub augment: Option<AugmentSpec>,
-    /// Which string tokens of a sequence column get ids ([`VocabSpec`]; default `{ max_size =
-    /// 50000, min_count = 1 }`).
+    /// Which string tokens of a sequence column get ids, and how long one may be
+    /// ([`VocabSpec`]; default `{ max_size = 50000, min_count = 1, max_token_bytes = 1024 }`).
     #[serde(default)]
     pub vocab: VocabSpec,
     /// The longest token sequence (default 1024); longer ones do what `on_too_long` says.

@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use super::DataSpec;
 use super::images::KeyError;
 
-/// `data.vocab`: which string tokens get an id of their own.
+/// `data.vocab`: which string tokens get an id of their own, and how long one may be.
 ///
 /// ```toml
 /// [data]
-/// vocab = { max_size = 50000, min_count = 1 }
+/// vocab = { max_size = 50000, min_count = 1, max_token_bytes = 1024 }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +30,11 @@ pub struct VocabSpec {
     /// (default 1: every token seen gets an id while there is room).
     #[serde(default = "default_min_count")]
     pub min_count: u64,
+    /// The longest token, in bytes (default 1024, at most [`MAX_TOKEN_BYTES`]): a longer one
+    /// in the training split fails the job before training, naming its file and row. It bounds
+    /// the memory of the statistics pass and the size of the vocabulary every executor gets.
+    #[serde(default = "default_max_token_bytes")]
+    pub max_token_bytes: usize,
 }
 
 impl Default for VocabSpec {
@@ -37,6 +42,7 @@ impl Default for VocabSpec {
         VocabSpec {
             max_size: default_max_size(),
             min_count: default_min_count(),
+            max_token_bytes: default_max_token_bytes(),
         }
     }
 }
@@ -48,6 +54,16 @@ fn default_max_size() -> usize {
 fn default_min_count() -> u64 {
     1
 }
+
+fn default_max_token_bytes() -> usize {
+    DEFAULT_MAX_TOKEN_BYTES
+}
+
+/// Default of `data.vocab.max_token_bytes`.
+pub const DEFAULT_MAX_TOKEN_BYTES: usize = 1024;
+
+/// The largest `data.vocab.max_token_bytes`.
+pub const MAX_TOKEN_BYTES: usize = 64 << 10;
 
 /// The largest `data.vocab.max_size`: ids stay exact as 32-bit floats.
 pub const MAX_VOCAB: usize = 1 << 24;

@@ -19,7 +19,7 @@
 //! Nothing here reads the clock to decide: every rule takes the current time as an argument,
 //! so tests give the instants they need.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringflow_ml::Device;
@@ -43,6 +43,7 @@ mod tests;
 
 pub use kind::JobKind;
 pub(super) use membership::rank_order;
+pub(super) use task::training_preprocessing;
 
 /// A job and everything that happened to it.
 pub struct Job {
@@ -68,12 +69,16 @@ pub struct Job {
     feed: feed::EventFeed,
     /// The training split's partitions of one epoch, for every rank of the current ring.
     plans: Mutex<Option<(u64, Vec<pb::EpochPlan>)>>,
+    /// The preprocessing known before any data was read, as JSON
+    /// ([`task::planned_preprocessing`]), shared by every task (and fetch) of the job.
+    planned_preprocessing: Arc<str>,
 }
 
 impl Job {
     /// A queued job, submitted at `now`, waiting for its executors.
     pub fn new(id: String, kind: JobKind, now: Instant) -> Job {
         let memory = kind.memory_estimate();
+        let planned_preprocessing = task::planned_preprocessing(&kind);
         let mut job = Job {
             feed: feed::EventFeed::new(id.clone(), now),
             id,
@@ -89,6 +94,7 @@ impl Job {
             prepare: prepare::Prepare::default(),
             progress: progress::RankProgress::new(),
             plans: Mutex::new(None),
+            planned_preprocessing,
         };
         job.message(job.kind.introduction(&job.id));
         job.message(format!("memory: {}", job.memory.summary()));

@@ -4,14 +4,17 @@
 //!   said, the job reads it directly, or from the driver over Arrow Flight when any cannot;
 //! - the statistics of the training split: each rank's partial (moments, label classes),
 //!   merged once every rank has sent its own into the one preprocessing every rank then uses,
-//!   and checked against the model.
+//!   checked against the model and against the size a job's preprocessing may have
+//!   ([`ringflow_proto::wire::MAX_PREPROCESSING_BYTES`]).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::vocab::VocabError;
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::pb;
+use ringflow_proto::wire::MAX_PREPROCESSING_BYTES;
 
 use super::Job;
 use crate::error::JobError;
@@ -22,7 +25,7 @@ pub(super) struct Prepare {
     source: Vec<Option<String>>,
     source_merged: Option<String>,
     stats: Vec<Option<DataStats>>,
-    stats_merged: Option<String>,
+    stats_merged: Option<Arc<str>>,
 }
 
 impl Prepare {
@@ -41,8 +44,8 @@ impl Prepare {
     }
 
     /// The merged preprocessing (JSON), once every rank sent its statistics.
-    pub fn statistics(&self) -> Option<&str> {
-        self.stats_merged.as_deref()
+    pub fn statistics(&self) -> Option<&Arc<str>> {
+        self.stats_merged.as_ref()
     }
 
     /// Records what `rank` (which exists) says about reading the data (empty: it can). Once
@@ -85,6 +88,12 @@ impl Prepare {
 }
 
 impl Job {
+    /// The merged statistics of the training split (the preprocessing every rank of a
+    /// training job applies), once every rank sent its own.
+    pub fn merged_statistics(&self) -> Option<Arc<str>> {
+        self.prepare.statistics().cloned()
+    }
+
     /// A rank's partial for a preparation phase (once), and the merged result when every rank
     /// has sent its own.
     pub fn prepare(
@@ -93,7 +102,7 @@ impl Job {
         phase: pb::PreparePhase,
         partial: Option<&str>,
         now: Instant,
-    ) -> Result<Option<String>, JobError> {
+    ) -> Result<Option<Arc<str>>, JobError> {
         if rank >= self.members.ranks().len() {
             return Err(JobError::NoSuchRank {
                 job: self.id.clone(),
@@ -105,7 +114,7 @@ impl Job {
                 if let Some(unreadable) = self.prepare.add_source(rank, partial) {
                     self.choose_source(unreadable);
                 }
-                Ok(self.prepare.source_merged.clone())
+                Ok(self.prepare.source_merged.as_deref().map(Arc::from))
             }
             pb::PreparePhase::Stats => {
                 let stats = partial
@@ -123,7 +132,7 @@ impl Job {
                 })?;
                 if let Some(merged) = merged {
                     match self.merge_stats(&merged) {
-                        Ok(p) => self.prepare.stats_merged = Some(p.to_json()),
+                        Ok(json) => self.prepare.stats_merged = Some(json.into()),
                         Err(e) => {
                             self.fail(e.clone(), now);
                             return Err(e);
@@ -155,9 +164,9 @@ impl Job {
         self.prepare.source_merged = Some(merged.into());
     }
 
-    /// The preprocessing of the merged statistics, checked against the model's outputs; says
-    /// what was learned in a message.
-    fn merge_stats(&mut self, merged: &DataStats) -> Result<Preprocessing, JobError> {
+    /// The preprocessing of the merged statistics as JSON, checked against the model's outputs
+    /// and the size a preprocessing may have; says what was learned in a message.
+    fn merge_stats(&mut self, merged: &DataStats) -> Result<String, JobError> {
         let Some(plan) = self.plan() else {
             return Err(JobError::NotTraining);
         };
@@ -185,9 +194,16 @@ impl Job {
                 m.count
             ));
         }
+        let json = p.to_json();
+        if json.len() as u64 > MAX_PREPROCESSING_BYTES {
+            return Err(JobError::PreprocessingTooLarge {
+                what: lines.join(", "),
+                bytes: json.len() as u64,
+            });
+        }
         if !lines.is_empty() {
             self.message(format!("statistics of data.train: {}", lines.join(", ")));
         }
-        Ok(p)
+        Ok(json)
     }
 }

@@ -3,13 +3,19 @@
 //! - a rank's task ([`Job::task_for`]): the ring, its generation and secret, what to run
 //!   (train, evaluate, predict, benchmark) and how to read the data, with what the preparation
 //!   decided already for a rank that joins later;
+//! - the job's preprocessing ([`Job::preprocessing`]): inside the task up to
+//!   [`ringflow_proto::wire::INLINE_PREPROCESSING_BYTES`], else only its length, for the
+//!   executor to fetch in chunks;
 //! - a rank's partitions of each split for each epoch ([`Job::epoch_plan`]), the training
 //!   split's planned once per epoch for the whole ring, and whether the ring re-forms before
 //!   the epoch.
 
+use std::sync::Arc;
+
 use ringflow_proto::data::Preprocessing;
 use ringflow_proto::pb;
 use ringflow_proto::spec::DataSource;
+use ringflow_proto::wire::travels_inline;
 
 use super::{Job, JobKind};
 use crate::planner::JobPlan;
@@ -42,15 +48,16 @@ impl Job {
                 plan,
                 model_dir,
                 predict,
-                preprocessing_json,
                 ..
             } => {
                 header.spec_json = plan.spec.to_json();
                 header.shared_memory = plan.spec.cluster.shared_memory;
+                let (preprocessing_json, preprocessing_bytes) = self.task_preprocessing();
                 pb::task::Work::Infer(pb::InferWork {
                     data: Some(pb::DataAccess {
                         input_columns: plan.input_columns.clone(),
-                        preprocessing_json: preprocessing_json.clone(),
+                        preprocessing_json,
+                        preprocessing_bytes,
                         ..self.data_source(plan)
                     }),
                     model_dir: model_dir.clone(),
@@ -73,31 +80,38 @@ impl Job {
         }
     }
 
+    /// The preprocessing every rank applies, as JSON (empty: none): the merged statistics
+    /// once the first ring computed them (a joiner gets those), else what was known before any
+    /// data was read ([`planned_preprocessing`]). Executors fetch it when it is too large to
+    /// travel inside their task.
+    pub fn preprocessing(&self) -> Arc<str> {
+        match self.prepare.statistics() {
+            Some(merged) => merged.clone(),
+            None => self.planned_preprocessing.clone(),
+        }
+    }
+
+    /// The preprocessing as a task carries it: the JSON when it travels inside the task,
+    /// else nothing and its length (`DataAccess.preprocessing_bytes`).
+    fn task_preprocessing(&self) -> (String, u64) {
+        let doc = self.preprocessing();
+        if travels_inline(doc.len()) {
+            (doc.to_string(), 0)
+        } else {
+            (String::new(), doc.len() as u64)
+        }
+    }
+
     /// The training work of `rank`: statistics are collected by the first ring only; a joiner
     /// gets those the others computed.
     fn training_work(&self, plan: &JobPlan, rank: u32) -> pb::TrainWork {
         let (moments, labels) = plan.needs_stats();
         let first_ring = self.members.generation() == 0;
-        let given = plan
-            .spec
-            .data
-            .label_classes
-            .clone()
-            .map(|classes| Preprocessing {
-                classes: Some(classes),
-                ..Preprocessing::default()
-            });
-        let given = match &plan.sequence {
-            Some(s) => Some(s.preprocessing.clone()),
-            None => given,
-        };
+        let (preprocessing_json, preprocessing_bytes) = self.task_preprocessing();
         let data = pb::DataAccess {
             input_columns: plan.input_columns.clone(),
-            preprocessing_json: match (self.prepare.statistics(), given) {
-                // A joiner gets the statistics the others computed.
-                (Some(merged), _) => merged.to_string(),
-                (None, given) => given.map(|p| p.to_json()).unwrap_or_default(),
-            },
+            preprocessing_json,
+            preprocessing_bytes,
             collect_moments: moments && first_ring,
             collect_labels: labels && first_ring,
             ..self.data_source(plan)
@@ -168,5 +182,32 @@ impl Job {
     /// the next epoch boundary).
     pub fn set_joinable(&mut self, joinable: bool) {
         self.members.set_joinable(joinable);
+    }
+}
+
+/// The preprocessing of `kind`'s tasks known before any data is read, as JSON (empty: none):
+/// for training, [`training_preprocessing`]; for evaluation and prediction, the saved model's.
+pub(super) fn planned_preprocessing(kind: &JobKind) -> Arc<str> {
+    match kind {
+        JobKind::Train(plan) => training_preprocessing(plan).into(),
+        JobKind::Infer {
+            preprocessing_json, ..
+        } => preprocessing_json.as_str().into(),
+        JobKind::Bench { .. } => "".into(),
+    }
+}
+
+/// The preprocessing a training job knows before any data is read, as JSON (empty: none): the
+/// vocabulary and tags the planner's pass over a sequence job decided, or the given
+/// `data.label_classes`.
+pub(crate) fn training_preprocessing(plan: &JobPlan) -> String {
+    match (&plan.sequence, &plan.spec.data.label_classes) {
+        (Some(s), _) => s.preprocessing.to_json(),
+        (None, Some(classes)) => Preprocessing {
+            classes: Some(classes.clone()),
+            ..Preprocessing::default()
+        }
+        .to_json(),
+        (None, None) => String::new(),
     }
 }

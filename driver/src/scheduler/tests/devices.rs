@@ -19,7 +19,10 @@ fn a_cuda_job_waits_for_executors_with_a_gpu() {
     let id = s.submit(train_on("cuda", 2), now);
     s.tick(now);
     assert_eq!(s.job(&id).unwrap().state, pb::JobState::Waiting);
-    assert!(s.take_task("cpu-1").is_none() && s.take_task("cpu-2").is_none());
+    assert!(
+        s.take_task("cpu-1", Instant::now()).is_none()
+            && s.take_task("cpu-2", Instant::now()).is_none()
+    );
 
     // One GPU executor is not enough for two ranks; a second one starts the job.
     s.register(with_devices("gpu-1", "host-2", 5, &["cpu", "cuda:0"]), now)
@@ -36,8 +39,11 @@ fn a_cuda_job_waits_for_executors_with_a_gpu() {
     assert_eq!(job.state, pb::JobState::Running);
     let ranks: Vec<&str> = job.ranks().iter().map(|e| e.executor_id.as_str()).collect();
     assert_eq!(ranks, ["gpu-1", "gpu-2"]);
-    assert!(s.take_task("gpu-1").is_some() && s.take_task("gpu-2").is_some());
-    assert!(s.take_task("cpu-1").is_none());
+    assert!(
+        s.take_task("gpu-1", Instant::now()).is_some()
+            && s.take_task("gpu-2", Instant::now()).is_some()
+    );
+    assert!(s.take_task("cpu-1", Instant::now()).is_none());
 }
 
 #[test]

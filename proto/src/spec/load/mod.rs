@@ -6,6 +6,9 @@ use toml::Table;
 
 use super::{Compression, JobSpec, NAME_RULE, Override, SpecError, check_name};
 use crate::data::paths::is_filesystem_root;
+use crate::data::stats::MAX_CLASSES;
+use crate::size::format_bytes;
+use crate::wire::{MAX_CLASS_NAME_BYTES, MAX_SPEC_BYTES, MAX_SQL_BYTES};
 
 impl JobSpec {
     /// Reads the spec in `file`, applies `overrides` in order, and checks it.
@@ -42,6 +45,7 @@ impl JobSpec {
             .and_then(|()| self.check_train())
             .and_then(|()| self.check_model())
             .and_then(|()| self.check_cluster())
+            .and_then(|()| self.check_size())
             .map_err(|Invalid(key, message)| SpecError::Invalid {
                 file: file.to_path_buf(),
                 key,
@@ -83,13 +87,8 @@ impl JobSpec {
                 format!("must be a positive number, not {s}"),
             ));
         }
-        if let Some(q) = &d.sql
-            && q.trim().is_empty()
-        {
-            return Err(Invalid::new(
-                "data.sql",
-                "is empty; remove it or give a query".into(),
-            ));
+        if let Some(q) = &d.sql {
+            check_sql(q).map_err(|m| Invalid::new("data.sql", m))?;
         }
         if !d.tables.is_empty() && d.sql.is_none() {
             return Err(Invalid::new(
@@ -99,20 +98,7 @@ impl JobSpec {
         }
         check_sql_timeout(d.sql_timeout_s).map_err(|m| Invalid::new("data.sql_timeout_s", m))?;
         if let Some(classes) = &d.label_classes {
-            if classes.len() < 2 {
-                return Err(Invalid::new(
-                    "data.label_classes",
-                    "must list at least two classes".into(),
-                ));
-            }
-            for (i, c) in classes.iter().enumerate() {
-                if classes[..i].contains(c) {
-                    return Err(Invalid::new(
-                        "data.label_classes",
-                        format!("lists the class {c:?} twice"),
-                    ));
-                }
-            }
+            check_label_classes(classes).map_err(|m| Invalid::new("data.label_classes", m))?;
         }
         if d.shuffle_buffer == 0 {
             return Err(Invalid::new(
@@ -237,6 +223,98 @@ impl JobSpec {
         }
         Ok(())
     }
+}
+
+/// Checks `data.sql`: not empty, at most [`MAX_SQL_BYTES`].
+fn check_sql(query: &str) -> Result<(), String> {
+    if query.trim().is_empty() {
+        return Err("is empty; remove it or give a query".into());
+    }
+    if query.len() > MAX_SQL_BYTES {
+        return Err(format!(
+            "is {} long, more than the {} a query may have; put long lists of values in a \
+             table of data.tables and join it instead",
+            format_bytes(query.len() as u64),
+            format_bytes(MAX_SQL_BYTES as u64)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks `data.label_classes`: 2 to [`MAX_CLASSES`] distinct names, each at most
+/// [`MAX_CLASS_NAME_BYTES`].
+fn check_label_classes(classes: &[String]) -> Result<(), String> {
+    if classes.len() < 2 {
+        return Err("must list at least two classes".into());
+    }
+    if classes.len() > MAX_CLASSES {
+        return Err(format!(
+            "lists {} classes, more than the {MAX_CLASSES} a job may have",
+            classes.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(classes.len());
+    for (i, c) in classes.iter().enumerate() {
+        if c.len() > MAX_CLASS_NAME_BYTES {
+            return Err(format!(
+                "class {i} is {} bytes long, more than the {MAX_CLASS_NAME_BYTES} bytes a class \
+                 name may have",
+                c.len()
+            ));
+        }
+        if !seen.insert(c.as_str()) {
+            return Err(format!("lists the class {c:?} twice"));
+        }
+    }
+    Ok(())
+}
+
+impl JobSpec {
+    /// Checks that the spec, as the JSON every task carries, is at most [`MAX_SPEC_BYTES`];
+    /// the error names its largest key.
+    fn check_size(&self) -> Result<(), Invalid> {
+        let json = self.to_json();
+        if json.len() <= MAX_SPEC_BYTES {
+            return Ok(());
+        }
+        let value = serde_json::to_value(self).unwrap_or_default();
+        let (key, bytes) = largest_key(&value);
+        Err(Invalid::new(
+            &key,
+            format!(
+                "makes the job spec {} as JSON, more than the {} a job spec may have (every \
+                 task carries it); this key alone is {}",
+                format_bytes(json.len() as u64),
+                format_bytes(MAX_SPEC_BYTES as u64),
+                format_bytes(bytes as u64)
+            ),
+        ))
+    }
+}
+
+/// The key of `spec` (a section's field, `data.label_classes`, or a top-level one) whose
+/// value is the longest as JSON, with that length.
+fn largest_key(spec: &serde_json::Value) -> (String, usize) {
+    let len = |v: &serde_json::Value| serde_json::to_string(v).map_or(0, |s| s.len());
+    let mut best = (String::new(), 0);
+    let Some(sections) = spec.as_object() else {
+        return best;
+    };
+    for (section, value) in sections {
+        let fields: Vec<(String, usize)> = match value.as_object() {
+            Some(fields) => fields
+                .iter()
+                .map(|(k, v)| (format!("{section}.{k}"), len(v)))
+                .collect(),
+            None => vec![(section.clone(), len(value))],
+        };
+        for (key, n) in fields {
+            if n > best.1 {
+                best = (key, n);
+            }
+        }
+    }
+    best
 }
 
 /// A value the spec's types accept but that cannot run: the key at fault and what is wrong.

@@ -347,3 +347,50 @@ fn gradient_compression_is_a_checked_cluster_key() {
         "{msg}"
     );
 }
+
+#[test]
+fn what_every_task_carries_is_bounded_naming_the_key() {
+    let with_data = |line: &str| {
+        parse(
+            &MNIST.replace("scale = 255.0", &format!("scale = 255.0\n{line}")),
+            &[],
+        )
+        .map_err(|e| e.to_string())
+    };
+    let query = format!("SELECT * FROM input -- {}", "x".repeat(MAX_SQL_BYTES));
+    let e = with_data(&format!("sql = {query:?}")).unwrap_err();
+    assert!(
+        e.starts_with("job spec job.toml: data.sql: is 1.0 MiB long, more than the 1.0 MiB"),
+        "{e}"
+    );
+    assert!(with_data(&format!("sql = {:?}", &query[..MAX_SQL_BYTES])).is_ok());
+
+    let long = "c".repeat(MAX_CLASS_NAME_BYTES + 1);
+    let e = with_data(&format!("label_classes = [\"a\", \"{long}\"]")).unwrap_err();
+    assert!(
+        e.contains("data.label_classes: class 1 is 257 bytes long, more than the 256 bytes"),
+        "{e}"
+    );
+    let classes: Vec<String> = (0..=MAX_CLASSES).map(|i| format!("\"{i}\"")).collect();
+    let e = with_data(&format!("label_classes = [{}]", classes.join(","))).unwrap_err();
+    assert!(
+        e.contains("lists 100001 classes, more than the 100000"),
+        "{e}"
+    );
+    let e = with_data("label_classes = [\"a\", \"b\", \"a\"]").unwrap_err();
+    assert!(e.contains("lists the class \"a\" twice"), "{e}");
+
+    // A path of 17 MiB: the spec is over its bound, and the error names the key.
+    let path = "d/".repeat(17 << 19);
+    let e = parse(&MNIST.replace("train.parquet", &path), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(
+            "job spec job.toml: data.train: makes the job spec 17.0 MiB as JSON, more than the \
+             16.0 MiB a job spec may have (every task carries it); this key alone is 17.0 MiB"
+        ),
+        "{}",
+        &e[..200]
+    );
+}
