@@ -12,6 +12,7 @@ use ringflow_proto::pb;
 use ringflow_proto::spec::DataSource;
 
 use super::{Job, JobKind};
+use crate::outputs::prediction::write_dir;
 use crate::planner::JobPlan;
 
 impl Job {
@@ -42,6 +43,7 @@ impl Job {
                 plan,
                 model_dir,
                 predict,
+                overwrite,
                 preprocessing_json,
                 ..
             } => {
@@ -57,7 +59,7 @@ impl Job {
                     predict: predict
                         .as_ref()
                         .map(|(output, id_column)| pb::PredictOutput {
-                            output: output.clone(),
+                            output: write_dir(output, *overwrite, &self.id),
                             id_column: id_column.clone(),
                         }),
                 })
