@@ -20,6 +20,10 @@ pub enum DriverError {
     /// and the location.
     #[error(transparent)]
     Output(#[from] crate::outputs::OutputError),
+    /// A saved model's `checkpoint.json` whose parts disagree or cannot be read; the message
+    /// names the file and the field.
+    #[error(transparent)]
+    SavedModel(#[from] ringflow_proto::saved::SavedModelError),
 }
 
 /// The driver's result type.
@@ -32,6 +36,9 @@ pub type Result<T> = std::result::Result<T, DriverError>;
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum JobError {
+    /// A prediction's parts could not be made its output (`--overwrite`).
+    #[error(transparent)]
+    Output(#[from] crate::outputs::OutputError),
     /// A request named a job this driver does not know (never submitted, or forgotten).
     #[error("no job {0:?}")]
     NoSuchJob(String),

@@ -16,7 +16,9 @@ use ringflow_ml::nn::{Model, ModelRegistry, SequenceOutput};
 use ringflow_ml::{Device, no_grad};
 use ringflow_proto::data::Location;
 use ringflow_proto::data::location::download_dir;
+use ringflow_proto::data::paths;
 use ringflow_proto::data::runtime::block_on;
+use ringflow_proto::saved::SavedModel;
 use ringflow_proto::spec::JobSpec;
 
 use crate::data::batches::Batch;
@@ -66,16 +68,20 @@ pub fn load_checkpoint(dir: &str) -> Result<checkpoint::Loaded> {
     }
 }
 
-/// Loads the model saved in `dir` onto `device`.
-pub fn load_model(
-    dir: &str,
-    spec: &JobSpec,
-    registry: &ModelRegistry,
-    device: Device,
-) -> Result<Model> {
-    let model = Model::build(&spec.model, registry, spec.train.seed, device)?;
-    load_checkpoint(dir)?.restore_model(&model)?;
-    Ok(model)
+/// Loads the task's saved model onto its device, once its spec and preprocessing (which the
+/// driver read from the same `checkpoint.json`) are checked against that file's own `model`
+/// and the model kinds of `registry` ([`SavedModel::check`]); the tensors are checked against
+/// the model as they are restored.
+pub fn load_model(task: &InferTask, registry: &ModelRegistry) -> Result<Model> {
+    let loaded = load_checkpoint(&task.model_dir)?;
+    let file = paths::join(&task.model_dir, "checkpoint.json");
+    let saved = SavedModel {
+        spec: task.spec.clone(),
+        preprocessing: task.data.preprocessing.clone(),
+    };
+    saved.check(&loaded.meta.model, &file, registry)?;
+    let spec = &task.spec;
+    Ok(loaded.build_model(&spec.model, registry, spec.train.seed, task.device)?)
 }
 
 /// Runs an evaluation (reports [`TrainEvent::Evaluated`]) or a prediction (returns the rows
@@ -87,7 +93,7 @@ pub fn run_inference(
 ) -> Result<u64> {
     let spec = &task.spec;
     crate::train::use_numerics(&spec.train, task.device);
-    let model = load_model(&task.model_dir, spec, registry, task.device)?;
+    let model = load_model(task, registry)?;
     let shape = model.shape();
     let label = match task.predict {
         Some(_) => None,
@@ -195,7 +201,7 @@ fn predict(
     let mut batch = as_batch(rows, tagged.is_some());
     let out =
         no_grad(|| forward_batch(model, &mut batch, false, &mut rng, device))?.try_to_vec()?;
-    let columns = prediction_columns(&out, shape.outputs, loss, classes);
+    let columns = prediction_columns(&out, shape.outputs, loss, classes)?;
     Ok(match tagged {
         Some(lengths) => per_sequence(columns, &lengths),
         None => columns,
@@ -245,8 +251,8 @@ fn prediction_columns(
     outputs: usize,
     loss: LossKind,
     classes: Option<&[String]>,
-) -> Vec<(&'static str, ArrayRef)> {
-    match loss {
+) -> Result<Vec<(&'static str, ArrayRef)>> {
+    Ok(match loss {
         LossKind::CrossEntropy => {
             let mut best = Vec::with_capacity(out.len() / outputs);
             let mut prob = Vec::with_capacity(out.len() / outputs);
@@ -262,9 +268,7 @@ fn prediction_columns(
                 prob.push(1.0 / z);
             }
             let prediction: ArrayRef = match classes {
-                Some(c) => Arc::new(StringArray::from_iter_values(
-                    best.iter().map(|&i| c[i].as_str()),
-                )),
+                Some(c) => Arc::new(StringArray::from_iter_values(class_names(&best, c)?)),
                 None => Arc::new(Int64Array::from_iter_values(best.iter().map(|&i| i as i64))),
             };
             vec![
@@ -284,5 +288,21 @@ fn prediction_columns(
             "prediction",
             Arc::new(Float32Array::from(out.to_vec())) as ArrayRef,
         )],
-    }
+    })
+}
+
+/// The names of the predicted class indices `best`; an error (never a panic) for an index
+/// that `classes` does not name, which the check on load rules out.
+fn class_names<'a>(best: &[usize], classes: &'a [String]) -> Result<Vec<&'a str>> {
+    best.iter()
+        .map(|&i| {
+            classes.get(i).map(String::as_str).ok_or_else(|| {
+                ExecutorError::Spec(format!(
+                    "the model predicted class {i}, but extra.preprocessing.classes of its \
+                     checkpoint.json names only {}",
+                    classes.len()
+                ))
+            })
+        })
+        .collect()
 }

@@ -14,7 +14,10 @@
 //! and only then deletes the previous generation's files. Whatever moment a crash hits, the
 //! `checkpoint.json` on disk names complete files, so a reader sees either the previous
 //! checkpoint or the new one. Loading verifies every checksum and refuses a truncated or
-//! altered file with an error that names it.
+//! altered file with an error that names it. Restoring checks every parameter and buffer by
+//! name and shape before changing anything, and [`Loaded::build_model`] first checks a spec's
+//! parameter count against the saved values, so that a spec the tensors do not belong to is
+//! refused before it allocates anything. What callers keep in `extra` is theirs to check.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -25,8 +28,9 @@ use safetensors::tensor::{Dtype, SafeTensors, TensorView};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::device::Device;
 use crate::error::{MlError, Result};
-use crate::nn::{Model, ModelSpec};
+use crate::nn::{Model, ModelRegistry, ModelSpec};
 use crate::optim::{Optimizer, OptimizerSpec};
 use crate::rng::Rng;
 
@@ -192,8 +196,15 @@ pub fn load(dir: &Path) -> Result<Loaded> {
 fn read_meta(dir: &Path) -> Result<CheckpointMeta> {
     let meta_path = dir.join(META_FILE);
     let bytes = read_regular(&meta_path)?;
-    let meta: CheckpointMeta = serde_json::from_slice(&bytes).map_err(|e| {
-        MlError::checkpoint(&meta_path, format!("is not valid checkpoint metadata: {e}"))
+    parse_meta(&bytes, &meta_path)
+}
+
+/// Reads and checks the bytes of a `checkpoint.json` (read from `meta_path`, a path or URL that
+/// errors name) without opening the files it lists: its format version, and tensor file names
+/// that stay inside the checkpoint's directory.
+pub fn parse_meta(bytes: &[u8], meta_path: &Path) -> Result<CheckpointMeta> {
+    let meta: CheckpointMeta = serde_json::from_slice(bytes).map_err(|e| {
+        MlError::checkpoint(meta_path, format!("is not valid checkpoint metadata: {e}"))
     })?;
     if meta.format != FORMAT_VERSION {
         return Err(MlError::checkpoint(
@@ -207,7 +218,7 @@ fn read_meta(dir: &Path) -> Result<CheckpointMeta> {
     for (role, file) in &meta.files {
         if !is_plain_file_name(&file.name) {
             return Err(MlError::checkpoint(
-                &meta_path,
+                meta_path,
                 format!(
                     "names the {role} file {:?}, which is not a file name inside the checkpoint \
                      directory",
@@ -217,7 +228,7 @@ fn read_meta(dir: &Path) -> Result<CheckpointMeta> {
         }
         if file.name == META_FILE {
             return Err(MlError::checkpoint(
-                &meta_path,
+                meta_path,
                 format!("names itself as the {role} file"),
             ));
         }
@@ -259,10 +270,53 @@ fn kind(t: &fs::FileType) -> &'static str {
 }
 
 impl Loaded {
+    /// The file of the saved parameters and buffers, as errors name it.
+    pub fn model_path(&self) -> PathBuf {
+        self.dir.join(self.meta.model_file().unwrap_or(MODEL_ROLE))
+    }
+
+    /// Values the saved parameters and buffers hold together.
+    pub fn saved_values(&self) -> u64 {
+        self.params
+            .values()
+            .fold(0u64, |n, (_, v)| n.saturating_add(v.len() as u64))
+    }
+
+    /// Builds the model `spec` describes (on `device`, initialized from `seed`) and restores
+    /// the saved tensors into it ([`Loaded::restore_model`]). A spec whose kind says how many
+    /// parameters it has is first checked against the values saved, so a spec that does not
+    /// belong to these tensors never allocates more than the checkpoint holds.
+    pub fn build_model(
+        &self,
+        spec: &ModelSpec,
+        registry: &ModelRegistry,
+        seed: u64,
+        device: Device,
+    ) -> Result<Model> {
+        let builder = registry.builder(spec)?;
+        if let Some(footprint) = builder.footprint(spec)?
+            && footprint.parameters > self.saved_values()
+        {
+            return Err(MlError::checkpoint(
+                self.model_path(),
+                format!(
+                    "holds {} values, but the model spec it is loaded into ({}) has {} \
+                     parameters: the spec and the tensors do not belong together",
+                    self.saved_values(),
+                    spec.kind,
+                    footprint.parameters
+                ),
+            ));
+        }
+        let model = Model::build(spec, registry, seed, device)?;
+        self.restore_model(&model)?;
+        Ok(model)
+    }
+
     /// Copies the saved parameters and buffers into `model`, which must have the same names
     /// and shapes; on any mismatch nothing is changed.
     pub fn restore_model(&self, model: &Model) -> Result<()> {
-        let file = self.dir.join(self.meta.model_file().unwrap_or(MODEL_ROLE));
+        let file = self.model_path();
         // Check everything before changing anything, so a mismatch leaves the model untouched.
         let store = model.params();
         let wanted = store

@@ -8,6 +8,8 @@
 //!   interpreted, identically by the driver, the executors and the CLI.
 //! - [`metrics`]: evaluation metrics counted by executors and added up by the driver (entity
 //!   F1 of IOB2 tags).
+//! - [`saved`]: a saved model's `checkpoint.json` as training writes it (the job spec and
+//!   preprocessing kept with the tensors), read and checked once wherever a model is loaded.
 //! - [`host`]: this machine's name, as executors and drivers report it.
 //! - [`security`]: the cluster's shared secret, the per-call tokens that prove it, and the
 //!   control plane's TLS settings.
@@ -29,6 +31,7 @@ pub mod host;
 pub mod listener;
 pub mod metrics;
 pub mod phases;
+pub mod saved;
 pub mod security;
 pub mod size;
 pub mod spec;

@@ -52,20 +52,26 @@ pub struct PredictArgs {
     #[command(flatten)]
     cluster: ClusterArgs,
 
-    /// The output directory (path or URL): each executor writes `part-NNNNN.parquet`.
+    /// The output directory (path or URL), new or empty unless --overwrite, and neither
+    /// inside nor around --data or --model: each executor writes `part-NNNNN.parquet`.
     #[arg(long, value_name = "PATH")]
     output: String,
 
     /// A column to keep next to each prediction (e.g. a row id).
     #[arg(long = "id", value_name = "COLUMN")]
     id_column: Option<String>,
+
+    /// Replace an output that already holds anything (an earlier run's parts, other files)
+    /// whole with this run's predictions. Without it such an output is refused.
+    #[arg(long)]
+    overwrite: bool,
 }
 
+/// Runs `request` (its kind and, for prediction, its output settings filled in) with the
+/// model, data and executors of `cluster`.
 fn run(
     cluster: ClusterArgs,
-    kind: pb::TaskKind,
-    output: String,
-    id_column: String,
+    request: pb::SubmitRequest,
     registry: ModelRegistry,
 ) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(cluster.executors >= 1, "--executors must be at least 1");
@@ -75,9 +81,9 @@ fn run(
         crate::local::check_executors(cluster.executors, "--executors")?;
     }
     super::check_summary_json(cluster.summary_json.as_deref())?;
+    let output = request.output;
     let request = pb::SubmitRequest {
         protocol_version: ringflow_proto::PROTOCOL_VERSION,
-        kind: kind as i32,
         model_dir: absolute_if_here(&cluster.model),
         data: absolute_if_here(&cluster.data),
         executors,
@@ -86,8 +92,7 @@ fn run(
         } else {
             output
         },
-        id_column,
-        ..Default::default()
+        ..request
     };
     match &cluster.driver {
         Some(url) => submit::follow(
@@ -108,23 +113,22 @@ fn run(
 }
 
 pub fn eval(args: EvalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
-    run(
-        args.cluster,
-        pb::TaskKind::Eval,
-        String::new(),
-        String::new(),
-        registry,
-    )
+    let request = pb::SubmitRequest {
+        kind: pb::TaskKind::Eval as i32,
+        ..Default::default()
+    };
+    run(args.cluster, request, registry)
 }
 
 pub fn predict(args: PredictArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
-    run(
-        args.cluster,
-        pb::TaskKind::Predict,
-        args.output,
-        args.id_column.unwrap_or_default(),
-        registry,
-    )
+    let request = pb::SubmitRequest {
+        kind: pb::TaskKind::Predict as i32,
+        output: args.output,
+        id_column: args.id_column.unwrap_or_default(),
+        overwrite: args.overwrite,
+        ..Default::default()
+    };
+    run(args.cluster, request, registry)
 }
 
 impl From<&ClusterArgs> for LocalConfig {

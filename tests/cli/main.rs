@@ -6,6 +6,7 @@ mod cnn;
 mod compression;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod damaged_models;
 mod data;
 mod data_limits;
 mod deploy;
@@ -25,6 +26,7 @@ mod models;
 mod observe;
 mod outputs;
 mod precision;
+mod predict_outputs;
 mod process;
 mod recovery;
 mod s3;

@@ -34,7 +34,7 @@ fn quick_job(dir: &Path, name: &str, cluster: &str) -> String {
 
 /// Fails unless `run` was refused with one error line containing each of `needles`, before
 /// any executor started; returns the error line.
-fn refused_before_executors(run: &Run, needles: &[&str]) -> String {
+pub(crate) fn refused_before_executors(run: &Run, needles: &[&str]) -> String {
     let stderr = run.assert_clean_failure();
     let errors: Vec<&str> = stderr
         .lines()
@@ -52,7 +52,7 @@ fn refused_before_executors(run: &Run, needles: &[&str]) -> String {
 }
 
 /// Every file below `root`, relative to it.
-fn files_below(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn files_below(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {

@@ -9,9 +9,11 @@
 //! (on object stores the conditional put that creates the lock object is the only one).
 //!
 //! [`check_local_file`] does the same for a file the command line writes itself
-//! (`--summary-json`, `--timeline`).
+//! (`--summary-json`, `--timeline`). A prediction's output is checked further, and replaced
+//! whole with `--overwrite`, by [`prediction`].
 
 pub mod lock;
+pub mod prediction;
 
 use std::ffi::CString;
 use std::fs::Metadata;
@@ -50,6 +52,39 @@ pub enum OutputError {
         dir: String,
         /// Who holds it.
         holder: Box<LockOwner>,
+    },
+    /// An output that is, contains or lies inside something the job reads.
+    #[error(
+        "{key} {dir} {how} the {input_key} {input}; predictions are never written where the \
+         job reads (--overwrite does not change that), so give {key} a directory outside it"
+    )]
+    Overlaps {
+        /// The flag that gave the output (`--output`).
+        key: String,
+        /// The output as given.
+        dir: String,
+        /// `is`, `is inside` or `contains`.
+        how: String,
+        /// The flag or key of the input (`--data`, `--model`, `model's data.tables.names`).
+        input_key: String,
+        /// The input as given.
+        input: String,
+    },
+    /// An output that already holds something, without `--overwrite`.
+    #[error(
+        "{key} {dir} already holds {held} (such as {example}); give {key} a new or empty \
+         directory, or pass --overwrite to replace everything in it with this run's \
+         predictions"
+    )]
+    NotEmpty {
+        /// The flag that gave the output (`--output`).
+        key: String,
+        /// The output as given.
+        dir: String,
+        /// How much it holds ("3 entries").
+        held: String,
+        /// One of them.
+        example: String,
     },
 }
 

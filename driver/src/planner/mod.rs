@@ -14,6 +14,7 @@ pub mod discover;
 pub mod footer;
 pub mod memory;
 mod model;
+pub mod saved;
 pub mod sequences;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use ringflow_proto::spec::JobSpec;
 
 use crate::error::{DriverError, Result};
 use footer::{LabelType, RowGroup, Split, check_schema, read_footers};
+pub use saved::{SavedModel, saved_model};
 
 /// One split's files and footers, listed and read but not yet checked.
 #[derive(Clone, Debug)]
@@ -558,43 +560,6 @@ fn plan_sequences(
         described,
     };
     Ok(Some((planned, counts)))
-}
-
-/// What the driver needs of a saved model: its job spec and preprocessing.
-#[derive(Clone, Debug)]
-pub struct SavedModel {
-    /// The spec it was trained with.
-    pub spec: JobSpec,
-    /// Its preprocessing as JSON (empty when none).
-    pub preprocessing_json: String,
-}
-
-/// Reads `checkpoint.json` of the model saved in `model_dir` (a local path or URL).
-pub fn saved_model(model_dir: &str) -> Result<SavedModel> {
-    let fail = |m: String| DriverError::Data(format!("--model {model_dir}: {m}"));
-    let meta = Location::parse(model_dir)
-        .map_err(|e| fail(e.message))?
-        .join("checkpoint.json");
-    let name = meta.as_str().to_string();
-    let bytes = block_on(async move { meta.read().await }).map_err(|e| {
-        fail(format!(
-            "{} ({name}); is it the model directory of a finished training job?",
-            e.message
-        ))
-    })?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| fail(format!("{name} is not valid JSON: {e}")))?;
-    let extra = &json["extra"];
-    let spec: JobSpec = serde_json::from_value(extra["job"].clone())
-        .map_err(|e| fail(format!("{name} holds no readable job spec: {e}")))?;
-    let preprocessing_json = match extra.get("preprocessing") {
-        Some(p) if !p.is_null() => p.to_string(),
-        _ => String::new(),
-    };
-    Ok(SavedModel {
-        spec,
-        preprocessing_json,
-    })
 }
 
 fn kind_name(l: LabelType) -> &'static str {

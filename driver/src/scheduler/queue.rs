@@ -184,18 +184,28 @@ impl Scheduler {
         Ok(plan)
     }
 
-    /// Checks and plans evaluation or prediction (`predict`: output and id column) of the model
-    /// saved in `model_dir` over `data`; returns the plan and the model's preprocessing (JSON).
+    /// Checks and plans evaluation or prediction (`predict`: output and id column;
+    /// `overwrite`: `--overwrite`) of the model saved in `model_dir` over `data`; returns the
+    /// plan and the model's preprocessing (JSON). A prediction's output that overlaps what the
+    /// job reads, or that holds anything without `overwrite`, is refused here.
     pub fn plan_inference(
         registry: &ModelRegistry,
         model_dir: &str,
         data: &str,
         predict: Option<&(String, String)>,
+        overwrite: bool,
     ) -> Result<(JobPlan, String), DriverError> {
+        use crate::outputs::prediction;
         if let Some((output, _)) = predict {
             crate::outputs::check_dir("--output", output)?;
         }
-        let saved = crate::planner::saved_model(model_dir)?;
+        let saved = crate::planner::saved_model(model_dir, registry)?;
+        if let Some((output, _)) = predict {
+            let inputs = prediction::inputs(model_dir, data, &saved.spec);
+            prediction::check_inputs(output, &inputs)?;
+            prediction::check_existing(output, overwrite)?;
+        }
+        let preprocessing = saved.preprocessing_json();
         let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
         // Without SQL the id column is read from the files; with SQL it must be in the query's
         // output, which executors check.
@@ -208,9 +218,9 @@ impl Scheduler {
         }
         let what = format!("--model {model_dir}: the saved preprocessing");
         let fix = "train the model again with a smaller data.vocab.max_size";
-        bounds::check_preprocessing(saved.preprocessing_json.len(), &what, fix)?;
+        bounds::check_preprocessing(preprocessing.len(), &what, fix)?;
         bounds::check_messages(&plan)?;
-        Ok((plan, saved.preprocessing_json))
+        Ok((plan, preprocessing))
     }
 
     /// A new job id for a job named `name`: `<name>-<yyyyMMddHHmmss>-<tag>-<NNNN>`, unique

@@ -68,12 +68,14 @@ impl Jobs for JobsService {
                 let (model_dir, data) = (req.model_dir, req.data);
                 let executors = req.executors.max(1) as usize;
                 let predict_for_plan = predict.clone();
+                let overwrite = req.overwrite;
                 let planned = tokio::task::spawn_blocking(move || {
                     Scheduler::plan_inference(
                         &registry,
                         &model_dir,
                         &data,
                         predict_for_plan.as_ref(),
+                        overwrite,
                     )
                     .map(|(plan, pre)| (plan, pre, model_dir))
                 })
@@ -86,6 +88,7 @@ impl Jobs for JobsService {
                     executors,
                     model_dir,
                     predict,
+                    overwrite,
                     preprocessing_json,
                 }
             }

@@ -98,6 +98,10 @@ pub enum ExecutorError {
     /// Talking to the driver or to other executors failed.
     #[error(transparent)]
     Comm(#[from] CommError),
+    /// A saved model whose `checkpoint.json` disagrees with itself or its tensors; the
+    /// message names the file and the field.
+    #[error(transparent)]
+    SavedModel(#[from] ringflow_proto::saved::SavedModelError),
 }
 
 impl ExecutorError {

@@ -2,8 +2,11 @@
 //! files cut or extended, a safetensors header rewritten with other dtypes, shapes, offsets or
 //! lengths, `checkpoint.json` rewritten with any value at any field), is refused with an error
 //! that names a file of the checkpoint, or, when the damage left a consistent checkpoint,
-//! restores exactly the tensors its files hold. Never a panic, and saving over it afterwards
-//! works and touches nothing outside the directory.
+//! restores exactly the tensors its files hold. The model `checkpoint.json` describes (its
+//! `model`, damaged too: other widths, small or huge) is built and restored as `eval` and
+//! `predict` build it: refused naming a file or the spec, before allocating more than the
+//! tensors hold, or restored exactly. Never a panic, and saving over it afterwards works and
+//! touches nothing outside the directory.
 
 use std::path::Path;
 
@@ -223,6 +226,12 @@ fn damage() -> impl Strategy<Value = Damage> {
     let meta = (prop::sample::select(paths), prop::option::of(json_value()))
         .prop_map(|(path, value)| Damage::Meta { path, value });
     let meta_bytes = (edits(), cut()).prop_map(|(edits, cut)| Damage::MetaBytes { edits, cut });
+    // The model's widths: often still buildable, sometimes far larger than the tensors.
+    let width = prop_oneof![4 => 0u64..6, 1 => Just(1u64 << 40), 1 => any::<u64>()];
+    let widths = prop::collection::vec(width, 0..5).prop_map(|w| Damage::Meta {
+        path: vec!["model", "layers"],
+        value: Some(Value::from(w)),
+    });
     // A tensor file's name in `checkpoint.json` pointing elsewhere: often, since a loader that
     // follows it reads (or a later save deletes) a file outside the checkpoint.
     let file_name =
@@ -230,7 +239,7 @@ fn damage() -> impl Strategy<Value = Damage> {
             path: vec!["files", role, "name"],
             value: Some(name.into()),
         });
-    prop_oneof![bytes, header, meta, meta_bytes, file_name]
+    prop_oneof![bytes, header, meta, meta_bytes, file_name, widths]
 }
 
 fn meta(dir: &Path) -> Value {
@@ -410,12 +419,34 @@ fn names_a_file(e: &ringflow_ml::MlError, dir: &Path) -> Result<(), TestCaseErro
     Ok(())
 }
 
-/// Loads the damaged checkpoint in `dir` and restores it into a fresh model and optimizer.
+/// Builds the model the damaged `checkpoint.json` describes and restores the tensors into it:
+/// refused naming a file or the spec, or restored exactly.
+fn check_described(dir: &Path, loaded: &checkpoint::Loaded) -> Result<(), TestCaseError> {
+    let registry = ModelRegistry::default();
+    let model = match loaded.build_model(&loaded.meta.model, &registry, 1, Device::Cpu) {
+        Ok(m) => m,
+        Err(e @ ringflow_ml::MlError::Spec(_)) => {
+            prop_assert!(!e.to_string().contains('\n'), "{}", e);
+            return Ok(());
+        }
+        Err(e) => return names_a_file(&e, dir),
+    };
+    let want = held(dir, &loaded.meta, "model")?;
+    for p in model.params().iter() {
+        let got = p.tensor.try_to_vec().unwrap();
+        prop_assert_eq!(Some(&bits(&got)), want.get(&p.name), "{}", p.name);
+    }
+    Ok(())
+}
+
+/// Loads the damaged checkpoint in `dir` and restores it into a fresh model and optimizer,
+/// and into the model it describes.
 fn check(dir: &Path) -> Result<(), TestCaseError> {
     let loaded = match checkpoint::load(dir) {
         Ok(l) => l,
         Err(e) => return names_a_file(&e, dir),
     };
+    check_described(dir, &loaded)?;
     let (model, mut opt) = fresh();
     if let Err(e) = loaded.restore_model(&model) {
         return names_a_file(&e, dir);
@@ -645,4 +676,33 @@ fn a_refused_optimizer_state_names_its_file_and_changes_nothing() {
     );
     let after = opt.state_tensors().unwrap();
     assert_eq!(before, after, "a refused restore changed the optimizer");
+}
+
+/// Regression (fuzz_checkpoint_damage, `model.layers = [3, 2^40, 2]` in `checkpoint.json`):
+/// building the model a damaged spec describes allocated what the spec asked for, terabytes
+/// here; the spec's parameter count is checked against the values saved first. A smaller
+/// spec is refused by the tensors' shapes, the right one restores.
+#[test]
+fn a_model_spec_larger_than_its_tensors_is_refused_before_it_allocates() {
+    let dir = tempfile::tempdir().unwrap();
+    save_template(dir.path());
+    let loaded = checkpoint::load(dir.path()).unwrap();
+    let registry = ModelRegistry::default();
+    let build = |layers: &[usize]| {
+        loaded
+            .build_model(&ModelSpec::mlp(layers, "relu"), &registry, 1, Device::Cpu)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let model_file = file_of(dir.path(), "model").display().to_string();
+    let e = build(&[3, 1 << 40, 2]).unwrap_err();
+    assert!(
+        e.starts_with(&format!(
+            "checkpoint {model_file}: holds 26 values, but the model spec"
+        )) && e.contains("do not belong together"),
+        "{e}"
+    );
+    let e = build(&[3, 3, 2]).unwrap_err();
+    assert!(e.contains(&model_file) && e.contains("has shape"), "{e}");
+    build(&[3, 4, 2]).unwrap();
 }

@@ -39,6 +39,12 @@ pub const EVAL_BATCH_ROWS: usize = 1024;
 /// Rows per batch when an executor writes predictions (`ringflow predict`).
 pub const PREDICT_BATCH_ROWS: usize = 4096;
 
+/// The name of the file in which rank `rank` of a prediction writes its rows
+/// (`part-00000.parquet`); a rank with no rows writes none.
+pub fn prediction_part(rank: usize) -> String {
+    format!("part-{rank:05}.parquet")
+}
+
 /// Training batches an executor draws ahead of the step it is taking: this many kept ready,
 /// plus the one being drawn (see the executor's `data::batches_ahead`).
 pub const BATCHES_AHEAD: usize = 1;

@@ -33,6 +33,9 @@ pub enum JobKind {
         model_dir: String,
         /// For prediction: the output directory and the id column (may be empty).
         predict: Option<(String, String)>,
+        /// For prediction (`--overwrite`): replace whatever the output holds, whole
+        /// ([`crate::outputs::prediction`]).
+        overwrite: bool,
         /// The saved model's preprocessing (JSON).
         preprocessing_json: String,
     },

@@ -138,6 +138,9 @@ impl Job {
     /// watchers learn of the end), the lock on its output directory is released, and the
     /// summary is the last event.
     pub(super) fn end(&mut self, state: JobState, now: Instant) {
+        if state != JobState::Succeeded {
+            self.abandon_output();
+        }
         self.ended = Some(now);
         let json = self.summary_json(state, now);
         if self.feed.has_log() {

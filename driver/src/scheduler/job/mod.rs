@@ -4,6 +4,7 @@
 //! - [`kind`]: what the job does, and what follows from that alone (its executors, device,
 //!   memory, timeouts, output directory);
 //! - [`lifecycle`]: its state, start and one end, its summary, and the lock on its output;
+//! - [`output`]: what a prediction's end does to its output with `--overwrite`;
 //! - [`membership`]: its ranks, the ring's generation and secret, and who is in a re-formed
 //!   ring ([`membership::Membership`]);
 //! - [`recovery`]: lost ranks, requests to recover, and communication errors held while a root
@@ -34,6 +35,7 @@ mod feed;
 mod kind;
 mod lifecycle;
 mod membership;
+mod output;
 mod prepare;
 mod progress;
 mod recovery;

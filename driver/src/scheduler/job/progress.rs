@@ -286,6 +286,10 @@ impl Job {
             return;
         }
         if self.progress.finished.iter().all(|&f| f) {
+            if let Err(e) = self.commit_output() {
+                self.fail(JobError::Output(e), now);
+                return;
+            }
             self.end(JobState::Succeeded, now);
         }
     }

@@ -18,6 +18,7 @@ use ringflow_proto::spec::DataSource;
 use ringflow_proto::wire::travels_inline;
 
 use super::{Job, JobKind};
+use crate::outputs::prediction::write_dir;
 use crate::planner::JobPlan;
 
 impl Job {
@@ -48,6 +49,7 @@ impl Job {
                 plan,
                 model_dir,
                 predict,
+                overwrite,
                 ..
             } => {
                 header.spec_json = plan.spec.to_json();
@@ -64,7 +66,7 @@ impl Job {
                     predict: predict
                         .as_ref()
                         .map(|(output, id_column)| pb::PredictOutput {
-                            output: output.clone(),
+                            output: write_dir(output, *overwrite, &self.id),
                             id_column: id_column.clone(),
                         }),
                 })
