@@ -34,3 +34,4 @@ mod standalone;
 mod status;
 mod train;
 mod ui;
+mod ui_hosts;
