@@ -48,6 +48,7 @@ mod ops;
 pub mod optim;
 mod precision;
 pub mod rng;
+pub mod settings;
 pub mod shape;
 mod tensor;
 

@@ -32,6 +32,12 @@ pub struct DriverArgs {
     #[arg(long, default_value = "127.0.0.1:4040")]
     ui: String,
 
+    /// A name the web UI answers for (repeatable), besides IP addresses and localhost: the
+    /// driver's DNS name when browsers or a proxy reach the UI by it. A request for any other
+    /// `Host` is refused (403), so that web pages cannot read the UI through DNS rebinding.
+    #[arg(long, value_name = "NAME")]
+    ui_host: Vec<String>,
+
     /// Most connections the control plane (gRPC and Flight) holds at once. At the bound, the
     /// oldest connection that has not yet made an authenticated call makes room; when there
     /// is none, new connections are refused.
@@ -154,6 +160,7 @@ impl TryFrom<&DriverArgs> for DriverConfig {
             },
             ui: super::local::parse_ui(&a.ui)?,
             ui_next_free_port: false,
+            ui_hosts: super::local::parse_ui_hosts(&a.ui_host)?,
             secret,
             tls,
             limits: DriverLimits {

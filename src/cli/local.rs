@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ringflow_driver::observe::Observers;
+use ringflow_driver::service::UiHosts;
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
 use ringflow_proto::security::Secret;
@@ -29,6 +30,11 @@ pub struct LocalArgs {
     #[arg(long, default_value = "127.0.0.1:4040")]
     ui: String,
 
+    /// A name the web UI answers for (repeatable), besides IP addresses and localhost; a
+    /// request for any other `Host` is refused (403).
+    #[arg(long, value_name = "NAME")]
+    ui_host: Vec<String>,
+
     /// The embedded driver's shared secret (or set RINGFLOW_SECRET), for executors started
     /// elsewhere to join it with (default: a fresh random secret only this run's executors
     /// know).
@@ -51,6 +57,11 @@ pub fn parse_ui(value: &str) -> anyhow::Result<Option<SocketAddr>> {
     })
 }
 
+/// The names of `--ui-host`, checked.
+pub fn parse_ui_hosts(names: &[String]) -> anyhow::Result<UiHosts> {
+    UiHosts::new(names).map_err(|e| anyhow::anyhow!("--ui-host {e}"))
+}
+
 impl TryFrom<(&LocalArgs, &JobSpec)> for LocalConfig {
     type Error = anyhow::Error;
 
@@ -62,6 +73,7 @@ impl TryFrom<(&LocalArgs, &JobSpec)> for LocalConfig {
         Ok(LocalConfig {
             threads: spec.cluster.threads.unwrap_or(shared.threads),
             ui: parse_ui(&args.ui)?,
+            ui_hosts: parse_ui_hosts(&args.ui_host)?,
             secret: Secret::resolve(args.secret_file.as_deref())?,
             log_filter: super::log_filter().to_string(),
             hosts: args.simulate_hosts,

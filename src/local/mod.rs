@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use ringflow_driver::scheduler::{ProcessEnd, SchedulerConfig};
-use ringflow_driver::service::{self, DriverConfig, DriverHandle, DriverLimits};
+use ringflow_driver::service::{self, DriverConfig, DriverHandle, DriverLimits, UiHosts};
 use ringflow_executor::memory::MemoryLimit;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
@@ -40,6 +40,8 @@ pub struct LocalConfig {
     pub threads: usize,
     /// Where the web UI listens (`None`: no UI); a taken port moves on to the next free one.
     pub ui: Option<SocketAddr>,
+    /// The names the web UI answers for besides IP addresses and `localhost`.
+    pub ui_hosts: UiHosts,
     /// The embedded driver's shared secret (`None`: a fresh one that only this cluster's
     /// executors know).
     pub secret: Option<Secret>,
@@ -62,6 +64,7 @@ impl LocalConfig {
             executors,
             threads: (cores / executors.max(1)).max(1),
             ui: None,
+            ui_hosts: UiHosts::default(),
             secret: None,
             log_filter: "warn".into(),
             hosts: 1,
@@ -116,6 +119,7 @@ impl LocalCluster {
                 scheduler: config.scheduler.clone(),
                 ui: config.ui,
                 ui_next_free_port: true,
+                ui_hosts: config.ui_hosts.clone(),
                 // Only this cluster's executors (and whoever was given the secret) register.
                 secret: Some(secret.clone()),
                 tls: None,

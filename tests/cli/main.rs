@@ -38,3 +38,4 @@ mod standalone;
 mod status;
 mod train;
 mod ui;
+mod ui_hosts;

@@ -1,7 +1,7 @@
 //! Token sequences end to end: a tagger of the shipped Japanese corpus on 1 and 2 executors
 //! (vocabulary and tags from the statistics pass, metrics, `eval`, `predict` writing one list
 //! of tags per row), a sequence classifier of integer tokens, and rows that break the rules
-//! (tags of another length, empty, too long) refused by file, row and lengths.
+//! (tags of another length, empty, too long, null) refused by file, row and lengths.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -132,6 +132,44 @@ fn a_tagger_trains_on_one_and_two_executors_and_predicts_a_tag_per_token() {
     )
     .assert_success();
     check_predicted_tags(&preds, &test);
+    a_checkpoint_without_preprocessing_is_named(&dir.path().join("ner/model"), &test);
+}
+
+/// Regression (issue 39): `eval` of the tagger's model whose checkpoint.json lost its
+/// preprocessing blamed `"entity_f1"`; it says that the checkpoint holds no preprocessing.
+fn a_checkpoint_without_preprocessing_is_named(model: &Path, test: &Path) {
+    let stripped = model.with_file_name("stripped");
+    std::fs::create_dir(&stripped).unwrap();
+    for entry in std::fs::read_dir(model).unwrap() {
+        let from = entry.unwrap().path();
+        assert!(
+            from.is_file(),
+            "a model directory holds files: {}",
+            from.display()
+        );
+        std::fs::copy(&from, stripped.join(from.file_name().unwrap())).unwrap();
+    }
+    let meta = stripped.join("checkpoint.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&meta).unwrap()).unwrap();
+    assert!(json["extra"]["preprocessing"].is_object(), "{json}");
+    json["extra"]
+        .as_object_mut()
+        .unwrap()
+        .remove("preprocessing");
+    std::fs::write(&meta, json.to_string()).unwrap();
+    let run = ringflow(
+        &["eval", "--model", &s(&stripped), "--data", &s(test)],
+        LONG,
+    );
+    let stderr = run.assert_clean_failure();
+    assert!(
+        stderr.contains(
+            "its checkpoint.json holds no preprocessing, but the model needs the tag \
+                         classes"
+        ) && !stderr.contains("\"entity_f1\" needs"),
+        "{stderr}"
+    );
 }
 
 /// Every prediction row is a list of tags as long as its sentence, each a tag of the corpus.
@@ -180,12 +218,20 @@ fn check_predicted_tags(preds: &Path, test: &Path) {
 
 /// Lists of `values` per row, as a list<string> column.
 pub(crate) fn strings(rows: &[Vec<&str>]) -> ArrayRef {
+    strings_with_null(rows, None)
+}
+
+/// Lists of `values` per row, as a list<string> column, with row `null` (if any) null.
+fn strings_with_null(rows: &[Vec<&str>], null: Option<usize>) -> ArrayRef {
     let mut b = ListBuilder::new(StringBuilder::new());
-    for row in rows {
-        for v in row {
-            b.values().append_value(v);
+    for (i, row) in rows.iter().enumerate() {
+        let valid = Some(i) != null;
+        if valid {
+            for v in row {
+                b.values().append_value(v);
+            }
         }
-        b.append(true);
+        b.append(valid);
     }
     Arc::new(b.finish())
 }
@@ -206,9 +252,9 @@ fn tagged_file(path: &Path, bad: usize, tokens: Vec<&str>, tags: Vec<&str>) {
     );
 }
 
-/// Tags of another length than their tokens, an empty sentence, and one longer than
-/// `data.max_length` fail before training with one sentence naming file, row and lengths;
-/// `on_too_long = "truncate"` trains on the long one's first steps.
+/// Tags of another length than their tokens, an empty sentence, one longer than
+/// `data.max_length`, and a null list fail before training with one sentence naming file, row
+/// and lengths; `on_too_long = "truncate"` trains on the long one's first steps.
 #[test]
 fn bad_sequences_are_refused_by_file_row_and_lengths() {
     let dir = tempfile::tempdir().unwrap();
@@ -259,6 +305,41 @@ fn bad_sequences_are_refused_by_file_row_and_lengths() {
     }
     let run = ringflow(&["local", &spec("on_too_long = \"truncate\"")], LONG);
     run.assert_success();
+
+    // Regression (issue 39): a null list in the third row group (rows 32 to 47) was "row 5
+    // of the batch"; it is named by its row in the file.
+    let tokens: Vec<Vec<&str>> = (0..40).map(|_| vec!["a"]).collect();
+    let tags: Vec<Vec<&str>> = (0..40).map(|_| vec!["O"]).collect();
+    let columns = vec![
+        ("tokens", strings_with_null(&tokens, Some(37))),
+        ("tags", strings(&tags)),
+    ];
+    write_parquet(&file, columns, 16);
+    let run = ringflow(&["local", &spec("")], LONG);
+    let stderr = run.assert_clean_failure();
+    assert!(
+        stderr.contains(&s(&file))
+            && stderr.contains("column `tokens` is null at row 37 (0-based)"),
+        "{stderr}"
+    );
+
+    // Regression (issue 39): an empty training split of a tagger with "entity_f1" said the
+    // tags "need to be names, not integers"; it says that the split has no rows.
+    write_parquet(
+        &file,
+        vec![("tokens", strings(&[])), ("tags", strings(&[]))],
+        16,
+    );
+    let run = ringflow(
+        &["local", &spec("[train]\nmetrics = [\"entity_f1\"]")],
+        LONG,
+    );
+    let stderr = run.assert_clean_failure();
+    assert!(
+        stderr.contains("data.train: the training split has no rows")
+            && !stderr.contains("integers"),
+        "{stderr}"
+    );
 }
 
 /// Integer tokens with one label per sequence: a GRU and max pooling over the real steps learn

@@ -19,16 +19,23 @@ pub(crate) fn http_get(url: &str) -> (u16, String) {
 pub(crate) fn http_request(method: &str, url: &str, headers: &[&str]) -> (u16, String) {
     let rest = url.strip_prefix("http://").expect("an http URL");
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut stream = TcpStream::connect(host).unwrap();
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    http_exchange(
+        host,
+        &format!(
+            "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
+        ),
+    )
+}
+
+/// Sends `request`, a whole HTTP/1 request as written, to `addr` (`HOST:PORT`) and reads the
+/// response to its end: the status code and the body.
+pub(crate) fn http_exchange(addr: &str, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
-    write!(
-        stream,
-        "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n{extra}Connection: close\r\n\r\n"
-    )
-    .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").expect("headers end");

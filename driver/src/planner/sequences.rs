@@ -164,7 +164,7 @@ impl SequenceCounts {
         match (&p.classes, self.max_label) {
             (Some(c), _) => Ok(c.len()),
             (None, Some(m)) => Ok(m as usize + 1),
-            (None, None) => Err("the training split has no labels".into()),
+            (None, None) => Err(empty_training_split()),
         }
     }
 
@@ -259,11 +259,12 @@ fn count_batch(
             .column_by_name(name)
             .ok_or_else(|| format!("has no column `{name}`"))
     };
-    let tokens = ListColumn::read(column(&columns.column)?)
+    let tokens = ListColumn::read(column(&columns.column)?, first_row)
         .map_err(|m| format!("column `{}` {m}", columns.column))?;
     let label = column(&data.label)?;
     let tags = if columns.per_step {
-        Some(ListColumn::read(label).map_err(|m| format!("column `{}` {m}", data.label))?)
+        let read = ListColumn::read(label, first_row);
+        Some(read.map_err(|m| format!("column `{}` {m}", data.label))?)
     } else {
         None
     };
@@ -471,6 +472,13 @@ pub fn check_schema(
     }
 }
 
+/// The error of a sequence job whose training split has no rows.
+fn empty_training_split() -> String {
+    "data.train: the training split has no rows, so there are no sequences to train on or \
+     labels to learn the classes of; point data.train at files that hold rows"
+        .into()
+}
+
 /// Checks `train.metrics` against the job: `"entity_f1"` needs a tagger (`columns` per step)
 /// whose tag classes are IOB2 names.
 pub fn check_metrics(
@@ -489,6 +497,10 @@ pub fn check_metrics(
         );
     }
     let Some(classes) = &p.classes else {
+        // String tags with no classes: not one row was read.
+        if columns.is_some_and(|c| c.string_labels) {
+            return Err(empty_training_split());
+        }
         return Err(format!(
             "train.metrics: \"entity_f1\" needs the tags of `{}` as names (O, B-<type>, \
              I-<type>), not integers",
@@ -566,5 +578,36 @@ mod tests {
         assert_eq!((found.tokens, found.per_step), (TokenType::Strings, false));
         let e = detect(&spec("[\"x\", \"z\"]", MLP), &strings).unwrap_err();
         assert!(e.contains("`x` must be the only feature"), "{e}");
+    }
+
+    /// Regression (issue 39): an empty training split of a tagger with `"entity_f1"` said the
+    /// tags "need to be names, not integers"; it says the split has no rows. Integer tags are
+    /// still told to be names.
+    #[test]
+    fn an_empty_tagged_split_is_called_empty_not_integer_tags() {
+        let text = format!(
+            "[data]\ntrain = \"t\"\nfeatures = [\"x\"]\nlabel = \"y\"\n[model]\n{EMBEDDING}\n\
+             [train]\nmetrics = [\"entity_f1\"]\n"
+        );
+        let spec = JobSpec::parse(&text, "j.toml".as_ref(), &[]).unwrap();
+        let columns = |string_labels| SequenceColumns {
+            column: "x".into(),
+            tokens: TokenType::Strings,
+            per_step: true,
+            string_labels,
+        };
+        let empty = Preprocessing::default();
+        let e = check_metrics(&spec, Some(&columns(true)), &empty).unwrap_err();
+        assert!(
+            e.starts_with("data.train: the training split has no rows") && !e.contains("integers"),
+            "{e}"
+        );
+        let e = check_metrics(&spec, Some(&columns(false)), &empty).unwrap_err();
+        assert!(
+            e.contains("as names (O, B-<type>, I-<type>), not integers"),
+            "{e}"
+        );
+        let counts = SequenceCounts::default();
+        assert_eq!(counts.outputs(&empty), Err(empty_training_split()));
     }
 }

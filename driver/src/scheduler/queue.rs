@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use ringflow_ml::nn::ModelRegistry;
 use ringflow_proto::pb;
-use ringflow_proto::spec::JobSpec;
+use ringflow_proto::spec::{JobSpec, Metric};
 use tracing::info;
 
 use super::bounds;
@@ -29,6 +29,21 @@ use super::{Refusal, Scheduler};
 use crate::error::{DriverError, JobError};
 use crate::outputs::DirLock;
 use crate::planner::JobPlan;
+
+/// What of its training's preprocessing an evaluation or prediction planned as `plan` needs,
+/// described; `None` when it needs none.
+fn needed_preprocessing(plan: &JobPlan) -> Option<&'static str> {
+    let spec = &plan.spec;
+    if spec.train.metrics.contains(&Metric::EntityF1) {
+        Some("the tag classes (for train.metrics = [\"entity_f1\"])")
+    } else if plan.string_label {
+        Some("the classes of its string labels")
+    } else if spec.data.normalize.is_some() {
+        Some("the means and deviations of data.normalize")
+    } else {
+        None
+    }
+}
 
 /// The jobs of a driver, and the queue of those that wait for executors.
 pub(super) struct JobManager {
@@ -207,6 +222,15 @@ impl Scheduler {
         }
         let preprocessing = saved.preprocessing_json();
         let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
+        if saved.preprocessing_json.is_empty()
+            && let Some(what) = needed_preprocessing(&plan)
+        {
+            return Err(DriverError::Data(format!(
+                "--model {model_dir}: its checkpoint.json holds no preprocessing, but the model \
+                 needs {what} it was trained with; use the model directory its training job \
+                 wrote, unchanged"
+            )));
+        }
         // Without SQL the id column is read from the files; with SQL it must be in the query's
         // output, which executors check.
         if let Some((_, id)) = predict

@@ -15,6 +15,7 @@ mod exits;
 mod flight;
 mod jobs;
 
+pub use crate::ui::{InvalidUiHost, UiHosts};
 pub use exits::ExitReporter;
 
 use std::net::SocketAddr;
@@ -61,6 +62,8 @@ pub struct DriverConfig {
     /// When the UI's port is taken, try the next ones (and finally any free port) instead of
     /// failing: for embedded drivers, several of which may run at once.
     pub ui_next_free_port: bool,
+    /// The names the web UI answers for besides IP addresses and `localhost` (`--ui-host`).
+    pub ui_hosts: UiHosts,
     /// The shared secret every caller must prove (`None`: anyone who reaches the port may
     /// register executors and submit jobs).
     pub secret: Option<Secret>,
@@ -345,6 +348,7 @@ fn serve_ui(
         listener,
         config.tls.as_ref().map(|t| t.http()),
         shared,
+        config.ui_hosts.clone(),
         async {
             let _ = rx.await;
         },

@@ -17,13 +17,18 @@
 //! | `/healthz` | 200 while the process serves (liveness) |
 //! | `/readyz` | 200 while the control plane serves, else 503 (readiness) |
 //!
-//! Reads are open to whoever reaches the address, as in Spark; the only write action is
-//! guarded by the cluster's secret. With the driver's TLS settings the UI is served over
+//! Reads are open to whoever reaches the address, as in Spark, but only for a request whose
+//! `Host` is an IP address, `localhost` or a name given with `--ui-host` ([`hosts`]), so that a
+//! web page cannot read the UI through DNS rebinding; the probes answer any `Host`. The only
+//! write action is guarded by the cluster's secret as well. With the driver's TLS settings the UI is served over
 //! HTTPS with the same certificate. Its port admits a bounded number of connections, each with
 //! a first-request deadline and an idle timeout ([`ringflow_proto::listener`]).
 
 mod api;
+mod hosts;
 mod metrics;
+
+pub use hosts::{InvalidUiHost, UiHosts};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use ringflow_proto::listener::{GatedListener, serve_http};
@@ -45,8 +51,9 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 const STYLE_CSS: &str = include_str!("assets/style.css");
 
-/// The UI's routes over the driver's shared state.
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+/// The UI's routes over the driver's shared state, answering only the `Host`s of `hosts`
+/// (the probes answer any).
+pub(crate) fn router(shared: Arc<Shared>, hosts: UiHosts) -> Router {
     Router::new()
         .route(
             "/",
@@ -66,23 +73,30 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
         .route("/api/v1/executors", get(executors))
         .route("/metrics", get(prometheus))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::new(hosts),
+            hosts::check_host,
+        ))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(shared)
 }
 
-/// Serves the UI on `listener` (over TLS with `tls`) until `shutdown` resolves.
+/// Serves the UI on `listener` (over TLS with `tls`, for the `Host`s of `hosts`) until
+/// `shutdown` resolves.
 pub(crate) async fn serve(
     listener: GatedListener,
     tls: Option<Arc<ServerConfig>>,
     shared: Arc<Shared>,
+    hosts: UiHosts,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let addr: SocketAddr = listener.local_addr();
+    let router = router(shared, hosts);
     let result = match tls {
-        None => serve_http(listener, router(shared), shutdown).await,
+        None => serve_http(listener, router, shutdown).await,
         Some(config) => match crate::tls::TlsListener::new(listener, config) {
-            Ok(listener) => serve_http(listener, router(shared), shutdown).await,
+            Ok(listener) => serve_http(listener, router, shutdown).await,
             Err(e) => Err(e),
         },
     };

@@ -25,10 +25,11 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, UInt8Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
+use image::error::ImageFormatHint;
 use image::imageops::FilterType;
 use image::{
-    ColorType, DynamicImage, ImageBuffer, ImageDecoder, ImageReader, Limits, Luma, LumaA, Pixel,
-    Rgb, Rgba,
+    ColorType, DynamicImage, ImageBuffer, ImageDecoder, ImageFormat, ImageReader, Limits, Luma,
+    LumaA, Pixel, Rgb, Rgba,
 };
 use rayon::prelude::*;
 use ringflow_proto::spec::{ImageSpec, MAX_IMAGE_SIDE};
@@ -236,7 +237,7 @@ fn decode_8bit(
              side ({} MiB decoded): {e}",
             MAX_DECODED_BYTES >> 20
         ),
-        e => format!("cannot be decoded: {e}"),
+        e => decoder_error(&e),
     })?;
     let (width, height) = decoder.dimensions();
     let (width, height) = (width as usize, height as usize);
@@ -257,10 +258,50 @@ fn decode_8bit(
     };
     scratch.clear();
     scratch.resize(total as usize, 0);
-    decoder
-        .read_image(scratch)
-        .map_err(|e| format!("cannot be decoded: {e}"))?;
+    decoder.read_image(scratch).map_err(|e| decoder_error(&e))?;
     Ok((width, height, channels))
+}
+
+/// The decoder's error `e` as the end of a sentence about the image ("is a corrupt PNG
+/// image (…); …"). The decoders' own messages can hold their types in debug form (the PNG
+/// decoder's `ChunkType { type: IDAT, critical: true, … }`): those read as the chunk's name.
+fn decoder_error(e: &image::ImageError) -> String {
+    let fix = "replace the image, or leave its row out of the data";
+    let d = match e {
+        image::ImageError::Decoding(d) => d,
+        image::ImageError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return format!("is cut short (the image's data ends before the image does); {fix}");
+        }
+        e => return format!("cannot be decoded ({}); {fix}", readable(&e.to_string())),
+    };
+    let format = match d.format_hint() {
+        ImageFormatHint::Exact(ImageFormat::Png) => "PNG ",
+        ImageFormatHint::Exact(ImageFormat::Jpeg) => "JPEG ",
+        _ => "",
+    };
+    match std::error::Error::source(d) {
+        Some(why) => format!(
+            "is a corrupt {format}image ({}); {fix}",
+            readable(&why.to_string())
+        ),
+        None => format!("is a corrupt {format}image; {fix}"),
+    }
+}
+
+/// A decoder's message without debug-formatted chunk types and without a final full stop.
+fn readable(message: &str) -> String {
+    const CHUNK: &str = "ChunkType { type: ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(CHUNK) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + CHUNK.len()..];
+        let name_end = after.find([',', ' ', '}']).unwrap_or(after.len());
+        out.push_str(&after[..name_end]);
+        rest = after.find('}').map_or("", |close| &after[close + 1..]);
+    }
+    out.push_str(rest);
+    out.trim().trim_end_matches('.').to_string()
 }
 
 /// Decodes an image of more than 8 bits per channel and narrows it to 8 bits.
@@ -270,8 +311,7 @@ fn decode_wide(
 ) -> std::result::Result<(usize, usize, usize), String> {
     let color = decoder.color_type();
     let (width, height) = decoder.dimensions();
-    let image =
-        DynamicImage::from_decoder(decoder).map_err(|e| format!("cannot be decoded: {e}"))?;
+    let image = DynamicImage::from_decoder(decoder).map_err(|e| decoder_error(&e))?;
     let (raw, channels) = match (color.has_color(), color.has_alpha()) {
         (false, false) => (image.into_luma8().into_raw(), 1),
         (false, true) => (image.into_luma_alpha8().into_raw(), 2),
@@ -522,7 +562,29 @@ pub(crate) mod tests {
         assert!(msg.contains("beyond the limit"), "{msg}");
         // A header that fits but has no pixels is corrupt, not too large.
         let msg = decode(&png_header(4, 4, 0), 1, [2, 2]).unwrap_err();
-        assert!(msg.contains("cannot be decoded"), "{msg}");
+        assert!(msg.starts_with("is cut short"), "{msg}");
+    }
+
+    /// Regression (issue 39): a corrupt PNG printed the decoder's `ChunkType { type: IDAT,
+    /// critical: true, … }` in debug form; the sentence names the file, the row, what is
+    /// wrong (the chunk by its name) and what to do.
+    #[test]
+    fn a_corrupt_png_is_one_sentence_without_debug_forms() {
+        // The signature, then the IHDR chunk (length, type, 13 bytes, CRC) twice.
+        let mut png = encode(rgb(), ImageFormat::Png);
+        let ihdr = png[8..33].to_vec();
+        assert_eq!(&ihdr[4..8], b"IHDR");
+        png.splice(33..33, ihdr);
+        let msg = decode(&png, 3, [2, 2]).unwrap_err();
+        assert_eq!(
+            msg,
+            "is a corrupt PNG image (Chunk IHDR must appear at most once); replace the image, or \
+             leave its row out of the data"
+        );
+        assert_eq!(
+            readable("Chunk ChunkType { type: PLTE, critical: true } must appear at most once."),
+            "Chunk PLTE must appear at most once"
+        );
     }
 
     #[test]
@@ -555,10 +617,11 @@ pub(crate) mod tests {
                 .to_string()
         };
         let msg = fail(values.clone());
-        assert!(
-            msg.starts_with("data/x.parquet: column `img` (data.image) row 102 (0-based): ")
-                && msg.contains("cannot be decoded"),
-            "{msg}"
+        assert_eq!(
+            msg,
+            "data/x.parquet: column `img` (data.image) row 102 (0-based): is cut short (the \
+             image's data ends before the image does); replace the image, or leave its row out \
+             of the data"
         );
         let msg = fail(values[3..].to_vec());
         assert!(

@@ -93,7 +93,7 @@ impl SequenceConverter {
         let col = batch
             .column_by_name(&self.column)
             .ok_or_else(|| fail(&self.column, "is missing from the data".into()))?;
-        let tokens = ListColumn::read(col).map_err(|m| fail(&self.column, m))?;
+        let tokens = ListColumn::read(col, first_row).map_err(|m| fail(&self.column, m))?;
         let labels = self.read_labels(batch, first_row, file)?;
         let mut rows = Rows {
             rows: tokens.rows(),
@@ -136,7 +136,9 @@ impl SequenceConverter {
             .column_by_name(label)
             .ok_or_else(|| fail("(data.label) is missing from the data".into()))?;
         if self.per_step {
-            return Ok(Labels::PerStep(ListColumn::read(col).map_err(fail)?));
+            return Ok(Labels::PerStep(
+                ListColumn::read(col, first_row).map_err(fail)?,
+            ));
         }
         let values = Elements::read(col).map_err(|t| {
             fail(format!(
@@ -160,7 +162,10 @@ impl SequenceConverter {
         match elements {
             Elements::Strings(s) => {
                 let vocabulary = self.vocabulary.as_ref().ok_or(
-                    "holds string tokens, but the model has no vocabulary for them".to_string(),
+                    "holds string tokens, but the model has no vocabulary for them: its \
+                     checkpoint holds no preprocessing; use the model directory its training \
+                     job wrote, unchanged"
+                        .to_string(),
                 )?;
                 for t in &s[range] {
                     let t = t.as_deref().ok_or("has a null token")?;

@@ -29,8 +29,9 @@ pub struct MlpSpec {
 impl MlpSpec {
     /// Reads and checks the MLP fields of a model spec.
     pub fn from_spec(spec: &ModelSpec) -> Result<MlpSpec> {
-        let mlp: MlpSpec = serde_json::from_value(serde_json::Value::Object(spec.params.clone()))
-            .map_err(|e| MlError::spec(format!("model: {e}")))?;
+        let params = serde_json::Value::Object(spec.params.clone());
+        let mlp: MlpSpec = crate::settings::from_json("model", &params)
+            .map_err(|e| MlError::spec(format!("{}: {}", e.key, e.message)))?;
         if mlp.layers.len() < 2 {
             return Err(MlError::spec(format!(
                 "model.layers needs at least an input and an output width, got {:?}",

@@ -236,20 +236,26 @@ pub fn list(path: &str, extension: &str) -> Result<Listing, String> {
             Err(e) => return Err(format!("{path} cannot be opened: {e}")),
         }
     }
+    not_utf8(&listing.files)?;
     listing.files.sort();
     listing.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(listing)
 }
 
 fn glob_files(pattern: &str, listing: &mut Listing) -> Result<(), String> {
+    // The glob crate's own rule for a leading `.` panics on a name that is not UTF-8, so the
+    // rule is applied here ([`hidden_by`]).
     let options = glob::MatchOptions {
-        require_literal_leading_dot: true,
+        require_literal_leading_dot: false,
         ..Default::default()
     };
     let entries =
         glob::glob_with(pattern, options).map_err(|e| format!("bad glob {pattern:?}: {e}"))?;
     for entry in entries {
         let p = entry.map_err(|e| format!("cannot list {pattern:?}: {e}"))?;
+        if hidden_by(pattern, &p) {
+            continue;
+        }
         let kind = kind(&p).map_err(|e| format!("{} cannot be opened: {e}", p.display()))?;
         match kind {
             FileKind::Regular => listing.files.push(p),
@@ -261,6 +267,34 @@ fn glob_files(pattern: &str, listing: &mut Listing) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether `path`, which `pattern` matched, is hidden from it: a name that starts with `.`
+/// where the pattern's wildcards matched, while none of the pattern's wildcard components
+/// spells a leading `.` out (as in a shell).
+fn hidden_by(pattern: &str, path: &Path) -> bool {
+    let parts: Vec<&str> = pattern.split('/').collect();
+    let literal = parts.iter().take_while(|c| !is_glob(c)).count();
+    if parts[literal..].iter().any(|c| c.starts_with('.')) {
+        return false;
+    }
+    let prefix = parts[..literal].join("/");
+    let matched = path.strip_prefix(&prefix).unwrap_or(path);
+    matched.components().any(|c| {
+        matches!(c, std::path::Component::Normal(name) if name.as_encoded_bytes().starts_with(b"."))
+    })
+}
+
+/// The first of `files` whose path is not UTF-8 text, as an error sentence that names it once.
+fn not_utf8(files: &[PathBuf]) -> Result<(), String> {
+    match files.iter().find(|p| p.to_str().is_none()) {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "{} has a name that is not UTF-8 text; ringflow names files by UTF-8 paths, so \
+             rename it",
+            p.display()
+        )),
+    }
 }
 
 fn walk(dir: &Path, extension: &str, listing: &mut Listing) -> std::io::Result<()> {
@@ -340,6 +374,42 @@ pub(crate) mod tests {
         std::io::Read::read_to_string(&mut opened, &mut text).unwrap();
         assert_eq!(text, "PAR1");
         assert_eq!(kind(&link).unwrap(), FileKind::Fifo);
+    }
+
+    /// Regression (issue 39): a data file whose name is not UTF-8 was listed under a lossy
+    /// name and then "did not exist", and a glob over its directory panicked inside the glob
+    /// crate; the listing of the directory names it once and says what to do, the glob does
+    /// not panic, and a glob's wildcards still do not match a leading `.`.
+    #[test]
+    fn names_that_are_not_utf8_are_refused_and_never_panic() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a.parquet"), b"").unwrap();
+        std::fs::write(root.join(".hidden.parquet"), b"").unwrap();
+        let bad = root.join(std::ffi::OsStr::from_bytes(b"x\xff.parquet"));
+        std::fs::write(&bad, b"").unwrap();
+        let text = root.display().to_string();
+
+        let e = list(&text, ".parquet").unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "{} has a name that is not UTF-8 text; ringflow names files by UTF-8 paths, so \
+                 rename it",
+                bad.display()
+            )
+        );
+        let glob = list(&format!("{text}/*.parquet"), ".parquet").unwrap();
+        assert_eq!(glob.files, [root.join("a.parquet")]);
+        let dotted = list(&format!("{text}/.*.parquet"), ".parquet").unwrap();
+        assert_eq!(dotted.files, [root.join(".hidden.parquet")]);
+        std::fs::create_dir(root.join(".git")).unwrap();
+        std::fs::write(root.join(".git/b.parquet"), b"").unwrap();
+        let deep = list(&format!("{text}/*/*.parquet"), ".parquet").unwrap();
+        assert!(deep.files.is_empty(), "{:?}", deep.files);
+        let spelled = list(&format!("{text}/.g*/*.parquet"), ".parquet").unwrap();
+        assert_eq!(spelled.files, [root.join(".git/b.parquet")]);
     }
 
     #[test]

@@ -95,8 +95,15 @@ impl Location {
 
     fn local(text: &str, absolute: &Path) -> Result<Location> {
         let fail = |m: String| DataError::new(text, m);
-        let path = ObjectPath::from_absolute_path(absolute)
-            .map_err(|e| fail(format!("is not a usable local path: {e}")))?;
+        let path = ObjectPath::from_absolute_path(absolute).map_err(|e| match e {
+            // Its message would repeat the path, which `text` names already.
+            object_store::path::Error::NonUnicode { .. } => fail(
+                "is not a usable local path: its %-escapes decode to a name that is not UTF-8 \
+                 text, and ringflow names files by UTF-8 paths; rename the file"
+                    .into(),
+            ),
+            e => fail(format!("is not a usable local path: {e}")),
+        })?;
         let url =
             Url::from_file_path(absolute).map_err(|_| fail("is not a usable local path".into()))?;
         Ok(Location {
@@ -534,6 +541,20 @@ fn s3_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 39): a `file://` URL whose escapes are not UTF-8 printed its path
+    /// twice (the URL, then object_store's "Path … contained non-unicode characters"); the
+    /// sentence names it once and says what to do.
+    #[test]
+    fn a_url_of_a_name_that_is_not_utf8_is_named_once() {
+        let e = Location::parse("file:///tmp/x%FF.parquet").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "file:///tmp/x%FF.parquet: is not a usable local path: its %-escapes decode to a \
+             name that is not UTF-8 text, and ringflow names files by UTF-8 paths; rename the \
+             file"
+        );
+    }
 
     #[test]
     fn local_paths_resolve_against_the_working_directory() {

@@ -87,9 +87,9 @@ impl Elements {
 }
 
 impl ListColumn {
-    /// Reads `column` (a list of strings or integers; an error sentence otherwise, or for a
-    /// null row, naming the row within the batch).
-    pub fn read(column: &ArrayRef) -> Result<ListColumn, String> {
+    /// Reads `column` (a list of strings or integers), whose first row is row `first_row` of
+    /// its file; an error sentence otherwise, or for a null row, naming the row in the file.
+    pub fn read(column: &ArrayRef, first_row: u64) -> Result<ListColumn, String> {
         let (offsets, values): (Vec<usize>, ArrayRef) = match column.data_type() {
             DataType::List(_) => {
                 let list = column.as_list::<i32>();
@@ -104,7 +104,11 @@ impl ListColumn {
             t => return Err(format!("has type {t}, not a list")),
         };
         if let Some(row) = (0..column.len()).find(|&i| column.is_null(i)) {
-            return Err(format!("row {row} of the batch is null"));
+            return Err(format!(
+                "is null at row {} (0-based); every row needs a list, so drop the row or give \
+                 it one",
+                first_row + row as u64
+            ));
         }
         let values = Elements::read(&values).map_err(|t| format!("holds lists of {t}"))?;
         Ok(ListColumn { offsets, values })
@@ -215,12 +219,34 @@ mod tests {
             TokenType::of_list(col.data_type()),
             Some(TokenType::Strings)
         );
-        let list = ListColumn::read(&col).unwrap();
+        let list = ListColumn::read(&col, 0).unwrap();
         assert_eq!((list.rows(), list.len(0), list.len(1)), (2, 2, 1));
         let Elements::Strings(s) = list.elements() else {
             panic!("strings")
         };
         assert_eq!(s[list.range(1)], [Some("行く".to_string())]);
+    }
+
+    /// Regression (issue 39): a null list at row 40,005 of a file, in a batch starting at row
+    /// 40,000, was "row 5 of the batch"; it is the file's row, as in the other row errors.
+    #[test]
+    fn a_null_list_is_named_by_its_row_in_the_file() {
+        let mut b = ListBuilder::new(StringBuilder::new());
+        for row in 0..8 {
+            if row != 5 {
+                b.values().append_value("t");
+            }
+            b.append(row != 5);
+        }
+        let col: ArrayRef = Arc::new(b.finish());
+        let Err(e) = ListColumn::read(&col, 40_000) else {
+            panic!("a null row is refused")
+        };
+        assert_eq!(
+            e,
+            "is null at row 40005 (0-based); every row needs a list, so drop the row or give it \
+             one"
+        );
     }
 
     #[test]

@@ -362,8 +362,116 @@ fn leaves(table: &Table, prefix: &mut Vec<String>, out: &mut Vec<(String, Value)
     }
 }
 
+/// Fragments of Rust's words for types (serde's `expected usize`, `struct TrainSpec`,
+/// `internally tagged enum OptimizerSpec`, `unit variant`) that no refusal may show a user.
+const RUST_WORDS: &[&str] = &[
+    "struct ",
+    "enum ",
+    "variant",
+    "usize",
+    "isize",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "f32",
+    "f64",
+    "Spec",
+    "Option",
+    "a map",
+    "a sequence",
+    "unit value",
+    "invalid type",
+    "invalid value",
+];
+
+/// A sequential model for the `--set` values of [`plain_value`] to change.
+const SEQUENTIAL: &str = r#"
+name = "fuzz"
+[data]
+train = "train.parquet"
+features = ["x"]
+label = "y"
+[model]
+kind = "sequential"
+input = [4]
+layers = [{ type = "linear", out = 3 }, { type = "relu" }, { type = "linear", out = 2 }]
+"#;
+
+/// Values a user may give by mistake, none of whose text holds one of [`RUST_WORDS`]: numbers,
+/// words, lists and tables of them.
+fn plain_value() -> impl Strategy<Value = Value> {
+    const WORDS: &[&str] = &[
+        "x", "fast", "sgd", "step", "auto", "relu", "linear", "lstm", "",
+    ];
+    const KEYS: &[&str] = &[
+        "kind",
+        "type",
+        "lr",
+        "out",
+        "hidden",
+        "bias",
+        "step_size",
+        "a",
+    ];
+    let scalar = prop_oneof![
+        prop_oneof![Just(-1i64), Just(0), Just(3), Just(1 << 40)].prop_map(Value::Integer),
+        prop_oneof![Just(1.5), Just(-0.5), Just(2.0)].prop_map(Value::Float),
+        any::<bool>().prop_map(Value::Boolean),
+        prop::sample::select(WORDS).prop_map(|w| Value::String(w.to_string())),
+    ];
+    scalar.prop_recursive(2, 8, 3, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+            prop::collection::btree_map(prop::sample::select(KEYS), inner, 0..3).prop_map(|m| {
+                Value::Table(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+            }),
+        ]
+    })
+}
+
+/// Parses `base` with `overrides` and, when the spec is valid, builds its model's shape: the
+/// refusal's sentence, if any.
+fn refusal(base: &str, overrides: &[Override]) -> Option<String> {
+    let spec = match parse(base, overrides) {
+        Ok(spec) => spec,
+        Err(e) => return Some(e.to_string()),
+    };
+    let registry = ringflow_ml::nn::ModelRegistry::default();
+    let shaped = registry
+        .builder(&spec.model)
+        .and_then(|b| b.shape(&spec.model));
+    shaped.err().map(|e| e.to_string())
+}
+
 proptest! {
     #![proptest_config(config(1024))]
+
+    /// Regression (issue 39): `--set` refusals showed serde's Rust type names ("expected
+    /// internally tagged enum OptimizerSpec", "struct TrainSpec", "invalid type: map,
+    /// expected usize"). Any plain value at any key of the spec, or of a model's layers, is
+    /// refused in TOML terms.
+    #[test]
+    fn set_refusals_speak_toml_not_rust(
+        key in prop::sample::select(KEYS),
+        value in plain_value(),
+        layer in plain_value(),
+    ) {
+        let at_key = Override::flag("--set", key, value);
+        let layers = Override::flag("--set", "model.layers", Value::Array(vec![layer]));
+        for (base, set) in [(BASE, &at_key), (SEQUENTIAL, &at_key), (SEQUENTIAL, &layers)] {
+            if let Some(msg) = refusal(base, std::slice::from_ref(set)) {
+                // Names and keys are quoted (`f32` is a name of train.matmul_precision).
+                let unquoted: String = msg.split('`').step_by(2).collect();
+                let rusty = RUST_WORDS.iter().find(|w| unquoted.contains(*w));
+                prop_assert!(rusty.is_none(), "{rusty:?} in: {msg}");
+            }
+        }
+    }
 
     /// A spec changed by any assignments of any TOML values, at the spec's keys and beside
     /// them: a valid spec (which round-trips) or an error naming a key that is there.

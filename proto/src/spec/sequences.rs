@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DataSpec;
 use super::images::KeyError;
+use crate::data::vocab::{MAX_DISTINCT_TOKENS, RESERVED};
 
 /// `data.vocab`: which string tokens get an id of their own, and how long one may be.
 ///
@@ -65,8 +66,10 @@ pub const DEFAULT_MAX_TOKEN_BYTES: usize = 1024;
 /// The largest `data.vocab.max_token_bytes`.
 pub const MAX_TOKEN_BYTES: usize = 64 << 10;
 
-/// The largest `data.vocab.max_size`: ids stay exact as 32-bit floats.
-pub const MAX_VOCAB: usize = 1 << 24;
+/// The largest `data.vocab.max_size`: the most distinct tokens the statistics pass counts
+/// ([`MAX_DISTINCT_TOKENS`]; more stop the job) and the padding and unknown-token ids. A larger
+/// size could never be filled.
+pub const MAX_VOCAB: usize = MAX_DISTINCT_TOKENS + RESERVED.len();
 
 /// The longest `data.max_length` may be.
 pub const MAX_SEQUENCE_LENGTH: usize = 1 << 20;
@@ -113,7 +116,9 @@ impl DataSpec {
             return Err((
                 "data.vocab.max_size",
                 format!(
-                    "must be between 2 (the padding and unknown tokens) and {MAX_VOCAB}, not {}",
+                    "must be between 2 (the padding and unknown tokens) and {MAX_VOCAB} (the \
+                     {MAX_DISTINCT_TOKENS} distinct tokens a vocabulary is counted from, at \
+                     most, and those two), not {}",
                     self.vocab.max_size
                 ),
             ));
@@ -162,6 +167,26 @@ mod tests {
         assert_eq!(s.data.max_length(), 64);
         assert_eq!(s.data.on_too_long, OnTooLong::Truncate);
         assert!(!s.data.buckets_by_length());
+    }
+
+    /// Regression (issue 39): `data.vocab.max_size` was taken up to 2^24, while more than
+    /// 2,000,000 distinct tokens always stop the job; the bound is the one the job can fill.
+    #[test]
+    fn the_largest_vocabulary_is_the_one_the_statistics_pass_can_count() {
+        assert_eq!(MAX_VOCAB, 2_000_002);
+        let largest = spec("vocab = { max_size = 2000002 }").unwrap();
+        assert_eq!(largest.data.vocab.max_size, 2_000_002);
+        let e = spec("vocab = { max_size = 2000003 }").unwrap_err();
+        assert!(
+            e.contains(
+                "data.vocab.max_size: must be between 2 (the padding and unknown tokens) and \
+                 2000002 (the 2000000 distinct tokens a vocabulary is counted from, at most, \
+                 and those two), not 2000003"
+            ),
+            "{e}"
+        );
+        let e = spec("vocab = { max_size = 16777216 }").unwrap_err();
+        assert!(e.contains("data.vocab.max_size"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The layers of a `kind = "sequential"` spec as written: [`LayerSpec`] and each type's keys,
 //! read from the spec's JSON form with errors that name the layer by its path
-//! (`model.layers[2].layers[1] (conv2d): unknown field …`).
+//! (`model.layers[2].layers[1] (conv2d): unknown key …`, `model.layers[0].out (linear): expected
+//! a whole number of 0 or more, not a table`).
 
 use std::fmt;
 
@@ -492,26 +493,32 @@ impl LayerSpec {
         let at = format!("{path} ({kind})");
         let fields = || no_keys(&at, &keys);
         Ok(match kind.as_str() {
-            "conv2d" => LayerSpec::Conv2d(read(&at, &keys)?),
-            "batch_norm" => LayerSpec::BatchNorm(read(&at, &keys)?),
+            "conv2d" => LayerSpec::Conv2d(read((path, kind.as_str()), &keys)?),
+            "batch_norm" => LayerSpec::BatchNorm(read((path, kind.as_str()), &keys)?),
             "relu" => fields().map(|_| LayerSpec::Relu)?,
             "gelu" => fields().map(|_| LayerSpec::Gelu)?,
             "tanh" => fields().map(|_| LayerSpec::Tanh)?,
             "sigmoid" => fields().map(|_| LayerSpec::Sigmoid)?,
-            "max_pool2d" => LayerSpec::MaxPool2d(read(&at, &keys)?),
-            "avg_pool2d" => LayerSpec::AvgPool2d(read(&at, &keys)?),
+            "max_pool2d" => LayerSpec::MaxPool2d(read((path, kind.as_str()), &keys)?),
+            "avg_pool2d" => LayerSpec::AvgPool2d(read((path, kind.as_str()), &keys)?),
             "global_avg_pool2d" => fields().map(|_| LayerSpec::GlobalAvgPool2d)?,
             "flatten" => fields().map(|_| LayerSpec::Flatten)?,
-            "linear" => LayerSpec::Linear(read(&at, &keys)?),
-            "dropout" => LayerSpec::Dropout(read(&at, &keys)?),
-            "layer_norm" => LayerSpec::LayerNorm(read(&at, &keys)?),
-            "embedding" => LayerSpec::Embedding(read(&at, &keys)?),
-            "lstm" => LayerSpec::Lstm(read(&at, &keys)?),
-            "gru" => LayerSpec::Gru(read(&at, &keys)?),
-            "sequence_pool" => LayerSpec::SequencePool(read(&at, &keys)?),
-            "multi_head_attention" => LayerSpec::MultiHeadAttention(read(&at, &keys)?),
-            "transformer_encoder" => LayerSpec::TransformerEncoder(read(&at, &keys)?),
-            "position_embedding" => LayerSpec::PositionEmbedding(read(&at, &keys)?),
+            "linear" => LayerSpec::Linear(read((path, kind.as_str()), &keys)?),
+            "dropout" => LayerSpec::Dropout(read((path, kind.as_str()), &keys)?),
+            "layer_norm" => LayerSpec::LayerNorm(read((path, kind.as_str()), &keys)?),
+            "embedding" => LayerSpec::Embedding(read((path, kind.as_str()), &keys)?),
+            "lstm" => LayerSpec::Lstm(read((path, kind.as_str()), &keys)?),
+            "gru" => LayerSpec::Gru(read((path, kind.as_str()), &keys)?),
+            "sequence_pool" => LayerSpec::SequencePool(read((path, kind.as_str()), &keys)?),
+            "multi_head_attention" => {
+                LayerSpec::MultiHeadAttention(read((path, kind.as_str()), &keys)?)
+            }
+            "transformer_encoder" => {
+                LayerSpec::TransformerEncoder(read((path, kind.as_str()), &keys)?)
+            }
+            "position_embedding" => {
+                LayerSpec::PositionEmbedding(read((path, kind.as_str()), &keys)?)
+            }
             "residual" => LayerSpec::Residual(parse_residual(path, &at, &keys)?),
             other => {
                 return Err(MlError::spec(format!(
@@ -523,10 +530,14 @@ impl LayerSpec {
     }
 }
 
-/// A layer type's keys (without `type`) read into its spec struct.
-fn read<T: serde::de::DeserializeOwned>(at: &str, keys: &Map<String, Value>) -> Result<T> {
-    serde_json::from_value(Value::Object(keys.clone()))
-        .map_err(|e| MlError::spec(format!("{at}: {e}")))
+/// A layer type's keys (without `type`) read into its spec struct; the error names the key
+/// at `path` and the layer's `kind`.
+fn read<T: serde::de::DeserializeOwned>(
+    (path, kind): (&str, &str),
+    keys: &Map<String, Value>,
+) -> Result<T> {
+    crate::settings::from_json(path, &Value::Object(keys.clone()))
+        .map_err(|e| MlError::spec(format!("{} ({kind}): {}", e.key, e.message)))
 }
 
 /// An error unless a layer type that takes no keys has none.
@@ -534,7 +545,7 @@ fn no_keys(at: &str, keys: &Map<String, Value>) -> Result<()> {
     match keys.keys().next() {
         None => Ok(()),
         Some(k) => Err(MlError::spec(format!(
-            "{at}: unknown field `{k}`; this layer takes no keys besides `type`"
+            "{at}: unknown key `{k}`; this layer takes no keys besides `type`"
         ))),
     }
 }
@@ -542,12 +553,12 @@ fn no_keys(at: &str, keys: &Map<String, Value>) -> Result<()> {
 fn parse_residual(path: &str, at: &str, keys: &Map<String, Value>) -> Result<ResidualSpec> {
     if let Some(k) = keys.keys().find(|k| *k != "layers" && *k != "shortcut") {
         return Err(MlError::spec(format!(
-            "{at}: unknown field `{k}`, expected `layers` or `shortcut`"
+            "{at}: unknown key `{k}` (expected one of: layers, shortcut)"
         )));
     }
     let layers = keys
         .get("layers")
-        .ok_or_else(|| MlError::spec(format!("{at}: missing field `layers`")))?;
+        .ok_or_else(|| MlError::spec(format!("{at}: `layers` is required")))?;
     let layers = LayerSpec::parse_list(&format!("{path}.layers"), layers)?;
     if layers.is_empty() {
         return Err(MlError::spec(format!(

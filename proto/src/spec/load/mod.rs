@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use ringflow_ml::settings::{Found, SettingMessage};
 use toml::Table;
 
 use super::{Compression, JobSpec, NAME_RULE, Override, SpecError, check_name};
@@ -29,8 +30,8 @@ impl JobSpec {
         for o in overrides {
             o.apply(&mut doc)?;
         }
-        let mut spec: JobSpec =
-            serde_path_to_error::deserialize(doc).map_err(|e| field_error(file, e))?;
+        let mut spec: JobSpec = serde_path_to_error::deserialize(doc.clone())
+            .map_err(|e| field_error(file, &doc, e))?;
         if spec.name.is_empty() {
             spec.name = default_name(file)?;
         }
@@ -432,8 +433,14 @@ fn check_sql_timeout(seconds: u64) -> Result<(), String> {
     }
 }
 
-/// Turns a deserialization error into one that names the key by its full path.
-fn field_error(file: &Path, e: serde_path_to_error::Error<toml::de::Error>) -> SpecError {
+/// Turns a deserialization error into one that names the key by its full path (with list
+/// indices) and says in TOML terms what the key takes ([`ringflow_ml::settings`]); `doc` is
+/// the document that was read, for the value really found.
+fn field_error(
+    file: &Path,
+    doc: &Table,
+    e: serde_path_to_error::Error<toml::de::Error>,
+) -> SpecError {
     let path = e.path().to_string();
     let path = if path == "." { String::new() } else { path };
     let message = e.inner().message().trim().to_string();
@@ -447,45 +454,90 @@ fn field_error(file: &Path, e: serde_path_to_error::Error<toml::de::Error>) -> S
             format!("{path}.{key}")
         }
     };
-    if let Some(rest) = message.strip_prefix("unknown field `")
-        && let Some((key, tail)) = unknown_field(rest)
-    {
-        let expected = tail
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .map(str::to_string)
-            .collect();
-        return SpecError::UnknownKey {
-            file: file.to_path_buf(),
-            key: join(key),
-            expected,
-        };
-    }
-    if let Some(rest) = message.strip_prefix("missing field `")
-        && let Some((key, _)) = rest.split_once('`')
-    {
-        return SpecError::Invalid {
-            file: file.to_path_buf(),
-            key: join(key),
-            message: "is required".into(),
-        };
-    }
-    SpecError::Invalid {
+    let invalid = |key: String, message: String| SpecError::Invalid {
         file: file.to_path_buf(),
-        key: path,
+        key,
         message,
+    };
+    match SettingMessage::parse(&message) {
+        SettingMessage::UnknownKey { key, allowed } => SpecError::UnknownKey {
+            file: file.to_path_buf(),
+            key: join(key),
+            expected: allowed.into_iter().map(str::to_string).collect(),
+        },
+        SettingMessage::MissingKey(key) => invalid(join(key), "is required".into()),
+        parsed @ SettingMessage::Mismatch { .. } => {
+            let (key, actual) = mismatched(doc, e.path(), path, &parsed);
+            invalid(key, parsed.render(actual.as_deref()))
+        }
+        parsed => {
+            let actual = value_at(doc, e.path()).map(describe_toml);
+            invalid(path, parsed.render(actual.as_deref()))
+        }
     }
 }
 
-/// Splits the rest of serde's "unknown field `KEY`, expected one of `a`, `b`" (or "…`, there
-/// are no fields") into the key and the list. The key is the user's and may hold backticks
-/// itself; the expected names never do, so the split is at the last separator.
-fn unknown_field(rest: &str) -> Option<(&str, &str)> {
-    ["`, expected ", "`, there are no fields"]
-        .iter()
-        .filter_map(|sep| rest.rfind(sep).map(|at| (&rest[..at], &rest[at + 1..])))
-        .max_by_key(|(key, _)| key.len())
+/// The key at fault in a mismatch that serde noticed at `path` (`at`, in the document `doc`)
+/// and the value found there, described. Inside a table that serde read as a whole (an
+/// optimizer or schedule, tagged by `kind`), the path ends at the table: the key is then the
+/// one field of the table that holds the value serde found, when there is exactly one.
+fn mismatched(
+    doc: &Table,
+    at: &serde_path_to_error::Path,
+    path: String,
+    parsed: &SettingMessage<'_>,
+) -> (String, Option<String>) {
+    let SettingMessage::Mismatch { found, expected } = parsed else {
+        return (path, None);
+    };
+    let Some(value) = value_at(doc, at) else {
+        return (path, None);
+    };
+    let takes_a_table = expected.starts_with("struct ")
+        || expected.starts_with("internally tagged enum ")
+        || *expected == "a map";
+    match value {
+        // A table where a value was expected is the mismatch itself.
+        toml::Value::Table(table) if !takes_a_table && *found != Found::Table => {
+            let wanted = found.describe();
+            let mut holding = table.iter().filter(|(_, v)| describe_toml(v) == wanted);
+            match (holding.next(), holding.next()) {
+                (Some((k, v)), None) => (format!("{path}.{k}"), Some(describe_toml(v))),
+                _ => (path, None),
+            }
+        }
+        v => (path, Some(describe_toml(v))),
+    }
+}
+
+/// The value at `path` in `doc`, if the path leads to one.
+fn value_at<'a>(doc: &'a Table, path: &serde_path_to_error::Path) -> Option<&'a toml::Value> {
+    let mut segments = path.iter();
+    let mut value = match segments.next()? {
+        serde_path_to_error::Segment::Map { key } => doc.get(key)?,
+        _ => return None,
+    };
+    for segment in segments {
+        value = match (segment, value) {
+            (serde_path_to_error::Segment::Map { key }, toml::Value::Table(t)) => t.get(key)?,
+            (serde_path_to_error::Segment::Seq { index }, toml::Value::Array(a)) => {
+                a.get(*index)?
+            }
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// A TOML value as an error names it: `3`, `2.0`, `true`, `the string "x"`, `a table`.
+fn describe_toml(value: &toml::Value) -> String {
+    match value {
+        toml::Value::String(_) => format!("the string {value}"),
+        toml::Value::Array(_) => "a list".into(),
+        toml::Value::Table(_) => "a table".into(),
+        toml::Value::Datetime(d) => format!("the date {d}"),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]

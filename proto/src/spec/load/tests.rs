@@ -58,7 +58,7 @@ fn control_characters_never_break_an_error_line() {
     let key = parse(&text, &[]).unwrap_err();
     let arg: SpecError = "train.epochs\n2".parse::<Override>().unwrap_err();
     for (err, shows) in [
-        (set, "train.schedule[0]: unknown variant `a\\nb`"),
+        (set, "train.schedule[0]: `a\\nb` is not one of"),
         (key, "unknown key `train.ep\\tochs`"),
         (arg, "--set train.epochs\\n2: expected KEY=VALUE"),
     ] {
@@ -392,5 +392,54 @@ fn what_every_task_carries_is_bounded_naming_the_key() {
         ),
         "{}",
         &e[..200]
+    );
+}
+
+/// Regression (issue 39): `--set` refusals showed Rust type names ("expected internally tagged
+/// enum OptimizerSpec", "struct TrainSpec", "invalid type: map, expected usize") and no list
+/// index; they say in TOML terms what the key takes, naming the key inside tables and lists.
+#[test]
+fn set_refusals_say_what_the_key_takes_in_toml_terms() {
+    for (set, says) in [
+        (
+            "train.optimizer=sgd",
+            "train.optimizer: expected a table with a `kind`, such as { kind = \"sgd\" }, not \
+             the string \"sgd\"",
+        ),
+        ("train=3", "train: expected a table, not 3"),
+        (
+            "train.epochs={ a = 1 }",
+            "train.epochs: expected a whole number of 0 or more, not a table",
+        ),
+        (
+            "train.optimizer.lr=\"x\"",
+            "train.optimizer.lr: expected a number, not the string \"x\"",
+        ),
+        (
+            "train.schedule={ kind = \"step\", step_size = -1 }",
+            "train.schedule.step_size: expected a whole number of 0 or more, not -1",
+        ),
+        (
+            "data.features=[\"a\", 2]",
+            "data.features[1]: expected a string, not 2",
+        ),
+        ("train.loss=3", "train.loss: expected a string, not 3"),
+        (
+            "train.optimizer.kind=foo",
+            "train.optimizer.kind: `foo` is not one of `sgd`, `adagrad`, `adam` or `adamw`",
+        ),
+    ] {
+        let msg = parse(MNIST, &[set]).unwrap_err().to_string();
+        assert_eq!(msg, format!("job spec job.toml: {says}"), "{set}");
+    }
+    // A model's own keys are read by its builder, with the same words.
+    let registry = ringflow_ml::nn::ModelRegistry::default();
+    let spec = parse(MNIST, &["model.layers=[784, { a = 1 }, 10]"]).unwrap();
+    let shaped = registry
+        .builder(&spec.model)
+        .and_then(|b| b.shape(&spec.model));
+    assert_eq!(
+        shaped.err().map(|e| e.to_string()).as_deref(),
+        Some("model.layers[1]: expected a whole number of 0 or more, not a table")
     );
 }
