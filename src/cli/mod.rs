@@ -173,6 +173,11 @@ pub fn main(registry: ModelRegistry) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // A CPU setting the kernels cannot follow is refused before any work, not worked around.
+    if let Err(e) = ringflow_ml::backend::cpu::isa::cpu_settings() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Local(args) => local::run(args, registry),
         Command::Submit(args) => submit::run(args),

@@ -279,9 +279,8 @@ impl Optimizer {
     /// written onto the weight from the GEMM's registers on the CPU: its gradient is never
     /// stored (it reads as zeros until the next pass), and the update's separate pass over the
     /// weight and its gradient is saved. The step then updates the other parameters. The
-    /// weights end bit for bit as after [`Tensor::backward`] and the step where the batch fits
-    /// one depth block of the GEMM (see `matmul_scaled_onto` in the CPU backend), within
-    /// rounding where it does not. Parameters whose gradient already holds values (a pass
+    /// weights end bit for bit as after [`Tensor::backward`] and the step, on every CPU kernel
+    /// and blocking (see `matmul_scaled_onto` in the CPU backend). Parameters whose gradient already holds values (a pass
     /// without `zero_grad` before) are left to the step. Otherwise this is the plain backward
     /// pass.
     ///
