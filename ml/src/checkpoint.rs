@@ -208,7 +208,7 @@ pub fn parse_meta(bytes: &[u8], meta_path: &Path) -> Result<CheckpointMeta> {
     })?;
     if meta.format != FORMAT_VERSION {
         return Err(MlError::checkpoint(
-            &meta_path,
+            meta_path,
             format!(
                 "has format version {}, this ringflow reads version {FORMAT_VERSION}",
                 meta.format

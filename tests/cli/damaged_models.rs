@@ -131,10 +131,11 @@ fn refused_alike(model: &Path, data: &str, needles: &[&str], planning: bool) {
             if planning { "before" } else { "after" }
         );
     }
-    let written = preds
-        .exists()
-        .then(|| files_below(&preds))
-        .unwrap_or_default();
+    let written = if preds.exists() {
+        files_below(&preds)
+    } else {
+        Vec::new()
+    };
     assert!(written.is_empty(), "predictions were written: {written:?}");
 }
 

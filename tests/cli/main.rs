@@ -36,6 +36,7 @@ mod shared_memory;
 mod sql_rows;
 mod standalone;
 mod status;
+mod test_split;
 mod train;
 mod ui;
 mod ui_hosts;

@@ -147,6 +147,29 @@ fn check_split(
     })
 }
 
+/// Checks `data.label_classes`, where given, against the label (`string_label`: it holds class
+/// names) and the model's outputs.
+fn check_label_classes(spec: &JobSpec, string_label: bool, model: &ModelShape) -> Result<()> {
+    let Some(classes) = &spec.data.label_classes else {
+        return Ok(());
+    };
+    if !string_label {
+        return Err(DriverError::Data(format!(
+            "data.label_classes: the label column `{}` holds numbers (class indices); \
+                 label_classes name the classes of a string label",
+            spec.data.label
+        )));
+    }
+    if classes.len() != model.outputs {
+        return Err(DriverError::Data(format!(
+            "data.label_classes lists {} classes, but the model has {} outputs",
+            classes.len(),
+            model.outputs
+        )));
+    }
+    Ok(())
+}
+
 /// Adds to `into` the `columns` it does not hold yet, in order.
 fn union(into: &mut Vec<String>, columns: Vec<String>) {
     for c in columns {
@@ -356,6 +379,10 @@ impl JobPlan {
         let sequence = sequence.map(|(planned, _)| planned);
         spec.model = builder.resolve(&spec.model, &facts)?;
         let model = builder.shape(&spec.model)?;
+        if let (Some(planned), Some(test)) = (&sequence, &test) {
+            let (columns, preprocessing) = (&planned.columns, &planned.preprocessing);
+            sequences::check_test(&spec, &test.split, columns, preprocessing, model.outputs)?;
+        }
         let footprint = match longest {
             // Batches are padded to their own longest sentence, at most the training split's.
             Some(longest) => memory::footprint(registry, &at_most_steps(&spec, longest))?,
@@ -385,22 +412,7 @@ impl JobPlan {
             )));
         }
         let string_label = train.label == LabelType::String;
-        if let Some(classes) = &spec.data.label_classes {
-            if !string_label {
-                return Err(DriverError::Data(format!(
-                    "data.label_classes: the label column `{}` holds numbers (class indices); \
-                     label_classes name the classes of a string label",
-                    spec.data.label
-                )));
-            }
-            if classes.len() != model.outputs {
-                return Err(DriverError::Data(format!(
-                    "data.label_classes lists {} classes, but the model has {} outputs",
-                    classes.len(),
-                    model.outputs
-                )));
-            }
-        }
+        check_label_classes(&spec, string_label, &model)?;
         let after_sql = train.count_columns.is_some();
         let world = spec.cluster.executors;
         assign::check_enough_rows("data.train", &train.groups, world, after_sql)?;

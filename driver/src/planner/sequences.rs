@@ -6,7 +6,9 @@
 //! model (its embedding's rows, its outputs) must be complete before any executor builds it;
 //! the same pass refuses a bad row (empty, too long, tags of another length, a token longer
 //! than `data.vocab.max_token_bytes`, a tag longer than a class name may be) naming the file,
-//! the row and the lengths, before training starts.
+//! the row and the lengths, before training starts. A second pass ([`check_test`]) holds the
+//! test split to the same rules and to the classes the model has outputs for, so that a bad
+//! test row stops the job before training rather than after it.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -103,6 +105,24 @@ pub fn detect(
     }))
 }
 
+/// What a pass over a split does with the rows it reads.
+#[derive(Clone, Copy)]
+enum Pass<'a> {
+    /// The training split's statistics pass: counts the tokens and the classes.
+    Count,
+    /// Another split checked against what training decided: every row by the training
+    /// split's rules, every class one the model has an output for.
+    Check(&'a Outputs),
+}
+
+/// The classes a model has outputs for.
+enum Outputs {
+    /// Class names (string labels).
+    Names(BTreeSet<String>),
+    /// Integer classes `0..n`.
+    Count(usize),
+}
+
 /// What the statistics pass found in the training split.
 #[derive(Clone, Debug, Default)]
 pub struct SequenceCounts {
@@ -190,6 +210,35 @@ impl SequenceCounts {
 /// Reads the sequence and label columns of every row group of `split` on every core of the
 /// driver, checking each row, and merges what each found.
 pub fn count(spec: &JobSpec, split: &Split, columns: &SequenceColumns) -> Result<SequenceCounts> {
+    read_split("data.train", spec, split, columns, Pass::Count)
+}
+
+/// Checks every row of the test split `split` before training, as [`count`] checks the
+/// training split's (lengths, empty and null sequences, token and class name lengths), and
+/// that each of its classes is one of the model's `outputs`: one of the classes of
+/// `preprocessing` (string labels), or an integer below `outputs`.
+pub fn check_test(
+    spec: &JobSpec,
+    split: &Split,
+    columns: &SequenceColumns,
+    preprocessing: &Preprocessing,
+    outputs: usize,
+) -> Result<()> {
+    let outputs = match &preprocessing.classes {
+        Some(names) => Outputs::Names(names.iter().cloned().collect()),
+        None => Outputs::Count(outputs),
+    };
+    read_split("data.test", spec, split, columns, Pass::Check(&outputs)).map(|_| ())
+}
+
+/// The pass `pass` over every row group of split `key`, on every core of the driver.
+fn read_split(
+    key: &str,
+    spec: &JobSpec,
+    split: &Split,
+    columns: &SequenceColumns,
+    pass: Pass,
+) -> Result<SequenceCounts> {
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let total = Mutex::new(Ok(SequenceCounts::default()));
@@ -205,7 +254,8 @@ pub fn count(spec: &JobSpec, split: &Split, columns: &SequenceColumns) -> Result
                     let Some(group) = split.groups.get(i) else {
                         break;
                     };
-                    if let Err(e) = count_group(spec, group, columns, &mut mine) {
+                    let read = count_group((key, spec), group, (columns, pass), &mut mine);
+                    if let Err(e) = read {
                         stop.store(true, Ordering::Relaxed);
                         *total.lock().expect("not poisoned") = Err(e);
                         return;
@@ -215,7 +265,7 @@ pub fn count(spec: &JobSpec, split: &Split, columns: &SequenceColumns) -> Result
                 if let Ok(t) = total.as_mut()
                     && let Err(e) = t.merge(mine)
                 {
-                    *total = Err(DriverError::Data(format!("data.train: {e}")));
+                    *total = Err(DriverError::Data(format!("{key}: {e}")));
                 }
             });
         }
@@ -224,12 +274,12 @@ pub fn count(spec: &JobSpec, split: &Split, columns: &SequenceColumns) -> Result
 }
 
 fn count_group(
-    spec: &JobSpec,
+    (key, spec): (&str, &JobSpec),
     group: &RowGroup,
-    columns: &SequenceColumns,
+    (columns, pass): (&SequenceColumns, Pass),
     into: &mut SequenceCounts,
 ) -> Result<()> {
-    let fail = |m: String| DriverError::Data(format!("data.train: {}: {m}", group.path));
+    let fail = |m: String| DriverError::Data(format!("{key}: {}: {m}", group.path));
     let partition = Partition {
         path: group.path.clone(),
         row_group: group.index,
@@ -241,7 +291,7 @@ fn count_group(
     let wanted = vec![columns.column.clone(), spec.data.label.clone()];
     let mut reader = PartitionReader::open(&partition, &wanted).map_err(|e| fail(e.to_string()))?;
     while let Some((batch, first_row)) = reader.next_batch().map_err(|e| fail(e.to_string()))? {
-        count_batch(spec, &batch, first_row, columns, into).map_err(fail)?;
+        count_batch(spec, &batch, first_row, (columns, pass), into).map_err(fail)?;
     }
     Ok(())
 }
@@ -250,7 +300,7 @@ fn count_batch(
     spec: &JobSpec,
     batch: &RecordBatch,
     first_row: u64,
-    columns: &SequenceColumns,
+    (columns, pass): (&SequenceColumns, Pass),
     into: &mut SequenceCounts,
 ) -> std::result::Result<(), String> {
     let data = &spec.data;
@@ -275,39 +325,42 @@ fn count_batch(
         let steps = rules.steps(at, (&columns.column, tokens.len(row)), labels)?;
         let kept = tokens.range(row).start..tokens.range(row).start + steps;
         let max_token = data.vocab.max_token_bytes;
+        let counted = matches!(pass, Pass::Count);
         add_tokens(
             tokens.elements(),
             kept,
             (at, &columns.column),
-            max_token,
+            (max_token, counted),
             into,
         )?;
         if let Some(t) = &tags {
             let kept = t.range(row).start..t.range(row).start + steps;
-            add_labels(t.elements(), kept, at, &data.label, into)?;
+            add_labels(t.elements(), kept, (at, &data.label), pass, into)?;
         }
         into.sequences += 1;
         into.tokens += steps as u64;
         into.longest = into.longest.max(steps);
     }
     if tags.is_none() {
-        add_scalar_labels(label, first_row, &data.label, into)?;
+        add_scalar_labels(label, first_row, (&data.label, pass), into)?;
     }
     Ok(())
 }
 
-/// Counts the string tokens of `range` (of row `row` of `column`), each at most `max_token`
-/// bytes (`data.vocab.max_token_bytes`), or notes the largest integer id.
+/// Counts (`counted`; else only checks) the string tokens of `range` (of row `row` of
+/// `column`), each at most `max_token` bytes (`data.vocab.max_token_bytes`), or notes the
+/// largest integer id.
 fn add_tokens(
     elements: &Elements,
     range: std::ops::Range<usize>,
     (row, column): (u64, &str),
-    max_token: usize,
+    (max_token, counted): (usize, bool),
     into: &mut SequenceCounts,
 ) -> std::result::Result<(), String> {
     match elements {
         Elements::Strings(s) => {
-            let counts = into.stats.tokens.get_or_insert_with(TokenCounts::default);
+            let mut counts =
+                counted.then(|| into.stats.tokens.get_or_insert_with(TokenCounts::default));
             for t in &s[range] {
                 let t = t.as_deref().ok_or_else(|| null_element(row, column))?;
                 if t.len() > max_token {
@@ -318,9 +371,11 @@ fn add_tokens(
                         t.len()
                     ));
                 }
-                counts
-                    .add(t, MAX_DISTINCT_TOKENS)
-                    .map_err(|e| e.to_string())?;
+                if let Some(counts) = counts.as_mut() {
+                    counts
+                        .add(t, MAX_DISTINCT_TOKENS)
+                        .map_err(|e| e.to_string())?;
+                }
             }
         }
         Elements::Ids(ids) => {
@@ -331,13 +386,18 @@ fn add_tokens(
     Ok(())
 }
 
+/// Collects (the training split) or checks against the model's outputs (another split) the
+/// labels of `range`, of row `row` of `column`.
 fn add_labels(
     elements: &Elements,
     range: std::ops::Range<usize>,
-    row: u64,
-    column: &str,
+    (row, column): (u64, &str),
+    pass: Pass,
     into: &mut SequenceCounts,
 ) -> std::result::Result<(), String> {
+    if let Pass::Check(outputs) = pass {
+        return check_labels(elements, range, (row, column), outputs);
+    }
     match elements {
         Elements::Strings(s) => {
             let classes = into.stats.labels.get_or_insert_with(BTreeSet::new);
@@ -364,17 +424,55 @@ fn add_labels(
     Ok(())
 }
 
+/// Checks that every label of `range` (of row `row` of `column`) is one of `outputs`.
+fn check_labels(
+    elements: &Elements,
+    range: std::ops::Range<usize>,
+    (row, column): (u64, &str),
+    outputs: &Outputs,
+) -> std::result::Result<(), String> {
+    let refuse = |class: String, classes: usize| {
+        Err(format!(
+            "row {row} (0-based): column `{column}` holds the class {class}, not one of the \
+             {classes} classes the model has outputs for (those of data.train, or \
+             data.label_classes); train on rows that hold it, or leave it out of data.test"
+        ))
+    };
+    match (elements, outputs) {
+        (Elements::Strings(s), Outputs::Names(names)) => {
+            for t in &s[range] {
+                let t = t.as_deref().ok_or_else(|| null_element(row, column))?;
+                if !names.contains(t) {
+                    return refuse(format!("{t:?}"), names.len());
+                }
+            }
+        }
+        (Elements::Ids(ids), Outputs::Count(n)) => {
+            if let Some(most) = largest(&ids[range], (row, column), "class")?
+                && most >= *n as u64
+            {
+                return refuse(most.to_string(), *n);
+            }
+        }
+        // The test split's labels are of another kind than the training split's: the schema
+        // check names that.
+        _ => {}
+    }
+    Ok(())
+}
+
 /// The label of a sequence classification: string classes, or integer class indices.
 fn add_scalar_labels(
     label: &datafusion::arrow::array::ArrayRef,
     first_row: u64,
-    column: &str,
+    (column, pass): (&str, Pass),
     into: &mut SequenceCounts,
 ) -> std::result::Result<(), String> {
     let values = Elements::read(label)
         .map_err(|t| format!("column `{column}` (data.label) holds {t}; a class must be one"))?;
     for row in 0..values.len() {
-        add_labels(&values, row..row + 1, first_row + row as u64, column, into)?;
+        let at = first_row + row as u64;
+        add_labels(&values, row..row + 1, (at, column), pass, into)?;
     }
     Ok(())
 }

@@ -91,6 +91,7 @@ fn epoch_plan_bytes(groups: &[RowGroup]) -> usize {
                 row_offset: g.rows,
                 row_count: g.rows,
                 file_row_start: g.file_row_start,
+                query_rows: g.after_sql.then_some(g.rows),
             };
             // The field's tag and length prefix.
             p.encoded_len() + 1 + prost::length_delimiter_len(p.encoded_len())
@@ -110,6 +111,7 @@ mod tests {
                 rows: 1000,
                 file_row_start: 1000 * i as u64,
                 bytes: 0,
+                after_sql: false,
             })
             .collect()
     }
@@ -126,6 +128,7 @@ mod tests {
                     row_offset: g.rows,
                     row_count: g.rows,
                     file_row_start: g.file_row_start,
+                    query_rows: None,
                 })
                 .collect(),
             ..Default::default()

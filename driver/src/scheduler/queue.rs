@@ -222,7 +222,7 @@ impl Scheduler {
         }
         let preprocessing = saved.preprocessing_json();
         let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
-        if saved.preprocessing_json.is_empty()
+        if preprocessing.is_empty()
             && let Some(what) = needed_preprocessing(&plan)
         {
             return Err(DriverError::Data(format!(

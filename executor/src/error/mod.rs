@@ -92,6 +92,19 @@ pub enum ExecutorError {
         /// Why it failed.
         cause: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The final evaluation of the test split failed after training; rank 0 had saved the
+    /// model before any rank evaluated.
+    #[error(
+        "the final evaluation of the test split failed: {source}; the trained model is saved \
+         in {model_dir} (`ringflow eval --model {model_dir} --data …` evaluates it once the data \
+         is fixed)"
+    )]
+    FinalEvaluation {
+        /// Where the model is saved.
+        model_dir: String,
+        /// Why the evaluation failed.
+        source: Box<ExecutorError>,
+    },
     /// The driver asked the task to stop.
     #[error("the job was cancelled")]
     Cancelled,

@@ -317,15 +317,11 @@ impl<'a> Trainer<'a> {
         self.adopt(recovered)
     }
 
-    /// Ends training: evaluates this rank's share of the test split and, on rank 0, saves the
-    /// model.
+    /// Ends training: rank 0 saves the model, then every rank evaluates its share of the test
+    /// split. The ranks wait for the save before evaluating, so a test split that fails to
+    /// evaluate ends the job with its model saved (the error says where).
     pub fn finish(mut self) -> Result<TrainOutcome> {
         self.sync.finish(self.ring.get());
-        if self.task.spec.data.test.is_some() {
-            let stats = self.evaluate_test()?;
-            self.ctx
-                .report(crate::train::context::TrainEvent::Evaluated(stats))?;
-        }
         let param_checksum = self.model.params().checksum()?;
         let (epochs, steps) = (self.task.spec.train.epochs, self.position.global_step);
         let model_dir = if self.position.rank == 0 {
@@ -336,6 +332,17 @@ impl<'a> Trainer<'a> {
         } else {
             None
         };
+        if self.task.spec.data.test.is_some() {
+            self.ring.get().barrier()?;
+            let stats = self
+                .evaluate_test()
+                .map_err(|e| ExecutorError::FinalEvaluation {
+                    model_dir: self.task.model_dir.clone(),
+                    source: Box::new(e),
+                })?;
+            self.ctx
+                .report(crate::train::context::TrainEvent::Evaluated(stats))?;
+        }
         Ok(TrainOutcome {
             epochs,
             steps,
