@@ -133,7 +133,7 @@ fn a_corrupt_image_fails_the_job_naming_file_and_row() {
     let stderr = run.assert_clean_failure();
     assert!(
         stderr.contains(&format!(
-            "{}: column `png` (data.image) row 437 (0-based): cannot be decoded",
+            "{}: column `png` (data.image) row 437 (0-based): is cut short",
             s(&train_file)
         )),
         "{stderr}"

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::partition::PartitionReader;
@@ -170,9 +172,19 @@ impl RowCounter {
             file_row_start: group.file_row_start,
             query_rows: None,
         };
-        let rows = PartitionReader::open(&partition, read.columns)
-            .map_err(|e| e.to_string())?
-            .into_stream();
+        // Read here, on this thread, not as the query pulls them: a remote file's reads run on
+        // the I/O runtime, where the query runs too, and must not wait on it from inside it.
+        // These are only the columns the count depends on, of one row group.
+        let mut reader =
+            PartitionReader::open(&partition, read.columns).map_err(|e| e.to_string())?;
+        let mut batches = Vec::new();
+        while let Some((batch, _)) = reader.next_batch().map_err(|e| e.to_string())? {
+            batches.push(Ok(batch));
+        }
+        let rows: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+            reader.schema().clone(),
+            futures::stream::iter(batches),
+        ));
         let (ctx, query) = (self.ctx.clone(), self.query.clone());
         let over = || {
             format!(
