@@ -22,6 +22,7 @@ SUITES=(
     "-p ringflow-proto --lib"
     "-p ringflow-ml --lib"
     "-p ringflow-ml --test conformance"
+    "-p ringflow-ml --test footprint"
     "-p ringflow-executor --lib"
     "-p ringflow-driver --lib"
 )

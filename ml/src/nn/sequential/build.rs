@@ -1,4 +1,4 @@
-//! From planned layers to modules, a summary and a memory footprint.
+//! From planned layers to modules and a summary.
 
 use crate::error::Result;
 use crate::nn::layers::{
@@ -7,7 +7,7 @@ use crate::nn::layers::{
     PositionEmbedding, Residual, SequencePool, Sequential, TransformerEncoder,
 };
 use crate::nn::sequential::infer::{PlannedLayer, RecurrentCell, Resolved};
-use crate::nn::{ModelFootprint, ModelSummary, Module, ParamBuilder, SummaryRow};
+use crate::nn::{ModelSummary, Module, ParamBuilder, SummaryRow};
 
 /// The modules of `layers`, their parameters created through `b` (a builder at the scope of
 /// the list's owner) under each layer's local name.
@@ -205,81 +205,5 @@ pub fn summary(input: &[usize], layers: &[PlannedLayer]) -> ModelSummary {
         rows: out,
         trainable,
         non_trainable,
-    }
-}
-
-fn numel(shape: &[usize]) -> u64 {
-    shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
-}
-
-/// What one example's forward pass keeps for backward, per layer, and the most any one layer
-/// briefly needs on top (a convolution's unfolded input, `C/g·kh·kw·oh·ow`), with the widest
-/// output and the widest pair of consecutive outputs.
-#[derive(Default)]
-struct Tally {
-    kept: u64,
-    scratch: u64,
-    widest: u64,
-    widest_pair: u64,
-}
-
-fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
-    let mut before = input;
-    let mut previous = numel(input);
-    for layer in layers {
-        let out = numel(&layer.output);
-        // Values kept per output value: the output, plus a max pool's argmax, a dropout's
-        // mask, a batch norm's normalized input, a layer norm's intermediates.
-        let copies = match &layer.layer {
-            Resolved::MaxPool2d(_) | Resolved::Dropout(_) | Resolved::BatchNorm { .. } => 2,
-            Resolved::LayerNorm { .. } => 4,
-            // Each step's gates, states and activations, per layer of the stack.
-            Resolved::Recurrent { layers, .. } => 5 * *layers as u64,
-            // Projections, scores per head are T×T: taken as a few copies per value here.
-            Resolved::MultiHeadAttention { .. } => 6,
-            Resolved::TransformerEncoder { ff, dim, .. } => 10 + 2 * (*ff / (*dim).max(1)) as u64,
-            _ => 1,
-        };
-        t.kept = t.kept.saturating_add(out.saturating_mul(copies));
-        if let Resolved::Conv2d(c) = &layer.layer {
-            let per_out = (c.in_channels / c.options.groups.max(1)) as u64
-                * (c.kernel[0] * c.kernel[1]) as u64;
-            let positions = numel(&layer.output[1..]);
-            t.scratch = t.scratch.max(per_out.saturating_mul(positions));
-        }
-        if let Resolved::Residual { body, shortcut } = &layer.layer {
-            // The block's layers start from its input, the shape before it.
-            tally(body, before, t);
-            if let Some(s) = shortcut {
-                tally(s, before, t);
-            }
-        }
-        t.widest = t.widest.max(out);
-        t.widest_pair = t.widest_pair.max(previous.saturating_add(out));
-        previous = out;
-        before = &layer.output;
-    }
-}
-
-/// The memory footprint of a model with this input and these layers (see
-/// [`ModelFootprint`]).
-pub fn footprint(input: &[usize], layers: &[PlannedLayer]) -> ModelFootprint {
-    let mut t = Tally::default();
-    tally(layers, input, &mut t);
-    let parameters = layers.iter().fold(0u64, |a, l| a.saturating_add(l.params));
-    let first = numel(input);
-    let last = layers.last().map_or(first, |l| numel(&l.output));
-    ModelFootprint {
-        parameters,
-        // The input, every kept output, the loss's probabilities, the gradients of about two
-        // layer outputs in flight, and the largest unfolded input.
-        activations_per_row: first
-            .saturating_add(t.kept)
-            .saturating_add(last)
-            .saturating_add(t.widest.saturating_mul(2))
-            .saturating_add(t.scratch),
-        inference_per_row: first
-            .saturating_add(t.widest_pair)
-            .saturating_add(t.scratch),
     }
 }

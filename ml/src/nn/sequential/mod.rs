@@ -22,6 +22,7 @@
 //! and `layers.<i>.shortcut.<j>.…`.
 
 mod build;
+mod footprint;
 mod infer;
 mod sequence;
 mod spec;
@@ -268,7 +269,7 @@ impl SequentialPlan {
 
     /// What the model needs in memory.
     pub fn footprint(&self) -> ModelFootprint {
-        build::footprint(&self.input, &self.layers)
+        footprint::footprint(&self.input, &self.layers)
     }
 
     /// Creates the parameters through `params` and returns the network.
