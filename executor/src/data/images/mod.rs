@@ -12,11 +12,17 @@
 //! the requested size with a triangle (bilinear) filter when its own differs. The rows of a
 //! batch are decoded in parallel on the task's compute threads, each straight into the row's
 //! slot of one buffer for the batch. A header declaring more than [`MAX_IMAGE_SIDE`] pixels on
-//! a side, or more than [`MAX_DECODED_BYTES`] decoded, is refused before any pixel is decoded,
-//! so a hostile file cannot make an executor allocate gigabytes; a corrupt image is an error
-//! naming the file, the row and the decoder's reason.
+//! a side, more than `data.image.max_pixels` pixels, or an image whose decoding would take
+//! more than [`ImageSpec::max_decoded_bytes`] (its pixels, and a progressive JPEG's
+//! coefficients) is refused before any pixel is decoded, and a decoder allocates at most
+//! [`MAX_IMAGE_METADATA_BYTES`] beyond that (a PNG's ICC profile and text chunks), so a hostile
+//! file cannot make an executor allocate more than [`ImageSpec::decoding_bytes`] per decoding
+//! thread, which the driver's memory estimate counts; a corrupt image is an error naming the
+//! file, the row and the decoder's reason.
 //!
 //! [`Converter`]: crate::data::features::Converter
+//! [`MAX_IMAGE_SIDE`]: ringflow_proto::spec::MAX_IMAGE_SIDE
+//! [`MAX_IMAGE_METADATA_BYTES`]: ringflow_proto::spec::MAX_IMAGE_METADATA_BYTES
 
 use std::cell::RefCell;
 use std::io::Cursor;
@@ -28,18 +34,21 @@ use datafusion::arrow::record_batch::RecordBatch;
 use image::error::ImageFormatHint;
 use image::imageops::FilterType;
 use image::{
-    ColorType, DynamicImage, ImageBuffer, ImageDecoder, ImageFormat, ImageReader, Limits, Luma,
-    LumaA, Pixel, Rgb, Rgba,
+    ColorType, ImageBuffer, ImageDecoder, ImageFormat, ImageReader, Luma, LumaA, Pixel, Rgb, Rgba,
 };
 use rayon::prelude::*;
-use ringflow_proto::spec::{ImageSpec, MAX_IMAGE_SIDE};
+use ringflow_proto::spec::ImageSpec;
+
+use self::limits::{Bounds, jpeg_coefficient_bytes, limit_error, limits, narrow_in_place};
 
 use crate::data::background::mark_as_batch_work;
 use crate::error::{ExecutorError, Result};
 
-/// The most bytes one decoded image may take before conversion (256 MiB: an 8192 × 8192
-/// RGBA image).
-pub const MAX_DECODED_BYTES: u64 = 256 << 20;
+#[cfg(test)]
+mod fuzz;
+mod limits;
+
+pub use ringflow_proto::spec::MAX_DECODED_BYTES;
 
 /// Scratch buffers kept by a decoding thread between images up to this size; a larger one is
 /// given back after use.
@@ -52,6 +61,8 @@ pub struct ImageColumn {
     channels: usize,
     /// `[height, width]` of every decoded image.
     size: [usize; 2],
+    /// What one image may be: its pixels and the bytes its decoding may take.
+    bounds: Bounds,
     /// The threads that decode (the task's compute threads); `None`: the calling thread.
     pool: Option<Arc<rayon::ThreadPool>>,
 }
@@ -76,6 +87,10 @@ impl ImageColumn {
             column: spec.column.clone(),
             channels: spec.channels,
             size: spec.size,
+            bounds: Bounds {
+                pixels: spec.max_pixels(),
+                bytes: spec.max_decoded_bytes(),
+            },
             pool,
         }
     }
@@ -192,7 +207,7 @@ impl ImageColumn {
         scratch: &mut Vec<u8>,
         out: &mut [u8],
     ) -> std::result::Result<(), String> {
-        let (width, height, src_channels) = decode_8bit(bytes, scratch)?;
+        let (width, height, src_channels) = decode_8bit(bytes, scratch, self.bounds)?;
         let [h, w] = self.size;
         if (height, width) == (h, w) {
             write_planes(scratch, src_channels, self.channels, out);
@@ -204,21 +219,13 @@ impl ImageColumn {
     }
 }
 
-/// The crate's limits for one image: at most [`MAX_IMAGE_SIDE`] pixels on a side and
-/// [`MAX_DECODED_BYTES`] of decoder allocations.
-fn limits() -> Limits {
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(MAX_IMAGE_SIDE as u32);
-    limits.max_image_height = Some(MAX_IMAGE_SIDE as u32);
-    limits.max_alloc = Some(MAX_DECODED_BYTES);
-    limits
-}
-
 /// Decodes a PNG or JPEG image into `scratch` as 8-bit interleaved pixels; returns its
-/// width, height and channels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA).
+/// width, height and channels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA). An image beyond
+/// `bounds` is refused from its header, before its pixels are allocated.
 fn decode_8bit(
     bytes: &[u8],
     scratch: &mut Vec<u8>,
+    bounds: Bounds,
 ) -> std::result::Result<(usize, usize, usize), String> {
     let mut reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
@@ -232,20 +239,35 @@ fn decode_8bit(
     }
     reader.limits(limits());
     let decoder = reader.into_decoder().map_err(|e| match e {
-        image::ImageError::Limits(_) => format!(
-            "its header declares an image beyond the limit of {MAX_IMAGE_SIDE} pixels on a \
-             side ({} MiB decoded): {e}",
-            MAX_DECODED_BYTES >> 20
-        ),
+        image::ImageError::Limits(_) => limit_error(&e),
         e => decoder_error(&e),
     })?;
     let (width, height) = decoder.dimensions();
     let (width, height) = (width as usize, height as usize);
-    let total = decoder.total_bytes();
-    if total > MAX_DECODED_BYTES {
+    let pixels = width as u64 * height as u64;
+    if pixels > bounds.pixels {
         return Err(format!(
-            "is {width} × {height} pixels, {} MiB decoded, beyond the limit of {} MiB",
+            "is {width} × {height} pixels, more than data.image.max_pixels ({}); raise it, or \
+             leave the image's row out of the data",
+            bounds.pixels
+        ));
+    }
+    let total = decoder.total_bytes();
+    let coefficients = jpeg_coefficient_bytes(bytes);
+    let needed = total.saturating_add(coefficients);
+    if needed > bounds.bytes {
+        let kept = match coefficients {
+            0 => String::new(),
+            c => format!(
+                " and {} MiB of coefficients a progressive JPEG keeps",
+                c >> 20
+            ),
+        };
+        return Err(format!(
+            "is {width} × {height} pixels, {} MiB decoded{kept}, beyond the limit of {} MiB \
+             an image may take (data.image.max_pixels, at most {} MiB)",
             total >> 20,
+            bounds.bytes >> 20,
             MAX_DECODED_BYTES >> 20
         ));
     }
@@ -254,11 +276,23 @@ fn decode_8bit(
         ColorType::La8 => 2,
         ColorType::Rgb8 => 3,
         ColorType::Rgba8 => 4,
-        _ => return decode_wide(decoder, scratch),
+        ColorType::L16 => 1,
+        ColorType::La16 => 2,
+        ColorType::Rgb16 => 3,
+        ColorType::Rgba16 => 4,
+        c => {
+            return Err(format!(
+                "has pixels of a kind ({c:?}) the decoder does not narrow"
+            ));
+        }
     };
+    let wide = decoder.color_type().bytes_per_pixel() as usize > channels;
     scratch.clear();
     scratch.resize(total as usize, 0);
     decoder.read_image(scratch).map_err(|e| decoder_error(&e))?;
+    if wide {
+        narrow_in_place(scratch);
+    }
     Ok((width, height, channels))
 }
 
@@ -302,24 +336,6 @@ fn readable(message: &str) -> String {
     }
     out.push_str(rest);
     out.trim().trim_end_matches('.').to_string()
-}
-
-/// Decodes an image of more than 8 bits per channel and narrows it to 8 bits.
-fn decode_wide(
-    decoder: impl ImageDecoder,
-    scratch: &mut Vec<u8>,
-) -> std::result::Result<(usize, usize, usize), String> {
-    let color = decoder.color_type();
-    let (width, height) = decoder.dimensions();
-    let image = DynamicImage::from_decoder(decoder).map_err(|e| decoder_error(&e))?;
-    let (raw, channels) = match (color.has_color(), color.has_alpha()) {
-        (false, false) => (image.into_luma8().into_raw(), 1),
-        (false, true) => (image.into_luma_alpha8().into_raw(), 2),
-        (true, false) => (image.into_rgb8().into_raw(), 3),
-        (true, true) => (image.into_rgba8().into_raw(), 4),
-    };
-    *scratch = raw;
-    Ok((width as usize, height as usize, channels))
 }
 
 /// `pixels` (`[height, width]`, `channels` interleaved) resized to `size` with a triangle
@@ -387,7 +403,7 @@ fn write_planes(pixels: &[u8], from: usize, to: usize, out: &mut [u8]) {
 #[cfg(test)]
 pub(crate) mod tests {
     use datafusion::arrow::array::{BinaryArray, Int32Array};
-    use image::{GrayImage, ImageFormat, RgbImage, RgbaImage};
+    use image::{DynamicImage, GrayImage, ImageFormat, RgbImage, RgbaImage};
 
     use super::*;
 
@@ -406,6 +422,7 @@ pub(crate) mod tests {
             column: "img".into(),
             size,
             channels,
+            max_pixels: None,
         };
         ImageColumn::new(&spec, 2)
     }
@@ -522,7 +539,7 @@ pub(crate) mod tests {
 
     /// A PNG signature, an IHDR chunk declaring a `width × height` 8-bit image of PNG colour
     /// type `color` (0 grey, 6 RGBA), and an empty IDAT chunk: a header without pixels.
-    fn png_header(width: u32, height: u32, color: u8) -> Vec<u8> {
+    pub(crate) fn png_header(width: u32, height: u32, color: u8) -> Vec<u8> {
         fn crc32(bytes: &[u8]) -> u32 {
             let mut crc = !0u32;
             for &b in bytes {
