@@ -265,7 +265,8 @@ fn decode_8bit(
         };
         return Err(format!(
             "is {width} × {height} pixels, {} MiB decoded{kept}, beyond the limit of {} MiB \
-             an image may take (data.image.max_pixels, at most {} MiB)",
+             an image may take (data.image.max_pixels, at most {} MiB); replace the image by a \
+             smaller one, or leave its row out of the data",
             total >> 20,
             bounds.bytes >> 20,
             MAX_DECODED_BYTES >> 20
@@ -579,6 +580,46 @@ pub(crate) mod tests {
         assert!(msg.contains("beyond the limit"), "{msg}");
         // A header that fits but has no pixels is corrupt, not too large.
         let msg = decode(&png_header(4, 4, 0), 1, [2, 2]).unwrap_err();
+        assert!(msg.starts_with("is cut short"), "{msg}");
+    }
+
+    /// Issue 39: an 8 × 8 PNG whose ICC profile decompresses to 64 MiB (1 GiB in the issue)
+    /// made the decoder allocate hundreds of MiB; its metadata is now bounded to 4 MiB (the
+    /// profile, which the executors do not use, is dropped) and the image decodes.
+    #[test]
+    fn a_huge_icc_profile_is_not_allocated() {
+        use image::codecs::png::PngEncoder;
+        use image::{ExtendedColorType, ImageEncoder};
+        let mut png = Vec::new();
+        let mut encoder = PngEncoder::new(&mut png);
+        encoder.set_icc_profile(vec![0; 64 << 20]).unwrap();
+        encoder
+            .write_image(&[7; 64], 8, 8, ExtendedColorType::L8)
+            .unwrap();
+        assert!(png.len() < 1 << 20, "{} bytes", png.len());
+        let (out, largest) = crate::fuzz::largest_allocation(|| decode(&png, 1, [8, 8]));
+        assert_eq!(out.unwrap(), vec![7; 64]);
+        assert!(largest <= 4 << 20, "allocated {largest} bytes");
+    }
+
+    /// A header declaring more pixels than `data.image.max_pixels` is refused naming the key.
+    #[test]
+    fn images_beyond_max_pixels_are_refused() {
+        let spec = ImageSpec {
+            column: "img".into(),
+            size: [2, 2],
+            channels: 1,
+            max_pixels: Some(100),
+        };
+        let c = ImageColumn::new(&spec, 1);
+        let mut out = vec![0u8; 4];
+        let msg = c.decode_into(&png_header(11, 10, 0), &mut out).unwrap_err();
+        assert_eq!(
+            msg,
+            "is 11 × 10 pixels, more than data.image.max_pixels (100); raise it, or leave the \
+             image's row out of the data"
+        );
+        let msg = c.decode_into(&png_header(10, 10, 0), &mut out).unwrap_err();
         assert!(msg.starts_with("is cut short"), "{msg}");
     }
 
