@@ -51,7 +51,7 @@ fn progressive_jpeg_bomb(side: u16) -> Vec<u8> {
     segment(0xDA, &[1, 1, 0x00, 0, 0, 0]);
     let blocks = (side as usize / 8).pow(2);
     jpeg.extend(vec![0u8; blocks / 8]);
-    if blocks % 8 != 0 {
+    if !blocks.is_multiple_of(8) {
         jpeg.push(0xFF >> (blocks % 8));
     }
     jpeg.extend([0xFF, 0xD9]);

@@ -14,7 +14,7 @@ use proptest::test_runner::TestRunner;
 use ringflow_proto::spec::ImageSpec;
 
 use super::ImageColumn;
-use super::tests::{encode, png_header};
+use super::tests::{encode, png_header, progressive_jpeg};
 use crate::fuzz::{config, largest_allocation};
 
 /// The pixels the fuzzed column may decode: small, so that the bound is tight.
@@ -30,8 +30,8 @@ fn seeds() -> Vec<Vec<u8>> {
     PngEncoder::new_with_quality(&mut wide, CompressionType::Fast, FilterType::Paeth)
         .write_image(&samples, 3, 2, ExtendedColorType::Rgb16)
         .unwrap();
-    let mut progressive = Vec::new();
-    JpegEncoder::new_with_quality(&mut Cursor::new(&mut progressive), 80)
+    let mut quality = Vec::new();
+    JpegEncoder::new_with_quality(&mut Cursor::new(&mut quality), 30)
         .encode_image(&rgb)
         .unwrap();
     vec![
@@ -41,7 +41,8 @@ fn seeds() -> Vec<Vec<u8>> {
         wide,
         encode(rgb, ImageFormat::Jpeg),
         encode(grey, ImageFormat::Jpeg),
-        progressive,
+        quality,
+        progressive_jpeg(24),
     ]
 }
 

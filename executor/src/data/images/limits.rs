@@ -117,3 +117,44 @@ pub(super) fn narrow_in_place(pixels: &mut Vec<u8>) {
     }
     pixels.truncate(n);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The headers of a grey JPEG of `side × side` (SOF `marker`: 0xC0 baseline, 0xC2
+    /// progressive) with an application segment before its frame, and no scan data.
+    fn jpeg_headers(marker: u8, side: u16) -> Vec<u8> {
+        let [h0, h1] = side.to_be_bytes();
+        let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0, 0, 4, b'J', b'F'];
+        jpeg.extend([0xFF, marker, 0, 11, 8, h0, h1, h0, h1, 1, 1, 0x11, 0]);
+        jpeg.extend([0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0]);
+        jpeg
+    }
+
+    #[test]
+    fn a_progressive_jpeg_counts_its_coefficients() {
+        // 2 bytes per coefficient, one component, sides padded to 32.
+        assert_eq!(
+            jpeg_coefficient_bytes(&jpeg_headers(0xC2, 16384)),
+            2 * 16384 * 16384
+        );
+        assert_eq!(jpeg_coefficient_bytes(&jpeg_headers(0xC2, 33)), 2 * 64 * 64);
+        assert_eq!(jpeg_coefficient_bytes(&jpeg_headers(0xC0, 16384)), 0);
+        // Cut short, or the scan before any frame: nothing known, nothing counted.
+        let cut = jpeg_headers(0xC2, 100);
+        assert_eq!(jpeg_coefficient_bytes(&cut[..12]), 0);
+        assert_eq!(jpeg_coefficient_bytes(b"\x89PNG"), 0);
+    }
+
+    #[test]
+    fn narrowing_rounds_like_the_image_crate() {
+        let wide: Vec<u8> = [0u16, 128, 129, 32896, 65535]
+            .iter()
+            .flat_map(|v| v.to_ne_bytes())
+            .collect();
+        let mut pixels = wide;
+        narrow_in_place(&mut pixels);
+        assert_eq!(pixels, [0, 0, 1, 128, 255]);
+    }
+}
