@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 CASES="${1:-1000000}"
 FILTER="${2:-fuzz_}"
 export PROPTEST_CASES="$CASES"
+# The long-fuzz switch: tests that need GiBs of memory (the image bombs of tests/cli) run only
+# with it.
+export RINGFLOW_LONG_FUZZ=1
 
 # Where the targets live: crate and test target.
 SUITES=(
@@ -25,6 +28,7 @@ SUITES=(
     "-p ringflow-ml --test footprint"
     "-p ringflow-executor --lib"
     "-p ringflow-driver --lib"
+    "--test cli"
 )
 
 failed=()

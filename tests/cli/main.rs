@@ -15,6 +15,7 @@ mod errors;
 mod fusion;
 mod helpers;
 mod history;
+mod image_memory;
 mod images;
 mod ingest;
 mod large_tasks;

@@ -17,6 +17,10 @@
 //! - **read-ahead**: the converted chunks between the reader and the training loop;
 //! - **batches ahead**: the training batches drawn ahead of the step ([`BATCHES_AHEAD`] and
 //!   the one being drawn, as far as the epoch has more steps);
+//! - **image decoding**: for `data.image`, what each thread that decodes images may hold at
+//!   once ([`ImageSpec::decoding_bytes`]: the largest image `data.image.max_pixels` allows as
+//!   decoded, a progressive JPEG's coefficients, the decoder's metadata and resizing), times
+//!   the threads that decode at once ([`decoding_threads`]);
 //! - **runtime**: the process itself ([`RUNTIME_BYTES`]).
 //!
 //! Executors advertise host memory only, so a GPU job counts what stays on the host (one
@@ -31,7 +35,7 @@ use ringflow_ml::nn::ModelFootprint;
 use ringflow_proto::data::partition::{read_ahead_chunks, read_batch_rows};
 use ringflow_proto::data::{BATCHES_AHEAD, EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
 use ringflow_proto::size::format_bytes;
-use ringflow_proto::spec::JobSpec;
+use ringflow_proto::spec::{ImageSpec, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::planner::JobPlan;
@@ -148,6 +152,7 @@ impl MemoryEstimate {
                 ),
                 MemoryPart::new("read-ahead", read_ahead(&plan.train, width), None),
                 MemoryPart::new("batches ahead", ahead, Some("train.batch_size")),
+                image_decoding(spec, world),
                 MemoryPart::new("runtime", RUNTIME_BYTES, None),
             ],
             unknown_model(plan).or_else(|| on_gpu.then(gpu_note)),
@@ -185,6 +190,7 @@ impl MemoryEstimate {
                     Some("data.cache_mb"),
                 ),
                 MemoryPart::new("read-ahead", read_ahead(&plan.test, width), None),
+                image_decoding(spec, world),
                 MemoryPart::new("runtime", RUNTIME_BYTES, None),
             ],
             unknown_model(plan).or_else(|| on_gpu.then(gpu_note)),
@@ -263,6 +269,28 @@ impl MemoryEstimate {
             biggest.join(", ")
         )
     }
+}
+
+/// The threads of an executor that decode images at once: its compute threads,
+/// `cluster.threads`, or where that is not set, this machine's cores divided among the
+/// `world` executors (as `ringflow local` runs them).
+pub fn decoding_threads(spec: &JobSpec, world: usize) -> u64 {
+    let threads = spec.cluster.threads.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        (cores / world.max(1)).max(1)
+    });
+    threads.max(1) as u64
+}
+
+/// The image decoding part: [`ImageSpec::decoding_bytes`] for each decoding thread (none
+/// without `data.image`).
+fn image_decoding(spec: &JobSpec, world: usize) -> MemoryPart {
+    let bytes = spec.data.image.as_ref().map_or(0, |image: &ImageSpec| {
+        image
+            .decoding_bytes()
+            .saturating_mul(decoding_threads(spec, world))
+    });
+    MemoryPart::new("image decoding", bytes, Some("data.image.max_pixels"))
 }
 
 /// An executor's share of a split: rows and decoded bytes.
@@ -562,6 +590,50 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             gpu.note.as_deref().unwrap().contains("GPU memory"),
             "{gpu:?}"
         );
+    }
+
+    #[test]
+    fn image_decoding_counts_each_decoding_thread() {
+        let images = [
+            "data.features=[]",
+            "data.image={ column = \"png\", size = [28, 28], channels = 1 }",
+        ];
+        let plain = MemoryEstimate::training(&plan(&images, 1, 1000, 1000), 1);
+        // Every image the side limit allows, on one thread: 256 MiB and what comes with it.
+        let one = plan(
+            &[&images[..], &["cluster.threads=1"]].concat(),
+            1,
+            1000,
+            1000,
+        );
+        let image = one.spec.data.image.clone().unwrap();
+        let e = MemoryEstimate::training(&one, 1);
+        assert_eq!(part(&e, "image decoding"), image.decoding_bytes());
+        assert!(image.decoding_bytes() > 256 << 20);
+        let sets = [
+            &images[..],
+            &["cluster.threads=8", "data.image.max_pixels=1000000"],
+        ]
+        .concat();
+        let eight = plan(&sets, 1, 1000, 1000);
+        let e = MemoryEstimate::training(&eight, 2);
+        let image = eight.spec.data.image.clone().unwrap();
+        assert_eq!(part(&e, "image decoding"), 8 * image.decoding_bytes());
+        assert!(e.summary().contains("image decoding "), "{}", e.summary());
+        // Without cluster.threads, this machine's cores shared by the executors.
+        let shared = decoding_threads(&plan(&images, 1, 1, 1).spec, 1);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+        assert_eq!(shared, cores);
+        let plain_image = plan(&images, 1, 1, 1).spec.data.image.unwrap();
+        assert_eq!(
+            part(&plain, "image decoding"),
+            shared * plain_image.decoding_bytes()
+        );
+        let infer = MemoryEstimate::inference(&eight, 3, true);
+        assert_eq!(part(&infer, "image decoding"), 8 * image.decoding_bytes());
+        // Without images, nothing.
+        let none = MemoryEstimate::training(&plan(&["cluster.threads=8"], 1, 1000, 1000), 1);
+        assert_eq!(part(&none, "image decoding"), 0);
     }
 
     #[test]

@@ -14,6 +14,9 @@ use super::DataSpec;
 /// [data]
 /// image = { column = "png", size = [28, 28], channels = 1 }
 /// ```
+///
+/// Each decoding thread of an executor holds at most [`ImageSpec::decoding_bytes`] for the
+/// image it decodes, which the driver counts in its memory estimate.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ImageSpec {
@@ -24,6 +27,11 @@ pub struct ImageSpec {
     /// 1 (grey), 3 (RGB) or 4 (RGBA): images are converted to this many channels.
     #[serde(default = "default_channels")]
     pub channels: usize,
+    /// The most pixels (height × width) an encoded image may declare (default
+    /// [`DEFAULT_MAX_IMAGE_PIXELS`], at least `size[0] × size[1]`): larger images are refused
+    /// before any pixel is decoded, and the memory each decoding thread may take scales with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pixels: Option<u64>,
 }
 
 fn default_channels() -> usize {
@@ -60,6 +68,57 @@ pub const MAX_SHAPE_DIMS: usize = 8;
 /// The longest side of an image, in pixels: the most `data.image.size` may ask for, and the
 /// most an encoded image's header may declare before the executors refuse to decode it.
 pub const MAX_IMAGE_SIDE: usize = 16_384;
+
+/// `data.image.max_pixels` when it is not set: every image [`MAX_IMAGE_SIDE`] allows on each
+/// side (16384 × 16384).
+pub const DEFAULT_MAX_IMAGE_PIXELS: u64 = (MAX_IMAGE_SIDE * MAX_IMAGE_SIDE) as u64;
+
+/// The most bytes one image may take while it is decoded, whatever `data.image.max_pixels`
+/// says (256 MiB: an 8192 × 8192 RGBA image): its pixels as decoded, and for a progressive
+/// JPEG the coefficients its decoder keeps for the whole image.
+pub const MAX_DECODED_BYTES: u64 = 256 << 20;
+
+/// The most bytes per pixel an image's decoder holds for the whole image, over every format
+/// the executors decode: a progressive CMYK JPEG keeps four planes of 2-byte coefficients and
+/// writes 3 bytes of RGB (11); a 16-bit RGBA PNG takes 8.
+pub const DECODING_BYTES_PER_PIXEL: u64 = 11;
+
+/// The most bytes an image's decoder may allocate beyond its pixels (a PNG's ancillary chunks
+/// such as an ICC profile or text, decompressed, and its row buffers): 4 MiB.
+pub const MAX_IMAGE_METADATA_BYTES: u64 = 4 << 20;
+
+/// Bytes per value of the resizer's intermediate image (RGBA `f32` whatever the channels).
+const RESIZE_BYTES_PER_PIXEL: u64 = 16;
+
+impl ImageSpec {
+    /// `data.image.max_pixels`, or its default [`DEFAULT_MAX_IMAGE_PIXELS`].
+    pub fn max_pixels(&self) -> u64 {
+        self.max_pixels.unwrap_or(DEFAULT_MAX_IMAGE_PIXELS)
+    }
+
+    /// The most bytes one image may take while it is decoded (its pixels and the decoder's
+    /// whole-image working memory): [`DECODING_BYTES_PER_PIXEL`] per pixel of
+    /// [`max_pixels`](Self::max_pixels), at most [`MAX_DECODED_BYTES`]. Executors refuse an
+    /// image that would take more.
+    pub fn max_decoded_bytes(&self) -> u64 {
+        self.max_pixels()
+            .saturating_mul(DECODING_BYTES_PER_PIXEL)
+            .min(MAX_DECODED_BYTES)
+    }
+
+    /// The most bytes one decoding thread holds at once: an image as it is decoded
+    /// ([`max_decoded_bytes`](Self::max_decoded_bytes)), the decoder's metadata and row buffers
+    /// ([`MAX_IMAGE_METADATA_BYTES`]), and resizing it to `size` (an intermediate of the
+    /// widest source image allowed × `size[0]` RGBA `f32` pixels, and the resized image).
+    pub fn decoding_bytes(&self) -> u64 {
+        let [h, w] = self.size.map(|s| s as u64);
+        let widest = self.max_pixels().min(MAX_IMAGE_SIDE as u64);
+        let resize = (widest * h * RESIZE_BYTES_PER_PIXEL).saturating_add(h * w * 4);
+        self.max_decoded_bytes()
+            .saturating_add(MAX_IMAGE_METADATA_BYTES)
+            .saturating_add(resize)
+    }
+}
 
 /// A `[data]` key at fault and what is wrong with it.
 pub(super) type KeyError = (&'static str, String);
@@ -151,6 +210,7 @@ impl DataSpec {
                 ),
             ));
         }
+        self.check_max_pixels(image)?;
         if self.shape.is_some() {
             return Err((
                 "data.shape",
@@ -158,6 +218,26 @@ impl DataSpec {
                     "cannot be set with data.image, whose channels and size give each example \
                      the shape [{}, {}, {}]",
                     image.channels, image.size[0], image.size[1]
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `data.image.max_pixels`: at least the pixels of `size`, at most what the side limit
+    /// allows.
+    fn check_max_pixels(&self, image: &ImageSpec) -> Result<(), KeyError> {
+        let Some(max) = image.max_pixels else {
+            return Ok(());
+        };
+        let least = (image.size[0] * image.size[1]) as u64;
+        if !(least..=DEFAULT_MAX_IMAGE_PIXELS).contains(&max) {
+            return Err((
+                "data.image.max_pixels",
+                format!(
+                    "must be between the {least} pixels of data.image.size {:?} and \
+                     {DEFAULT_MAX_IMAGE_PIXELS} ({MAX_IMAGE_SIDE} × {MAX_IMAGE_SIDE}), not {max}",
+                    image.size
                 ),
             ));
         }
@@ -323,6 +403,32 @@ layers = [784, 10]
             "with 3 channels makes 805306368 values per image, over the limit of 268435456",
         );
         refused(&["data.image.size=[28]"], "data.image.size");
+    }
+
+    #[test]
+    fn max_pixels_is_bounded_by_the_size_and_the_side_limit() {
+        let spec = parse(&[]).unwrap();
+        let image = spec.data.image.unwrap();
+        assert_eq!(image.max_pixels(), 16384 * 16384);
+        assert_eq!(image.max_decoded_bytes(), 256 << 20);
+        let spec = parse(&["data.image.max_pixels=1000000"]).unwrap();
+        let image = spec.data.image.unwrap();
+        assert_eq!(image.max_pixels(), 1_000_000);
+        assert_eq!(image.max_decoded_bytes(), 11_000_000);
+        // 11 MB of pixels and coefficients, 4 MiB of metadata, 16384 × 28 RGBA floats and the
+        // 28 × 28 grey image resized (4 bytes per pixel counted).
+        assert_eq!(
+            image.decoding_bytes(),
+            11_000_000 + (4 << 20) + 16384 * 28 * 16 + 28 * 28 * 4
+        );
+        parse(&["data.image.max_pixels=784"]).unwrap();
+        refused(
+            &["data.image.max_pixels=783"],
+            "data.image.max_pixels: must be between the 784 pixels of data.image.size [28, 28] \
+             and 268435456 (16384 × 16384), not 783",
+        );
+        refused(&["data.image.max_pixels=268435457"], "not 268435457");
+        refused(&["data.image.max_pixels=-1"], "data.image.max_pixels");
     }
 
     #[test]

@@ -12,11 +12,17 @@
 //! the requested size with a triangle (bilinear) filter when its own differs. The rows of a
 //! batch are decoded in parallel on the task's compute threads, each straight into the row's
 //! slot of one buffer for the batch. A header declaring more than [`MAX_IMAGE_SIDE`] pixels on
-//! a side, or more than [`MAX_DECODED_BYTES`] decoded, is refused before any pixel is decoded,
-//! so a hostile file cannot make an executor allocate gigabytes; a corrupt image is an error
-//! naming the file, the row and the decoder's reason.
+//! a side, more than `data.image.max_pixels` pixels, or an image whose decoding would take
+//! more than [`ImageSpec::max_decoded_bytes`] (its pixels, and a progressive JPEG's
+//! coefficients) is refused before any pixel is decoded, and a decoder allocates at most
+//! [`MAX_IMAGE_METADATA_BYTES`] beyond that (a PNG's ICC profile and text chunks), so a hostile
+//! file cannot make an executor allocate more than [`ImageSpec::decoding_bytes`] per decoding
+//! thread, which the driver's memory estimate counts; a corrupt image is an error naming the
+//! file, the row and the decoder's reason.
 //!
 //! [`Converter`]: crate::data::features::Converter
+//! [`MAX_IMAGE_SIDE`]: ringflow_proto::spec::MAX_IMAGE_SIDE
+//! [`MAX_IMAGE_METADATA_BYTES`]: ringflow_proto::spec::MAX_IMAGE_METADATA_BYTES
 
 use std::cell::RefCell;
 use std::io::Cursor;
@@ -28,18 +34,21 @@ use datafusion::arrow::record_batch::RecordBatch;
 use image::error::ImageFormatHint;
 use image::imageops::FilterType;
 use image::{
-    ColorType, DynamicImage, ImageBuffer, ImageDecoder, ImageFormat, ImageReader, Limits, Luma,
-    LumaA, Pixel, Rgb, Rgba,
+    ColorType, ImageBuffer, ImageDecoder, ImageFormat, ImageReader, Luma, LumaA, Pixel, Rgb, Rgba,
 };
 use rayon::prelude::*;
-use ringflow_proto::spec::{ImageSpec, MAX_IMAGE_SIDE};
+use ringflow_proto::spec::ImageSpec;
+
+use self::limits::{Bounds, jpeg_coefficient_bytes, limit_error, limits, narrow_in_place};
 
 use crate::data::background::mark_as_batch_work;
 use crate::error::{ExecutorError, Result};
 
-/// The most bytes one decoded image may take before conversion (256 MiB: an 8192 × 8192
-/// RGBA image).
-pub const MAX_DECODED_BYTES: u64 = 256 << 20;
+#[cfg(test)]
+mod fuzz;
+mod limits;
+
+pub use ringflow_proto::spec::MAX_DECODED_BYTES;
 
 /// Scratch buffers kept by a decoding thread between images up to this size; a larger one is
 /// given back after use.
@@ -52,6 +61,8 @@ pub struct ImageColumn {
     channels: usize,
     /// `[height, width]` of every decoded image.
     size: [usize; 2],
+    /// What one image may be: its pixels and the bytes its decoding may take.
+    bounds: Bounds,
     /// The threads that decode (the task's compute threads); `None`: the calling thread.
     pool: Option<Arc<rayon::ThreadPool>>,
 }
@@ -76,6 +87,10 @@ impl ImageColumn {
             column: spec.column.clone(),
             channels: spec.channels,
             size: spec.size,
+            bounds: Bounds {
+                pixels: spec.max_pixels(),
+                bytes: spec.max_decoded_bytes(),
+            },
             pool,
         }
     }
@@ -192,7 +207,7 @@ impl ImageColumn {
         scratch: &mut Vec<u8>,
         out: &mut [u8],
     ) -> std::result::Result<(), String> {
-        let (width, height, src_channels) = decode_8bit(bytes, scratch)?;
+        let (width, height, src_channels) = decode_8bit(bytes, scratch, self.bounds)?;
         let [h, w] = self.size;
         if (height, width) == (h, w) {
             write_planes(scratch, src_channels, self.channels, out);
@@ -204,21 +219,13 @@ impl ImageColumn {
     }
 }
 
-/// The crate's limits for one image: at most [`MAX_IMAGE_SIDE`] pixels on a side and
-/// [`MAX_DECODED_BYTES`] of decoder allocations.
-fn limits() -> Limits {
-    let mut limits = Limits::default();
-    limits.max_image_width = Some(MAX_IMAGE_SIDE as u32);
-    limits.max_image_height = Some(MAX_IMAGE_SIDE as u32);
-    limits.max_alloc = Some(MAX_DECODED_BYTES);
-    limits
-}
-
 /// Decodes a PNG or JPEG image into `scratch` as 8-bit interleaved pixels; returns its
-/// width, height and channels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA).
+/// width, height and channels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA). An image beyond
+/// `bounds` is refused from its header, before its pixels are allocated.
 fn decode_8bit(
     bytes: &[u8],
     scratch: &mut Vec<u8>,
+    bounds: Bounds,
 ) -> std::result::Result<(usize, usize, usize), String> {
     let mut reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
@@ -232,20 +239,36 @@ fn decode_8bit(
     }
     reader.limits(limits());
     let decoder = reader.into_decoder().map_err(|e| match e {
-        image::ImageError::Limits(_) => format!(
-            "its header declares an image beyond the limit of {MAX_IMAGE_SIDE} pixels on a \
-             side ({} MiB decoded): {e}",
-            MAX_DECODED_BYTES >> 20
-        ),
+        image::ImageError::Limits(_) => limit_error(&e),
         e => decoder_error(&e),
     })?;
     let (width, height) = decoder.dimensions();
     let (width, height) = (width as usize, height as usize);
-    let total = decoder.total_bytes();
-    if total > MAX_DECODED_BYTES {
+    let pixels = width as u64 * height as u64;
+    if pixels > bounds.pixels {
         return Err(format!(
-            "is {width} × {height} pixels, {} MiB decoded, beyond the limit of {} MiB",
+            "is {width} × {height} pixels, more than data.image.max_pixels ({}); raise it, or \
+             leave the image's row out of the data",
+            bounds.pixels
+        ));
+    }
+    let total = decoder.total_bytes();
+    let coefficients = jpeg_coefficient_bytes(bytes);
+    let needed = total.saturating_add(coefficients);
+    if needed > bounds.bytes {
+        let kept = match coefficients {
+            0 => String::new(),
+            c => format!(
+                " and {} MiB of coefficients a progressive JPEG keeps",
+                c >> 20
+            ),
+        };
+        return Err(format!(
+            "is {width} × {height} pixels, {} MiB decoded{kept}, beyond the limit of {} MiB \
+             an image may take (data.image.max_pixels, at most {} MiB); replace the image by a \
+             smaller one, or leave its row out of the data",
             total >> 20,
+            bounds.bytes >> 20,
             MAX_DECODED_BYTES >> 20
         ));
     }
@@ -254,11 +277,23 @@ fn decode_8bit(
         ColorType::La8 => 2,
         ColorType::Rgb8 => 3,
         ColorType::Rgba8 => 4,
-        _ => return decode_wide(decoder, scratch),
+        ColorType::L16 => 1,
+        ColorType::La16 => 2,
+        ColorType::Rgb16 => 3,
+        ColorType::Rgba16 => 4,
+        c => {
+            return Err(format!(
+                "has pixels of a kind ({c:?}) the decoder does not narrow"
+            ));
+        }
     };
+    let wide = decoder.color_type().bytes_per_pixel() as usize > channels;
     scratch.clear();
     scratch.resize(total as usize, 0);
     decoder.read_image(scratch).map_err(|e| decoder_error(&e))?;
+    if wide {
+        narrow_in_place(scratch);
+    }
     Ok((width, height, channels))
 }
 
@@ -302,24 +337,6 @@ fn readable(message: &str) -> String {
     }
     out.push_str(rest);
     out.trim().trim_end_matches('.').to_string()
-}
-
-/// Decodes an image of more than 8 bits per channel and narrows it to 8 bits.
-fn decode_wide(
-    decoder: impl ImageDecoder,
-    scratch: &mut Vec<u8>,
-) -> std::result::Result<(usize, usize, usize), String> {
-    let color = decoder.color_type();
-    let (width, height) = decoder.dimensions();
-    let image = DynamicImage::from_decoder(decoder).map_err(|e| decoder_error(&e))?;
-    let (raw, channels) = match (color.has_color(), color.has_alpha()) {
-        (false, false) => (image.into_luma8().into_raw(), 1),
-        (false, true) => (image.into_luma_alpha8().into_raw(), 2),
-        (true, false) => (image.into_rgb8().into_raw(), 3),
-        (true, true) => (image.into_rgba8().into_raw(), 4),
-    };
-    *scratch = raw;
-    Ok((width as usize, height as usize, channels))
 }
 
 /// `pixels` (`[height, width]`, `channels` interleaved) resized to `size` with a triangle
@@ -385,265 +402,4 @@ fn write_planes(pixels: &[u8], from: usize, to: usize, out: &mut [u8]) {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use datafusion::arrow::array::{BinaryArray, Int32Array};
-    use image::{GrayImage, ImageFormat, RgbImage, RgbaImage};
-
-    use super::*;
-
-    /// `image` encoded as `format` (PNG or JPEG) bytes.
-    pub(crate) fn encode(image: impl Into<DynamicImage>, format: ImageFormat) -> Vec<u8> {
-        let mut out = Vec::new();
-        image
-            .into()
-            .write_to(&mut Cursor::new(&mut out), format)
-            .expect("encodes");
-        out
-    }
-
-    fn column(channels: usize, size: [usize; 2]) -> ImageColumn {
-        let spec = ImageSpec {
-            column: "img".into(),
-            size,
-            channels,
-        };
-        ImageColumn::new(&spec, 2)
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn decoding_threads_are_batch_work() {
-        let pool = column(3, [2, 2]).pool.expect("a pool of decoding threads");
-        // SAFETY: sched_getscheduler of the calling thread (pid 0) only reads.
-        let policies = pool.broadcast(|_| unsafe { libc::sched_getscheduler(0) });
-        assert_eq!(policies, vec![libc::SCHED_BATCH; 2]);
-    }
-
-    fn decode(
-        bytes: &[u8],
-        channels: usize,
-        size: [usize; 2],
-    ) -> std::result::Result<Vec<u8>, String> {
-        let c = column(channels, size);
-        let mut out = vec![0u8; c.values_per_image()];
-        c.decode_into(bytes, &mut out).map(|()| out)
-    }
-
-    /// A 2 × 2 RGB image and its planes.
-    fn rgb() -> RgbImage {
-        let px = [[10, 20, 30], [40, 50, 60], [70, 80, 90], [100, 110, 120]];
-        RgbImage::from_fn(2, 2, |x, y| Rgb(px[(y * 2 + x) as usize]))
-    }
-    const RED: [u8; 4] = [10, 40, 70, 100];
-    const GREEN: [u8; 4] = [20, 50, 80, 110];
-    const BLUE: [u8; 4] = [30, 60, 90, 120];
-    /// ITU-R 601 grey of the RGB image: round(0.299 R + 0.587 G + 0.114 B).
-    const GREY: [u8; 4] = [18, 48, 78, 108];
-
-    fn planes(parts: &[[u8; 4]]) -> Vec<u8> {
-        parts.iter().flatten().copied().collect()
-    }
-
-    #[test]
-    fn png_of_every_kind_becomes_every_channel_count_as_planes() {
-        let grey = GrayImage::from_raw(2, 2, vec![5, 6, 7, 8]).unwrap();
-        let g = [5, 6, 7, 8];
-        let png = encode(grey, ImageFormat::Png);
-        assert_eq!(decode(&png, 1, [2, 2]).unwrap(), g);
-        assert_eq!(decode(&png, 3, [2, 2]).unwrap(), planes(&[g, g, g]));
-        assert_eq!(
-            decode(&png, 4, [2, 2]).unwrap(),
-            planes(&[g, g, g, [255; 4]])
-        );
-
-        let png = encode(rgb(), ImageFormat::Png);
-        assert_eq!(decode(&png, 1, [2, 2]).unwrap(), GREY);
-        assert_eq!(
-            decode(&png, 3, [2, 2]).unwrap(),
-            planes(&[RED, GREEN, BLUE])
-        );
-        let opaque = planes(&[RED, GREEN, BLUE, [255; 4]]);
-        assert_eq!(decode(&png, 4, [2, 2]).unwrap(), opaque);
-
-        let rgba = RgbaImage::from_fn(2, 2, |x, y| {
-            let Rgb([r, g, b]) = *rgb().get_pixel(x, y);
-            Rgba([r, g, b, 200 + (y * 2 + x) as u8])
-        });
-        let png = encode(rgba, ImageFormat::Png);
-        assert_eq!(decode(&png, 1, [2, 2]).unwrap(), GREY);
-        assert_eq!(
-            decode(&png, 3, [2, 2]).unwrap(),
-            planes(&[RED, GREEN, BLUE])
-        );
-        let alpha = [200, 201, 202, 203];
-        assert_eq!(
-            decode(&png, 4, [2, 2]).unwrap(),
-            planes(&[RED, GREEN, BLUE, alpha])
-        );
-
-        // 16 bits per channel are narrowed to 8.
-        let wide = ImageBuffer::<Luma<u16>, Vec<u16>>::from_raw(2, 1, vec![0, 65535]).unwrap();
-        let png = encode(DynamicImage::ImageLuma16(wide), ImageFormat::Png);
-        assert_eq!(decode(&png, 1, [1, 2]).unwrap(), [0, 255]);
-    }
-
-    #[test]
-    fn jpeg_decodes_close_to_its_colours() {
-        let flat = RgbImage::from_pixel(16, 16, Rgb([100, 150, 200]));
-        let jpeg = encode(flat, ImageFormat::Jpeg);
-        let out = decode(&jpeg, 3, [16, 16]).unwrap();
-        for (plane, want) in out.chunks_exact(256).zip([100u8, 150, 200]) {
-            for &v in plane {
-                assert!(v.abs_diff(want) <= 3, "{v} for {want}");
-            }
-        }
-    }
-
-    #[test]
-    fn images_of_another_size_are_resized() {
-        // A constant image stays constant at any size.
-        let flat = RgbImage::from_pixel(7, 5, Rgb([10, 20, 30]));
-        let out = decode(&encode(flat, ImageFormat::Png), 3, [3, 4]).unwrap();
-        let want: Vec<u8> = [10u8, 20, 30]
-            .iter()
-            .flat_map(|&v| std::iter::repeat_n(v, 12))
-            .collect();
-        assert_eq!(out, want);
-        // Dark left half, bright right half: halving keeps the sides apart, symmetrically.
-        let halves = GrayImage::from_fn(8, 8, |x, _| Luma([if x < 4 { 0 } else { 200 }]));
-        let out = decode(&encode(halves, ImageFormat::Png), 1, [4, 4]).unwrap();
-        for row in out.chunks_exact(4) {
-            assert_eq!(row[0], 0, "{out:?}");
-            assert_eq!(row[3], 200, "{out:?}");
-            assert!(row[1] <= row[2], "{out:?}");
-            assert_eq!(row[1] as u32 + row[2] as u32, 200, "{out:?}");
-        }
-    }
-
-    /// A PNG signature, an IHDR chunk declaring a `width × height` 8-bit image of PNG colour
-    /// type `color` (0 grey, 6 RGBA), and an empty IDAT chunk: a header without pixels.
-    fn png_header(width: u32, height: u32, color: u8) -> Vec<u8> {
-        fn crc32(bytes: &[u8]) -> u32 {
-            let mut crc = !0u32;
-            for &b in bytes {
-                crc ^= b as u32;
-                for _ in 0..8 {
-                    crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
-                }
-            }
-            !crc
-        }
-        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-        let mut chunk = |kind: &[u8], data: &[u8]| {
-            let body = [kind, data].concat();
-            png.extend((data.len() as u32).to_be_bytes());
-            png.extend(&body);
-            png.extend(crc32(&body).to_be_bytes());
-        };
-        let ihdr = [
-            &width.to_be_bytes()[..],
-            &height.to_be_bytes(),
-            &[8, color, 0, 0, 0],
-        ];
-        chunk(b"IHDR", &ihdr.concat());
-        chunk(b"IDAT", &[]);
-        png
-    }
-
-    #[test]
-    fn a_huge_header_is_refused_before_decoding() {
-        let msg = decode(&png_header(20_000, 20_000, 0), 1, [2, 2]).unwrap_err();
-        assert!(
-            msg.contains("its header declares an image beyond the limit of 16384 pixels"),
-            "{msg}"
-        );
-        // Within the sides, beyond the bytes: 16000 × 16000 RGBA is 977 MiB.
-        let msg = decode(&png_header(16_000, 16_000, 6), 1, [2, 2]).unwrap_err();
-        assert!(msg.contains("beyond the limit"), "{msg}");
-        // A header that fits but has no pixels is corrupt, not too large.
-        let msg = decode(&png_header(4, 4, 0), 1, [2, 2]).unwrap_err();
-        assert!(msg.starts_with("is cut short"), "{msg}");
-    }
-
-    /// Regression (issue 39): a corrupt PNG printed the decoder's `ChunkType { type: IDAT,
-    /// critical: true, … }` in debug form; the sentence names the file, the row, what is
-    /// wrong (the chunk by its name) and what to do.
-    #[test]
-    fn a_corrupt_png_is_one_sentence_without_debug_forms() {
-        // The signature, then the IHDR chunk (length, type, 13 bytes, CRC) twice.
-        let mut png = encode(rgb(), ImageFormat::Png);
-        let ihdr = png[8..33].to_vec();
-        assert_eq!(&ihdr[4..8], b"IHDR");
-        png.splice(33..33, ihdr);
-        let msg = decode(&png, 3, [2, 2]).unwrap_err();
-        assert_eq!(
-            msg,
-            "is a corrupt PNG image (Chunk IHDR must appear at most once); replace the image, or \
-             leave its row out of the data"
-        );
-        assert_eq!(
-            readable("Chunk ChunkType { type: PLTE, critical: true } must appear at most once."),
-            "Chunk PLTE must appear at most once"
-        );
-    }
-
-    #[test]
-    fn corrupt_images_name_the_file_and_row() {
-        let good = encode(rgb(), ImageFormat::Png);
-        let mut truncated = good.clone();
-        truncated.truncate(good.len() / 2);
-        let values: Vec<Option<&[u8]>> = vec![
-            Some(&good),
-            Some(&good),
-            Some(&truncated),
-            Some(b"not an image"),
-            None,
-        ];
-        let batch = |values: Vec<Option<&[u8]>>| {
-            let n = values.len() as i32;
-            RecordBatch::try_from_iter([
-                (
-                    "y",
-                    Arc::new(Int32Array::from_iter_values(0..n)) as ArrayRef,
-                ),
-                ("img", Arc::new(BinaryArray::from(values)) as ArrayRef),
-            ])
-            .unwrap()
-        };
-        let c = column(3, [2, 2]);
-        let fail = |values: Vec<Option<&[u8]>>| {
-            c.decode_batch(&batch(values), "data/x.parquet", 100)
-                .unwrap_err()
-                .to_string()
-        };
-        let msg = fail(values.clone());
-        assert_eq!(
-            msg,
-            "data/x.parquet: column `img` (data.image) row 102 (0-based): is cut short (the \
-             image's data ends before the image does); replace the image, or leave its row out \
-             of the data"
-        );
-        let msg = fail(values[3..].to_vec());
-        assert!(
-            msg.contains("row 100 (0-based): is neither a PNG nor a JPEG image"),
-            "{msg}"
-        );
-        let msg = fail(values[4..].to_vec());
-        assert!(
-            msg.contains("row 100 (0-based): the image is null"),
-            "{msg}"
-        );
-
-        // Good rows become a list of their planes; the other columns stay.
-        let decoded = c
-            .decode_batch(&batch(values[..2].to_vec()), "f", 0)
-            .unwrap();
-        assert_eq!(decoded.column(0).len(), 2);
-        let list = decoded.column(1).as_fixed_size_list();
-        assert_eq!(list.value_length(), 12);
-        let pixels = list
-            .values()
-            .as_primitive::<datafusion::arrow::datatypes::UInt8Type>();
-        assert_eq!(pixels.values()[12..], planes(&[RED, GREEN, BLUE]));
-    }
-}
+pub(crate) mod tests;
