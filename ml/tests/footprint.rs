@@ -6,8 +6,8 @@
 //!
 //! A property test draws models (sequence models of every kind, and MLPs) at random sizes and
 //! holds each to the same bound: a few cases in `cargo test`, as many as `PROPTEST_CASES` says
-//! under `testing/fuzz-long.sh` (the long-fuzz switch), which also runs the grid at longer
-//! lengths and wider layers.
+//! under `testing/fuzz-long.sh`, whose long-fuzz switch (`RINGFLOW_LONG_FUZZ`) also runs the
+//! grid at longer lengths and wider layers.
 //!
 //! Set `RINGFLOW_FOOTPRINT_TABLE=1` to print the grid's table (estimate against peak).
 
@@ -222,7 +222,7 @@ fn within(estimate: f64, peak: f64) -> bool {
 /// test, so that no other test allocates while a step is measured.
 #[test]
 fn fuzz_footprint_within_1_5x_of_a_steps_peak() {
-    let long = std::env::var_os("PROPTEST_CASES").is_some();
+    let long = std::env::var_os("RINGFLOW_LONG_FUZZ").is_some();
     let (widths, lengths): (&[usize], &[usize]) = if long {
         (&[32, 128], &[16, 128, 512, 1024])
     } else {
