@@ -188,7 +188,8 @@ fn step_peak(model: &Model, opt: &mut Optimizer, batch: Batch) -> usize {
     peak
 }
 
-/// The estimate of `spec`'s activations for `batch` (the footprint per row × rows, in bytes)
+/// The estimate of `spec`'s activations for `batch` (the footprint per row × rows, and per
+/// batch, in bytes)
 /// and the measured peak of a training step.
 fn estimate_and_peak(spec: &ModelSpec, registry: &ModelRegistry, batch: Batch) -> (f64, f64) {
     let footprint = registry
@@ -197,7 +198,9 @@ fn estimate_and_peak(spec: &ModelSpec, registry: &ModelRegistry, batch: Batch) -
         .footprint(spec)
         .unwrap()
         .unwrap();
-    let estimate = footprint.activations_per_row as f64 * 4.0 * batch.rows() as f64;
+    let values = footprint.activations_per_row as f64 * batch.rows() as f64
+        + footprint.activations_per_batch as f64;
+    let estimate = values * 4.0;
     let model = Model::build(spec, registry, 3, Device::Cpu).unwrap();
     let adam = OptimizerSpec::Adam {
         lr: 0.01,
@@ -228,17 +231,16 @@ fn fuzz_footprint_within_1_5x_of_a_steps_peak() {
     } else {
         (&[32], &[16, 128, 512])
     };
-    let n = 8;
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for &width in widths {
         for case in cases(width) {
-            for &steps in lengths {
+            for (&steps, n) in lengths.iter().flat_map(|s| [(s, 1), (s, 8)]) {
                 let (spec, registry) = tagger(&case.layers, width, steps);
                 let (estimate, peak) =
                     estimate_and_peak(&spec, registry, Batch::Tokens { n, steps });
                 let row = format!(
-                    "{:<14} width {width:>4} T {steps:>5}: estimate {:>9.2} MiB, peak {:>9.2} \
+                    "{:<14} width {width:>4} T {steps:>5} n {n}: estimate {:>9.2} MiB, peak {:>9.2} \
                      MiB, estimate/peak {:.2}",
                     case.name,
                     estimate / 1048576.0,

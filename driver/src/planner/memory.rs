@@ -125,6 +125,7 @@ impl MemoryEstimate {
         } else {
             (F32 * batch)
                 .saturating_mul(per_row(footprint.activations_per_row, width))
+                .saturating_add(F32.saturating_mul(footprint.activations_per_batch))
                 .max((F32 * eval).saturating_mul(per_row(footprint.inference_per_row, width)))
         };
         let shuffle =

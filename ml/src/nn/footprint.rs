@@ -16,6 +16,11 @@ pub struct ModelFootprint {
     /// Values one example's forward pass without gradients (evaluation, prediction) holds at
     /// its peak: the input and the widest two consecutive layer outputs.
     pub inference_per_row: u64,
+    /// Values a training step holds whatever its rows: what a recurrent layer keeps for each
+    /// step of the longest sequence besides the rows' values (the step's small tensors and its
+    /// links in the backward graph). Add it once per batch.
+    #[serde(default)]
+    pub activations_per_batch: u64,
 }
 
 impl ModelFootprint {
@@ -53,6 +58,7 @@ impl ModelFootprint {
             parameters,
             activations_per_row,
             inference_per_row: widest_pair.saturating_add(w.first().copied().unwrap_or(0)),
+            activations_per_batch: 0,
         }
     }
 }
