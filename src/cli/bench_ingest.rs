@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use ringflow_driver::planner::split::Split;
 use ringflow_driver::planner::{assign, discover, footer};
 use ringflow_executor::worker::ingest::{self, IngestReport, IngestSpec};
 
@@ -62,7 +63,7 @@ pub fn run(args: IngestArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Fails unless every file has every column of `columns` (even a file without rows).
-fn check_columns(split: &footer::Split, columns: &[String]) -> anyhow::Result<()> {
+fn check_columns(split: &Split, columns: &[String]) -> anyhow::Result<()> {
     for (file, schema) in &split.schemas {
         if let Some(missing) = columns.iter().find(|c| schema.index_of(c).is_err()) {
             let have: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -76,7 +77,7 @@ fn check_columns(split: &footer::Split, columns: &[String]) -> anyhow::Result<()
 }
 
 /// Every column of the first file that can be a feature, but the label.
-fn default_columns(split: &footer::Split, label: Option<&str>) -> Vec<String> {
+fn default_columns(split: &Split, label: Option<&str>) -> Vec<String> {
     let Some((_, schema)) = split.schemas.first() else {
         return Vec::new();
     };

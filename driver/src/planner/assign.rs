@@ -20,7 +20,7 @@ use ringflow_ml::rng::{self, streams};
 use ringflow_proto::pb::{EpochPlan, Partition};
 
 use crate::error::{DriverError, Result};
-use crate::planner::footer::RowGroup;
+use crate::planner::split::RowGroup;
 
 /// Fails unless the split has at least one row per rank (`after_sql`: rows that `data.sql`
 /// yields).

@@ -21,10 +21,9 @@ use datafusion::prelude::SessionContext;
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::partition::PartitionReader;
 use ringflow_proto::data::sql;
-use ringflow_proto::pb::Partition;
 use ringflow_proto::spec::JobSpec;
 
-use super::footer::RowGroup;
+use super::split::RowGroup;
 use crate::error::{DriverError, Result};
 
 /// What the counting pass over one split found.
@@ -164,14 +163,7 @@ impl RowCounter {
             .find(|(file, _)| *file == group.path)
             .map(|(_, schema)| schema.clone())
             .ok_or("its schema was not read")?;
-        let partition = Partition {
-            path: group.path.clone(),
-            row_group: group.index,
-            row_offset: 0,
-            row_count: group.rows,
-            file_row_start: group.file_row_start,
-            query_rows: None,
-        };
+        let partition = group.file_rows();
         // Read here, on this thread, not as the query pulls them: a remote file's reads run on
         // the I/O runtime, where the query runs too, and must not wait on it from inside it.
         // These are only the columns the count depends on, of one row group.

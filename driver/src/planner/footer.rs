@@ -1,11 +1,8 @@
 //! Parquet footers: row groups, row counts and schemas, without reading any rows; and the
 //! checks of a schema against the spec's features, label and model.
 
-use std::sync::Arc;
-
-use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use datafusion::parquet::file::metadata::ParquetMetaData;
 use datafusion::parquet::file::statistics::Statistics;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{ModelShape, SequenceOutput};
@@ -15,37 +12,8 @@ use ringflow_proto::data::partition::StoreReader;
 use ringflow_proto::data::{Location, is_string};
 use ringflow_proto::spec::{DataSpec, JobSpec};
 
+use super::split::{LabelType, RowGroup, Split};
 use crate::error::{DriverError, Result};
-
-/// One row group of one file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RowGroup {
-    /// The file.
-    pub path: String,
-    /// Index of the row group in the file.
-    pub index: u32,
-    /// Rows in the row group: the file's, or, where `after_sql`, the rows `data.sql` yields
-    /// over the whole row group.
-    pub rows: u64,
-    /// File row number of its first row.
-    pub file_row_start: u64,
-    /// Its size uncompressed, all columns (what decoding it takes, about).
-    pub bytes: u64,
-    /// Whether `rows` counts the rows `data.sql` yields over the whole row group (a query that
-    /// may drop or multiply rows, counted when the job was planned) rather than the file's.
-    pub after_sql: bool,
-}
-
-/// The row groups of a split and each file's Arrow schema and footer.
-#[derive(Clone, Debug, Default)]
-pub struct Split {
-    /// Row groups in file order.
-    pub groups: Vec<RowGroup>,
-    /// Each file with its schema.
-    pub schemas: Vec<(String, SchemaRef)>,
-    /// Each file's footer (row-group and column statistics), in the order of `schemas`.
-    pub footers: Vec<Arc<ParquetMetaData>>,
-}
 
 /// Reads the footer of every file of the split `key`.
 pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
@@ -251,17 +219,6 @@ fn check_example_shape(
         ));
     }
     Ok(())
-}
-
-/// What a schema's label column holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LabelType {
-    /// Numbers.
-    Number,
-    /// Strings (class names).
-    String,
-    /// No label column (prediction).
-    Absent,
 }
 
 /// Checks `schema` (a file's, or the output of `data.sql`; `what` names it in errors) for the

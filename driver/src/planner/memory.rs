@@ -39,7 +39,7 @@ use ringflow_proto::spec::{ImageSpec, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::planner::JobPlan;
-use crate::planner::footer::RowGroup;
+use crate::planner::split::RowGroup;
 
 /// What an executor process needs before any job: code, runtime threads, DataFusion and the
 /// RPC stacks (less than an idle executor's resident memory, about 40 MiB).

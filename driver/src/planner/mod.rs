@@ -16,6 +16,7 @@ pub mod memory;
 mod model;
 pub mod saved;
 pub mod sequences;
+pub mod split;
 
 use std::collections::BTreeMap;
 
@@ -31,8 +32,9 @@ use ringflow_proto::pb::EpochPlan;
 use ringflow_proto::spec::JobSpec;
 
 use crate::error::{DriverError, Result};
-use footer::{LabelType, RowGroup, Split, check_schema, read_footers};
+use footer::{check_schema, read_footers};
 pub use saved::{SavedModel, saved_model};
+use split::{LabelType, RowGroup, Split};
 
 /// One split's files and footers, listed and read but not yet checked.
 #[derive(Clone, Debug)]

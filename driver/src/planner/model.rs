@@ -10,7 +10,8 @@ use ringflow_proto::data::is_string;
 use ringflow_proto::spec::JobSpec;
 
 use super::SqlPlanner;
-use super::footer::{Split, column_max, feature_width};
+use super::footer::{column_max, feature_width};
+use super::split::Split;
 
 /// What the training split (and the test split, if any) tell about the model of `spec`: the
 /// examples' declared shape, the feature width of the first file (or of `data.sql`'s output)

@@ -24,11 +24,10 @@ use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
 use ringflow_proto::data::{DataStats, Preprocessing};
 use ringflow_proto::metrics::entities::TagScheme;
-use ringflow_proto::pb::Partition;
 use ringflow_proto::spec::{JobSpec, MAX_TOKEN_BYTES, Metric};
 use ringflow_proto::wire::MAX_CLASS_NAME_BYTES;
 
-use super::footer::{LabelType, RowGroup, Split};
+use super::split::{LabelType, RowGroup, Split};
 use crate::error::{DriverError, Result};
 
 /// A job's token sequence column and what its label is.
@@ -280,14 +279,7 @@ fn count_group(
     into: &mut SequenceCounts,
 ) -> Result<()> {
     let fail = |m: String| DriverError::Data(format!("{key}: {}: {m}", group.path));
-    let partition = Partition {
-        path: group.path.clone(),
-        row_group: group.index,
-        row_offset: 0,
-        row_count: group.rows,
-        file_row_start: group.file_row_start,
-        query_rows: None,
-    };
+    let partition = group.file_rows();
     let wanted = vec![columns.column.clone(), spec.data.label.clone()];
     let mut reader = PartitionReader::open(&partition, &wanted).map_err(|e| fail(e.to_string()))?;
     while let Some((batch, first_row)) = reader.next_batch().map_err(|e| fail(e.to_string()))? {

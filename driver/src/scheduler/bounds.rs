@@ -13,7 +13,7 @@ use ringflow_proto::wire::{MAX_EPOCH_PLAN_BYTES, MAX_FILE_LIST_BYTES, MAX_PREPRO
 
 use crate::error::{DriverError, Result};
 use crate::planner::JobPlan;
-use crate::planner::footer::RowGroup;
+use crate::planner::split::RowGroup;
 
 /// Checks what the tasks and epoch plans of `plan` would carry besides the preprocessing: the
 /// files listed for `data.source = "auto"`, and one rank's partitions of each split (the

@@ -199,7 +199,7 @@ device = "{device}"
     );
     let spec = JobSpec::parse(&text, Path::new("j.toml"), &[]).unwrap();
     let train = (0..4)
-        .map(|i| crate::planner::footer::RowGroup {
+        .map(|i| crate::planner::split::RowGroup {
             path: "x.parquet".into(),
             index: i,
             rows: 10,
