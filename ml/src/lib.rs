@@ -54,12 +54,13 @@ mod tensor;
 
 pub use autodiff::{NoGradGuard, no_grad};
 pub use backend::allocator::AllocatorStats;
+/// How this CPU computes bf16 products (detected once): see [`Bf16Products`].
+pub use backend::cpu::gemm::bf16_products as cpu_bf16_products;
 pub use backend::devices::PinnedHost;
 pub use device::Device;
 pub use error::{MlError, Result};
 pub use ops::{BatchNormMode, BatchStats, Conv2dOptions, Pool2dOptions};
 pub use precision::{
-    Bf16Products, MatmulPrecision, cpu_bf16_products, matmul_precision, set_matmul_precision,
-    set_winograd, winograd,
+    Bf16Products, MatmulPrecision, matmul_precision, set_matmul_precision, set_winograd, winograd,
 };
 pub use tensor::{Tensor, TensorKey};

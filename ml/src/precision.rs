@@ -95,11 +95,6 @@ pub enum Bf16Products {
     Emulated,
 }
 
-/// How this CPU computes bf16 products (detected once).
-pub fn cpu_bf16_products() -> Bf16Products {
-    crate::backend::cpu::gemm::bf16_products()
-}
-
 #[cfg(test)]
 mod tests {
     use super::MatmulPrecision;

@@ -21,11 +21,11 @@
 
 use std::cell::Cell;
 use std::ops::Range;
-use std::thread::LocalKey;
 
 use rayon::prelude::*;
 
 use super::gemm::{MatRef, matmul_into, matmul_into_serial};
+use super::scratch::with_scratch;
 use super::unroll::{TapSpans, col2im, im2col};
 use super::{CpuArray, depthwise, filled, pool, slice, slice_mut, winograd, zeros};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
@@ -39,26 +39,6 @@ thread_local! {
     static COLUMNS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
     /// The calling thread's partial weight gradients.
     static PARTIALS: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
-}
-
-/// Calls `f` with `len` elements of the thread's scratch buffer `key` (stale values: `f` must
-/// write before it reads), growing it if needed and keeping it for the next call. A nested call
-/// on the same thread (a threaded GEMM stealing work) gets a buffer of its own.
-pub(super) fn with_scratch<R>(
-    key: &'static LocalKey<Cell<Vec<f32>>>,
-    len: usize,
-    f: impl FnOnce(&mut [f32]) -> R,
-) -> R {
-    let mut buf = key.take();
-    if buf.len() < len {
-        buf.resize(len, 0.0);
-    }
-    let out = f(&mut buf[..len]);
-    key.with(|cell| {
-        let other = cell.take();
-        cell.set(if other.len() > buf.len() { other } else { buf });
-    });
-    out
 }
 
 /// Sizes derived from a geometry.

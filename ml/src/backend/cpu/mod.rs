@@ -30,6 +30,7 @@ pub mod pool;
 pub mod random;
 pub mod recurrent;
 pub mod reduce;
+mod scratch;
 pub mod softmax;
 mod unroll;
 mod winograd;

@@ -6,7 +6,7 @@ use crate::nn::layers::{
     Flatten, GlobalAvgPool2d, Gru, LayerNorm, Linear, Lstm, MaxPool2d, MultiHeadAttention,
     PositionEmbedding, Residual, SequencePool, Sequential, TransformerEncoder,
 };
-use crate::nn::sequential::infer::{PlannedLayer, RecurrentCell, Resolved};
+use crate::nn::sequential::planned::{PlannedLayer, RecurrentCell, Resolved};
 use crate::nn::{ModelSummary, Module, ParamBuilder, SummaryRow};
 
 /// The modules of `layers`, their parameters created through `b` (a builder at the scope of

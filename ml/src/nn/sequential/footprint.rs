@@ -20,7 +20,7 @@
 //!   and six `T × T` matrices per head (with the attention dropout's mask and its output).
 
 use crate::nn::ModelFootprint;
-use crate::nn::sequential::infer::{PlannedLayer, RecurrentCell, Resolved};
+use crate::nn::sequential::planned::{PlannedLayer, RecurrentCell, Resolved};
 
 /// The elements of `shape`.
 fn numel(shape: &[usize]) -> u64 {

@@ -24,6 +24,7 @@
 mod build;
 mod footprint;
 mod infer;
+mod planned;
 mod sequence;
 mod spec;
 
@@ -37,7 +38,7 @@ use crate::nn::{
     ParamBuilder, SequenceFacts, SequenceOutput,
 };
 
-pub use infer::{MAX_DIM, MAX_ELEMENTS, PlannedLayer, RecurrentCell, Resolved, batch_shape};
+pub use planned::{MAX_DIM, MAX_ELEMENTS, PlannedLayer, RecurrentCell, Resolved, batch_shape};
 pub use spec::{
     AttentionSpec, BatchNormSpec, Conv2dSpec, DropoutSpec, EmbeddingSpec, LAYER_TYPES,
     LayerNormSpec, LayerSpec, LinearSpec, Padding, Pair, PoolSpec, PositionSpec, RecurrentSpec,

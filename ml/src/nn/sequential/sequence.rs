@@ -3,7 +3,9 @@
 //! pooling over the steps, attention, Transformer encoder blocks and position embeddings.
 
 use crate::error::Result;
-use crate::nn::sequential::infer::{At, PlannedLayer, RecurrentCell, Resolved, batch_shape};
+use crate::nn::sequential::planned::{
+    At, PlannedLayer, RecurrentCell, Resolved, batch_shape, check_sizes,
+};
 use crate::nn::sequential::spec::{
     AttentionSpec, PositionSpec, RecurrentSpec, SequencePoolSpec, TransformerSpec,
 };
@@ -31,7 +33,7 @@ pub(super) fn recurrent(
     r: &RecurrentSpec,
 ) -> Result<PlannedLayer> {
     let [steps, inputs] = steps_and_features(at)?;
-    super::infer::check_sizes(at, &[("hidden", r.hidden)], 1)?;
+    check_sizes(at, &[("hidden", r.hidden)], 1)?;
     if !(1..=MAX_STACK).contains(&r.layers) {
         return Err(at.error(format!(
             "has layers = {}; it must be between 1 and {MAX_STACK}",
@@ -79,7 +81,7 @@ pub(super) fn pool(at: &At<'_>, p: &SequencePoolSpec) -> Result<PlannedLayer> {
 
 /// Checks `heads` (and `dropout`) for a layer over `dim` features.
 fn check_heads(at: &At<'_>, dim: usize, heads: usize, dropout: f32) -> Result<()> {
-    super::infer::check_sizes(at, &[("heads", heads)], 1)?;
+    check_sizes(at, &[("heads", heads)], 1)?;
     if !dim.is_multiple_of(heads) {
         return Err(at.error(format!(
             "has heads = {heads}, which must divide the {dim} features of its input {}",
@@ -115,7 +117,7 @@ pub(super) fn attention(at: &At<'_>, a: &AttentionSpec) -> Result<PlannedLayer> 
 pub(super) fn transformer(at: &At<'_>, t: &TransformerSpec) -> Result<PlannedLayer> {
     let [steps, dim] = steps_and_features(at)?;
     check_heads(at, dim, t.heads, t.dropout)?;
-    super::infer::check_sizes(at, &[("ff", t.ff)], 1)?;
+    check_sizes(at, &[("ff", t.ff)], 1)?;
     if !matches!(t.activation, ActivationKind::Relu | ActivationKind::Gelu) {
         return Err(at.error("has an activation other than \"relu\" or \"gelu\""));
     }

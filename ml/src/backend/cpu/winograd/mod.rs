@@ -38,8 +38,8 @@ use rayon::prelude::*;
 use self::layout::{Plane, Points};
 use self::passes::Pass;
 use self::transform::{F2x3, F2x5, LANES, Minimal};
-use super::conv::with_scratch;
 use super::gemm::{MatRef, matmul_into_serial_f32};
+use super::scratch::with_scratch;
 use super::{CpuArray, filled, slice, slice_mut};
 use crate::backend::conv::Conv2dGeometry;
 
