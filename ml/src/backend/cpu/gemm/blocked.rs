@@ -8,7 +8,8 @@
 //! ([`short_chunk`]), since its packed block would serve a single `a` block. The f32 kernel's
 //! blocks are [`KC`], [`MC`] and [`NC`].
 use super::ahead::{Ahead, prefetch_block};
-use super::microkernel::{Microkernel, PackedElement};
+use super::element::PackedElement;
+use super::microkernel::Microkernel;
 use super::pack::Block;
 use super::view::{DstTile, Onto, Operand};
 use super::zero_steps::{BlockSteps, with_block_steps};

@@ -7,10 +7,10 @@
 use std::sync::OnceLock;
 
 use super::bf16::Avx512Bf16;
-use super::kernel_avx2::Avx2Fma;
 use super::kernel_avx512::Avx512Fma;
 use super::l1_cache::l1_data_bytes;
 use super::thin_avx512::Avx512;
+use super::tokens::Avx2Fma;
 use crate::backend::cpu::isa::{self, MaxCpuIsa};
 
 /// The kernels a product may run: one token for each set of features the CPU has and the

@@ -7,12 +7,11 @@
 //! reachable through [`Avx2Fma`], a token that exists only after the CPU was seen to support
 //! both features at run time, so one binary runs everywhere and fast where it can.
 
-use std::sync::OnceLock;
-
 use super::DstTile;
 use super::blocked::{KC, MC, NC};
 use super::microkernel::{Microkernel, Steps, check_tile};
 use super::pack::{self, Block};
+use super::tokens::Avx2Fma;
 use super::view::{Onto, Operand};
 
 /// Rows of the destination tile (and of a packed `a` panel).
@@ -20,28 +19,7 @@ pub const MR: usize = 6;
 /// Columns of the destination tile (and of a packed `b` panel).
 pub const NR: usize = 16;
 
-/// Proof that the running CPU has AVX2 and FMA: the only way to call the microkernel.
-#[derive(Clone, Copy, Debug)]
-pub struct Avx2Fma(());
-
 impl Avx2Fma {
-    /// The token, when this CPU supports AVX2 and FMA (detected once, then cached).
-    pub fn detect() -> Option<Self> {
-        static DETECTED: OnceLock<bool> = OnceLock::new();
-        let yes = *DETECTED.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            {
-                false
-            }
-        });
-        yes.then_some(Avx2Fma(()))
-    }
-
     /// `a_panel · b_panel` over `steps`, written `onto` the tile, where `a_panel`
     /// holds a group of [`MR`] elements for each step run and `b_panel` a group of [`NR`]
     /// for each step of its span, `b_step` apart ([`NR`] when packed, the operand's row stride

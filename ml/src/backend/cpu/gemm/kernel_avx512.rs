@@ -12,11 +12,11 @@
 //! only after the CPU was seen to support AVX-512F (and the AVX2 and FMA its packing uses).
 
 use super::DstTile;
-use super::kernel_avx2::Avx2Fma;
 use super::l1_cache::l1_data_bytes;
 use super::microkernel::{Microkernel, Steps, check_tile};
 use super::pack::{self, Block};
 use super::thin_avx512::Avx512;
+use super::tokens::Avx2Fma;
 use super::view::{Onto, Operand};
 
 /// Rows of the destination tile (and of a packed `a` panel).

@@ -23,6 +23,7 @@
 mod ahead;
 mod bf16;
 mod blocked;
+mod element;
 mod features;
 mod kernel_avx2;
 mod kernel_avx512;
@@ -32,6 +33,7 @@ mod pack;
 mod pack_avx2;
 mod thin_avx512;
 mod threading;
+mod tokens;
 mod view;
 mod zero_steps;
 
@@ -43,10 +45,10 @@ use rayon::prelude::*;
 
 use self::bf16::{Avx512Bf16, Bf16Emulated};
 use self::features::Features;
-use self::kernel_avx2::Avx2Fma;
 use self::kernel_avx512::Avx512Fma;
 use self::microkernel::Microkernel;
 use self::thin_avx512::Avx512;
+use self::tokens::Avx2Fma;
 use self::view::{DstTile, Operand, Start};
 use super::{CpuArray, slice, slice_mut};
 use crate::backend::matmul::MatmulOps;

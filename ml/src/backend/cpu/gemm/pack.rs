@@ -7,7 +7,7 @@
 //! Both are const parameters, so the 6 × 16 AVX2 kernel and the 8 × 32 AVX-512 kernel share
 //! this code; the transposing copies run on AVX2 (`pack_avx2.rs`), which both kernels' CPUs have.
 
-use super::kernel_avx2::Avx2Fma;
+use super::tokens::Avx2Fma;
 use super::view::Operand;
 
 /// A block of an operand: logical rows `row..row + rows`, columns `col..col + cols`.

@@ -4,7 +4,7 @@
 //! register transposes, eight steps of depth at a time; the remaining steps are copied one
 //! element at a time.
 
-use super::kernel_avx2::Avx2Fma;
+use super::tokens::Avx2Fma;
 
 impl Avx2Fma {
     /// Packs one whole `a` panel: `MR` rows (at most 8), `depth` columns, row `r` starting at

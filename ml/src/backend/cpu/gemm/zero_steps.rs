@@ -17,9 +17,9 @@
 
 use std::cell::Cell;
 
+use super::element::{PackedElement, borrow};
 #[cfg(target_arch = "x86_64")]
-use super::kernel_avx2::Avx2Fma;
-use super::microkernel::{PackedElement, Steps, borrow};
+use super::tokens::Avx2Fma;
 
 /// The steps of one panel that hold a nonzero `a` element: increasing, each below the
 /// panel's span (the invariant the microkernels' indexed reads of `b` rest on; only
@@ -58,6 +58,35 @@ impl StepList {
         let kept = compact_steps(step_of, &mut self.steps);
         self.steps.truncate(kept);
         true
+    }
+}
+
+/// The steps of depth a tile runs: every step of its panels, or only those of a
+/// [`StepList`], whose `a` panel was compacted to hold just them, in order (the others'
+/// `a` elements are all zero).
+#[derive(Clone, Copy, Debug)]
+pub enum Steps<'a> {
+    /// All of the panels' steps, in order.
+    All(usize),
+    /// The listed steps of the `b` panel, against consecutive steps of the `a` panel.
+    Listed(&'a StepList),
+}
+
+impl Steps<'_> {
+    /// Steps the kernel runs: the `a` panel's steps it reads.
+    pub fn run(&self) -> usize {
+        match self {
+            Steps::All(steps) => *steps,
+            Steps::Listed(list) => list.steps().len(),
+        }
+    }
+
+    /// Steps the `b` panel spans.
+    pub fn span(&self) -> usize {
+        match self {
+            Steps::All(steps) => *steps,
+            Steps::Listed(list) => list.span(),
+        }
     }
 }
 
@@ -107,7 +136,7 @@ fn count_zero_steps<P: PackedElement, const MR: usize>(steps: &[[P; MR]]) -> usi
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::super::kernel_avx2::Avx2Fma;
+    use super::super::tokens::Avx2Fma;
     use super::PackedElement;
 
     /// [`super::count_zero_steps`] for steps of 8 elements, `panel` holding whole steps.

@@ -19,9 +19,9 @@ mod pack;
 use std::sync::OnceLock;
 
 use super::blocked::{KC, MC, NC};
-use super::kernel_avx2::Avx2Fma;
 use super::microkernel::{Microkernel, Steps};
 use super::pack::Block;
+use super::tokens::Avx2Fma;
 use super::view::{DstTile, Onto, Operand};
 
 pub use self::pack::round_to_bf16;
