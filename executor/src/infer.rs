@@ -21,8 +21,7 @@ use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::saved::SavedModel;
 use ringflow_proto::spec::JobSpec;
 
-use crate::data::batches::Batch;
-use crate::data::features::Rows;
+use crate::data::rows::{Batch, Rows};
 use crate::data::sequences;
 use crate::error::{ExecutorError, Result};
 use crate::train::forward::forward_batch;

@@ -22,50 +22,15 @@ use ringflow_ml::backend::cpu::prefetch_lines;
 use ringflow_ml::rng::Rng;
 use ringflow_proto::pb::EpochPlan;
 
-use crate::data::features::{Converter, Rows};
+use crate::data::features::Converter;
 use crate::data::partitions::ReadContext;
 use crate::data::read_ahead::ReadAhead;
+use crate::data::rows::{Batch, Rows};
 use crate::data::sequences::{self, BucketPool, Sequence};
 use crate::error::Result;
 
 /// How long the training thread waits for the next chunk before declaring the reader stuck.
 pub const READ_DEADLINE: Duration = Duration::from_secs(600);
-
-/// One mini-batch: `rows × width` features (row-major) and `rows` labels; or, for token
-/// sequences, `rows × steps` token ids padded to the batch's longest sequence (see
-/// [`sequences`](crate::data::sequences)).
-#[derive(Clone, Debug, Default)]
-pub struct Batch {
-    /// Row-major feature values.
-    pub features: Vec<f32>,
-    /// Labels (of the real tokens only, for tagging).
-    pub labels: Vec<f32>,
-    /// Number of rows.
-    pub rows: usize,
-    /// For token sequences: each row's real length (empty otherwise).
-    pub lengths: Vec<usize>,
-    /// For token sequences: the padded length, the longest of `lengths`.
-    pub steps: usize,
-    /// For tagging: the flat index in `[rows · steps]` of each real token, beside `labels`.
-    pub positions: Vec<f32>,
-}
-
-impl Batch {
-    /// True for a batch of token sequences.
-    pub fn is_sequences(&self) -> bool {
-        !self.lengths.is_empty()
-    }
-
-    /// The real tokens of a batch of sequences (0 otherwise).
-    pub fn tokens(&self) -> usize {
-        self.lengths.iter().sum()
-    }
-
-    /// The padding steps of a batch of sequences: `rows · steps` minus the real tokens.
-    pub fn padding(&self) -> usize {
-        (self.rows * self.steps).saturating_sub(self.tokens())
-    }
-}
 
 /// The rows of one epoch plan, in shuffled (training) or file (evaluation) order.
 pub struct EpochStream {

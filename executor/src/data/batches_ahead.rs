@@ -15,7 +15,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::data::background::mark_as_batch_work;
-use crate::data::batches::{Batch, EpochStream};
+use crate::data::batches::EpochStream;
+use crate::data::rows::Batch;
 use crate::error::{CommError, CommOp, Peer, Result};
 
 /// Batches kept ready ahead of the one the training thread is using (the memory estimate

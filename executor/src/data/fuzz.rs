@@ -25,9 +25,10 @@ use proptest::test_runner::TestRunner;
 use ringflow_proto::pb::Partition;
 
 use crate::data::cache::RowGroupCache;
-use crate::data::features::{Converter, LabelKind, Rows};
+use crate::data::features::{Converter, LabelKind};
 use crate::data::partitions::ReadContext;
 use crate::data::read_ahead::ReadAhead;
+use crate::data::rows::Rows;
 use crate::fuzz::config;
 
 /// A value as written: the type decides how it is stored.

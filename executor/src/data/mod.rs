@@ -32,5 +32,6 @@ pub mod images;
 pub mod partitions;
 pub mod prep;
 pub mod read_ahead;
+pub mod rows;
 pub mod sequences;
 pub mod source;

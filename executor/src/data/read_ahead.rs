@@ -41,8 +41,9 @@ use ringflow_proto::data::partition::{
 use ringflow_proto::pb::Partition;
 
 use crate::data::background::mark_as_batch_work;
-use crate::data::features::{Converter, Rows};
+use crate::data::features::Converter;
 use crate::data::partitions::ReadContext;
+use crate::data::rows::Rows;
 use crate::error::{CommError, CommOp, Peer, Result};
 
 /// What a decoder hands over.

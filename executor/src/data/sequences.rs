@@ -16,8 +16,7 @@ use ringflow_proto::data::Preprocessing;
 use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules};
 use ringflow_proto::data::vocab::{PAD, Vocabulary};
 
-use crate::data::batches::Batch;
-use crate::data::features::Rows;
+use crate::data::rows::{Batch, Rows};
 use crate::error::{ExecutorError, Result};
 
 /// One row of a sequence column: its token ids and its labels (one per token, one for the

@@ -7,7 +7,7 @@ use ringflow_ml::nn::{Model, SequenceOutput};
 use ringflow_ml::rng::Rng;
 use ringflow_ml::{Device, Tensor};
 
-use crate::data::batches::Batch;
+use crate::data::rows::Batch;
 use crate::error::Result;
 
 /// The outputs of `batch` (whose features and positions it takes), `[units, outputs]`.

@@ -181,8 +181,9 @@ mod tests {
     use datafusion::parquet::file::properties::{WriterProperties, WriterVersion};
 
     use super::*;
-    use crate::data::features::{LabelKind, Rows};
+    use crate::data::features::LabelKind;
     use crate::data::read_ahead::ReadAhead;
+    use crate::data::rows::Rows;
 
     /// One scalar column of every numeric type, `n` rows, named by its type.
     fn scalar_columns(n: i64) -> Vec<(&'static str, ArrayRef)> {

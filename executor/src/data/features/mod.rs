@@ -12,6 +12,7 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_proto::data::{Preprocessing, is_string};
 
+use crate::data::rows::Rows;
 use crate::data::sequences::SequenceConverter;
 use crate::error::{ExecutorError, Result};
 use values::{AsF32, copy_rows, may_be_non_finite};
@@ -25,48 +26,6 @@ pub enum LabelKind {
     Binary,
     /// Any finite number (regression).
     Regression,
-}
-
-/// Rows converted to numbers: `features` is row-major `rows × width`.
-#[derive(Clone, Debug, Default)]
-pub struct Rows {
-    /// Row-major feature values.
-    pub features: Vec<f32>,
-    /// One label per row (class indices as integer-valued floats).
-    pub labels: Vec<f32>,
-    /// Number of rows.
-    pub rows: usize,
-    /// For token sequences: each row's length. `features` then holds the rows' token ids one
-    /// after another, and `labels` one label per token (tagging) or per row.
-    pub lengths: Vec<usize>,
-}
-
-impl Rows {
-    /// Empties these rows for a conversion that writes `values` feature values, keeping the
-    /// buffers. Every value is then written; filling with zeros first keeps this free of
-    /// `unsafe` and costs a pass over memory the conversion is about to touch anyway.
-    fn reset(&mut self, values: usize) {
-        self.rows = 0;
-        self.lengths.clear();
-        self.labels.clear();
-        self.features.clear();
-        self.features.resize(values, 0.0);
-    }
-
-    /// [`reset`](Self::reset) for a conversion that has written every value when it succeeds
-    /// (and whose rows are dropped when it fails): the values already in the buffer are kept
-    /// up to `values` instead of being zeroed first, a pass over the chunk that was a sixth of
-    /// the decoders' time on MNIST.
-    fn reset_to_overwrite(&mut self, values: usize) {
-        self.rows = 0;
-        self.lengths.clear();
-        self.labels.clear();
-        if self.features.len() >= values {
-            self.features.truncate(values);
-        } else {
-            self.features.resize(values, 0.0);
-        }
-    }
 }
 
 /// Converts record batches with the configured feature and label columns.
