@@ -24,6 +24,19 @@ pub enum DriverError {
     /// names the file and the field.
     #[error(transparent)]
     SavedModel(#[from] ringflow_proto::saved::SavedModelError),
+    /// A token-sequence job that cannot be planned, or a row of its data that breaks the
+    /// rules; the message names the file, row and column.
+    #[error(transparent)]
+    Sequences(#[from] crate::planner::sequences::error::SequenceError),
+    /// The rows `data.sql` yields over a row group could not be counted (`site` names the
+    /// split, the file and the row group).
+    #[error("{site}: {source}")]
+    RowCount {
+        /// `data.train: <file> (row group N)`.
+        site: String,
+        /// Why.
+        source: crate::planner::count_error::CountError,
+    },
 }
 
 /// The driver's result type.

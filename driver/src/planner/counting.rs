@@ -15,14 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::execution::SendableRecordBatchStream;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::partition::PartitionReader;
 use ringflow_proto::data::sql;
 use ringflow_proto::spec::JobSpec;
 
+pub use super::count_error::CountError;
 use super::split::RowGroup;
 use crate::error::{DriverError, Result};
 
@@ -131,11 +130,11 @@ impl RowCounter {
                         };
                         match self.count_group(group, read) {
                             Ok(n) => *lock(&counts[i]) = Some(n),
-                            Err(m) => {
+                            Err(source) => {
                                 stop.store(true, Ordering::Relaxed);
                                 let site =
                                     format!("{key}: {} (row group {})", group.path, group.index);
-                                *lock(&failure) = Some(DriverError::Data(format!("{site}: {m}")));
+                                *lock(&failure) = Some(DriverError::RowCount { site, source });
                             }
                         }
                     }
@@ -156,47 +155,31 @@ impl RowCounter {
     }
 
     /// The rows the query yields over the whole of `group`, or why it could not say.
-    fn count_group(&self, group: &RowGroup, read: &Read<'_>) -> std::result::Result<u64, String> {
+    fn count_group(
+        &self,
+        group: &RowGroup,
+        read: &Read<'_>,
+    ) -> std::result::Result<u64, CountError> {
         let full = read
             .schemas
             .iter()
             .find(|(file, _)| *file == group.path)
             .map(|(_, schema)| schema.clone())
-            .ok_or("its schema was not read")?;
+            .ok_or(CountError::NoSchema)?;
         let partition = group.file_rows();
-        // Read here, on this thread, not as the query pulls them: a remote file's reads run on
-        // the I/O runtime, where the query runs too, and must not wait on it from inside it.
-        // These are only the columns the count depends on, of one row group.
-        let mut reader =
-            PartitionReader::open(&partition, read.columns).map_err(|e| e.to_string())?;
-        let mut batches = Vec::new();
-        while let Some((batch, _)) = reader.next_batch().map_err(|e| e.to_string())? {
-            batches.push(Ok(batch));
-        }
-        let rows: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
-            reader.schema().clone(),
-            futures::stream::iter(batches),
-        ));
+        let rows = PartitionReader::open(&partition, read.columns)?.into_stream();
         let (ctx, query) = (self.ctx.clone(), self.query.clone());
-        let over = || {
-            format!(
-                "data.sql: counting the query's rows ran longer than data.sql_timeout_s = {} s \
-                 and was stopped; raise data.sql_timeout_s if it needs longer",
-                self.timeout.as_secs()
-            )
+        let over = |_| CountError::TimedOut {
+            seconds: self.timeout.as_secs(),
         };
         let started = Instant::now();
         let counting = {
             let _planning = lock(&self.planning);
             let counting = async move { sql::run_count(&ctx, &query, full, rows).await };
-            block_on_timeout(self.timeout, counting)
-                .map_err(|_| over())?
-                .map_err(|e| e.to_string())?
+            block_on_timeout(self.timeout, counting).map_err(over)??
         };
         let left = self.timeout.saturating_sub(started.elapsed());
-        block_on_timeout(left, sql::read_count(counting))
-            .map_err(|_| over())?
-            .map_err(|m| format!("data.sql: {m}"))
+        Ok(block_on_timeout(left, sql::read_count(counting)).map_err(over)??)
     }
 }
 

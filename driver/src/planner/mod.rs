@@ -9,6 +9,7 @@
 //! what one executor needs for the job.
 
 pub mod assign;
+pub mod count_error;
 pub mod counting;
 pub mod discover;
 pub mod footer;
@@ -375,7 +376,9 @@ impl JobPlan {
         let sequence = plan_sequences(&spec, &train.split)?;
         if let Some((planned, counts)) = &sequence {
             facts.sequence = Some(counts.facts(&spec, &planned.columns, &planned.preprocessing));
-            facts.outputs = counts.outputs(&planned.preprocessing);
+            facts.outputs = counts
+                .outputs(&planned.preprocessing)
+                .map_err(|e| e.to_string());
         }
         let longest = sequence.as_ref().map(|(_, counts)| counts.longest);
         let sequence = sequence.map(|(planned, _)| planned);
@@ -559,14 +562,14 @@ fn plan_sequences(
     let Some((_, schema)) = train.schemas.first() else {
         return Ok(None);
     };
-    let Some(columns) = sequences::detect(spec, schema).map_err(DriverError::Data)? else {
+    let Some(columns) = sequences::detect(spec, schema)? else {
         let none = Preprocessing::default();
-        sequences::check_metrics(spec, None, &none).map_err(DriverError::Data)?;
+        sequences::check_metrics(spec, None, &none)?;
         return Ok(None);
     };
     let counts = sequences::count(spec, train, &columns)?;
     let preprocessing = counts.preprocessing(spec);
-    sequences::check_metrics(spec, Some(&columns), &preprocessing).map_err(DriverError::Data)?;
+    sequences::check_metrics(spec, Some(&columns), &preprocessing)?;
     let described = counts.describe(&preprocessing);
     let planned = PlannedSequences {
         columns,

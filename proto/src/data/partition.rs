@@ -225,15 +225,33 @@ impl PartitionReader {
         }))
     }
 
-    /// The remaining batches as a DataFusion stream (the input of `data.sql`).
+    /// The remaining batches as a DataFusion stream (the input of `data.sql`). A remote
+    /// file's or a Flight stream's batches are polled where the query runs (never waited for
+    /// from inside the I/O runtime, which the query may share); a local file's come from its
+    /// reader thread.
     pub fn into_stream(mut self) -> SendableRecordBatchStream {
+        use futures::StreamExt;
         let schema = self.schema.clone();
+        let external = |e: DataError| datafusion::error::DataFusionError::External(Box::new(e));
+        match std::mem::replace(&mut self.source, Source::Lost) {
+            Source::Remote(stream) => {
+                let (path, group) = (self.partition.path.clone(), self.partition.row_group);
+                let batches = stream.map(move |item| {
+                    item.map_err(|m| {
+                        external(DataError::new(
+                            path.clone(),
+                            format!("cannot decode row group {group}: {m}"),
+                        ))
+                    })
+                });
+                return Box::pin(RecordBatchStreamAdapter::new(schema, batches));
+            }
+            other => self.source = other,
+        }
         let iter = std::iter::from_fn(move || match self.next_batch() {
             Ok(Some((b, _))) => Some(Ok(b)),
             Ok(None) => None,
-            Err(e) => Some(Err(datafusion::error::DataFusionError::External(Box::new(
-                e,
-            )))),
+            Err(e) => Some(Err(external(e))),
         });
         Box::pin(RecordBatchStreamAdapter::new(
             schema,
