@@ -28,6 +28,44 @@ pub enum DriverError {
     /// rules; the message names the file, row and column.
     #[error(transparent)]
     Sequences(#[from] crate::planner::sequences::error::SequenceError),
+    /// A data path lists no usable files (`key` is its spec key).
+    #[error("{key}: {source}")]
+    Listing {
+        /// `data.train`, `data.test`, `--data`.
+        key: String,
+        /// Why.
+        source: crate::planner::schema_error::ListingError,
+    },
+    /// A data file's Parquet footer could not be read.
+    #[error("{key}: {file} {why}")]
+    Footer {
+        /// The split's spec key (`data.train`, `--data`).
+        key: String,
+        /// The file.
+        file: String,
+        /// Why, as the end of a sentence about the file.
+        why: crate::planner::schema_error::FooterError,
+    },
+    /// A file's schema (or the output of `data.sql` over it) does not fit the spec and the
+    /// model; `what` names the split and the file.
+    #[error("{what}: {source}")]
+    Schema {
+        /// `data.train: <file>`, or `data.train: <file>: the output of data.sql`.
+        what: String,
+        /// Why.
+        source: crate::planner::schema_error::SchemaError,
+    },
+    /// `data.sql` could not be planned (`site` names the split and the file).
+    #[error("{site}: {source}")]
+    SqlPlan {
+        /// `data.train: <file>`.
+        site: String,
+        /// Why.
+        source: crate::planner::sql_planner::SqlPlanError,
+    },
+    /// `data.sql`'s lookup tables could not be read, or planning them ran out of time.
+    #[error(transparent)]
+    SqlTables(#[from] crate::planner::sql_planner::SqlPlanError),
     /// The rows `data.sql` yields over a row group could not be counted (`site` names the
     /// split, the file and the row group).
     #[error("{site}: {source}")]

@@ -25,8 +25,8 @@
 //! over the steps run in about `S` seconds (1 by default) after a few warm-up steps. An executor
 //! sets glibc's malloc to keep freed buffers (`executor/src/allocator.rs`); to time the step as
 //! an executor runs it, give this program the same settings through the environment,
-//! `MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=536870912` (without them the
-//! figure drops by up to half: every step maps its buffers afresh).
+//! `MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=536870912` (without them every
+//! step maps its buffers afresh, and the figure includes that).
 
 use std::time::{Duration, Instant};
 

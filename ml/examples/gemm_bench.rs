@@ -30,8 +30,8 @@
 //! `S` seconds, and prints the median, least and most GFLOP/s of the slices
 //! (`# fma probe: median M least L most H GFLOP/s`). On a host whose other tenants run on the
 //! sibling hyperthreads of this machine's cores, the slices fall below the ceiling while those
-//! tenants use the FMA units (to two thirds of it, on the machine of the README's figures, while
-//! the scalar clock stays the same): `benches/mlp_vs_jax.sh` probes before each run this way.
+//! tenants use the FMA units, though the scalar clock stays the same: `benches/mlp_vs_jax.sh`
+//! probes before each run this way.
 
 use std::time::{Duration, Instant};
 
@@ -42,8 +42,8 @@ const PROBE_BYTES: usize = 64 << 20;
 
 /// The median bandwidth (GB/s) of passes over [`PROBE_BYTES`] per thread, every thread of the
 /// pool reading its own buffer at once (written first, with values other than zero: pages never
-/// written would all map the kernel's one page of zeros, read from cache), for about `budget`: what the host's other tenants leave
-/// of the memory bus (on the README's machine 62–68 GB/s alone, half that while they stream).
+/// written would all map the kernel's one page of zeros, read from cache), for about `budget`:
+/// what the host's other tenants leave of the memory bus (less while they stream memory too).
 fn memory_probe(budget: Duration) -> f64 {
     let threads = rayon::current_num_threads();
     let buffers: Vec<Vec<f32>> = (0..threads)

@@ -1,7 +1,8 @@
 //! Recurrent throughput: a bidirectional LSTM (and GRU) layer's forward + backward pass on a
-//! sequence-tagging batch (batch 32, 30 steps, embedding 64, hidden 128: issue 18's BiLSTM
-//! tagger), with every sequence full and with lengths spread over 10..=30 as in a padded batch
-//! of sentences; the milliseconds of the best repetition and the real tokens per second.
+//! sequence-tagging batch (batch 32, 30 steps, embedding 64, hidden 128: the BiLSTM tagger of
+//! `benches/ner_vs_keras.sh`), with every sequence full and with lengths spread over 10..=30
+//! as in a padded batch of sentences; the milliseconds of the best repetition and the real
+//! tokens per second.
 //!
 //! ```text
 //! cargo run --release -p ringflow-ml --example recurrent_bench [-- --seconds S] [--device D]

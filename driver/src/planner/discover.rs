@@ -8,6 +8,7 @@ use ringflow_proto::data::local::{self, Named, Skipped};
 use ringflow_proto::data::location::is_local;
 use ringflow_proto::data::runtime::block_on;
 
+use super::schema_error::ListingError;
 use crate::error::{DriverError, Result};
 
 /// The data files of a path and what its listing left out.
@@ -35,17 +36,20 @@ pub fn files(key: &str, path: &str) -> Result<Listing> {
     match file_url_path(path) {
         None => local_files(key, path, path, ""),
         Some(Ok(local)) => local_files(key, path, &local, "file://"),
-        Some(Err(m)) => Err(fail(key, m)),
+        Some(Err(e)) => Err(fail(key, e)),
     }
 }
 
-fn fail(key: &str, m: String) -> DriverError {
-    DriverError::Data(format!("{key}: {m}"))
+fn fail(key: &str, source: ListingError) -> DriverError {
+    DriverError::Listing {
+        key: key.to_string(),
+        source,
+    }
 }
 
 /// The file-system path of a `file://` URL (a glob's text as it is written), or `None` for a
 /// plain path.
-fn file_url_path(path: &str) -> Option<std::result::Result<String, String>> {
+fn file_url_path(path: &str) -> Option<std::result::Result<String, ListingError>> {
     let scheme = path.get(..7)?;
     if !scheme.eq_ignore_ascii_case("file://") {
         return None;
@@ -55,10 +59,11 @@ fn file_url_path(path: &str) -> Option<std::result::Result<String, String>> {
     }
     Some(
         Location::parse(path)
-            .map_err(|e| e.to_string())
+            .map_err(ListingError::from)
             .and_then(|l| {
-                l.local_path()
-                    .ok_or_else(|| format!("{path} is not a file path"))
+                l.local_path().ok_or_else(|| ListingError::NotAFilePath {
+                    path: path.to_string(),
+                })
             })
             .map(|p| p.display().to_string()),
     )
@@ -67,18 +72,27 @@ fn file_url_path(path: &str) -> Option<std::result::Result<String, String>> {
 /// Lists `local` (the file-system form of `written`), writing each file as `prefix` followed
 /// by its path (or as `written` when it names the file).
 fn local_files(key: &str, written: &str, local: &str, prefix: &str) -> Result<Listing> {
-    let listing = local::list(local, ".parquet").map_err(|m| fail(key, m))?;
+    let listing = local::list(local, ".parquet").map_err(|e| fail(key, e.into()))?;
     if listing.files.is_empty() {
         let (regular, skipped) = match listing.skipped.as_slice() {
             [] => ("", String::new()),
             [first] => ("regular ", format!(" ({first})")),
             [first, rest @ ..] => ("regular ", format!(" ({first}; and {} more)", rest.len())),
         };
+        let path = written.to_string();
         return Err(fail(
             key,
             match listing.named {
-                Named::Glob => format!("the glob {written:?} matches no {regular}files{skipped}"),
-                _ => format!("the directory {written:?} holds no {regular}.parquet files{skipped}"),
+                Named::Glob => ListingError::GlobMatchesNone {
+                    path,
+                    regular,
+                    skipped,
+                },
+                _ => ListingError::EmptyDirectory {
+                    path,
+                    regular,
+                    skipped,
+                },
             },
         ));
     }
@@ -104,15 +118,16 @@ fn remote_files(key: &str, path: &str) -> Result<Vec<String>> {
         Some(i) => &path[..path[..i].rfind('/').map(|j| j + 1).unwrap_or(i)],
         None => path,
     };
-    let base = Location::parse(base_text).map_err(|e| fail(key, e.to_string()))?;
+    let base = Location::parse(base_text).map_err(|e| fail(key, e.into()))?;
     let listed = {
         let base = base.clone();
-        block_on(async move { base.list().await }).map_err(|e| fail(key, e.to_string()))?
+        block_on(async move { base.list().await }).map_err(|e| fail(key, e.into()))?
     };
     let pattern = match wild {
-        Some(_) => Some(
-            glob::Pattern::new(path).map_err(|e| fail(key, format!("bad glob {path:?}: {e}")))?,
-        ),
+        Some(_) => Some(glob::Pattern::new(path).map_err(|e| {
+            let (path, reason) = (path.to_string(), e.to_string());
+            fail(key, ListingError::BadGlob { path, reason })
+        })?),
         None => None,
     };
     let mut out = Vec::new();
@@ -146,11 +161,16 @@ fn remote_files(key: &str, path: &str) -> Result<Vec<String>> {
                 return Ok(vec![path.to_string()]);
             }
         }
+        let path = path.to_string();
         return Err(fail(
             key,
             match wild {
-                Some(_) => format!("the glob {path:?} matches no files"),
-                None => format!("{path:?} does not exist or holds no .parquet files"),
+                Some(_) => ListingError::GlobMatchesNone {
+                    path,
+                    regular: "",
+                    skipped: String::new(),
+                },
+                None => ListingError::NoObjects { path },
             },
         ));
     }

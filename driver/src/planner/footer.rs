@@ -3,6 +3,7 @@
 
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::statistics::Statistics;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{ModelShape, SequenceOutput};
@@ -12,6 +13,7 @@ use ringflow_proto::data::partition::StoreReader;
 use ringflow_proto::data::{Location, is_string};
 use ringflow_proto::spec::{DataSpec, JobSpec};
 
+use super::schema_error::{FactError, FooterError, NotNumeric, SchemaError};
 use super::split::{LabelType, RowGroup, Split};
 use crate::error::{DriverError, Result};
 
@@ -19,26 +21,11 @@ use crate::error::{DriverError, Result};
 pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
     let mut split = Split::default();
     for name in files {
-        let fail = |m: String| DriverError::Data(format!("{key}: {name} {m}"));
-        let location = Location::parse(name).map_err(|e| fail(e.message))?;
-        // A local file is opened only if it is a regular file; no footer read waits longer
-        // than the read deadline.
-        let meta = match location.local_path() {
-            Some(path) => deadline::blocking(READ_TIMEOUT, move || {
-                let file = open_regular(&path)?;
-                ArrowReaderMetadata::load(&file, ArrowReaderOptions::default())
-                    .map_err(|e| format!("is not a readable Parquet file: {e}"))
-            }),
-            None => block_on_timeout(READ_TIMEOUT, async move {
-                let size = location.size().await.map_err(|e| e.message)?;
-                let mut reader = StoreReader::new(&location, size);
-                ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
-                    .await
-                    .map_err(|e| format!("is not a readable Parquet file: {e}"))
-            }),
-        }
-        .map_err(|e| fail(read_failed(&e)))?
-        .map_err(fail)?;
+        let meta = read_metadata(name).map_err(|why| DriverError::Footer {
+            key: key.to_string(),
+            file: name.clone(),
+            why,
+        })?;
         let mut start = 0u64;
         for (i, rg) in meta.metadata().row_groups().iter().enumerate() {
             let rows = rg.num_rows() as u64;
@@ -58,6 +45,30 @@ pub fn read_footers(key: &str, files: &[String]) -> Result<Split> {
         split.footers.push(meta.metadata().clone());
     }
     Ok(split)
+}
+
+/// Reads the footer of the file `name`. A local file is opened only if it is a regular file;
+/// no footer read waits longer than the read deadline.
+fn read_metadata(name: &str) -> std::result::Result<ArrowReaderMetadata, FooterError> {
+    let location = Location::parse(name).map_err(|e| FooterError::Store(e.message))?;
+    let not_parquet = |e: ParquetError| FooterError::NotParquet(e.to_string());
+    match location.local_path() {
+        Some(path) => deadline::blocking(READ_TIMEOUT, move || {
+            let file = open_regular(&path)?;
+            ArrowReaderMetadata::load(&file, ArrowReaderOptions::default()).map_err(not_parquet)
+        }),
+        None => block_on_timeout(READ_TIMEOUT, async move {
+            let size = location
+                .size()
+                .await
+                .map_err(|e| FooterError::Store(e.message))?;
+            let mut reader = StoreReader::new(&location, size);
+            ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
+                .await
+                .map_err(not_parquet)
+        }),
+    }
+    .map_err(|e| FooterError::Deadline(read_failed(&e)))?
 }
 
 /// Bytes of `split`'s Parquet files that reading `columns` fetches: the compressed column
@@ -81,7 +92,7 @@ pub fn column_bytes(split: &Split, columns: &[String]) -> u64 {
 /// The largest value of the number column `column` over every row group of `split`, from the
 /// footers' statistics: `Ok(None)` for a split without rows, an error sentence (naming the
 /// file) when a row group has no statistics for it or a value is not a whole number ≥ 0.
-pub fn column_max(split: &Split, column: &str) -> std::result::Result<Option<u64>, String> {
+pub fn column_max(split: &Split, column: &str) -> std::result::Result<Option<u64>, FactError> {
     let mut max: Option<u64> = None;
     for ((file, _), footer) in split.schemas.iter().zip(&split.footers) {
         for rg in footer.row_groups().iter().filter(|rg| rg.num_rows() > 0) {
@@ -92,11 +103,16 @@ pub fn column_max(split: &Split, column: &str) -> std::result::Result<Option<u64
             let value = chunk
                 .and_then(|c| c.statistics())
                 .and_then(statistics_max)
-                .ok_or_else(|| format!("{file} has no statistics of the column `{column}`"))?;
+                .ok_or_else(|| FactError::NoStatistics {
+                    file: file.clone(),
+                    column: column.to_string(),
+                })?;
             let whole = (value >= 0.0 && value.fract() == 0.0 && value < 2f64.powi(53))
                 .then_some(value as u64)
-                .ok_or_else(|| {
-                    format!("the column `{column}` of {file} holds {value}, not a class index")
+                .ok_or_else(|| FactError::NotClassIndex {
+                    column: column.to_string(),
+                    file: file.clone(),
+                    value,
                 })?;
             max = Some(max.map_or(whole, |m| m.max(whole)));
         }
@@ -121,14 +137,12 @@ fn is_number(t: &DataType) -> bool {
 
 /// Values per row that a feature column of type `t` gives: `Some(n)` when fixed, `None` for
 /// variable-length lists (checked by executors as they read), an error when not numeric.
-pub fn feature_width(t: &DataType) -> std::result::Result<Option<usize>, String> {
+pub fn feature_width(t: &DataType) -> std::result::Result<Option<usize>, NotNumeric> {
     match t {
         t if is_number(t) => Ok(Some(1)),
         DataType::FixedSizeList(f, n) if is_number(f.data_type()) => Ok(Some(*n as usize)),
         DataType::List(f) | DataType::LargeList(f) if is_number(f.data_type()) => Ok(None),
-        t => Err(format!(
-            "has type {t}; a feature must be a number or a list of numbers"
-        )),
+        t => Err(NotNumeric { ty: t.to_string() }),
     }
 }
 
@@ -138,16 +152,16 @@ fn features_width(
     schema: &Schema,
     features: &[String],
     have: impl Fn() -> String,
-) -> std::result::Result<Option<usize>, String> {
+) -> std::result::Result<Option<usize>, SchemaError> {
     let mut width = Some(0);
     for name in features {
-        let field = schema.field_with_name(name).map_err(|_| {
-            format!(
-                "has no column `{name}` (data.features); its columns: {}",
-                have()
-            )
+        let field = schema
+            .field_with_name(name)
+            .map_err(|_| no_column(name, "data.features", have()))?;
+        let w = feature_width(field.data_type()).map_err(|source| SchemaError::Feature {
+            column: name.clone(),
+            source,
         })?;
-        let w = feature_width(field.data_type()).map_err(|m| format!("column `{name}` {m}"))?;
         width = width.zip(w).map(|(a, b)| a + b);
     }
     Ok(width)
@@ -159,19 +173,26 @@ fn check_image_column(
     schema: &Schema,
     column: &str,
     have: impl Fn() -> String,
-) -> std::result::Result<(), String> {
-    let field = schema.field_with_name(column).map_err(|_| {
-        format!(
-            "has no column `{column}` (data.image.column); its columns: {}",
-            have()
-        )
-    })?;
+) -> std::result::Result<(), SchemaError> {
+    let field = schema
+        .field_with_name(column)
+        .map_err(|_| no_column(column, "data.image.column", have()))?;
     match field.data_type() {
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Ok(()),
-        t => Err(format!(
-            "column `{column}` (data.image.column) has type {t}; an image column must be \
-             binary (the bytes of PNG or JPEG files)"
-        )),
+        t => Err(SchemaError::NotImageBytes {
+            column: column.to_string(),
+            ty: t.to_string(),
+        }),
+    }
+}
+
+/// The error for the column `column` (named by the setting `key`) missing from a schema with
+/// the columns `have`.
+fn no_column(column: &str, key: &'static str, have: String) -> SchemaError {
+    SchemaError::NoColumn {
+        column: column.to_string(),
+        key,
+        have,
     }
 }
 
@@ -182,13 +203,11 @@ fn check_example_shape(
     width: Option<usize>,
     data: &DataSpec,
     model: &ModelShape,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), SchemaError> {
     let inputs = model.input_width();
     let Some(example) = data.example_shape() else {
         return match width {
-            Some(w) if w != inputs => Err(format!(
-                "data.features give {w} values per row, but the model takes {inputs} inputs"
-            )),
+            Some(width) if width != inputs => Err(SchemaError::WidthNotInputs { width, inputs }),
             _ => Ok(()),
         };
     };
@@ -198,25 +217,29 @@ fn check_example_shape(
     } else {
         "data.shape"
     };
-    if let Some(w) = width
-        && w != values
+    if let Some(width) = width
+        && width != values
     {
-        return Err(format!(
-            "data.shape {example:?} needs {values} values per row, but data.features give {w}"
-        ));
+        return Err(SchemaError::ShapeNotWidth {
+            example,
+            values,
+            width,
+        });
     }
     if values != inputs {
-        return Err(format!(
-            "{key} gives examples of shape {example:?} ({values} values), but the model takes \
-             {inputs} inputs"
-        ));
+        return Err(SchemaError::ShapeNotInputs {
+            key,
+            example,
+            values,
+            inputs,
+        });
     }
     if model.input.len() > 1 && model.input != example {
-        return Err(format!(
-            "{key} gives examples of shape {example:?}, but the model takes examples of shape \
-             {:?}",
-            model.input
-        ));
+        return Err(SchemaError::ShapeNotModel {
+            key,
+            example,
+            input: model.input.clone(),
+        });
     }
     Ok(())
 }
@@ -235,16 +258,27 @@ pub fn check_schema(
         let per_step = output == SequenceOutput::PerStep;
         return super::sequences::check_schema(what, schema, spec, per_step, label_required);
     }
+    check_columns(schema, spec, model, label_required).map_err(|source| DriverError::Schema {
+        what: what.to_string(),
+        source,
+    })
+}
+
+/// [`check_schema`] of a schema that does not hold a token sequence.
+fn check_columns(
+    schema: &Schema,
+    spec: &JobSpec,
+    model: &ModelShape,
+    label_required: bool,
+) -> std::result::Result<LabelType, SchemaError> {
     let data = &spec.data;
-    let loss = spec.train.loss;
-    let fail = |m: String| DriverError::Data(format!("{what}: {m}"));
     let have = || -> String {
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         names.join(", ")
     };
     let width = match &data.image {
         Some(image) => {
-            check_image_column(schema, &image.column, have).map_err(fail)?;
+            check_image_column(schema, &image.column, have)?;
             // Saturating: a saved model's spec (eval, predict) was not checked on loading.
             Some(
                 image
@@ -253,38 +287,27 @@ pub fn check_schema(
                     .saturating_mul(image.size[1]),
             )
         }
-        None => features_width(schema, &data.features, have).map_err(fail)?,
+        None => features_width(schema, &data.features, have)?,
     };
-    check_example_shape(width, data, model).map_err(fail)?;
+    check_example_shape(width, data, model)?;
     let label = match schema.field_with_name(&data.label) {
         Ok(f) => f,
         Err(_) if !label_required => return Ok(LabelType::Absent),
-        Err(_) => {
-            return Err(fail(format!(
-                "has no column `{}` (data.label); its columns: {}",
-                data.label,
-                have()
-            )));
-        }
+        Err(_) => return Err(no_column(&data.label, "data.label", have())),
     };
     let t = label.data_type();
     if is_number(t) {
         return Ok(LabelType::Number);
     }
-    if is_string(t) {
-        if loss != LossKind::CrossEntropy {
-            return Err(fail(format!(
-                "column `{}` (data.label) holds strings, which are class names: they need \
-                 train.loss = \"cross_entropy\"",
-                data.label
-            )));
-        }
-        return Ok(LabelType::String);
+    let column = data.label.clone();
+    if !is_string(t) {
+        let ty = t.to_string();
+        return Err(SchemaError::NotALabel { column, ty });
     }
-    Err(fail(format!(
-        "column `{}` (data.label) has type {t}; a label must be a number or a string class",
-        data.label
-    )))
+    if spec.train.loss != LossKind::CrossEntropy {
+        return Err(SchemaError::NamesNeedCrossEntropy { column });
+    }
+    Ok(LabelType::String)
 }
 
 #[cfg(test)]

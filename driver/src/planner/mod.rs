@@ -16,19 +16,15 @@ pub mod footer;
 pub mod memory;
 mod model;
 pub mod saved;
+pub mod schema_error;
 pub mod sequences;
 pub mod split;
-
-use std::collections::BTreeMap;
-
-use std::time::Duration;
+pub mod sql_planner;
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::prelude::SessionContext;
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
-use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::data::{Location, Preprocessing, sql};
+use ringflow_proto::data::{Location, Preprocessing};
 use ringflow_proto::pb::EpochPlan;
 use ringflow_proto::spec::JobSpec;
 
@@ -36,6 +32,7 @@ use crate::error::{DriverError, Result};
 use footer::{check_schema, read_footers};
 pub use saved::{SavedModel, saved_model};
 use split::{LabelType, RowGroup, Split};
+use sql_planner::SqlPlanner;
 
 /// One split's files and footers, listed and read but not yet checked.
 #[derive(Clone, Debug)]
@@ -120,7 +117,10 @@ fn check_split(
             Some(prep) => {
                 let planned = prep
                     .plan(schema.clone())
-                    .map_err(|m| DriverError::Data(format!("{key}: {file}: {m}")))?;
+                    .map_err(|source| DriverError::SqlPlan {
+                        site: format!("{key}: {file}"),
+                        source,
+                    })?;
                 let what = format!("{key}: {file}: the output of data.sql");
                 let l = check_schema(&what, &planned.output, spec, model, label_required)?;
                 if !planned.keeps_rows {
@@ -197,66 +197,6 @@ fn count_rows(
     let counted = counter.count(key, &mut split.groups, columns, &split.schemas)?;
     notes.push(counted.describe(key));
     Ok(())
-}
-
-/// A job's `data.sql` with its lookup tables registered once (their schemas are read, their
-/// rows are not), planned against each distinct file schema. Registering the tables and each
-/// planning must finish within `data.sql_timeout_s`.
-struct SqlPlanner {
-    ctx: SessionContext,
-    query: String,
-    timeout: Duration,
-    /// Entries of the tables' directories or globs skipped because they are not regular files.
-    warnings: Vec<String>,
-}
-
-/// The error for planning that ran past `data.sql_timeout_s`.
-fn planning_timed_out(what: &str, timeout: Duration) -> String {
-    format!(
-        "data.sql: {what} did not finish within data.sql_timeout_s = {} s; raise \
-         data.sql_timeout_s if it needs longer",
-        timeout.as_secs()
-    )
-}
-
-impl SqlPlanner {
-    /// The planner of `spec`'s query, if it has one.
-    fn new(spec: &JobSpec) -> Result<Option<SqlPlanner>> {
-        let Some(query) = &spec.data.sql else {
-            return Ok(None);
-        };
-        let tables: BTreeMap<String, String> = spec.data.tables.clone();
-        let timeout = spec.data.sql_timeout();
-        let (ctx, warnings) = block_on_timeout(timeout, async move {
-            let ctx = sql::session(Some(1));
-            let warnings = sql::register_lookup_tables(&ctx, &tables, false).await?;
-            Ok::<_, ringflow_proto::data::DataError>((ctx, warnings))
-        })
-        .map_err(|_| {
-            DriverError::Data(planning_timed_out(
-                "reading the schemas of data.tables",
-                timeout,
-            ))
-        })?
-        .map_err(|e| DriverError::Data(e.to_string()))?;
-        Ok(Some(SqlPlanner {
-            ctx,
-            query: query.clone(),
-            timeout,
-            warnings,
-        }))
-    }
-
-    /// Plans the query with `input` of the given schema; an error is a sentence that starts
-    /// with `data.sql`.
-    fn plan(&self, input: SchemaRef) -> std::result::Result<sql::PlannedQuery, String> {
-        let (ctx, query) = (self.ctx.clone(), self.query.clone());
-        block_on_timeout(self.timeout, async move {
-            sql::plan_query(&ctx, &query, input).await
-        })
-        .map_err(|_| planning_timed_out("planning the query", self.timeout))?
-        .map_err(|e| e.to_string())
-    }
 }
 
 /// A job's data, as the driver knows it after planning.

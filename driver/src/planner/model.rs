@@ -9,9 +9,10 @@ use ringflow_ml::nn::DataFacts;
 use ringflow_proto::data::is_string;
 use ringflow_proto::spec::JobSpec;
 
-use super::SqlPlanner;
 use super::footer::{column_max, feature_width};
+use super::schema_error::FactError;
 use super::split::Split;
+use super::sql_planner::SqlPlanner;
 
 /// What the training split (and the test split, if any) tell about the model of `spec`: the
 /// examples' declared shape, the feature width of the first file (or of `data.sql`'s output)
@@ -32,47 +33,46 @@ pub(super) fn data_facts(
     DataFacts {
         example_shape: data.example_shape(),
         example_shape_from: example_shape_from.into(),
+        // The model's builder takes the reasons as sentences (it is the ml crate's type).
         feature_width: schema
             .as_ref()
             .map_err(Clone::clone)
-            .and_then(|s| width(spec, s)),
-        outputs: outputs(spec, schema.as_deref().ok(), train, test, prep.is_some()),
+            .and_then(|s| width(spec, s))
+            .map_err(|e| e.to_string()),
+        outputs: outputs(spec, schema.as_deref().ok(), train, test, prep.is_some())
+            .map_err(|e| e.to_string()),
         sequence: None,
     }
 }
 
 /// The schema the features are read from: the first training file's, or what `data.sql` makes
 /// of it.
-fn first_schema(train: &Split, prep: Option<&SqlPlanner>) -> Result<SchemaRef, String> {
-    let (file, schema) = train
-        .schemas
-        .first()
-        .ok_or_else(|| "data.train has no files".to_string())?;
+fn first_schema(train: &Split, prep: Option<&SqlPlanner>) -> Result<SchemaRef, FactError> {
+    let (file, schema) = train.schemas.first().ok_or(FactError::NoFiles)?;
     match prep {
         None => Ok(schema.clone()),
         Some(prep) => prep
             .plan(schema.clone())
             .map(|planned| planned.output)
-            .map_err(|e| format!("data.sql cannot be planned on {file} ({e})")),
+            .map_err(|source| FactError::Sql {
+                file: file.clone(),
+                source,
+            }),
     }
 }
 
 /// Values per row of the features in `schema`.
-fn width(spec: &JobSpec, schema: &Schema) -> Result<usize, String> {
+fn width(spec: &JobSpec, schema: &Schema) -> Result<usize, FactError> {
     let mut total = 0usize;
     for name in &spec.data.features {
-        let field = schema
-            .field_with_name(name)
-            .map_err(|_| format!("data.features name the missing column `{name}`"))?;
+        let column = name.clone();
+        let Ok(field) = schema.field_with_name(name) else {
+            return Err(FactError::MissingFeature { column });
+        };
         match feature_width(field.data_type()) {
             Ok(Some(w)) => total = total.saturating_add(w),
-            Ok(None) => {
-                return Err(format!(
-                    "data.features include the variable-length list column `{name}`, whose \
-                     width the driver does not know before reading"
-                ));
-            }
-            Err(why) => return Err(format!("the feature column `{name}` {why}")),
+            Ok(None) => return Err(FactError::VariableLength { column }),
+            Err(source) => return Err(FactError::Feature { column, source }),
         }
     }
     Ok(total)
@@ -86,7 +86,7 @@ fn outputs(
     train: &Split,
     test: Option<&Split>,
     sql: bool,
-) -> Result<usize, String> {
+) -> Result<usize, FactError> {
     let data = &spec.data;
     if spec.train.loss != LossKind::CrossEntropy {
         return Ok(1);
@@ -96,26 +96,25 @@ fn outputs(
     }
     let label = &data.label;
     if sql {
-        return Err(format!(
-            "the label `{label}` comes out of data.sql, so the driver cannot count its classes \
-             before training"
-        ));
+        let label = label.clone();
+        return Err(FactError::LabelFromSql { label });
     }
     if let Some(field) = schema.and_then(|s| s.field_with_name(label).ok())
         && is_string(field.data_type())
     {
-        return Err(format!(
-            "the label column `{label}` holds class names, which the driver counts only while \
-             training (data.label_classes would list them)"
-        ));
+        let label = label.clone();
+        return Err(FactError::ClassNames { label });
     }
     let mut max = column_max(train, label)?;
     if let Some(test) = test {
         max = max.max(column_max(test, label)?);
     }
-    let max = max.ok_or_else(|| "the training split has no rows".to_string())?;
+    let max = max.ok_or(FactError::NoRows)?;
     usize::try_from(max)
         .ok()
         .and_then(|m| m.checked_add(1))
-        .ok_or_else(|| format!("the label column `{label}` holds the class index {max}"))
+        .ok_or_else(|| FactError::ClassIndexTooLarge {
+            label: label.clone(),
+            max,
+        })
 }

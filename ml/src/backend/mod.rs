@@ -50,7 +50,8 @@
 //! 2. `backend/cpu/K.rs`: the kernel and its method in `impl KOps for CpuArray`.
 //! 3. `backend/cuda/K.rs`: its method in `impl KOps for CudaStorage`, opened by
 //!    `launch_new` or `launch_in_place`; the kernel in `cuda/kernels.cu` (image kernels:
-//!    `cuda/image_kernels.cu`) and its name in `cuda/kernels.rs`.
+//!    `cuda/image_kernels.cu`) and its name in `cuda/kernels.rs`, and its line in the CUDA
+//!    emulator's launch table (`testing/cuda-emulator/kernels.cpp`), which CI runs it through.
 //! 4. `backend/cuda_stub/ops.rs`: one unreachable line (the compiler asks for it).
 //! 5. `ops/<family>.rs`: the `Tensor` method and its backward.
 //! 6. `ml/tests/conformance/`: values (`ops.rs`), gradients (`grads.rs`) and CUDA against the
@@ -63,12 +64,10 @@
 //! 2. `ops/<family>.rs`, and the conformance cases as above; a backend that later overrides the
 //!    default with a fused kernel adds its case to `defaults.rs`.
 //!
-//! Before this contract, an op with a kernel of its own, primitive or composite, touched 7
-//! source files and 3 test files: a `Storage` method matching every combination of devices with
-//! its own mixed-device error, the CPU kernel, a CUDA method with its own opening (same-GPU
-//! check, empty tensor, handle, launch), the CUDA kernel and its name, a stub method nothing
-//! checked, and the autodiff op. Now a primitive op touches the same 7 source files with
-//! shorter, compiler-checked steps, and a composite op 2.
+//! Each step is checked by the compiler: a backend, or the stub, that lacks the method does not
+//! build. What every op needs besides its kernel (the mixed-device error, the same-GPU check,
+//! the empty tensor, the handle and the launch) is written once, in `dispatch!` and the CUDA
+//! launch helpers, so that an op adds only the lines that are its own.
 
 pub mod allocator;
 pub mod conv;

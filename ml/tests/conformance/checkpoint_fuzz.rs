@@ -506,9 +506,9 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Regression (fuzz_checkpoint_damage): a `checkpoint.json` that names a tensor file outside
-/// its directory was followed — `../x` or `/dev/zero` read (forever, for a device), and the
-/// next save deleted the file it named.
+/// A `checkpoint.json` that names a tensor file outside its directory (`../x`, `/dev/zero`) is
+/// refused, and the next save deletes nothing outside it: followed, such a name would be read
+/// (forever, for a device) and then deleted. A case fuzz_checkpoint_damage found.
 #[test]
 fn tensor_files_outside_the_directory_are_refused_and_never_deleted() {
     let root = tempfile::tempdir().unwrap();
@@ -534,10 +534,9 @@ fn tensor_files_outside_the_directory_are_refused_and_never_deleted() {
     }
 }
 
-/// Regression (fuzz_checkpoint_damage in long mode, shrunk to a model file whose first
-/// weight's high byte became 0x7f with a matching checksum): the target compared restored
-/// values as floats, and a NaN never equals itself; values are compared bit for bit, and a
-/// NaN a checkpoint holds is restored as it is.
+/// A NaN a checkpoint holds is restored as it is, and restored values are compared bit for bit
+/// (compared as floats, a NaN never equals itself). A case fuzz_checkpoint_damage found in long
+/// mode, shrunk to a model file whose first weight's high byte is 0x7f with a matching checksum.
 #[test]
 fn a_nan_in_a_checkpoint_is_restored_bit_for_bit() {
     let dir = tempfile::tempdir().unwrap();
@@ -567,10 +566,10 @@ fn a_nan_in_a_checkpoint_is_restored_bit_for_bit() {
     assert_eq!(p.tensor.try_to_vec().unwrap()[0].to_bits(), 0x7fc0_1234);
 }
 
-/// Regression (fuzz_checkpoint_damage, shrunk to `files.model.name = "checkpoint.json"`): a
-/// `checkpoint.json` naming itself as a tensor file was trusted by the next save, which then
-/// deleted that "previous" file — the metadata it had just written — leaving a checkpoint
-/// that could not be loaded. It is refused, and saving over it gives a loadable checkpoint.
+/// A `checkpoint.json` naming itself as a tensor file is refused, and saving over it gives a
+/// loadable checkpoint: trusted, it would make the next save delete that "previous" file — the
+/// metadata it had just written — and leave a checkpoint that cannot be loaded. A case
+/// fuzz_checkpoint_damage found, shrunk to `files.model.name = "checkpoint.json"`.
 #[test]
 fn a_checkpoint_naming_itself_as_a_tensor_file_is_refused_and_replaced_whole() {
     let dir = tempfile::tempdir().unwrap();
@@ -592,8 +591,9 @@ fn a_checkpoint_naming_itself_as_a_tensor_file_is_refused_and_replaced_whole() {
     }
 }
 
-/// Regression (fuzz_checkpoint_damage): a `generation` of 2^64 − 1 in `checkpoint.json`
-/// overflowed when the next save numbered its files (a panic in debug builds).
+/// A save over a `generation` of 2^64 − 1 in `checkpoint.json` starts the numbering of its
+/// files again instead of overflowing (which panics in debug builds). A case
+/// fuzz_checkpoint_damage found.
 #[test]
 fn saving_over_the_last_generation_starts_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -610,9 +610,9 @@ fn saving_over_the_last_generation_starts_again() {
     assert_eq!(checkpoint::load(dir.path()).unwrap().meta.generation, 1);
 }
 
-/// Regression (found while writing fuzz_checkpoint_damage): a tensor file or
-/// `checkpoint.json` that is a FIFO blocked the loader forever, a directory gave a bare OS
-/// error; both are refused by name as not regular files.
+/// A tensor file or `checkpoint.json` that is a FIFO or a directory is refused by name as not a
+/// regular file, without blocking (read, a FIFO would block the loader forever and a directory
+/// give a bare OS error). A case found while writing fuzz_checkpoint_damage.
 #[test]
 fn special_files_are_refused_without_blocking() {
     let dir = tempfile::tempdir().unwrap();
@@ -647,8 +647,8 @@ fn special_files_are_refused_without_blocking() {
     assert!(e.contains("not a regular file (it is a directory)"), "{e}");
 }
 
-/// Regression (fuzz_checkpoint_damage): a refused optimizer state named no file ("optimizer
-/// state … is missing"), and a partial refusal left the optimizer half restored.
+/// A refused optimizer state names its file, and a partial refusal leaves the optimizer as it
+/// was rather than half restored. A case fuzz_checkpoint_damage found.
 #[test]
 fn a_refused_optimizer_state_names_its_file_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -678,10 +678,10 @@ fn a_refused_optimizer_state_names_its_file_and_changes_nothing() {
     assert_eq!(before, after, "a refused restore changed the optimizer");
 }
 
-/// Regression (fuzz_checkpoint_damage, `model.layers = [3, 2^40, 2]` in `checkpoint.json`):
-/// building the model a damaged spec describes allocated what the spec asked for, terabytes
-/// here; the spec's parameter count is checked against the values saved first. A smaller
-/// spec is refused by the tensors' shapes, the right one restores.
+/// A damaged spec that describes a larger model than its tensors (`model.layers = [3, 2^40, 2]`
+/// in `checkpoint.json`, terabytes) is refused before anything is allocated: its parameter
+/// count is checked against the values saved first. A smaller spec is refused by the tensors'
+/// shapes, the right one restores. A case fuzz_checkpoint_damage found.
 #[test]
 fn a_model_spec_larger_than_its_tensors_is_refused_before_it_allocates() {
     let dir = tempfile::tempdir().unwrap();

@@ -127,12 +127,6 @@ impl NotReadable {
     }
 }
 
-impl From<NotReadable> for String {
-    fn from(e: NotReadable) -> String {
-        e.message
-    }
-}
-
 /// Why `kind` is not data, as the end of a sentence about the file:
 /// "is a FIFO (named pipe), not a regular file".
 fn not_regular(kind: FileKind) -> String {
@@ -211,7 +205,7 @@ pub fn is_glob(path: &str) -> bool {
 /// file is left out and reported in [`Listing::skipped`]; a glob's directories are left out
 /// silently. A path named directly that is not a regular file or a directory is refused. An
 /// error is a sentence about `path`.
-pub fn list(path: &str, extension: &str) -> Result<Listing, String> {
+pub fn list(path: &str, extension: &str) -> Result<Listing, ListError> {
     let mut listing = Listing {
         named: Named::File,
         files: Vec::new(),
@@ -226,14 +220,24 @@ pub fn list(path: &str, extension: &str) -> Result<Listing, String> {
             Ok(FileKind::Regular) => listing.files.push(p.to_path_buf()),
             Ok(FileKind::Directory) => {
                 listing.named = Named::Directory;
-                walk(p, extension, &mut listing)
-                    .map_err(|e| format!("cannot list {path:?}: {e}"))?;
+                walk(p, extension, &mut listing).map_err(|e| ListError::CannotList {
+                    path: path.to_string(),
+                    reason: e.to_string(),
+                })?;
             }
-            Ok(other) => return Err(format!("{path} {}", not_regular(other))),
+            Ok(other) => {
+                let why = not_regular(other);
+                return Err(ListError::NotRegular {
+                    path: path.to_string(),
+                    why,
+                });
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(format!("{path:?} does not exist"));
+                return Err(ListError::Missing {
+                    path: path.to_string(),
+                });
             }
-            Err(e) => return Err(format!("{path} cannot be opened: {e}")),
+            Err(e) => return Err(cannot_open(path.to_string(), &e)),
         }
     }
     not_utf8(&listing.files)?;
@@ -242,21 +246,26 @@ pub fn list(path: &str, extension: &str) -> Result<Listing, String> {
     Ok(listing)
 }
 
-fn glob_files(pattern: &str, listing: &mut Listing) -> Result<(), String> {
+fn glob_files(pattern: &str, listing: &mut Listing) -> Result<(), ListError> {
     // The glob crate's own rule for a leading `.` panics on a name that is not UTF-8, so the
     // rule is applied here ([`hidden_by`]).
     let options = glob::MatchOptions {
         require_literal_leading_dot: false,
         ..Default::default()
     };
-    let entries =
-        glob::glob_with(pattern, options).map_err(|e| format!("bad glob {pattern:?}: {e}"))?;
+    let entries = glob::glob_with(pattern, options).map_err(|e| ListError::BadGlob {
+        pattern: pattern.to_string(),
+        reason: e.to_string(),
+    })?;
     for entry in entries {
-        let p = entry.map_err(|e| format!("cannot list {pattern:?}: {e}"))?;
+        let p = entry.map_err(|e| ListError::CannotList {
+            path: pattern.to_string(),
+            reason: e.to_string(),
+        })?;
         if hidden_by(pattern, &p) {
             continue;
         }
-        let kind = kind(&p).map_err(|e| format!("{} cannot be opened: {e}", p.display()))?;
+        let kind = kind(&p).map_err(|e| cannot_open(p.display().to_string(), &e))?;
         match kind {
             FileKind::Regular => listing.files.push(p),
             FileKind::Directory => {}
@@ -286,15 +295,74 @@ fn hidden_by(pattern: &str, path: &Path) -> bool {
 }
 
 /// The first of `files` whose path is not UTF-8 text, as an error sentence that names it once.
-fn not_utf8(files: &[PathBuf]) -> Result<(), String> {
+fn not_utf8(files: &[PathBuf]) -> Result<(), ListError> {
     match files.iter().find(|p| p.to_str().is_none()) {
         None => Ok(()),
-        Some(p) => Err(format!(
-            "{} has a name that is not UTF-8 text; ringflow names files by UTF-8 paths, so \
-             rename it",
-            p.display()
-        )),
+        Some(p) => Err(ListError::NotUtf8 {
+            path: p.display().to_string(),
+        }),
     }
+}
+
+/// The error for `path`, which could not be opened.
+fn cannot_open(path: String, e: &std::io::Error) -> ListError {
+    ListError::CannotOpen {
+        path,
+        reason: e.to_string(),
+    }
+}
+
+/// Why a local path could not be listed; each message is a sentence about the path.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListError {
+    /// Nothing is at the path.
+    #[error("{path:?} does not exist")]
+    Missing {
+        /// The path.
+        path: String,
+    },
+    /// The path names something other than a regular file or a directory.
+    #[error("{path} {why}")]
+    NotRegular {
+        /// The path.
+        path: String,
+        /// What it is ("is a FIFO (named pipe), not a regular file").
+        why: String,
+    },
+    /// The path, or an entry a glob matched, could not be opened.
+    #[error("{path} cannot be opened: {reason}")]
+    CannotOpen {
+        /// The path.
+        path: String,
+        /// What the operating system said.
+        reason: String,
+    },
+    /// A directory or glob could not be walked.
+    #[error("cannot list {path:?}: {reason}")]
+    CannotList {
+        /// The directory or the glob.
+        path: String,
+        /// What the operating system said.
+        reason: String,
+    },
+    /// A glob that does not parse.
+    #[error("bad glob {pattern:?}: {reason}")]
+    BadGlob {
+        /// The glob.
+        pattern: String,
+        /// What the glob parser said.
+        reason: String,
+    },
+    /// A file whose name is not UTF-8 text.
+    #[error(
+        "{path} has a name that is not UTF-8 text; ringflow names files by UTF-8 paths, so \
+         rename it"
+    )]
+    NotUtf8 {
+        /// The path, written lossily.
+        path: String,
+    },
 }
 
 fn walk(dir: &Path, extension: &str, listing: &mut Listing) -> std::io::Result<()> {
@@ -393,7 +461,7 @@ pub(crate) mod tests {
 
         let e = list(&text, ".parquet").unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             format!(
                 "{} has a name that is not UTF-8 text; ringflow names files by UTF-8 paths, so \
                  rename it",
@@ -463,7 +531,7 @@ pub(crate) mod tests {
 
         let fifo = text(&root.join("a.parquet"));
         assert_eq!(
-            list(&fifo, ".parquet").unwrap_err(),
+            list(&fifo, ".parquet").unwrap_err().to_string(),
             format!("{fifo} is a FIFO (named pipe), not a regular file")
         );
         let file = list(&text(&root.join("b.parquet")), ".parquet").unwrap();
@@ -472,6 +540,7 @@ pub(crate) mod tests {
         assert!(
             list(&text(&root.join("nope")), ".parquet")
                 .unwrap_err()
+                .to_string()
                 .ends_with("does not exist")
         );
     }

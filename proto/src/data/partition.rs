@@ -271,7 +271,7 @@ fn open_local(
     whole: bool,
     batch_rows: usize,
 ) -> std::result::Result<Opened<ParquetRecordBatchReader>, String> {
-    let file = open_regular(path)?;
+    let file = open_regular(path).map_err(|e| e.message)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| format!("is not a readable Parquet file: {e}"))?;
     let (roots, rows) = select(
@@ -459,7 +459,7 @@ pub fn unreadable(paths: &[String]) -> Option<String> {
         };
         let checked = match location.local_path() {
             Some(local) => deadline::blocking(READ_TIMEOUT, move || {
-                super::local::check_regular(&local).map_err(String::from)
+                super::local::check_regular(&local).map_err(|e| e.message)
             }),
             None => block_on_timeout(READ_TIMEOUT, async move {
                 location.size().await.map(|_| ()).map_err(|e| e.message)

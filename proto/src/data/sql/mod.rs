@@ -136,7 +136,7 @@ async fn table_url(path: &str, extension: &str) -> Result<(String, Vec<Skipped>)
     let skipped = || {
         local::list(written, extension)
             .map(|l| l.skipped)
-            .map_err(|m| DataError::new(path, m))
+            .map_err(|e| DataError::new(path, e.to_string()))
     };
     if glob {
         let skipped = skipped()?;

@@ -3,14 +3,14 @@
 //! A product packs a block of each operand, then lets the microkernel work on the packed copies
 //! for a long while. When the operands are not in the caches (a busy host's neighbour evicted
 //! them from the shared L3, or they were last written long ago), the packing waits on memory at
-//! every block, with the microkernel idle: `gemm_bench --cold` measured the wide MLP's forward
-//! products at 0.85× their in-cache speed, nearly all of it in packing `b`. [`Ahead`] asks for
-//! the next block's lines a few at a time, one share before each microkernel tile, while the
-//! microkernel works on the current block, so that they are in the caches by the time they are
-//! packed. A few at a time, because a burst of prefetches overflows the core's queue of misses
-//! and most of it is dropped (on Zen 5, 1,568 lines asked for at once and read 50 µs later took
-//! 0.8–0.85 of the time uncached lines take; the same lines asked for 8 every 200 ns, the time
-//! of cached ones). [`prefetch_block`] asks for a block at once, just before it is read.
+//! every block, with the microkernel idle, and most of that wait is in packing `b`
+//! (`gemm_bench --cold` times products whose operands were flushed from the caches). [`Ahead`]
+//! asks for the next block's lines a few at a time, one share before each microkernel tile,
+//! while the microkernel works on the current block, so that they are in the caches by the time
+//! they are packed. A few at a time, because a burst of prefetches overflows the core's queue of
+//! misses and most of it is dropped: lines asked for all at once are read nearly as slowly as
+//! uncached ones, while the same lines asked for a few at a time are read as cached ones.
+//! [`prefetch_block`] asks for a block at once, just before it is read.
 
 use super::pack::{Block, check_block};
 use super::view::Operand;

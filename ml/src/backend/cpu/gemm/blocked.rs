@@ -39,8 +39,8 @@ pub fn even_parts(len: usize, max: usize, unit: usize) -> impl Iterator<Item = (
 pub const DIRECT_B_MAX_ROWS: usize = 96;
 
 /// Largest row stride (elements) of a `b` read in place. Wider rows put every step of a panel
-/// on its own page, or 4 KiB apart on the same cache sets (a 1024-wide `b` ran at 0.55× the
-/// packed speed), so they are packed whatever the rows.
+/// on its own page, or 4 KiB apart on the same cache sets, where reading in place is slower
+/// than packing, so they are packed whatever the rows.
 pub const DIRECT_B_MAX_STRIDE: usize = 512;
 
 /// Where the microkernel reads a block of `b` from.
@@ -179,7 +179,7 @@ pub fn short_chunk<K: Microkernel>() -> usize {
 }
 
 /// The product of a rectangle of at most [`Microkernel::MC`] rows, whose every packed `b`
-/// element serves only `m` multiply-adds: packing `b` there costs a fifth of the time or more
+/// element serves only `m` multiply-adds: packing `b` there takes a large share of the time
 /// when `b` comes from memory (an im2col matrix of 7 MB, say), so it is packed a few panels at
 /// a time, each chunk swept while its copy is hot (OpenBLAS does the same), instead of one wide
 /// block that goes out to L3 before it is read. While a chunk is swept, the next chunk's rows

@@ -30,8 +30,8 @@ pub const NR: usize = 32;
 pub const KC: usize = 192;
 /// Largest depth of a packed block where the L1 data cache holds [`LARGE_L1`] or more (Zen 5,
 /// Intel cores since Ice Lake): a 32 KiB `b` panel beside an 8 KiB `a` panel. Fewer depth
-/// blocks mean fewer passes over the destination and fewer tile loads and stores: the wide
-/// MLP's step runs 2–3% faster on Zen 5 than at [`KC`].
+/// blocks mean fewer passes over the destination and fewer tile loads and stores than at
+/// [`KC`].
 pub const KC_LARGE_L1: usize = 256;
 /// The L1 data cache from which the kernel blocks its depth by [`KC_LARGE_L1`].
 pub const LARGE_L1: usize = 48 << 10;

@@ -441,8 +441,8 @@ fn rounded(values: &[f32]) -> Vec<f32> {
 /// rows or columns (a recurrent step of a small batch, a classifier's last layer) it would
 /// compute mostly padding, and packing would cost as much as the product; and rows that fill
 /// their last panel badly (32 rows take 36 on the 6-row kernel, a ninth more) waste more than
-/// the `gemm` crate loses (`lenet1.fwd`, 32 × 25 × 576: 83 GFLOP/s packed, 96 through the
-/// crate). The `gemm` crate's kernels, which vectorize along the rows, are faster there.
+/// the `gemm` crate loses (as on `lenet1.fwd`, 32 × 25 × 576). The `gemm` crate's kernels,
+/// which vectorize along the rows, are faster there.
 fn packing_pays(m: usize, n: usize, mr: usize) -> bool {
     let padded = m.div_ceil(mr) * mr;
     m >= SMALL_SIDE && n >= SMALL_SIDE && padded * MAX_PADDING.1 <= m * MAX_PADDING.0

@@ -82,11 +82,10 @@ pub fn pack_a<const MR: usize>(cpu: Avx2Fma, out: &mut [f32], a: &Operand<'_>, b
 }
 
 /// Bytes of each column of a transposed `a` read at a time when packing its whole panels:
-/// a group of panels spanning four cache lines of every column. One panel at a time read half
-/// a line of each column, the other half left for the next panel (long gone from L1, whose
-/// sets a 4 KiB column stride all maps to one); all panels at once wrote to 32 panels 8 KiB
-/// apart, which share L1 sets too (`mlp.dw.2` of `gemm_bench` at 430 against 480 GFLOP/s).
-/// In the wide MLP's step, `pack_a`'s share of the CPU fell from 1.8–1.9% to 1.2–1.4%.
+/// a group of panels spanning four cache lines of every column. One panel at a time would read
+/// half a line of each column, the other half left for the next panel (long gone from L1,
+/// whose sets a 4 KiB column stride all maps to one); all panels at once would write to 32
+/// panels 8 KiB apart, which share L1 sets too (`mlp.dw.2` of `gemm_bench` is such a product).
 const RUN_PIECE_BYTES: usize = 256;
 
 /// Whole panels of `W` elements from contiguous runs of memory, one run a step: run `p`

@@ -2,15 +2,15 @@
 //! row-major `b`: nothing is packed. Each pass keeps up to 8 rows × 32 columns of the
 //! destination in sixteen 16-wide registers, loads two vectors of `b`'s row in place per step
 //! of depth and broadcasts each row's element of `a` from wherever `a` lies (any strides). A 6 ×
-//! 16 AVX2 tile would leave a third of its rows empty for 8 rows, and the `gemm` crate reaches
-//! about 88 GFLOP/s on `lstm.b8` (8 × 128 × 512) where OpenBLAS reaches 104. A single row (a
-//! recurrent step of one sequence) keeps 128 columns in eight registers instead, so that enough
-//! sums are in flight: `lstm.b1` (1 × 128 × 512) 74 GFLOP/s against the `gemm` crate's 44 and
-//! OpenBLAS's 47 (Zen 5).
+//! 16 AVX2 tile would leave a third of its rows empty for 8 rows, and the `gemm` crate's
+//! kernels fall short of OpenBLAS's on such products (`lstm.b8`, 8 × 128 × 512). A single row
+//! (a recurrent step of one sequence) keeps 128 columns in eight registers instead, so that
+//! enough independent sums are in flight to hide the multiply-adds' latency (`lstm.b1`, 1 ×
+//! 128 × 512).
 //!
 //! Products of few columns (a classifier's last layer) with a row-major `a` are dot products
-//! instead ([`Avx512::product_few_cols`]): the `gemm` crate reached 50–58 GFLOP/s on
-//! `mlp.fwd.3` (256 × 1024 × 10) where OpenBLAS reaches 88.
+//! instead ([`Avx512::product_few_cols`]), where the `gemm` crate's kernels also fall short of
+//! OpenBLAS's (`mlp.fwd.3`, 256 × 1024 × 10).
 //!
 //! Reachable only through [`Avx512`], a token that exists only after the CPU was seen to
 //! support AVX-512F at run time.
@@ -149,7 +149,7 @@ impl Avx512 {
 
     /// [`Avx512::product_serial`] for a single row (a recurrent step of one sequence): passes
     /// of [`ROW_COLS`] columns, so that eight independent sums hide the multiply-adds' latency
-    /// (a pass of [`COLS`] has two, and ran at half the `gemm` crate's rate on 1 × 1024 × 1024).
+    /// (a pass of [`COLS`] has only two, too few to keep the FMA units busy on one row).
     /// The caller checked the operands.
     fn row_times_b(self, mut dst: DstTile<'_>, a: &Operand<'_>, b: &Operand<'_>, accumulate: bool) {
         let (n, k) = (dst.cols(), a.cols);
@@ -171,7 +171,8 @@ impl Avx512 {
 pub const ROW_COLS: usize = 128;
 
 /// Multiply-adds from which a single-row product is split across the pool's threads: `b` is
-/// then 2 MiB or more (1 × 784 × 1024 ran at 48 GFLOP/s on one thread, 1 × 128 × 512 at 74).
+/// then 2 MiB or more, which one core reads from memory rather than from its caches, so a
+/// second core's share of the columns adds its own bandwidth (see [`Avx512::product`]).
 pub const ROW_PARALLEL_MIN_MACS: usize = 1 << 19;
 
 /// Rows of `a` one dot-product pass of [`Avx512::product_few_cols`] reads together.
@@ -186,10 +187,10 @@ const DOT_GROUPS: usize = 3;
 /// not stay in a 32 KiB L1 between the two column passes; 256 (9 KiB) do.
 const DOT_KC: usize = 256;
 
-/// Multiply-adds below which a thin product stays on the calling thread: 64 × 1024 × 10 (0.7 M)
-/// runs slower on two threads than on one (waking the pool takes about as long as its half of
-/// the work); 256 × 1024 × 10 (2.6 M) runs at 113 GFLOP/s on two against 79 on one (AVX-512
-/// EPYC, `benches/gemm_vs_numpy.sh`); 8 × 1024 × 4096 (34 M) 4× faster on two.
+/// Multiply-adds below which a thin product stays on the calling thread: below them, waking the
+/// pool takes about as long as the half of the work it would take over. 64 × 1024 × 10 (0.7 M)
+/// stays on one thread; 256 × 1024 × 10 (2.6 M, a classifier's last layer at batch 256) and
+/// larger products split.
 pub const DOT_PARALLEL_MIN_MACS: usize = 1 << 21;
 
 impl Avx512 {

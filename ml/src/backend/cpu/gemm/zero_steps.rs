@@ -210,8 +210,8 @@ mod x86 {
 
 /// Panels of `b` a block of `a` must meet for its scan to pay: the scan costs about one
 /// cycle a step of a panel, a tile eight (8 × 32 on AVX-512), so against fewer panels it
-/// would cost more than 3% of a dense block (`gemm_bench`'s lenet2.fwd, 64 × 800 × 64, two
-/// panels: 10% slower scanned).
+/// would cost more than 3% of a dense block (as on `gemm_bench`'s lenet2.fwd, 64 × 800 × 64,
+/// whose blocks meet two panels and run slower scanned).
 pub const MIN_B_PANELS: usize = 4;
 
 /// Which steps each panel of a packed `a` block runs.

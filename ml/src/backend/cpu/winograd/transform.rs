@@ -24,8 +24,8 @@ pub const ZERO: Lanes = [0.0; LANES];
 
 /// `[f(0), …, f(N - 1)]`, written in place. The passes build their columns and lane groups
 /// with this rather than `std::array::from_fn`, which returns its array through a copy (a
-/// `memmove` call for a column of [`Lanes`]) wherever the compiler declines to inline it, as
-/// unrelated changes elsewhere in the crate made it do (the LeNet step ran 17% slower).
+/// `memmove` call for a column of [`Lanes`]) wherever the compiler declines to inline it, which
+/// an unrelated change elsewhere in the crate can make it do.
 #[inline(always)]
 pub fn build<T: Copy, const N: usize>(zero: T, mut f: impl FnMut(usize) -> T) -> [T; N] {
     let mut out = [zero; N];

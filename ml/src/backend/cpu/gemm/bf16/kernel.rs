@@ -6,8 +6,8 @@
 //! each row's pair of `a` and issues two `vdpbf16ps`, each of which adds two products per
 //! lane. The tile is written with masked stores, so edge tiles need no buffer. Eight rows
 //! rather than twelve (24 accumulators also fit the 32 registers): the layers' row counts are
-//! mostly multiples of 8 (32 or 64 channels, batches of 64 or 256), and 8 rows ran 2–10% faster
-//! on the MLP and ResNet shapes of `benches/gemm_shapes.txt` (the LeNet step the same).
+//! mostly multiples of 8 (32 or 64 channels, batches of 64 or 256), of which twelve rows would
+//! leave the last panel partly empty.
 
 use super::super::microkernel::{Steps, check_tile};
 use super::super::view::{DstTile, Onto};
