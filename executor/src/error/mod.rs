@@ -28,6 +28,20 @@ pub enum ExecutorError {
     /// The job spec cannot be run as given (on this executor).
     #[error("{0}")]
     Spec(String),
+    /// The job spec the driver sent does not parse (boxed: the error is large, and every
+    /// result of a task carries this type).
+    #[error(transparent)]
+    JobSpec(Box<ringflow_proto::spec::SpecError>),
+    /// The job's device is not usable on this executor.
+    #[error("executor {executor} cannot use the job's cluster.device = \"{device}\": {source}")]
+    DeviceUnusable {
+        /// The executor's id.
+        executor: String,
+        /// `cluster.device`, as the spec writes it.
+        device: String,
+        /// Why, as the tensor engine says (boxed: every result of a task carries this type).
+        source: Box<MlError>,
+    },
     /// The driver sent something this executor cannot use; the text says what.
     #[error("the driver sent {0}")]
     Protocol(String),

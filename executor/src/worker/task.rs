@@ -162,7 +162,7 @@ impl Worker<'_> {
     /// GPU this executor cannot use fails the task with a sentence naming the executor.
     fn job_and_device(&self, header: &pb::TaskHeader, verb: &str) -> Result<(JobSpec, Device)> {
         let spec = JobSpec::from_json(&header.spec_json)
-            .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+            .map_err(|e| ExecutorError::JobSpec(Box::new(e)))?;
         let device = place_task(spec.cluster.device, header, verb, &self.info.executor_id)?;
         Ok((spec, device))
     }
@@ -255,11 +255,14 @@ fn place_task(
         Device::cuda_devices().len()
     };
     let placed = placement::place(requested, &header.ring, header.rank as usize, visible);
-    placed.device.check_available().map_err(|e| {
-        ExecutorError::Spec(format!(
-            "executor {executor_id} cannot use the job's cluster.device = \"{requested}\": {e}"
-        ))
-    })?;
+    placed
+        .device
+        .check_available()
+        .map_err(|source| ExecutorError::DeviceUnusable {
+            executor: executor_id.to_string(),
+            device: requested.to_string(),
+            source: Box::new(source),
+        })?;
     info!(job = %header.job_id, rank = header.rank, "executor {executor_id} {verb} on {placed}");
     Ok(placed.device)
 }
