@@ -8,7 +8,7 @@
 //!
 //! - [`executors`]: the executor manager: registration, heartbeats, attachment streams, and
 //!   who is available for a job;
-//! - [`loss`]: health: how an executor is found lost (exit status, closed connection,
+//! - [`lost_executors`]: health: how an executor is found lost (exit status, closed connection,
 //!   silence), how the cause is named, and what the loss does to its job;
 //! - [`queue`]: the job manager: planning, job ids, submission with its event log and output
 //!   lock, cancellation;
@@ -28,7 +28,7 @@ mod bounds;
 mod executors;
 mod fit;
 mod job;
-mod loss;
+mod lost_executors;
 mod queue;
 mod registry;
 mod rendezvous;
@@ -36,7 +36,7 @@ mod retention;
 mod tasks;
 
 pub use job::{Job, JobKind};
-pub use loss::{Gone, MAX_LAST_WORDS, ProcessEnd, signal_name};
+pub use lost_executors::{GoneReason, MAX_LAST_WORDS, ProcessEnd, signal_name};
 pub use registry::ExecutorEntry;
 pub use retention::DEFAULT_RETAINED_JOBS;
 

@@ -127,7 +127,7 @@ pub fn signal_name(n: i32) -> Option<&'static str> {
 
 /// Why the driver considers an executor gone.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Gone {
+pub enum GoneReason {
     /// No heartbeat for this long.
     Silent(Duration),
     /// Its process ended (seen by the `ringflow local` that started it).
@@ -136,18 +136,20 @@ pub enum Gone {
     Disconnected,
 }
 
-impl Gone {
+impl GoneReason {
     /// The cause as the error (or recovery message) of the job in which `entry` had `rank`.
     pub fn for_rank(&self, entry: &ExecutorEntry, rank: u32) -> String {
         let cause = match self {
-            Gone::Silent(silent) => format!(
+            GoneReason::Silent(silent) => format!(
                 "{} stopped sending heartbeats {:.0} s ago (killed, hung, or cut off)",
                 entry.describe(rank),
                 silent.as_secs_f64()
             ),
             // A local child: on the driver's own machine, so the host is left out.
-            Gone::Exited(end) => format!("executor {} (rank {rank}) {end}", entry.info.executor_id),
-            Gone::Disconnected => format!(
+            GoneReason::Exited(end) => {
+                format!("executor {} (rank {rank}) {end}", entry.info.executor_id)
+            }
+            GoneReason::Disconnected => format!(
                 "{} lost its connection to the driver (its process ended or its host went down)",
                 entry.describe(rank)
             ),
@@ -159,11 +161,11 @@ impl Gone {
     pub fn for_log(&self, entry: &ExecutorEntry) -> String {
         let who = format!("executor {} on {}", entry.info.executor_id, entry.info.host);
         let cause = match self {
-            Gone::Silent(silent) => {
+            GoneReason::Silent(silent) => {
                 format!("{who} lost: no heartbeat for {:.0} s", silent.as_secs_f64())
             }
-            Gone::Exited(end) => format!("{who} {end}"),
-            Gone::Disconnected => format!("{who} lost its connection to the driver"),
+            GoneReason::Exited(end) => format!("{who} {end}"),
+            GoneReason::Disconnected => format!("{who} lost its connection to the driver"),
         };
         with_last_words(cause, entry)
     }
@@ -190,17 +192,22 @@ fn bounded(words: &str) -> String {
 impl ExecutorManager {
     /// The executors silent for longer than `timeout` at `now`, and those detached at least
     /// `grace` ago with no sign of life since, with why each is gone.
-    pub fn lost(&self, now: Instant, timeout: Duration, grace: Duration) -> Vec<(String, Gone)> {
+    pub fn lost(
+        &self,
+        now: Instant,
+        timeout: Duration,
+        grace: Duration,
+    ) -> Vec<(String, GoneReason)> {
         self.values()
             .filter_map(|e| {
                 let silent = now.duration_since(e.last_seen);
                 if silent > timeout {
-                    Some((e.info.executor_id.clone(), Gone::Silent(silent)))
+                    Some((e.info.executor_id.clone(), GoneReason::Silent(silent)))
                 } else if e
                     .detached_at
                     .is_some_and(|at| now.duration_since(at) >= grace)
                 {
-                    Some((e.info.executor_id.clone(), Gone::Disconnected))
+                    Some((e.info.executor_id.clone(), GoneReason::Disconnected))
                 } else {
                     None
                 }
@@ -248,7 +255,7 @@ impl Scheduler {
             .map(|e| e.info.executor_id.clone());
         match id {
             Some(id) => {
-                self.executor_gone(&id, Gone::Exited(how), now);
+                self.executor_gone(&id, GoneReason::Exited(how), now);
                 true
             }
             None => false,
@@ -267,7 +274,7 @@ impl Scheduler {
     }
 
     /// Removes `id` from the registry; a job it was training loses its rank with `gone`.
-    fn executor_gone(&mut self, id: &str, gone: Gone, now: Instant) {
+    fn executor_gone(&mut self, id: &str, gone: GoneReason, now: Instant) {
         let Some(entry) = self.executors.remove(id) else {
             return;
         };
