@@ -35,7 +35,9 @@ use tracing::warn;
 
 use crate::figures::EntityFigures;
 use crate::planner::memory::MemoryEstimate;
+pub use error::{LogError, RecordError, SinkError};
 
+pub mod error;
 pub mod history;
 
 /// The file name of an event log within a checkpoint directory.
@@ -279,16 +281,16 @@ impl Record {
     }
 
     /// Reads one line written by [`Record::to_line`].
-    pub fn from_line(line: &str) -> Result<Record, String> {
-        let value: Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    pub fn from_line(line: &str) -> Result<Record, RecordError> {
+        let value: Value = serde_json::from_str(line)?;
         let Value::Object(fields) = &value else {
-            return Err("it is not a JSON object".into());
+            return Err(RecordError::NotAnObject);
         };
-        let text = |key: &str| -> Result<String, String> {
+        let text = |key: &'static str| -> Result<String, RecordError> {
             match fields.get(key) {
                 Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(format!("`{key}` is not a string")),
-                None => Err(format!("it has no `{key}`")),
+                Some(_) => Err(RecordError::NotAString(key)),
+                None => Err(RecordError::Missing(key)),
             }
         };
         text("event")?;
@@ -298,7 +300,7 @@ impl Record {
             .get("elapsed_s")
             .and_then(Value::as_f64)
             .unwrap_or(0.0);
-        let event = Event::deserialize(&value).map_err(|e| e.to_string())?;
+        let event = Event::deserialize(&value)?;
         Ok(Record {
             job_id,
             at,
@@ -444,8 +446,8 @@ enum Sink {
 }
 
 impl Sink {
-    fn new(path: &str) -> Result<Sink, String> {
-        let location = Location::parse(path).map_err(|e| e.to_string())?;
+    fn new(path: &str) -> Result<Sink, SinkError> {
+        let location = Location::parse(path)?;
         Ok(match location.local_path() {
             Some(path) => Sink::Local { path, file: None },
             None => Sink::Store {
@@ -455,7 +457,7 @@ impl Sink {
         })
     }
 
-    fn append(&mut self, lines: &[String]) -> Result<(), String> {
+    fn append(&mut self, lines: &[String]) -> Result<(), SinkError> {
         let mut bytes = Vec::new();
         for l in lines {
             bytes.extend_from_slice(l.as_bytes());
@@ -465,20 +467,18 @@ impl Sink {
             Sink::Local { path, file } => {
                 if file.is_none() {
                     if let Some(dir) = path.parent() {
-                        std::fs::create_dir_all(dir)
-                            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                        std::fs::create_dir_all(dir).map_err(|source| SinkError::CreateDir {
+                            dir: dir.display().to_string(),
+                            source,
+                        })?;
                     }
-                    let opened = OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(&*path)
-                        .map_err(|e| e.to_string())?;
+                    let opened = OpenOptions::new().create(true).append(true).open(&*path)?;
                     *file = Some(opened);
                 }
                 let f = file.as_mut().expect("opened above");
                 f.write_all(&bytes).map_err(|e| {
                     *file = None;
-                    e.to_string()
+                    SinkError::from(e)
                 })
             }
             Sink::Store { location, content } => {
@@ -488,7 +488,7 @@ impl Sink {
                         Ok(b) => b,
                         Err(e) if e.is_not_found() => Vec::new(),
                         // Rewriting without what it held would lose earlier runs' events.
-                        Err(e) => return Err(e.to_string()),
+                        Err(e) => return Err(e.into()),
                     };
                     *content = Some(before);
                 }
@@ -498,7 +498,7 @@ impl Sink {
                 }
                 all.extend_from_slice(&bytes);
                 let (l, whole) = (location.clone(), all.clone());
-                block_on(async move { l.write(whole).await }).map_err(|e| e.to_string())
+                Ok(block_on(async move { l.write(whole).await })?)
             }
         }
     }
@@ -507,7 +507,7 @@ impl Sink {
 fn write_loop(path: &str, job_id: &str, rx: mpsc::Receiver<Message>) {
     let mut sink = Sink::new(path);
     let mut warned = false;
-    let mut warn_once = |e: &str| {
+    let mut warn_once = |e: &SinkError| {
         if !warned {
             warn!(job = %job_id, "the event log {path} cannot be written ({e}); the job goes on without it");
             warned = true;
@@ -555,53 +555,58 @@ pub fn log_path(dir: &str) -> String {
 
 /// Reads the event log of `dir` (a checkpoint directory, local or an object-store URL, or the
 /// log file itself): its path and its records. Errors are one sentence naming the file.
-pub fn read(dir: &str) -> Result<(String, Vec<Record>), String> {
+pub fn read(dir: &str) -> Result<(String, Vec<Record>), LogError> {
     let path = log_path(dir);
-    let location = Location::parse(&path).map_err(|e| format!("{e}"))?;
+    let location = Location::parse(&path)?;
     let bytes = match location.local_path() {
-        Some(local) => std::fs::read(&local).map_err(|e| match e.kind() {
+        Some(local) => std::fs::read(&local).map_err(|source| match source.kind() {
             std::io::ErrorKind::NotFound => missing(&path, dir),
-            _ => format!("{path} cannot be read: {e}"),
+            _ => LogError::Unreadable {
+                path: path.clone(),
+                source,
+            },
         })?,
         None => read_object(location, &path, dir)?,
     };
-    let text = String::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8 text"))?;
+    let text = String::from_utf8(bytes).map_err(|_| LogError::NotUtf8 { path: path.clone() })?;
     let records = parse(&text, &path)?;
     Ok((path, records))
 }
 
 /// The bytes of the event log in an object store at `location` (`path`, found from `dir`).
-fn read_object(location: Location, path: &str, dir: &str) -> Result<Vec<u8>, String> {
+fn read_object(location: Location, path: &str, dir: &str) -> Result<Vec<u8>, LogError> {
     block_on(async move { location.read().await }).map_err(|e| match e.is_not_found() {
         true => missing(path, dir),
-        false => e.to_string(),
+        false => e.into(),
     })
 }
 
-fn missing(path: &str, dir: &str) -> String {
-    if path == dir {
-        format!("there is no event log {path}")
-    } else {
-        format!(
-            "there is no event log {path} (ringflow history reads the events.jsonl that a job \
-             writes to its checkpoint directory)"
-        )
+/// The error for the event log `path` (found from `dir`) that is not there.
+fn missing(path: &str, dir: &str) -> LogError {
+    LogError::Missing {
+        path: path.to_string(),
+        from_dir: path != dir,
     }
 }
 
 /// The records of an event log's text; `file` names it in errors, which give the line number.
-pub fn parse(text: &str, file: &str) -> Result<Vec<Record>, String> {
+pub fn parse(text: &str, file: &str) -> Result<Vec<Record>, LogError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let record = Record::from_line(line)
-            .map_err(|e| format!("{file} line {} is not a ringflow event: {e}", i + 1))?;
+        let record = Record::from_line(line).map_err(|source| LogError::BadLine {
+            file: file.to_string(),
+            line: i + 1,
+            source,
+        })?;
         out.push(record);
     }
     if out.is_empty() {
-        return Err(format!("{file} holds no events"));
+        return Err(LogError::Empty {
+            file: file.to_string(),
+        });
     }
     Ok(out)
 }

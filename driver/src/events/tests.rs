@@ -150,17 +150,19 @@ fn bad_lines_are_named_with_their_number() {
     }
     .to_line();
     let text = format!("{good}\n\n{{\"event\": 3\n");
-    let e = parse(&text, "d/events.jsonl").unwrap_err();
+    let e = parse(&text, "d/events.jsonl").unwrap_err().to_string();
     assert!(
         e.starts_with("d/events.jsonl line 3 is not a ringflow event: "),
         "{e}"
     );
-    let e = parse(&format!("{good}\n[1]\n"), "f").unwrap_err();
+    let e = parse(&format!("{good}\n[1]\n"), "f")
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("f line 2 ") && e.contains("not a JSON object"),
         "{e}"
     );
-    let e = parse("\n", "f").unwrap_err();
+    let e = parse("\n", "f").unwrap_err().to_string();
     assert_eq!(e, "f holds no events");
 }
 
@@ -222,7 +224,7 @@ fn an_unwritable_log_never_fails_the_writer() {
 fn a_missing_log_is_one_sentence_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let e = read(d).unwrap_err();
+    let e = read(d).unwrap_err().to_string();
     assert!(
         e.starts_with(&format!("there is no event log {d}/events.jsonl")),
         "{e}"
@@ -248,7 +250,9 @@ fn a_missing_log_object_is_told_by_its_kind() {
 
     let absent = dir.path().join("other/events.jsonl");
     let absent = absent.to_str().unwrap();
-    let e = read_object(Location::parse(absent).unwrap(), absent, absent).unwrap_err();
+    let e = read_object(Location::parse(absent).unwrap(), absent, absent)
+        .unwrap_err()
+        .to_string();
     assert_eq!(e, format!("there is no event log {absent}"));
     let bytes = read_object(location, &text, &text).unwrap();
     assert_eq!(bytes, b"{\"a\":1}\n");

@@ -23,6 +23,7 @@ use ringflow_proto::spec::JobSpec;
 
 pub use super::count_error::CountError;
 use super::split::RowGroup;
+use super::sql_planner::{SqlPlanError, timed_out};
 use crate::error::{DriverError, Result};
 
 /// What the counting pass over one split found.
@@ -69,14 +70,8 @@ impl RowCounter {
             sql::register_lookup_tables(&ctx, &tables, true).await?;
             Ok::<_, ringflow_proto::data::DataError>(ctx)
         })
-        .map_err(|_| {
-            DriverError::Data(format!(
-                "data.sql: loading data.tables to count the query's rows did not finish \
-                 within data.sql_timeout_s = {} s; raise data.sql_timeout_s if it needs longer",
-                timeout.as_secs()
-            ))
-        })?
-        .map_err(|e| DriverError::Data(e.to_string()))?;
+        .map_err(|_| timed_out("loading data.tables to count the query's rows", timeout))?
+        .map_err(SqlPlanError::from)?;
         Ok(RowCounter {
             ctx,
             query: query.to_string(),

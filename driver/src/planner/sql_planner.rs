@@ -74,8 +74,8 @@ impl SqlPlanner {
     }
 }
 
-/// The error for planning that ran past `data.sql_timeout_s`.
-fn timed_out(what: &'static str, timeout: Duration) -> SqlPlanError {
+/// The error for `what` (planning, reading tables) that ran past `data.sql_timeout_s`.
+pub(crate) fn timed_out(what: &'static str, timeout: Duration) -> SqlPlanError {
     SqlPlanError::TimedOut {
         what,
         seconds: timeout.as_secs(),
