@@ -84,14 +84,14 @@ pub fn load_model(task: &InferTask, registry: &ModelRegistry) -> Result<Model> {
 }
 
 /// Runs an evaluation (reports [`TrainEvent::Evaluated`]) or a prediction (returns the rows
-/// written) on this rank's share of the data.
+/// written) on this rank's share of the data, with the spec's numerics on this thread.
 pub fn run_inference(
     task: &InferTask,
     registry: &ModelRegistry,
     ctx: &mut dyn TaskContext,
 ) -> Result<u64> {
     let spec = &task.spec;
-    crate::train::use_numerics(&spec.train, task.device);
+    let _numerics = crate::train::task_numerics(&spec.train, task.device).enter();
     let model = load_model(task, registry)?;
     let shape = model.shape();
     let label = match task.predict {

@@ -115,12 +115,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let budget = Duration::from_secs_f64(arg("--seconds", 1.0)?);
     let batch: usize = arg("--batch", 64)?;
     let precision: String = arg("--precision", String::from("f32"))?;
-    ringflow_ml::set_matmul_precision(precision.parse()?);
     let winograd: String = arg("--winograd", String::from("on"))?;
-    match winograd.as_str() {
-        "on" | "off" => ringflow_ml::set_winograd(winograd == "on"),
+    let winograd = match winograd.as_str() {
+        "on" | "off" => winograd == "on",
         other => return Err(format!("--winograd is `on` or `off`, not `{other}`").into()),
-    }
+    };
+    let numerics = ringflow_ml::Numerics {
+        matmul_precision: precision.parse()?,
+        winograd,
+    };
+    let _numerics = numerics.enter();
     let (spec, optimizer, input) = match arg("--model", String::from("lenet"))?.as_str() {
         "lenet" => (lenet()?, adam(), vec![batch, 1, 28, 28]),
         "wide-mlp" => (wide_mlp()?, sgd(), vec![batch, 784]),

@@ -201,7 +201,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let precision: ringflow_ml::MatmulPrecision =
         value("--precision").map_or("f32", |s| s).parse()?;
-    ringflow_ml::set_matmul_precision(precision);
     if precision == ringflow_ml::MatmulPrecision::Bf16 {
         let how = ringflow_ml::cpu_bf16_products();
         println!("# precision: bf16 products ({how:?})");
@@ -239,8 +238,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let mut time =
             |f: &mut dyn FnMut(&mut [f32])| flops / best_time_on(budget, &mut dst, flush, f) / 1e9;
-        let ours = time(&mut |d| matmul_into(d, a, b, false));
-        let serial = time(&mut |d| matmul_into_serial(d, a, b, false));
+        let ours = time(&mut |d| matmul_into(d, (a, b), false, precision));
+        let serial = time(&mut |d| matmul_into_serial(d, (a, b), false, precision));
         let reference = time(&mut |d| gemm_crate(d, a, b));
         println!(
             "{} {} {} {} {} {} {ours:.1} {serial:.1} {reference:.1}",

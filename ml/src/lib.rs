@@ -4,8 +4,8 @@
 //!
 //! - [`Tensor`]: n-dimensional f32 arrays on a [`Device`] with NumPy broadcasting. The CPU
 //!   backend keeps contiguous ndarray storage and multiplies matrices with its own packed
-//!   kernels, chosen at run time for the CPU (in bfloat16 with f32 sums after
-//!   [`set_matmul_precision`]); [`Device::Cuda`] always exists and reports clearly when the
+//!   kernels, chosen at run time for the CPU (in bfloat16 with f32 sums inside a
+//!   [`Numerics`] context that asks for it); [`Device::Cuda`] always exists and reports clearly when the
 //!   build or the machine has no CUDA.
 //! - [`autodiff`]: reverse-mode differentiation over a graph recorded as ops run. Each op in
 //!   [`ops`](crate::Tensor) knows its derivative; [`Tensor::backward`] accumulates gradients into
@@ -44,9 +44,9 @@ pub mod error;
 pub mod fuzz;
 pub mod loss;
 pub mod nn;
+mod numerics;
 mod ops;
 pub mod optim;
-mod precision;
 pub mod rng;
 pub mod settings;
 pub mod shape;
@@ -59,8 +59,6 @@ pub use backend::cpu::gemm::bf16_products as cpu_bf16_products;
 pub use backend::devices::PinnedHost;
 pub use device::Device;
 pub use error::{MlError, Result};
+pub use numerics::{Bf16Products, MatmulPrecision, Numerics, NumericsGuard, UnknownPrecision};
 pub use ops::{BatchNormMode, BatchStats, Conv2dOptions, Pool2dOptions};
-pub use precision::{
-    Bf16Products, MatmulPrecision, matmul_precision, set_matmul_precision, set_winograd, winograd,
-};
 pub use tensor::{Tensor, TensorKey};

@@ -318,7 +318,7 @@ impl JobPlan {
             facts.sequence = Some(counts.facts(&spec, &planned.columns, &planned.preprocessing));
             facts.outputs = counts
                 .outputs(&planned.preprocessing)
-                .map_err(|e| e.to_string());
+                .map_err(ringflow_ml::nn::UnknownFact::because);
         }
         let longest = sequence.as_ref().map(|(_, counts)| counts.longest);
         let sequence = sequence.map(|(planned, _)| planned);

@@ -5,7 +5,7 @@
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use ringflow_ml::loss::LossKind;
-use ringflow_ml::nn::DataFacts;
+use ringflow_ml::nn::{DataFacts, UnknownFact};
 use ringflow_proto::data::is_string;
 use ringflow_proto::spec::JobSpec;
 
@@ -33,14 +33,14 @@ pub(super) fn data_facts(
     DataFacts {
         example_shape: data.example_shape(),
         example_shape_from: example_shape_from.into(),
-        // The model's builder takes the reasons as sentences (it is the ml crate's type).
+        // The model's builder takes the reasons as clauses (it is the ml crate's type).
         feature_width: schema
             .as_ref()
             .map_err(Clone::clone)
             .and_then(|s| width(spec, s))
-            .map_err(|e| e.to_string()),
+            .map_err(UnknownFact::because),
         outputs: outputs(spec, schema.as_deref().ok(), train, test, prep.is_some())
-            .map_err(|e| e.to_string()),
+            .map_err(UnknownFact::because),
         sequence: None,
     }
 }

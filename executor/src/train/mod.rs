@@ -17,7 +17,7 @@ mod eval;
 pub(crate) mod forward;
 pub mod fusion;
 pub mod hooks;
-mod precision;
+mod numerics;
 mod report;
 pub mod setup;
 pub mod state;
@@ -29,7 +29,7 @@ pub use context::{
     EpochStats, EvalStats, PhaseTimes, PreparePhase, Recovered, Split, TaskContext, TrainEvent,
 };
 pub use eval::evaluate;
-pub use precision::use_numerics;
+pub use numerics::task_numerics;
 pub use report::Report;
 pub use trainer::{
     EpochEnd, Position, Reform, TrainOutcome, TrainTask, Trainer, label_kind, run_task,

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::backend::Storage;
+use crate::backend::{MatmulOptions, Storage};
 use crate::error::{MlError, Result};
 use crate::tensor::{GradWrite, Tensor};
 
@@ -161,7 +161,8 @@ impl GradSink {
             }
         }
         self.add_product(t, |d, accumulate| {
-            Storage::matmul_into(d, a, transpose_a, b, transpose_b, accumulate)
+            let opts = MatmulOptions::transposed(transpose_a, transpose_b);
+            Storage::matmul_into(d, (a, b), opts.accumulating(accumulate))
         })
     }
 
@@ -176,7 +177,8 @@ impl GradSink {
         transpose_b: bool,
     ) -> Result<()> {
         self.add_product(t, |d, accumulate| {
-            Storage::bmm_into(d, a, transpose_a, b, transpose_b, accumulate)
+            let opts = MatmulOptions::transposed(transpose_a, transpose_b);
+            Storage::bmm_into(d, (a, b), opts.accumulating(accumulate))
         })
     }
 

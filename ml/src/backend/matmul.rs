@@ -6,30 +6,53 @@ use super::memory::MemoryOps;
 use super::storage::{Storage, dispatch};
 use crate::error::Result;
 
+/// How a product reads its operands and writes its destination: `dst (=|+=) op_a(a) · op_b(b)`,
+/// `op` an optional transpose. The default is `dst = a · b`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MatmulOptions {
+    /// Reads `a` transposed (row-major `[k, m]` as `[m, k]`), without copying it.
+    pub transpose_a: bool,
+    /// Reads `b` transposed (row-major `[n, k]` as `[k, n]`), without copying it.
+    pub transpose_b: bool,
+    /// Adds the product to what `dst` holds instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl MatmulOptions {
+    /// `dst += a · b`.
+    pub const ACCUMULATE: MatmulOptions = MatmulOptions {
+        transpose_a: false,
+        transpose_b: false,
+        accumulate: true,
+    };
+
+    /// `dst = op_a(a) · op_b(b)`, `a` read transposed when `transpose_a`, `b` when
+    /// `transpose_b`.
+    pub fn transposed(transpose_a: bool, transpose_b: bool) -> MatmulOptions {
+        MatmulOptions {
+            transpose_a,
+            transpose_b,
+            accumulate: false,
+        }
+    }
+
+    /// These options, adding to the destination when `accumulate`.
+    pub fn accumulating(self, accumulate: bool) -> MatmulOptions {
+        MatmulOptions { accumulate, ..self }
+    }
+}
+
 /// Matrix products of 2-D operands, and batches of them as 3-D operands (dimensions checked by
 /// the caller).
 pub trait MatmulOps: MemoryOps {
-    /// `dst (=|+=) op_a(a) · op_b(b)`, `op` being an optional transpose, written straight into
-    /// `dst` (a gradient buffer, say) without a temporary.
-    fn matmul_into(
-        dst: &mut Self,
-        a: &Self,
-        transpose_a: bool,
-        b: &Self,
-        transpose_b: bool,
-        accumulate: bool,
-    ) -> Result<()>;
+    /// `dst (=|+=) op_a(a) · op_b(b)` as `opts` say, written straight into `dst` (a gradient
+    /// buffer, say) without a temporary.
+    fn matmul_into(dst: &mut Self, a_b: (&Self, &Self), opts: MatmulOptions) -> Result<()>;
 
     /// `dst[i] (=|+=) op_a(a[i]) · op_b(b[i])` for every batch entry `i` of 3-D operands
-    /// (`[B, rows, cols]`, each entry's matrix row-major), written straight into `dst`.
-    fn bmm_into(
-        dst: &mut Self,
-        a: &Self,
-        transpose_a: bool,
-        b: &Self,
-        transpose_b: bool,
-        accumulate: bool,
-    ) -> Result<()>;
+    /// (`[B, rows, cols]`, each entry's matrix row-major) as `opts` say, written straight into
+    /// `dst`.
+    fn bmm_into(dst: &mut Self, a_b: (&Self, &Self), opts: MatmulOptions) -> Result<()>;
 
     /// `x · w + bias` for 2-D `x` (`[m, k]`) and `w` (`[k, n]`), `bias` (`[n]`) added to every
     /// row: a dense layer's output, as a new array. Default: [`linear_from_primitives`].
@@ -46,7 +69,7 @@ pub trait MatmulOps: MemoryOps {
 pub fn linear_from_primitives<S: MatmulOps + ElementwiseOps>(x: &S, w: &S, bias: &S) -> Result<S> {
     let (m, n) = (x.shape()[0], w.shape()[1]);
     let mut out = bias.broadcast_to(&[m, n])?;
-    S::matmul_into(&mut out, x, false, w, false, true)?;
+    S::matmul_into(&mut out, (x, w), MatmulOptions::ACCUMULATE)?;
     Ok(out)
 }
 
@@ -56,30 +79,22 @@ impl Storage {
         dispatch!("linear", (x = x, w = w, b = bias) => MatmulOps::linear(x, w, b))
     }
 
-    /// `dst (=|+=) op_a(a) · op_b(b)` for 2-D operands, `op` being an optional transpose.
+    /// `dst (=|+=) op_a(a) · op_b(b)` for 2-D operands, as `opts` say.
     pub fn matmul_into(
         dst: &mut Storage,
-        a: &Storage,
-        transpose_a: bool,
-        b: &Storage,
-        transpose_b: bool,
-        accumulate: bool,
+        (a, b): (&Storage, &Storage),
+        opts: MatmulOptions,
     ) -> Result<()> {
-        dispatch!("matmul", (d = dst, a = a, b = b) =>
-            MatmulOps::matmul_into(d, a, transpose_a, b, transpose_b, accumulate))
+        dispatch!("matmul", (d = dst, a = a, b = b) => MatmulOps::matmul_into(d, (a, b), opts))
     }
 
-    /// `dst[i] (=|+=) op_a(a[i]) · op_b(b[i])` for 3-D operands `[B, rows, cols]`, `op` being an
-    /// optional transpose of each entry's matrix.
+    /// `dst[i] (=|+=) op_a(a[i]) · op_b(b[i])` for 3-D operands `[B, rows, cols]`, as `opts`
+    /// say of each entry's matrices.
     pub fn bmm_into(
         dst: &mut Storage,
-        a: &Storage,
-        transpose_a: bool,
-        b: &Storage,
-        transpose_b: bool,
-        accumulate: bool,
+        (a, b): (&Storage, &Storage),
+        opts: MatmulOptions,
     ) -> Result<()> {
-        dispatch!("bmm", (d = dst, a = a, b = b) =>
-            MatmulOps::bmm_into(d, a, transpose_a, b, transpose_b, accumulate))
+        dispatch!("bmm", (d = dst, a = a, b = b) => MatmulOps::bmm_into(d, (a, b), opts))
     }
 }

@@ -96,7 +96,7 @@ pub use cuda::CudaStorage;
 pub use elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
 pub use index::IndexOps;
 pub use loss::LossOps;
-pub use matmul::MatmulOps;
+pub use matmul::{MatmulOps, MatmulOptions};
 pub use memory::MemoryOps;
 pub use norm::NormOps;
 pub use optim::{AdagradStep, AdamStep, OptimOps, SgdStep};

@@ -5,7 +5,7 @@
 //! CPU and CUDA backends override each with one fused pass.
 
 use super::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
-use super::matmul::MatmulOps;
+use super::matmul::{MatmulOps, MatmulOptions};
 use super::storage::{Storage, dispatch};
 use crate::error::Result;
 
@@ -136,7 +136,11 @@ pub fn sgd_product_from_primitives<S: OptimOps + MatmulOps>(
     lr: f32,
 ) -> Result<()> {
     let mut g = p.duplicate()?;
-    S::matmul_into(&mut g, a, transpose_a, b, transpose_b, false)?;
+    S::matmul_into(
+        &mut g,
+        (a, b),
+        MatmulOptions::transposed(transpose_a, transpose_b),
+    )?;
     S::sgd_update(p, &g, None, SgdStep::plain(lr))
 }
 

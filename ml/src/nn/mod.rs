@@ -35,7 +35,7 @@ pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};
 pub use params::{Param, ParamBuilder, ParamStore};
 pub use registry::{
-    DataFacts, ModelBuilder, ModelRegistry, ModelShape, SequenceFacts, SequenceOutput,
+    DataFacts, ModelBuilder, ModelRegistry, ModelShape, SequenceFacts, SequenceOutput, UnknownFact,
 };
 pub use sequential::{LayerSpec, SequentialSpec};
 pub use summary::{ModelSummary, SummaryRow, thousands};

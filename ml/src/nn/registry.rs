@@ -109,12 +109,36 @@ pub struct DataFacts {
     pub example_shape_from: String,
     /// Values per row of the features, or why it is not known before reading (e.g. "data.features
     /// include the variable-length list column `x`").
-    pub feature_width: std::result::Result<usize, String>,
+    pub feature_width: std::result::Result<usize, UnknownFact>,
     /// Outputs the labels call for (the classes of a classification, 1 for regression), or
     /// why they are not known before training.
-    pub outputs: std::result::Result<usize, String>,
+    pub outputs: std::result::Result<usize, UnknownFact>,
     /// When the feature is a token sequence: what the data tells about it.
     pub sequence: Option<SequenceFacts>,
+}
+
+/// Why a fact of [`DataFacts`] is not known before training: a clause that completes "model.input
+/// is not set and …" (e.g. "data.features include the variable-length list column `x`").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct UnknownFact {
+    /// The reason, as a clause.
+    pub why: String,
+}
+
+impl UnknownFact {
+    /// The fact is unknown because of `reason` (an error whose message is the clause).
+    pub fn because(reason: impl std::fmt::Display) -> UnknownFact {
+        UnknownFact {
+            why: reason.to_string(),
+        }
+    }
+}
+
+impl From<&str> for UnknownFact {
+    fn from(why: &str) -> UnknownFact {
+        UnknownFact { why: why.into() }
+    }
 }
 
 /// What a job's data tells about a sequence model.

@@ -2,7 +2,7 @@
 //! transposed), the fused affine layer `x·W + b` and `x + a·b`, through the backend's GEMM.
 
 use crate::autodiff::{Backward, GradSink};
-use crate::backend::Storage;
+use crate::backend::{MatmulOptions, Storage};
 use crate::error::{MlError, Result};
 use crate::ops::same_device;
 use crate::tensor::Tensor;
@@ -141,14 +141,8 @@ impl Tensor {
         let op = if transpose_b { "bmm_t" } else { "bmm" };
         let shape = check_bmm(op, self, rhs, transpose_b)?;
         let mut out = Storage::zeros(&shape, self.device())?;
-        Storage::bmm_into(
-            &mut out,
-            &self.read(),
-            false,
-            &rhs.read(),
-            transpose_b,
-            false,
-        )?;
+        let opts = MatmulOptions::transposed(false, transpose_b);
+        Storage::bmm_into(&mut out, (&self.read(), &rhs.read()), opts)?;
         Ok(Tensor::from_op(
             out,
             &[self, rhs],
@@ -173,7 +167,11 @@ impl Tensor {
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
         let (m, n) = check_matmul("matmul", self, rhs)?;
         let mut out = Storage::zeros(&[m, n], self.device())?;
-        Storage::matmul_into(&mut out, &self.read(), false, &rhs.read(), false, false)?;
+        Storage::matmul_into(
+            &mut out,
+            (&self.read(), &rhs.read()),
+            MatmulOptions::default(),
+        )?;
         Ok(Tensor::from_op(out, &[self, rhs], MatmulBackward))
     }
 
@@ -192,7 +190,7 @@ impl Tensor {
             });
         }
         let mut out = self.read().duplicate()?;
-        Storage::matmul_into(&mut out, &a.read(), false, &b.read(), false, true)?;
+        Storage::matmul_into(&mut out, (&a.read(), &b.read()), MatmulOptions::ACCUMULATE)?;
         Ok(Tensor::from_op(out, &[self, a, b], AddmmBackward))
     }
 

@@ -25,7 +25,7 @@ use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 use crate::train::context::{EvalStats, Recovered, Split, TaskContext};
 use crate::train::eval::evaluate;
 use crate::train::hooks::TestHooks;
-use crate::train::precision::use_numerics;
+use crate::train::numerics::task_numerics;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::state::{Checkpoints, Commit};
 use crate::train::sync::GradientSync;
@@ -87,13 +87,14 @@ pub fn label_kind(loss: LossKind, outputs: usize) -> LabelKind {
 }
 
 /// Trains the job's model as rank `comm.rank()` of `comm.world()`, evaluates this rank's share
-/// of the test split, and (on rank 0) saves the model.
+/// of the test split, and (on rank 0) saves the model, with the spec's numerics on this thread.
 pub fn run_task(
     task: &TrainTask,
     registry: &ModelRegistry,
     ctx: &mut dyn TaskContext,
     comm: &mut dyn Collective,
 ) -> Result<TrainOutcome> {
+    let _numerics = task_numerics(&task.spec.train, task.device).enter();
     Trainer::new(task, registry, ctx, comm)?.run()
 }
 
@@ -191,7 +192,6 @@ impl<'a> Trainer<'a> {
         comm: &'a mut dyn Collective,
     ) -> Result<Trainer<'a>> {
         let spec = &task.spec;
-        use_numerics(&spec.train, task.device);
         let model = Model::build(&spec.model, registry, spec.train.seed, task.device)?;
         let shape = model.shape().clone();
         check_outputs(spec.train.loss, &shape)?;

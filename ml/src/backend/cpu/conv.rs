@@ -8,8 +8,8 @@
 //! the image itself as that matrix. Unrolling and folding back are `unroll.rs`'s, from the taps'
 //! spans worked out once per call. Depthwise convolutions (one input channel per group) take
 //! the direct kernels of `depthwise.rs` instead, and stride-1 3×3 and 5×5 convolutions with
-//! enough channels Winograd's minimal filtering of `winograd/` (unless `train.winograd` is
-//! false).
+//! enough channels Winograd's minimal filtering of `winograd/` (unless the caller's
+//! [`Numerics`] forbid it).
 //!
 //! Images run in parallel on the current rayon pool with single-threaded GEMMs, each thread
 //! unrolling into its own scratch buffer, which grows to the largest size needed and is kept, so
@@ -30,6 +30,7 @@ use super::unroll::{TapSpans, col2im, im2col};
 use super::{CpuArray, depthwise, filled, pool, slice, slice_mut, winograd, zeros};
 use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::error::Result;
+use crate::numerics::{MatmulPrecision, Numerics};
 
 /// The most runs of images whose weight gradients are summed separately (in parallel).
 pub const WEIGHT_PARTS: usize = 16;
@@ -96,12 +97,20 @@ impl Layout {
     }
 }
 
-/// `dst (=|+=) a · b`, threaded or on the calling thread.
-fn gemm(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
-    if threaded {
-        matmul_into(dst, a, b, accumulate);
+/// How one image's products run: at which precision, and whether on every thread of the pool
+/// (the images then run one after the other) or on the calling one.
+#[derive(Clone, Copy)]
+struct Products {
+    precision: MatmulPrecision,
+    threaded: bool,
+}
+
+/// `dst (=|+=) a · b` as `how` says.
+fn gemm(dst: &mut [f32], (a, b): (MatRef<'_>, MatRef<'_>), accumulate: bool, how: Products) {
+    if how.threaded {
+        matmul_into(dst, (a, b), accumulate, how.precision);
     } else {
-        matmul_into_serial(dst, a, b, accumulate);
+        matmul_into_serial(dst, (a, b), accumulate, how.precision);
     }
 }
 
@@ -134,9 +143,13 @@ fn fill_bias(out: &mut [f32], bias: &[f32], plane: usize) {
     }
 }
 
-/// `conv(x, w) + bias`: `[batch, out_channels, oh, ow]`. With a bias, each output block starts
-/// as the bias and the product is added to it.
-pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeometry) -> CpuArray {
+/// `conv(x, w) + bias`: `[batch, out_channels, oh, ow]`, its products at `precision`. With a
+/// bias, each output block starts as the bias and the product is added to it.
+pub fn conv2d(
+    (x, w, bias): (&CpuArray, &CpuArray, Option<&CpuArray>),
+    g: &Conv2dGeometry,
+    precision: MatmulPrecision,
+) -> CpuArray {
     let l = Layout::of(g);
     let (xs, ws, bias) = (slice(x), slice(w), bias.map(slice));
     let spans = TapSpans::of(g);
@@ -154,18 +167,38 @@ pub fn conv2d(x: &CpuArray, w: &CpuArray, bias: Option<&CpuArray>, g: &Conv2dGeo
                 with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
                     im2col(x_g, &spans, cols);
                     let cols = MatRef::new(cols, l.taps, l.out_plane);
-                    gemm(out_g, w_g, cols, add, threaded);
+                    gemm(
+                        out_g,
+                        (w_g, cols),
+                        add,
+                        Products {
+                            precision,
+                            threaded,
+                        },
+                    );
                 });
             } else {
                 let x_g = MatRef::new(x_g, l.in_group, l.in_plane);
-                gemm(out_g, w_g, x_g, add, threaded);
+                gemm(
+                    out_g,
+                    (w_g, x_g),
+                    add,
+                    Products {
+                        precision,
+                        threaded,
+                    },
+                );
             }
         }
     })
 }
 
-/// The input's gradient: per image and group, `col2im(W_gᵀ · dy_g)`.
-pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) -> CpuArray {
+/// The input's gradient: per image and group, `col2im(W_gᵀ · dy_g)`, at `precision`.
+pub fn conv2d_backward_input(
+    (dy, w): (&CpuArray, &CpuArray),
+    g: &Conv2dGeometry,
+    precision: MatmulPrecision,
+) -> CpuArray {
     let l = Layout::of(g);
     let (dys, ws) = (slice(dy), slice(w));
     let spans = TapSpans::of(g);
@@ -178,11 +211,27 @@ pub fn conv2d_backward_input(dy: &CpuArray, w: &CpuArray, g: &Conv2dGeometry) ->
             let dx_g = &mut dx[l.in_range(group)];
             if l.unroll {
                 with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
-                    gemm(cols, w_t, dy_g, false, threaded);
+                    gemm(
+                        cols,
+                        (w_t, dy_g),
+                        false,
+                        Products {
+                            precision,
+                            threaded,
+                        },
+                    );
                     col2im(cols, &spans, dx_g);
                 });
             } else {
-                gemm(dx_g, w_t, dy_g, false, threaded);
+                gemm(
+                    dx_g,
+                    (w_t, dy_g),
+                    false,
+                    Products {
+                        precision,
+                        threaded,
+                    },
+                );
             }
         }
     })
@@ -195,7 +244,7 @@ fn add_image_weight_grad(
     (x, dy): (&[f32], &[f32]),
     (g, l, spans): (&Conv2dGeometry, &Layout, &TapSpans),
     accumulate: bool,
-    threaded: bool,
+    how: Products,
 ) {
     for group in 0..g.groups {
         let dy_g = MatRef::new(&dy[l.out_range(group)], l.out_group, l.out_plane);
@@ -206,22 +255,21 @@ fn add_image_weight_grad(
             with_scratch(&COLUMNS, l.taps * l.out_plane, |cols| {
                 im2col(x_g, spans, cols);
                 let cols_t = MatRef::new(cols, l.taps, l.out_plane).t();
-                gemm(dw_g, dy_g, cols_t, accumulate, threaded);
+                gemm(dw_g, (dy_g, cols_t), accumulate, how);
             });
         } else {
             let x_t = MatRef::new(x_g, l.in_group, l.in_plane).t();
-            gemm(dw_g, dy_g, x_t, accumulate, threaded);
+            gemm(dw_g, (dy_g, x_t), accumulate, how);
         }
     }
 }
 
-/// `dst (=|+=) Σₙ dy[n] · cols[n]ᵀ`, per group.
+/// `dst (=|+=) Σₙ dy[n] · cols[n]ᵀ`, per group, at `precision`.
 pub fn conv2d_backward_weight(
-    dst: &mut CpuArray,
-    x: &CpuArray,
-    dy: &CpuArray,
+    (dst, accumulate): (&mut CpuArray, bool),
+    (x, dy): (&CpuArray, &CpuArray),
     g: &Conv2dGeometry,
-    accumulate: bool,
+    precision: MatmulPrecision,
 ) {
     let l = Layout::of(g);
     let (xs, dys, dst) = (slice(x), slice(dy), slice_mut(dst));
@@ -233,7 +281,10 @@ pub fn conv2d_backward_weight(
         return;
     }
     let (image_in, image_out) = (g.in_channels * l.in_plane, g.out_channels * l.out_plane);
-    let threaded = parts < rayon::current_num_threads();
+    let how = Products {
+        precision,
+        threaded: parts < rayon::current_num_threads(),
+    };
     let (size, spans) = (dst.len(), TapSpans::of(g));
     with_scratch(&PARTIALS, (parts - 1) * size, |partials| {
         let mut sums: Vec<(&mut [f32], bool)> = std::iter::once((&mut *dst, accumulate))
@@ -247,7 +298,7 @@ pub fn conv2d_backward_weight(
                     let x_n = &xs[n * image_in..(n + 1) * image_in];
                     let dy_n = &dys[n * image_out..(n + 1) * image_out];
                     let image = (x_n, dy_n);
-                    add_image_weight_grad(sum, image, (g, &l, &spans), *add || i > 0, threaded);
+                    add_image_weight_grad(sum, image, (g, &l, &spans), *add || i > 0, how);
                 }
             });
         drop(sums);
@@ -259,24 +310,44 @@ pub fn conv2d_backward_weight(
     });
 }
 
+/// How a convolution of geometry `g` runs under the caller's numerics.
+enum Algorithm {
+    /// The direct depthwise kernels.
+    Depthwise,
+    /// Winograd's minimal filtering (allowed by the numerics).
+    Winograd,
+    /// im2col and GEMM at this precision.
+    Im2col(MatmulPrecision),
+}
+
+impl Algorithm {
+    /// The algorithm for `g` under this thread's [`Numerics`].
+    fn of(g: &Conv2dGeometry) -> Algorithm {
+        let numerics = Numerics::current();
+        if depthwise::applies(g) {
+            Algorithm::Depthwise
+        } else if numerics.winograd && winograd::applies(g) {
+            Algorithm::Winograd
+        } else {
+            Algorithm::Im2col(numerics.matmul_precision)
+        }
+    }
+}
+
 impl ConvOps for CpuArray {
     fn conv2d(x: &Self, w: &Self, bias: Option<&Self>, g: &Conv2dGeometry) -> Result<Self> {
-        Ok(if depthwise::applies(g) {
-            depthwise::conv2d(x, w, bias, g)
-        } else if winograd::applies(g) {
-            winograd::conv2d(x, w, bias, g)
-        } else {
-            conv2d(x, w, bias, g)
+        Ok(match Algorithm::of(g) {
+            Algorithm::Depthwise => depthwise::conv2d(x, w, bias, g),
+            Algorithm::Winograd => winograd::conv2d(x, w, bias, g),
+            Algorithm::Im2col(precision) => conv2d((x, w, bias), g, precision),
         })
     }
 
     fn conv2d_backward_input(grad: &Self, w: &Self, g: &Conv2dGeometry) -> Result<Self> {
-        Ok(if depthwise::applies(g) {
-            depthwise::conv2d_backward_input(grad, w, g)
-        } else if winograd::applies(g) {
-            winograd::conv2d_backward_input(grad, w, g)
-        } else {
-            conv2d_backward_input(grad, w, g)
+        Ok(match Algorithm::of(g) {
+            Algorithm::Depthwise => depthwise::conv2d_backward_input(grad, w, g),
+            Algorithm::Winograd => winograd::conv2d_backward_input(grad, w, g),
+            Algorithm::Im2col(precision) => conv2d_backward_input((grad, w), g, precision),
         })
     }
 
@@ -287,12 +358,12 @@ impl ConvOps for CpuArray {
         g: &Conv2dGeometry,
         accumulate: bool,
     ) -> Result<()> {
-        if depthwise::applies(g) {
-            depthwise::conv2d_backward_weight(dst, x, grad, g, accumulate);
-        } else if winograd::applies(g) {
-            winograd::conv2d_backward_weight(dst, x, grad, g, accumulate);
-        } else {
-            conv2d_backward_weight(dst, x, grad, g, accumulate);
+        match Algorithm::of(g) {
+            Algorithm::Depthwise => depthwise::conv2d_backward_weight(dst, x, grad, g, accumulate),
+            Algorithm::Winograd => winograd::conv2d_backward_weight(dst, x, grad, g, accumulate),
+            Algorithm::Im2col(precision) => {
+                conv2d_backward_weight((dst, accumulate), (x, grad), g, precision)
+            }
         }
         Ok(())
     }

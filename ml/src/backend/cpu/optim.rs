@@ -128,7 +128,8 @@ impl OptimOps for CpuArray {
         lr: f32,
     ) -> Result<()> {
         let (a, b) = (gemm::mat_ref(a, transpose_a), gemm::mat_ref(b, transpose_b));
-        gemm::matmul_scaled_onto(slice_mut(p), a, b, -lr);
+        let precision = crate::numerics::Numerics::current().matmul_precision;
+        gemm::matmul_scaled_onto(slice_mut(p), (a, b), -lr, precision);
         Ok(())
     }
 }

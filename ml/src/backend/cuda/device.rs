@@ -14,6 +14,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchCon
 
 use super::alloc::Allocator;
 use super::kernels::Kernels;
+use super::unusable::{Unusable, step};
 use crate::error::{MlError, Result};
 
 /// Threads per block of the elementwise kernels.
@@ -37,7 +38,7 @@ pub struct Gpu {
 }
 
 /// Devices opened so far, or why one could not be opened.
-type Registry = Mutex<HashMap<usize, std::result::Result<Arc<Gpu>, String>>>;
+type Registry = Mutex<HashMap<usize, std::result::Result<Arc<Gpu>, Unusable>>>;
 
 fn registry() -> &'static Registry {
     static DEVICES: OnceLock<Registry> = OnceLock::new();
@@ -76,7 +77,7 @@ pub fn check_available(ordinal: usize) -> Result<()> {
     Gpu::get(ordinal).map(|_| ())
 }
 
-fn device_error(ordinal: usize, message: String) -> MlError {
+fn device_error(ordinal: usize, message: impl std::fmt::Display) -> MlError {
     MlError::Device(format!("device cuda:{ordinal} cannot be used: {message}"))
 }
 
@@ -90,35 +91,27 @@ impl Gpu {
         entry.clone().map_err(|m| device_error(ordinal, m))
     }
 
-    fn open(ordinal: usize) -> std::result::Result<Gpu, String> {
-        if let Some(lib) = missing_library() {
-            return Err(format!("{lib} was not found"));
+    fn open(ordinal: usize) -> std::result::Result<Gpu, Unusable> {
+        if let Some(library) = missing_library() {
+            return Err(Unusable::MissingLibrary { library });
         }
-        let count = CudaContext::device_count()
-            .map_err(|e| format!("the CUDA driver failed to start ({e})"))?;
-        if ordinal >= count.max(0) as usize {
-            let visible = std::env::var("CUDA_VISIBLE_DEVICES")
-                .map(|v| format!(" with CUDA_VISIBLE_DEVICES={v:?}"))
-                .unwrap_or_default();
-            return Err(match count {
-                0 => format!("this machine has no CUDA device{visible}"),
-                n => format!("this machine has {n} CUDA device(s){visible}, numbered from 0"),
-            });
+        let count = CudaContext::device_count().map_err(|e| Unusable::DriverFailed {
+            reason: e.to_string(),
+        })?;
+        let count = count.max(0) as usize;
+        if ordinal >= count {
+            let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+            return Err(Unusable::NoSuchDevice { count, visible });
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| format!("cannot create a context: {e}"))?;
+        let ctx = CudaContext::new(ordinal).map_err(step("create a context"))?;
         // One stream per device orders every kernel, copy and reuse of a pooled block, so the
         // per-allocation events cudarc would record for multi-stream use are not needed.
         // SAFETY: nothing is allocated on this context yet, and all work goes to `stream`.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx
-            .new_stream()
-            .map_err(|e| format!("cannot create a stream: {e}"))?;
-        let blas =
-            CudaBlas::new(stream.clone()).map_err(|e| format!("cannot start cuBLAS: {e}"))?;
+        let stream = ctx.new_stream().map_err(step("create a stream"))?;
+        let blas = CudaBlas::new(stream.clone()).map_err(step("start cuBLAS"))?;
         let kernels = Kernels::compile(&ctx)?;
-        let scratch = stream
-            .alloc_zeros::<f64>(1)
-            .map_err(|e| format!("cannot allocate: {e}"))?;
+        let scratch = stream.alloc_zeros::<f64>(1).map_err(step("allocate"))?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         tracing::info!("cuda:{ordinal} is {name}; kernels compiled with NVRTC");
         Ok(Gpu {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, DeviceRepr};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 
+use super::unusable::{Unusable, step};
+
 /// The CUDA C source: the general kernels, then the image and recurrent kernels that use their
 /// helpers.
 const SOURCE: &str = concat!(
@@ -128,7 +130,7 @@ unsafe impl DeviceRepr for Window {}
 
 /// The kernels compiled to PTX for a virtual architecture such as `compute_90` (NVRTC only: no
 /// GPU is involved).
-fn ptx_for(arch: &str) -> Result<Ptx, String> {
+fn ptx_for(arch: &str) -> Result<Ptx, Unusable> {
     compile_ptx_with_opts(
         SOURCE,
         CompileOptions {
@@ -137,12 +139,12 @@ fn ptx_for(arch: &str) -> Result<Ptx, String> {
             ..Default::default()
         },
     )
-    .map_err(|e| match e {
-        CompileError::CompileError { log, .. } => format!(
-            "NVRTC could not compile the kernels for {arch}: {}",
-            log.to_string_lossy()
-        ),
-        other => format!("NVRTC could not compile the kernels for {arch}: {other}"),
+    .map_err(|e| Unusable::Compile {
+        arch: arch.into(),
+        log: match e {
+            CompileError::CompileError { log, .. } => log.to_string_lossy().into_owned(),
+            other => other.to_string(),
+        },
     })
 }
 
@@ -153,21 +155,22 @@ pub struct Kernels {
 
 impl Kernels {
     /// Compiles the module for `ctx`'s device and loads every kernel.
-    pub fn compile(ctx: &Arc<CudaContext>) -> Result<Kernels, String> {
+    pub fn compile(ctx: &Arc<CudaContext>) -> Result<Kernels, Unusable> {
         let (major, minor) = ctx
             .compute_capability()
-            .map_err(|e| format!("cannot read the compute capability: {e}"))?;
+            .map_err(step("read the compute capability"))?;
         let arch = format!("compute_{major}{minor}");
         let started = std::time::Instant::now();
         let ptx = ptx_for(&arch)?;
         let module = ctx
             .load_module(ptx)
-            .map_err(|e| format!("cannot load the compiled kernels: {e}"))?;
+            .map_err(step("load the compiled kernels"))?;
         let mut functions = HashMap::new();
         for &name in NAMES {
-            let f = module
-                .load_function(name)
-                .map_err(|e| format!("cannot load kernel {name}: {e}"))?;
+            let f = module.load_function(name).map_err(|e| Unusable::Kernel {
+                name,
+                reason: e.to_string(),
+            })?;
             functions.insert(name, f);
         }
         tracing::debug!(

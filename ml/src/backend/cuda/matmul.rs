@@ -8,7 +8,7 @@ use cudarc::driver::{DevicePtr, DevicePtrMut};
 use super::CudaStorage;
 use super::device::Gpu;
 use crate::backend::elementwise::ElementwiseOps;
-use crate::backend::matmul::MatmulOps;
+use crate::backend::matmul::{MatmulOps, MatmulOptions};
 use crate::backend::memory::MemoryOps;
 use crate::error::{MlError, Result};
 
@@ -177,14 +177,12 @@ impl Gpu {
 }
 
 impl MatmulOps for CudaStorage {
-    fn matmul_into(
-        dst: &mut Self,
-        a: &Self,
-        transpose_a: bool,
-        b: &Self,
-        transpose_b: bool,
-        accumulate: bool,
-    ) -> Result<()> {
+    fn matmul_into(dst: &mut Self, (a, b): (&Self, &Self), opts: MatmulOptions) -> Result<()> {
+        let MatmulOptions {
+            transpose_a,
+            transpose_b,
+            accumulate,
+        } = opts;
         a.on_same_gpu("matmul", &[b.device(), dst.device()])?;
         let (a_rows, a_cols) = (a.shape[0], a.shape[1]);
         let (b_rows, b_cols) = (b.shape[0], b.shape[1]);
@@ -216,14 +214,12 @@ impl MatmulOps for CudaStorage {
 
     /// One strided-batched SGEMM over the batch entries, each entry's matrix right after the
     /// previous one's.
-    fn bmm_into(
-        dst: &mut Self,
-        a: &Self,
-        transpose_a: bool,
-        b: &Self,
-        transpose_b: bool,
-        accumulate: bool,
-    ) -> Result<()> {
+    fn bmm_into(dst: &mut Self, (a, b): (&Self, &Self), opts: MatmulOptions) -> Result<()> {
+        let MatmulOptions {
+            transpose_a,
+            transpose_b,
+            accumulate,
+        } = opts;
         a.on_same_gpu("bmm", &[b.device(), dst.device()])?;
         let (batch, a_rows, a_cols) = (a.shape[0], a.shape[1], a.shape[2]);
         let (b_rows, b_cols) = (b.shape[1], b.shape[2]);

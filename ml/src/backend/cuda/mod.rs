@@ -33,6 +33,7 @@ mod recurrent;
 mod reduce;
 mod softmax;
 mod staging;
+mod unusable;
 
 use std::fmt;
 use std::sync::Arc;

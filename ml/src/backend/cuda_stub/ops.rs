@@ -9,7 +9,7 @@ use crate::backend::conv::{Conv2dGeometry, ConvOps, Pool2dGeometry};
 use crate::backend::elementwise::{BinaryOp, ElementwiseOps, UnaryOp};
 use crate::backend::index::IndexOps;
 use crate::backend::loss::LossOps;
-use crate::backend::matmul::MatmulOps;
+use crate::backend::matmul::{MatmulOps, MatmulOptions};
 use crate::backend::memory::MemoryOps;
 use crate::backend::norm::NormOps;
 use crate::backend::optim::OptimOps;
@@ -83,10 +83,10 @@ impl ReduceOps for CudaStorage {
 }
 
 impl MatmulOps for CudaStorage {
-    fn matmul_into(d: &mut Self, _: &Self, _: bool, _: &Self, _: bool, _: bool) -> Result<()> {
+    fn matmul_into(d: &mut Self, _: (&Self, &Self), _: MatmulOptions) -> Result<()> {
         match *d {}
     }
-    fn bmm_into(d: &mut Self, _: &Self, _: bool, _: &Self, _: bool, _: bool) -> Result<()> {
+    fn bmm_into(d: &mut Self, _: (&Self, &Self), _: MatmulOptions) -> Result<()> {
         match *d {}
     }
 }

@@ -411,7 +411,7 @@ fn sizes_are_bounded_before_anything_is_allocated() {
     );
 }
 
-type Fact = std::result::Result<usize, String>;
+type Fact = std::result::Result<usize, crate::nn::UnknownFact>;
 
 fn facts(shape: Option<Vec<usize>>, width: Fact, outputs: Fact) -> DataFacts {
     DataFacts {

@@ -51,9 +51,9 @@ use self::thin_avx512::Avx512;
 use self::tokens::Avx2Fma;
 use self::view::{DstTile, Operand, Start};
 use super::{CpuArray, slice, slice_mut};
-use crate::backend::matmul::MatmulOps;
+use crate::backend::matmul::{MatmulOps, MatmulOptions};
 use crate::error::Result;
-use crate::precision::{Bf16Products, MatmulPrecision, matmul_precision};
+use crate::numerics::{Bf16Products, MatmulPrecision, Numerics};
 
 /// A row-major matrix operand, possibly read transposed.
 #[derive(Clone, Copy)]
@@ -106,25 +106,29 @@ impl<'a> MatRef<'a> {
     }
 }
 
-/// `dst (m×n) = a (m×k) · b (k×n)`, or `dst += a · b` when `accumulate` is set.
+/// `dst (m×n) = a (m×k) · b (k×n)`, or `dst += a · b` when `accumulate` is set, at
+/// `precision`.
 ///
 /// `dst` is row-major and contiguous. Large products run on all threads of the current rayon
 /// pool (the executor sizes it to its `--cores`); small ones stay on the calling thread.
-pub fn matmul_into(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    product(dst, a, b, accumulate, true);
+pub fn matmul_into(
+    dst: &mut [f32],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    accumulate: bool,
+    precision: MatmulPrecision,
+) {
+    product(dst, (a, b), accumulate, precision, true);
 }
 
 /// [`matmul_into`] on the calling thread only: for the many small products of a loop that is
 /// itself parallel (a convolution's images).
-pub fn matmul_into_serial(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    product(dst, a, b, accumulate, false);
-}
-
-/// [`matmul_into_serial`] in f32 whatever [`matmul_precision`] says: for products whose
-/// operands bf16 would round too coarsely (Winograd's transformed tiles).
-pub fn matmul_into_serial_f32(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool) {
-    let kernel = Kernel::for_operands(Features::in_force(), (a, b), MatmulPrecision::F32);
-    product_with(kernel, dst, (a, b), accumulate, false);
+pub fn matmul_into_serial(
+    dst: &mut [f32],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    accumulate: bool,
+    precision: MatmulPrecision,
+) {
+    product(dst, (a, b), accumulate, precision, false);
 }
 
 /// Which implementation runs a product.
@@ -250,8 +254,14 @@ fn add_transposed(dst: &mut [f32], t: &[f32], (m, n): (usize, usize), accumulate
 }
 
 /// [`matmul_into`], on the pool's threads when `threaded`.
-fn product(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, accumulate: bool, threaded: bool) {
-    let kernel = Kernel::for_operands(Features::in_force(), (a, b), matmul_precision());
+fn product(
+    dst: &mut [f32],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    accumulate: bool,
+    precision: MatmulPrecision,
+    threaded: bool,
+) {
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), precision);
     product_with(kernel, dst, (a, b), accumulate, threaded);
 }
 
@@ -343,13 +353,18 @@ fn packed_product<K: Microkernel>(
     }
 }
 
-/// `dst = row + a · b`, `row` added to every row of the product (a dense layer's output,
-/// `x · w + bias`), on the pool's threads. Every element of `dst` is written, and none read
+/// `dst = row + a · b` at `precision`, `row` added to every row of the product (a dense
+/// layer's output, `x · w + bias`), on the pool's threads. Every element of `dst` is written, and none read
 /// before it is: on the packed kernels each thread starts its rectangle from `row` just before
 /// it multiplies into it (in cache, on every core, where a broadcast bias was one core's pass
 /// over the whole output); elsewhere `dst` is filled with `row` first.
-pub fn matmul_onto_row(dst: &mut [MaybeUninit<f32>], a: MatRef<'_>, b: MatRef<'_>, row: &[f32]) {
-    let kernel = Kernel::for_operands(Features::in_force(), (a, b), matmul_precision());
+pub fn matmul_onto_row(
+    dst: &mut [MaybeUninit<f32>],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    row: &[f32],
+    precision: MatmulPrecision,
+) {
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), precision);
     onto_row_with(kernel, dst, (a, b), row);
 }
 
@@ -375,7 +390,7 @@ fn onto_row_with(
     product_with(kernel, dst, (a, b), true, true);
 }
 
-/// `dst += factor · (a · b)` on the pool's threads, bit for bit as [`matmul_into`] storing the
+/// `dst += factor · (a · b)` at `precision` on the pool's threads, bit for bit as [`matmul_into`] storing the
 /// product `g` and a separate pass `dst += g · factor` compute it (with `factor = -lr`, as the
 /// plain SGD step `dst -= lr · g` does), on every implementation, blocking, precision and pool
 /// size: a plain SGD step for a weight whose gradient is the product, without storing the
@@ -386,8 +401,13 @@ fn onto_row_with(
 /// writes `dst + factor · sum` onto the weight from there, rounding after the multiplication
 /// and after the addition. Deeper products, whose stored sums add the blocks' partial sums
 /// first, and the other implementations multiply into a temporary and add it scaled.
-pub fn matmul_scaled_onto(dst: &mut [f32], a: MatRef<'_>, b: MatRef<'_>, factor: f32) {
-    let kernel = Kernel::for_operands(Features::in_force(), (a, b), matmul_precision());
+pub fn matmul_scaled_onto(
+    dst: &mut [f32],
+    (a, b): (MatRef<'_>, MatRef<'_>),
+    factor: f32,
+    precision: MatmulPrecision,
+) {
+    let kernel = Kernel::for_operands(Features::in_force(), (a, b), precision);
     scaled_product_with(kernel, dst, (a, b), factor);
 }
 
@@ -509,16 +529,10 @@ pub fn mat_ref(x: &CpuArray, transposed: bool) -> MatRef<'_> {
 }
 
 impl MatmulOps for CpuArray {
-    fn matmul_into(
-        dst: &mut Self,
-        a: &Self,
-        transpose_a: bool,
-        b: &Self,
-        transpose_b: bool,
-        accumulate: bool,
-    ) -> Result<()> {
-        let (a, b) = (mat_ref(a, transpose_a), mat_ref(b, transpose_b));
-        matmul_into(slice_mut(dst), a, b, accumulate);
+    fn matmul_into(dst: &mut Self, (a, b): (&Self, &Self), opts: MatmulOptions) -> Result<()> {
+        let (a, b) = (mat_ref(a, opts.transpose_a), mat_ref(b, opts.transpose_b));
+        let precision = Numerics::current().matmul_precision;
+        matmul_into(slice_mut(dst), (a, b), opts.accumulate, precision);
         Ok(())
     }
 
@@ -526,20 +540,20 @@ impl MatmulOps for CpuArray {
         let (m, n) = (x.shape()[0], w.shape()[1]);
         let mut data = Vec::with_capacity(m * n);
         let (x, w) = (mat_ref(x, false), mat_ref(w, false));
-        matmul_onto_row(&mut data.spare_capacity_mut()[..m * n], x, w, slice(bias));
+        let precision = Numerics::current().matmul_precision;
+        let dst = &mut data.spare_capacity_mut()[..m * n];
+        matmul_onto_row(dst, (x, w), slice(bias), precision);
         // SAFETY: `matmul_onto_row` wrote every one of the m × n elements.
         unsafe { data.set_len(m * n) };
         Ok(super::from_vec(&[m, n], data))
     }
 
-    fn bmm_into(
-        dst: &mut Self,
-        a: &Self,
-        transpose_a: bool,
-        b: &Self,
-        transpose_b: bool,
-        accumulate: bool,
-    ) -> Result<()> {
+    fn bmm_into(dst: &mut Self, (a, b): (&Self, &Self), opts: MatmulOptions) -> Result<()> {
+        let MatmulOptions {
+            transpose_a,
+            transpose_b,
+            accumulate,
+        } = opts;
         let entry = |x: &CpuArray| (x.shape()[0], x.shape()[1], x.shape()[2]);
         let ((batch, a_rows, a_cols), (_, b_rows, b_cols)) = (entry(a), entry(b));
         let out = dst.shape()[1] * dst.shape()[2];
@@ -555,17 +569,18 @@ impl MatmulOps for CpuArray {
             (a, if transpose_b { b.t() } else { b })
         };
         let dst = slice_mut(dst);
+        let precision = Numerics::current().matmul_precision;
         // Enough entries to keep every thread busy: one single-threaded product per entry, in
         // parallel; otherwise one entry after the other, each on every thread.
         if batch > 1 && batch >= rayon::current_num_threads() {
             dst.par_chunks_mut(out).enumerate().for_each(|(i, c)| {
                 let (a, b) = operands(i);
-                matmul_into_serial(c, a, b, accumulate);
+                matmul_into_serial(c, (a, b), accumulate, precision);
             });
         } else {
             for (i, c) in dst.chunks_mut(out).enumerate() {
                 let (a, b) = operands(i);
-                matmul_into(c, a, b, accumulate);
+                matmul_into(c, (a, b), accumulate, precision);
             }
         }
         Ok(())

@@ -7,6 +7,7 @@ use super::tests::{Case, ORIENTATIONS, kernels};
 use super::*;
 use crate::backend::cpu::optim::sgd;
 use crate::backend::optim::SgdStep;
+use crate::numerics::MatmulPrecision::F32;
 
 /// The factor of every case: an SGD step's `-lr`.
 pub(super) const FACTOR: f32 = -0.05;
@@ -95,10 +96,10 @@ fn the_entry_point_scales_what_matmul_into_stores() {
     for dims in [(256, 256, 1024), (256, 193, 1024), (1024, 256, 10)] {
         let case = Case::new(dims, (true, false), 9);
         let mut product = vec![0.0; dims.0 * dims.2];
-        matmul_into(&mut product, case.a(), case.b(), false);
+        matmul_into(&mut product, (case.a(), case.b()), false, F32);
         let init = start(product.len());
         let mut got = init.clone();
-        matmul_scaled_onto(&mut got, case.a(), case.b(), FACTOR);
+        matmul_scaled_onto(&mut got, (case.a(), case.b()), FACTOR, F32);
         let what = format!("{dims:?} through {:?}", Features::in_force());
         assert_same_bits(&got, &stepped(&init, &product), &what);
     }

@@ -5,6 +5,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::numerics::MatmulPrecision::F32;
 
 /// Operands of one product: `a` stored `m × k` (or `k × m` when transposed), `b` likewise.
 pub(super) struct Case {
@@ -198,9 +199,9 @@ fn the_entry_points_match_the_reference() {
     for dims in [(3, 40, 700), (40, 9, 40), (300, 70, 5)] {
         let case = Case::new(dims, (true, false), 7);
         let mut dst = vec![0.0; dims.0 * dims.2];
-        matmul_into(&mut dst, case.a(), case.b(), false);
+        matmul_into(&mut dst, (case.a(), case.b()), false, F32);
         let mut serial = vec![0.0; dims.0 * dims.2];
-        matmul_into_serial(&mut serial, case.a(), case.b(), false);
+        matmul_into_serial(&mut serial, (case.a(), case.b()), false, F32);
         let (want, _) = case.reference(&vec![0.0; dst.len()], false);
         for ((got, one), w) in dst.iter().zip(&serial).zip(&want) {
             assert!((f64::from(*got) - w).abs() < 1e-4 && (f64::from(*one) - w).abs() < 1e-4);
@@ -478,9 +479,9 @@ fn padding_heavy_products_go_to_the_gemm_crate() {
 fn an_empty_depth_clears_or_keeps_the_destination() {
     let (a, b) = (MatRef::new(&[], 3, 0), MatRef::new(&[], 0, 4));
     let mut dst = vec![5.0; 12];
-    matmul_into(&mut dst, a, b, true);
+    matmul_into(&mut dst, (a, b), true, F32);
     assert_eq!(dst, vec![5.0; 12]);
-    matmul_into(&mut dst, a, b, false);
+    matmul_into(&mut dst, (a, b), false, F32);
     assert_eq!(dst, vec![0.0; 12]);
 }
 
@@ -542,7 +543,7 @@ fn products_onto_a_row_match_the_reference_on_every_pool_size() {
             let (m, n) = (dims.0, dims.2);
             let row: Vec<f32> = (0..n).map(|j| (j % 13) as f32 - 6.0).collect();
             let mut dst = vec![MaybeUninit::new(f32::NAN); m * n];
-            pool.install(|| matmul_onto_row(&mut dst, case.a(), case.b(), &row));
+            pool.install(|| matmul_onto_row(&mut dst, (case.a(), case.b()), &row, F32));
             let init: Vec<f32> = (0..m * n).map(|idx| row[idx % n]).collect();
             let (want, scale) = case.reference(&init, false);
             for (idx, got) in dst.iter().enumerate() {
@@ -594,7 +595,8 @@ fn batched_products_match_the_reference() {
     let a = stack(case.iter().flat_map(|c| c.a.clone()).collect(), &[3, m, k]).unwrap();
     let b = stack(case.iter().flat_map(|c| c.b.clone()).collect(), &[3, n, k]).unwrap();
     let mut dst = ArrayD::zeros(IxDyn(&[3, m, n]));
-    <CpuArray as MatmulOps>::bmm_into(&mut dst, &a, false, &b, true, false).unwrap();
+    let opts = MatmulOptions::transposed(false, true);
+    <CpuArray as MatmulOps>::bmm_into(&mut dst, (&a, &b), opts).unwrap();
     let out = dst.as_slice().unwrap();
     for (i, c) in case.iter().enumerate() {
         let (want, _) = c.reference(&vec![0.0; m * n], false);

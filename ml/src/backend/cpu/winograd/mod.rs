@@ -37,10 +37,11 @@ use rayon::prelude::*;
 use self::layout::{Plane, Points};
 use self::passes::Pass;
 use self::transform::{F2x3, F2x5, LANES, Minimal};
-use super::gemm::{MatRef, matmul_into_serial_f32};
+use super::gemm::{MatRef, matmul_into_serial};
 use super::scratch::with_scratch;
 use super::{CpuArray, filled, slice, slice_mut};
 use crate::backend::conv::Conv2dGeometry;
+use crate::numerics::MatmulPrecision;
 
 /// Input and output channels below which im2col is faster: each point's product has as many
 /// terms as there are input channels.
@@ -61,12 +62,11 @@ thread_local! {
     static PLANE: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 
-/// Whether a convolution runs here: one group, stride and dilation 1, a 3 × 3 or 5 × 5
-/// kernel, at least [`MIN_CHANNELS`] input and output channels, and the process lets
-/// convolutions use Winograd ([`crate::set_winograd`]).
+/// Whether a convolution can run here: one group, stride and dilation 1, a 3 × 3 or 5 × 5
+/// kernel, at least [`MIN_CHANNELS`] input and output channels (the caller checks that its
+/// [`crate::Numerics`] allow Winograd).
 pub fn applies(g: &Conv2dGeometry) -> bool {
-    crate::precision::winograd()
-        && g.groups == 1
+    g.groups == 1
         && g.stride == [1, 1]
         && g.dilation == [1, 1]
         && (g.kernel == [3, 3] || g.kernel == [5, 5])
@@ -125,6 +125,8 @@ struct Plan {
     images: usize,
     /// Points per tile, `α²`.
     points: usize,
+    /// Whether the passes keep to their portable build (only tests ask for it).
+    portable: bool,
 }
 
 impl Plan {
@@ -142,6 +144,7 @@ impl Plan {
             padded: [0, 1].map(|d| 2 * tiles[d] + alpha - 2),
             images: CHUNK_TILES.div_ceil(per_image).clamp(1, g.batch.max(1)),
             points: alpha * alpha,
+            portable: passes::portable_planned(),
         }
     }
 
@@ -229,7 +232,7 @@ fn per_point(
         let (a, b) = (matrix(a, point, a_view), matrix(b, point, b_view));
         let len = a.logical_dims().0 * b.logical_dims().1;
         let d = &mut dst[point * stride..point * stride + len];
-        matmul_into_serial_f32(d, a, b, accumulate);
+        matmul_into_serial(d, (a, b), accumulate, MatmulPrecision::F32);
     }
 }
 

@@ -44,7 +44,7 @@ pub fn run<const A: usize, const R: usize, F: Minimal<A, R>>(
     if std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
         && isa::allows(MaxCpuIsa::Avx2)
-        && !portable_forced()
+        && !p.portable
     {
         // SAFETY: this CPU supports AVX2 and FMA (checked just above).
         unsafe { run_avx2::<A, R, F>(p, pass, plane) };
@@ -53,15 +53,20 @@ pub fn run<const A: usize, const R: usize, F: Minimal<A, R>>(
     run_inline::<A, R, F>(p, pass, plane);
 }
 
-/// Tests set this to run the portable build on a CPU that has AVX2: both builds compute the
-/// same operations in the same order, lane by lane, so they agree bit for bit.
 #[cfg(test)]
-pub static PORTABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    /// Set by a test to plan this thread's convolutions on the portable build on a CPU that has
+    /// AVX2: both builds compute the same operations in the same order, lane by lane, so they
+    /// agree bit for bit.
+    pub static PORTABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
-/// Whether a test asked for the portable build ([`PORTABLE`]); never outside tests.
-fn portable_forced() -> bool {
+/// Whether a convolution planned on this thread keeps to the portable build: only when a test
+/// asked for it ([`PORTABLE`]); read once per convolution, into its [`Plan`], so that the
+/// pool's threads run the build the caller planned.
+pub fn portable_planned() -> bool {
     #[cfg(test)]
-    return PORTABLE.load(std::sync::atomic::Ordering::Relaxed);
+    return PORTABLE.with(std::cell::Cell::get);
     #[cfg(not(test))]
     false
 }

@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::backend::cpu::conv;
 use crate::backend::cpu::from_vec;
+use crate::numerics::MatmulPrecision::F32;
 
 /// A geometry with stride and dilation 1 and one group.
 fn geometry(
@@ -79,16 +80,16 @@ fn check_seeded(g: &Conv2dGeometry, seed: u64) {
     );
     let (what, tol) = (format!("{g:?}"), tolerance(g));
     let y = conv2d(&x, &w, Some(&bias), g);
-    let want = conv::conv2d(&x, &w, Some(&bias), g);
+    let want = conv::conv2d((&x, &w, Some(&bias)), g, F32);
     assert_near(&y, &want, tol, &format!("{what} forward"));
     let dx = conv2d_backward_input(&dy, &w, g);
-    let want = conv::conv2d_backward_input(&dy, &w, g);
+    let want = conv::conv2d_backward_input((&dy, &w), g, F32);
     assert_near(&dx, &want, tol, &format!("{what} input grad"));
     for accumulate in [false, true] {
         let start = values(&g.weight_shape(), seed + 4);
         let (mut dw, mut want) = (start.clone(), start);
         conv2d_backward_weight(&mut dw, &x, &dy, g, accumulate);
-        conv::conv2d_backward_weight(&mut want, &x, &dy, g, accumulate);
+        conv::conv2d_backward_weight((&mut want, accumulate), (&x, &dy), g, F32);
         let what = format!("{what} weight grad, accumulate {accumulate}");
         assert_near(&dw, &want, tol, &what);
     }
@@ -155,9 +156,9 @@ fn the_portable_transforms_give_the_avx2_results() {
         (conv2d(&x, &w, Some(&bias), &g), dx, dw)
     };
     let fast = run();
-    passes::PORTABLE.store(true, std::sync::atomic::Ordering::Relaxed);
+    passes::PORTABLE.set(true);
     let portable = run();
-    passes::PORTABLE.store(false, std::sync::atomic::Ordering::Relaxed);
+    passes::PORTABLE.set(false);
     assert_eq!(fast.0, portable.0, "forward");
     assert_eq!(fast.1, portable.1, "input gradient");
     assert_eq!(fast.2, portable.2, "weight gradient");
