@@ -13,6 +13,9 @@ pub enum DriverError {
     /// The data cannot be used; the message names the file or setting.
     #[error("{0}")]
     Data(String),
+    /// A listener's connection limits admit no connection; the message names the listener.
+    #[error(transparent)]
+    Listener(#[from] ringflow_proto::listener::LimitsError),
     /// The model cannot be built from the spec.
     #[error(transparent)]
     Model(#[from] ringflow_ml::MlError),

@@ -77,8 +77,8 @@ impl FlightService for PartitionServer {
     type ListActionsStream = Stream<ActionType>;
 
     async fn do_get(&self, req: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        let ticket =
-            PartitionTicket::decode(&req.into_inner().ticket).map_err(Status::invalid_argument)?;
+        let ticket = PartitionTicket::decode(&req.into_inner().ticket)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.authorize(&ticket)?;
         let partition = ticket.partition();
         let columns = ticket.columns.clone();

@@ -221,7 +221,7 @@ enum Incoming {
 
 /// A gate for the listener `kind`, its limits checked.
 fn gate(kind: ListenerKind, limits: ListenerLimits) -> Result<Arc<ConnectionGate>> {
-    limits.check(kind).map_err(DriverError::Data)?;
+    limits.check(kind)?;
     Ok(ConnectionGate::new(kind, limits))
 }
 

@@ -92,7 +92,8 @@ impl SequenceConverter {
         let col = batch
             .column_by_name(&self.column)
             .ok_or_else(|| fail(&self.column, "is missing from the data".into()))?;
-        let tokens = ListColumn::read(col, first_row).map_err(|m| fail(&self.column, m))?;
+        let tokens =
+            ListColumn::read(col, first_row).map_err(|e| fail(&self.column, e.to_string()))?;
         let labels = self.read_labels(batch, first_row, file)?;
         let mut rows = Rows {
             rows: tokens.rows(),
@@ -107,7 +108,7 @@ impl SequenceConverter {
             let steps = self
                 .rules
                 .steps(at, (&self.column, tokens.len(row)), tagged)
-                .map_err(|m| ExecutorError::data(file, m))?;
+                .map_err(|e| ExecutorError::data(file, e.to_string()))?;
             let range = tokens.range(row).start..tokens.range(row).start + steps;
             self.push_tokens(tokens.elements(), range, &mut rows.features)
                 .map_err(|m| fail(&self.column, format!("row {at} (0-based): {m}")))?;
@@ -136,7 +137,7 @@ impl SequenceConverter {
             .ok_or_else(|| fail("(data.label) is missing from the data".into()))?;
         if self.per_step {
             return Ok(Labels::PerStep(
-                ListColumn::read(col, first_row).map_err(fail)?,
+                ListColumn::read(col, first_row).map_err(|e| fail(e.to_string()))?,
             ));
         }
         let values = Elements::read(col).map_err(|t| {

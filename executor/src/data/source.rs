@@ -10,7 +10,7 @@ use arrow_flight::flight_service_client::FlightServiceClient;
 use futures::{StreamExt, TryStreamExt};
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::flight::{PartitionTicket, hex};
-use ringflow_proto::data::partition::PartitionReader;
+use ringflow_proto::data::partition::{BatchError, PartitionReader};
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::pb::Partition;
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity};
@@ -110,7 +110,7 @@ impl DriverSource {
             (None, Some(s)) => s,
             (None, None) => std::sync::Arc::new(datafusion::arrow::datatypes::Schema::empty()),
         };
-        let rest = rest.map_err(|e| e.to_string());
+        let rest = rest.map_err(BatchError::served);
         let stream = futures::stream::iter(first.map(Ok)).chain(rest).boxed();
         let offset = if whole { 0 } else { row_offset };
         Ok(PartitionReader::from_stream(

@@ -45,6 +45,10 @@ pub enum ExecutorError {
     /// The driver sent something this executor cannot use; the text says what.
     #[error("the driver sent {0}")]
     Protocol(String),
+    /// The driver sent preprocessing (the job's normalization, classes or vocabulary) that this
+    /// executor cannot read.
+    #[error("the driver sent {0}")]
+    Preprocessing(#[source] ringflow_proto::data::stats::PreprocessingError),
     /// The driver planned another number of steps for an epoch than the task was given.
     #[error("the driver planned {planned} steps for epoch {epoch}, the task {expected}")]
     StepPlan {

@@ -81,7 +81,7 @@ pub fn prepare_data(
     let data = &spec.data;
     let mut from_driver = options.source_driver;
     if let Some(files) = &options.probe_files {
-        let partial = unreadable(files).unwrap_or_default();
+        let partial = unreadable(files).map(|e| e.to_string()).unwrap_or_default();
         from_driver = ctx.prepare(PreparePhase::Source, partial)? == "driver";
     }
     let driver = if from_driver {
@@ -134,7 +134,7 @@ pub fn prepare_data(
         let json = serde_json::to_string(&partial).expect("statistics serialize");
         let merged = ctx.prepare(PreparePhase::Stats, json)?;
         let merged = Preprocessing::from_json(&merged)
-            .map_err(ExecutorError::Protocol)?
+            .map_err(ExecutorError::Preprocessing)?
             .unwrap_or_default();
         if merged.classes.is_some() {
             preprocessing.classes = merged.classes;

@@ -98,7 +98,9 @@ pub(crate) fn serve(
 ) -> Result<SocketAddr> {
     let start = |why| CommError::new(Peer::Local, CommOp::Start, why);
     let unbound = |e| CommError::because(Peer::Local, CommOp::Start, ADDRESS_UNKNOWN, e);
-    limits.check(ListenerKind::Health).map_err(start)?;
+    limits
+        .check(ListenerKind::Health)
+        .map_err(|e| start(e.to_string()).with_cause(e))?;
     let listener = rt
         .block_on(tokio::net::TcpListener::bind(addr))
         .map_err(|e| {

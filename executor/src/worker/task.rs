@@ -204,8 +204,8 @@ impl Worker<'_> {
                 data.preprocessing_bytes
             );
         }
-        let preprocessing =
-            Preprocessing::from_json(&data.preprocessing_json).map_err(ExecutorError::Protocol)?;
+        let preprocessing = Preprocessing::from_json(&data.preprocessing_json)
+            .map_err(ExecutorError::Preprocessing)?;
         Ok(DataOptions {
             input_columns: data.input_columns,
             preprocessing,

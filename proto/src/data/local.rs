@@ -102,35 +102,46 @@ pub fn kind(path: &Path) -> std::io::Result<FileKind> {
 /// Why a local path cannot be read as a data file, as the end of a sentence about it: "does
 /// not exist", "is a FIFO (named pipe), not a regular file".
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct NotReadable {
-    /// [`DataErrorKind::NotFound`] when nothing is at the path.
-    pub kind: DataErrorKind,
-    /// The end of the sentence.
-    pub message: String,
+#[non_exhaustive]
+pub enum NotReadable {
+    /// Nothing is at the path.
+    #[error("does not exist")]
+    Missing,
+    /// Something other than a regular file is at the path: what it is (never
+    /// [`FileKind::Regular`]).
+    #[error("is {}, not a regular file", .0.describe())]
+    NotRegular(FileKind),
+    /// The path cannot be opened or looked at.
+    #[error("cannot be opened: {reason}")]
+    CannotOpen {
+        /// What the operating system said.
+        reason: String,
+    },
 }
 
 impl NotReadable {
-    fn other(message: String) -> NotReadable {
-        NotReadable {
-            kind: DataErrorKind::Other,
-            message,
+    fn cannot_open(e: &std::io::Error) -> NotReadable {
+        NotReadable::CannotOpen {
+            reason: e.to_string(),
+        }
+    }
+
+    /// [`DataErrorKind::NotFound`] when nothing is at the path, [`DataErrorKind::Other`]
+    /// otherwise.
+    pub fn kind(&self) -> DataErrorKind {
+        match self {
+            NotReadable::Missing => DataErrorKind::NotFound,
+            _ => DataErrorKind::Other,
         }
     }
 
     /// The [`DataError`] about `what` (the path as the user wrote it), of the same kind.
     pub fn about(self, what: impl Into<String>) -> DataError {
         DataError {
-            kind: self.kind,
-            ..DataError::new(what, self.message)
+            kind: self.kind(),
+            ..DataError::new(what, self.to_string())
         }
     }
-}
-
-/// Why `kind` is not data, as the end of a sentence about the file:
-/// "is a FIFO (named pipe), not a regular file".
-fn not_regular(kind: FileKind) -> String {
-    format!("is {}, not a regular file", kind.describe())
 }
 
 /// Checks that `path` is a regular file (or a link to one) without opening it. The error is
@@ -139,12 +150,9 @@ fn not_regular(kind: FileKind) -> String {
 pub fn check_regular(path: &Path) -> Result<(), NotReadable> {
     match kind(path) {
         Ok(FileKind::Regular) => Ok(()),
-        Ok(other) => Err(NotReadable::other(not_regular(other))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(NotReadable {
-            kind: DataErrorKind::NotFound,
-            message: "does not exist".into(),
-        }),
-        Err(e) => Err(NotReadable::other(format!("cannot be opened: {e}"))),
+        Ok(other) => Err(NotReadable::NotRegular(other)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(NotReadable::Missing),
+        Err(e) => Err(NotReadable::cannot_open(&e)),
     }
 }
 
@@ -162,12 +170,12 @@ pub fn open_regular(path: &Path) -> Result<File, NotReadable> {
         // regular file the flag changes nothing (POSIX), so the file is used as it is.
         options.custom_flags(libc::O_NONBLOCK);
     }
-    let cannot = |e: std::io::Error| NotReadable::other(format!("cannot be opened: {e}"));
+    let cannot = |e: std::io::Error| NotReadable::cannot_open(&e);
     let file = options.open(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     match FileKind::of(&meta) {
         FileKind::Regular => Ok(file),
-        other => Err(NotReadable::other(not_regular(other))),
+        other => Err(NotReadable::NotRegular(other)),
     }
 }
 
@@ -220,16 +228,12 @@ pub fn list(path: &str, extension: &str) -> Result<Listing, ListError> {
             Ok(FileKind::Regular) => listing.files.push(p.to_path_buf()),
             Ok(FileKind::Directory) => {
                 listing.named = Named::Directory;
-                walk(p, extension, &mut listing).map_err(|e| ListError::CannotList {
-                    path: path.to_string(),
-                    reason: e.to_string(),
-                })?;
+                walk(path, p, extension, &mut listing)?;
             }
             Ok(other) => {
-                let why = not_regular(other);
                 return Err(ListError::NotRegular {
                     path: path.to_string(),
-                    why,
+                    kind: other,
                 });
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -323,12 +327,12 @@ pub enum ListError {
         path: String,
     },
     /// The path names something other than a regular file or a directory.
-    #[error("{path} {why}")]
+    #[error("{path} is {}, not a regular file", .kind.describe())]
     NotRegular {
         /// The path.
         path: String,
-        /// What it is ("is a FIFO (named pipe), not a regular file").
-        why: String,
+        /// What it is instead.
+        kind: FileKind,
     },
     /// The path, or an entry a glob matched, could not be opened.
     #[error("{path} cannot be opened: {reason}")]
@@ -343,6 +347,16 @@ pub enum ListError {
     CannotList {
         /// The directory or the glob.
         path: String,
+        /// What the operating system said.
+        reason: String,
+    },
+    /// An entry below a directory could not be looked at.
+    #[error("cannot list {path:?}: {entry} cannot be opened: {reason}")]
+    CannotListEntry {
+        /// The directory that was listed.
+        path: String,
+        /// The entry, below it.
+        entry: String,
         /// What the operating system said.
         reason: String,
     },
@@ -365,23 +379,28 @@ pub enum ListError {
     },
 }
 
-fn walk(dir: &Path, extension: &str, listing: &mut Listing) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
+/// Adds the files below `dir` (a directory below `root`, the path as it was written) to
+/// `listing`.
+fn walk(root: &str, dir: &Path, extension: &str, listing: &mut Listing) -> Result<(), ListError> {
+    let cannot = |e: std::io::Error| ListError::CannotList {
+        path: root.to_string(),
+        reason: e.to_string(),
+    };
+    for entry in std::fs::read_dir(dir).map_err(cannot)? {
+        let entry = entry.map_err(cannot)?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if name.starts_with('_') || name.starts_with('.') {
             continue;
         }
         let path = entry.path();
-        let kind = kind(&path).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("{} cannot be opened: {e}", path.display()),
-            )
+        let kind = kind(&path).map_err(|e| ListError::CannotListEntry {
+            path: root.to_string(),
+            entry: path.display().to_string(),
+            reason: e.to_string(),
         })?;
         match kind {
-            FileKind::Directory => walk(&path, extension, listing)?,
+            FileKind::Directory => walk(root, &path, extension, listing)?,
             _ if !name.ends_with(extension) => {}
             FileKind::Regular => listing.files.push(path),
             other => listing.skipped.push(Skipped {
@@ -420,7 +439,7 @@ pub(crate) mod tests {
 
         // Neither call blocks: a FIFO without a writer would hang a plain open.
         let fifo_error = "is a FIFO (named pipe), not a regular file";
-        let message = |e: NotReadable| e.message;
+        let message = |e: NotReadable| e.to_string();
         assert_eq!(message(open_regular(&fifo).unwrap_err()), fifo_error);
         assert_eq!(message(open_regular(&link).unwrap_err()), fifo_error);
         assert_eq!(
@@ -432,10 +451,10 @@ pub(crate) mod tests {
             "is a character device, not a regular file"
         );
         let missing = check_regular(&dir.path().join("nope")).unwrap_err();
-        assert_eq!(missing.message, "does not exist");
-        assert_eq!(missing.kind, DataErrorKind::NotFound);
+        assert_eq!(missing.to_string(), "does not exist");
+        assert_eq!(missing.kind(), DataErrorKind::NotFound);
         assert_eq!(missing.about("nope").kind, DataErrorKind::NotFound);
-        let fifo_kind = open_regular(&fifo).unwrap_err().kind;
+        let fifo_kind = open_regular(&fifo).unwrap_err().kind();
         assert_eq!(fifo_kind, DataErrorKind::Other);
         let mut opened = open_regular(&file_link).unwrap();
         let mut text = String::new();

@@ -29,6 +29,7 @@ use url::Url;
 
 use super::error::{DataError, Result};
 use super::runtime::block_on;
+use super::store_error::{StoreError, first_line};
 
 /// A resolved data location: the store that holds it and the path within that store.
 #[derive(Clone)]
@@ -82,7 +83,7 @@ impl Location {
                 .map_err(|_| fail("is not a valid file:// URL".into()))?;
             return Location::local(text, &path);
         }
-        let store = store_for(&url).map_err(fail)?;
+        let store = store_for(&url).map_err(|e| fail(e.to_string()))?;
         let path = ObjectPath::from_url_path(url.path())
             .map_err(|e| fail(format!("has an invalid object path: {e}")))?;
         Ok(Location {
@@ -342,10 +343,6 @@ fn walk_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> std::io::Result
     Ok(())
 }
 
-fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or(s).trim().to_string()
-}
-
 /// `path` made absolute against the working directory, with `.` and `..` resolved lexically
 /// (the path need not exist).
 fn absolute(path: &Path) -> std::io::Result<PathBuf> {
@@ -375,7 +372,7 @@ fn local_store() -> Arc<dyn ObjectStore> {
 }
 
 /// The store for a cloud or HTTP URL, built once per scheme and bucket.
-pub(crate) fn store_for(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+pub(crate) fn store_for(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, StoreError> {
     static STORES: OnceLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = OnceLock::new();
     if url.scheme() == "file" {
         return Ok(local_store());
@@ -417,10 +414,8 @@ fn retry() -> RetryConfig {
     }
 }
 
-fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
-    let built = |r: object_store::Result<Arc<dyn ObjectStore>>| {
-        r.map_err(|e| format!("cannot configure its store: {}", first_line(&e.to_string())))
-    };
+fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, StoreError> {
+    let built = |r: object_store::Result<Arc<dyn ObjectStore>>| r.map_err(StoreError::Configure);
     match url.scheme() {
         "s3" | "s3a" => s3_store(url),
         "gs" => {
@@ -434,9 +429,7 @@ fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
             .any(|v| env_set(v))
                 || env_true("GOOGLE_SKIP_SIGNATURE");
             if !has_credentials {
-                return Err("no Google Cloud credentials are configured: set \
-                     GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT_KEY)"
-                    .into());
+                return Err(StoreError::NoGoogleCredentials);
             }
             built(
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
@@ -461,12 +454,7 @@ fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
                 || env_true("AZURE_STORAGE_USE_EMULATOR")
                 || env_true("AZURE_SKIP_SIGNATURE");
             if !has_credentials {
-                return Err(
-                    "no Azure credentials are configured: set AZURE_STORAGE_ACCOUNT_NAME \
-                     with AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_KEY, or a service \
-                     principal's AZURE_CLIENT_ID/AZURE_CLIENT_SECRET/AZURE_TENANT_ID)"
-                        .into(),
-                );
+                return Err(StoreError::NoAzureCredentials);
             }
             built(
                 object_store::azure::MicrosoftAzureBuilder::from_env()
@@ -488,18 +476,15 @@ fn build_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
                     .map(|s| Arc::new(s) as Arc<dyn ObjectStore>),
             )
         }
-        other => Err(format!(
-            "has the unsupported scheme `{other}://` (use a local path, file://, s3://, gs://, \
-             az://, http:// or https://)"
-        )),
+        other => Err(StoreError::UnsupportedScheme(other.to_string())),
     }
 }
 
 /// An S3 (or S3-compatible) store for `url`, with the credentials and endpoint of the
 /// environment; an error says which setting is missing.
-fn s3_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+fn s3_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, StoreError> {
     if env_set("AWS_ACCESS_KEY_ID") && !env_set("AWS_SECRET_ACCESS_KEY") {
-        return Err("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not".into());
+        return Err(StoreError::AwsSecretMissing);
     }
     let has_credentials = [
         "AWS_ACCESS_KEY_ID",
@@ -512,13 +497,7 @@ fn s3_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
     .any(|v| env_set(v))
         || env_true("AWS_SKIP_SIGNATURE");
     if !has_credentials {
-        return Err(
-            "no AWS credentials are configured: set AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL for an S3-compatible server), \
-             AWS_SKIP_SIGNATURE=true for a public bucket, or AWS_METADATA_ENDPOINT to \
-             use an instance profile"
-                .into(),
-        );
+        return Err(StoreError::NoAwsCredentials);
     }
     let endpoint_http = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
         .iter()
@@ -535,7 +514,7 @@ fn s3_store(url: &Url) -> std::result::Result<Arc<dyn ObjectStore>, String> {
     builder
         .build()
         .map(|s| Arc::new(s) as Arc<dyn ObjectStore>)
-        .map_err(|e| format!("cannot configure its store: {}", first_line(&e.to_string())))
+        .map_err(StoreError::Configure)
 }
 
 #[cfg(test)]

@@ -24,9 +24,11 @@ pub mod location;
 pub mod partition;
 pub mod paths;
 pub mod runtime;
+mod sequence_error;
 pub mod sequences;
 pub mod sql;
 pub mod stats;
+mod store_error;
 pub mod vocab;
 
 pub use error::{DataError, DataErrorKind, Result};

@@ -1,11 +1,12 @@
 //! Token sequences in Arrow columns: which column types are sequences ([`TokenType`]), a
 //! uniform view of a list column's rows ([`ListColumn`]), and the checks every reader applies
 //! to a row's length ([`SequenceRules`]), so that the driver's statistics pass and the
-//! executors' batches refuse the same rows with the same sentence.
+//! executors' batches refuse the same rows with the same sentence ([`LengthError`]).
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray};
 use datafusion::arrow::datatypes::{DataType, Int64Type};
 
+pub use super::sequence_error::{ElementsError, LengthError, ListColumnError};
 use crate::data::is_string;
 use crate::spec::{DataSpec, OnTooLong};
 
@@ -53,22 +54,30 @@ impl Elements {
     /// The values of a column of strings or integers (a list column's elements, or a scalar
     /// label column: one per row); the error is the type it has instead, as "T, not strings
     /// or integers".
-    pub fn read(values: &ArrayRef) -> Result<Elements, String> {
+    pub fn read(values: &ArrayRef) -> Result<Elements, ElementsError> {
         if is_string(values.data_type()) {
-            let utf8 = datafusion::arrow::compute::cast(values, &DataType::Utf8)
-                .map_err(|e| format!("strings that cannot be read: {e}"))?;
+            let utf8 = datafusion::arrow::compute::cast(values, &DataType::Utf8).map_err(|e| {
+                ElementsError::Strings {
+                    reason: e.to_string(),
+                }
+            })?;
             let s = utf8.as_string::<i32>();
             Ok(Elements::Strings(
                 s.iter().map(|v| v.map(str::to_string)).collect(),
             ))
         } else if values.data_type().is_integer() {
-            let ints = datafusion::arrow::compute::cast(values, &DataType::Int64)
-                .map_err(|e| format!("integers that cannot be read: {e}"))?;
+            let ints = datafusion::arrow::compute::cast(values, &DataType::Int64).map_err(|e| {
+                ElementsError::Integers {
+                    reason: e.to_string(),
+                }
+            })?;
             Ok(Elements::Ids(
                 ints.as_primitive::<Int64Type>().iter().collect(),
             ))
         } else {
-            Err(format!("{}, not strings or integers", values.data_type()))
+            Err(ElementsError::NotTokens {
+                ty: values.data_type().clone(),
+            })
         }
     }
 
@@ -89,7 +98,7 @@ impl Elements {
 impl ListColumn {
     /// Reads `column` (a list of strings or integers), whose first row is row `first_row` of
     /// its file; an error sentence otherwise, or for a null row, naming the row in the file.
-    pub fn read(column: &ArrayRef, first_row: u64) -> Result<ListColumn, String> {
+    pub fn read(column: &ArrayRef, first_row: u64) -> Result<ListColumn, ListColumnError> {
         let (offsets, values): (Vec<usize>, ArrayRef) = match column.data_type() {
             DataType::List(_) => {
                 let list = column.as_list::<i32>();
@@ -101,16 +110,14 @@ impl ListColumn {
                 let o = list.value_offsets().iter().map(|&o| o as usize).collect();
                 (o, list.values().clone())
             }
-            t => return Err(format!("has type {t}, not a list")),
+            t => return Err(ListColumnError::NotList { ty: t.clone() }),
         };
         if let Some(row) = (0..column.len()).find(|&i| column.is_null(i)) {
-            return Err(format!(
-                "is null at row {} (0-based); every row needs a list, so drop the row or give \
-                 it one",
-                first_row + row as u64
-            ));
+            return Err(ListColumnError::NullRow {
+                row: first_row + row as u64,
+            });
         }
-        let values = Elements::read(&values).map_err(|t| format!("holds lists of {t}"))?;
+        let values = Elements::read(&values).map_err(ListColumnError::Elements)?;
         Ok(ListColumn { offsets, values })
     }
 
@@ -167,30 +174,33 @@ impl SequenceRules {
         row: u64,
         (tokens_column, tokens): (&str, usize),
         labels: Option<(&str, usize)>,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, LengthError> {
         if tokens == 0 {
-            return Err(format!(
-                "row {row} (0-based): the sequence in column `{tokens_column}` is empty; every \
-                 sequence needs at least one token"
-            ));
+            return Err(LengthError::Empty {
+                row,
+                column: tokens_column.to_string(),
+            });
         }
         if let Some((label_column, n)) = labels
             && n != tokens
         {
-            return Err(format!(
-                "row {row} (0-based): column `{tokens_column}` has {tokens} tokens but column \
-                 `{label_column}` has {n} labels; tagging needs one label per token"
-            ));
+            return Err(LengthError::LabelCount {
+                row,
+                column: tokens_column.to_string(),
+                tokens,
+                label_column: label_column.to_string(),
+                labels: n,
+            });
         }
         if tokens > self.max_length {
             return match self.on_too_long {
                 OnTooLong::Truncate => Ok(self.max_length),
-                OnTooLong::Fail => Err(format!(
-                    "row {row} (0-based): the sequence in column `{tokens_column}` has {tokens} \
-                     tokens, more than data.max_length = {}; raise data.max_length or set \
-                     data.on_too_long = \"truncate\"",
-                    self.max_length
-                )),
+                OnTooLong::Fail => Err(LengthError::TooLong {
+                    row,
+                    column: tokens_column.to_string(),
+                    tokens,
+                    max_length: self.max_length,
+                }),
             };
         }
         Ok(tokens)
@@ -243,7 +253,7 @@ mod tests {
             panic!("a null row is refused")
         };
         assert_eq!(
-            e,
+            e.to_string(),
             "is null at row 40005 (0-based); every row needs a list, so drop the row or give it \
              one"
         );
@@ -258,14 +268,15 @@ mod tests {
         assert_eq!(rules.steps(3, ("tokens", 4), Some(("tags", 4))), Ok(4));
         let e = rules
             .steps(7, ("tokens", 3), Some(("tags", 2)))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("row 7 (0-based): column `tokens` has 3 tokens but column `tags` has 2"),
             "{e}"
         );
-        let e = rules.steps(8, ("tokens", 0), None).unwrap_err();
+        let e = rules.steps(8, ("tokens", 0), None).unwrap_err().to_string();
         assert!(e.contains("row 8") && e.contains("is empty"), "{e}");
-        let e = rules.steps(9, ("tokens", 5), None).unwrap_err();
+        let e = rules.steps(9, ("tokens", 5), None).unwrap_err().to_string();
         assert!(
             e.contains("row 9") && e.contains("5 tokens, more than data.max_length = 4"),
             "{e}"

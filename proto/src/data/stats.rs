@@ -126,6 +126,11 @@ pub struct Normalization {
     pub std: Vec<f32>,
 }
 
+/// A [`Preprocessing`] whose JSON form cannot be read (what the JSON reader said).
+#[derive(Debug, thiserror::Error)]
+#[error("unreadable preprocessing: {0}")]
+pub struct PreprocessingError(#[source] pub serde_json::Error);
+
 /// What the training data's statistics decided, applied identically in training, evaluation
 /// and prediction, and saved with the model (`preprocessing.json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -143,13 +148,13 @@ pub struct Preprocessing {
 
 impl Preprocessing {
     /// Reads the JSON form; `None` for an empty string.
-    pub fn from_json(json: &str) -> Result<Option<Preprocessing>, String> {
+    pub fn from_json(json: &str) -> Result<Option<Preprocessing>, PreprocessingError> {
         if json.trim().is_empty() {
             return Ok(None);
         }
         serde_json::from_str(json)
             .map(Some)
-            .map_err(|e| format!("unreadable preprocessing: {e}"))
+            .map_err(PreprocessingError)
     }
 
     /// The JSON form.

@@ -24,6 +24,7 @@
 mod accept;
 mod gate;
 mod http;
+mod limits_error;
 mod metrics;
 mod stream;
 
@@ -35,6 +36,7 @@ pub use gate::{
 };
 pub use http::Guarded;
 pub use http::serve_http;
+pub use limits_error::LimitsError;
 pub use metrics::render_prometheus;
 pub use stream::{GuardedStream, PeerInfo, peer_of};
 
@@ -88,18 +90,13 @@ impl ListenerLimits {
     };
 
     /// Checks that the limits admit connections at all; the error names `listener`.
-    pub fn check(&self, listener: ListenerKind) -> Result<(), String> {
+    pub fn check(&self, listener: ListenerKind) -> Result<(), LimitsError> {
+        let listener = listener.name();
         if self.max_connections == 0 {
-            return Err(format!(
-                "the {} must admit at least 1 connection at once, not 0",
-                listener.name()
-            ));
+            return Err(LimitsError::NoConnections { listener });
         }
         if self.first_request.is_zero() || self.idle.is_zero() {
-            return Err(format!(
-                "the {}'s first-request deadline and idle timeout must be positive",
-                listener.name()
-            ));
+            return Err(LimitsError::NoTime { listener });
         }
         Ok(())
     }
@@ -124,7 +121,7 @@ mod tests {
         };
         let err = none.check(ListenerKind::Ui).unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "the web UI must admit at least 1 connection at once, not 0"
         );
         assert!(ListenerLimits::RING.check(ListenerKind::Ring).is_ok());

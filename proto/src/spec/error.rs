@@ -59,6 +59,44 @@ pub enum SpecError {
     },
 }
 
+/// Why a job name is not a plain name, as the end of a sentence that starts "it": "is empty",
+/// "\"..\" names a directory, not a job". An overlong name is not repeated.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameError {
+    /// The empty name.
+    #[error("is empty")]
+    Empty,
+    /// A name longer than the limit.
+    #[error("is {bytes} bytes long, over the limit of {max}")]
+    TooLong {
+        /// Its length in bytes.
+        bytes: usize,
+        /// The longest a name may be ([`super::MAX_NAME_BYTES`]).
+        max: usize,
+    },
+    /// `.` or `..`.
+    #[error("{name:?} names a directory, not a job")]
+    Directory {
+        /// The name.
+        name: String,
+    },
+    /// A name that starts with `.` (a hidden directory).
+    #[error("{name:?} starts with '.'")]
+    LeadingDot {
+        /// The name.
+        name: String,
+    },
+    /// A name with a character that is not a letter, a digit, `-`, `_` or `.`.
+    #[error("{name:?} holds the character {c:?}")]
+    Character {
+        /// The name.
+        name: String,
+        /// The first such character.
+        c: char,
+    },
+}
+
 fn key_prefix(key: &str) -> String {
     if key.is_empty() {
         String::new()

@@ -69,17 +69,26 @@ fn mib_to_bytes(mib: f64) -> usize {
         .max(4.0) as usize
 }
 
+/// A `cluster.fusion` that cannot run: a bucket size of at most 0, above
+/// [`MAX_BUCKET_MIB`], or not a number.
+#[derive(Clone, Copy, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "must be \"auto\" or a bucket size in MiB above 0 and at most {max}, not {mib}",
+    max = MAX_BUCKET_MIB
+)]
+pub struct FusionError {
+    /// The bucket size asked for, in MiB.
+    pub mib: f64,
+}
+
 impl Fusion {
-    /// Why the value cannot run, if it cannot.
-    pub fn problem(&self) -> Option<String> {
+    /// Checks that the value can run.
+    pub fn check(&self) -> Result<(), FusionError> {
         match *self {
             Fusion::Fixed(mib) if !(mib.is_finite() && mib > 0.0 && mib <= MAX_BUCKET_MIB) => {
-                Some(format!(
-                    "must be \"auto\" or a bucket size in MiB above 0 and at most \
-                     {MAX_BUCKET_MIB}, not {mib}"
-                ))
+                Err(FusionError { mib })
             }
-            _ => None,
+            _ => Ok(()),
         }
     }
 
@@ -148,14 +157,14 @@ impl Visitor<'_> for FusionVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::JobSpec;
+    use crate::spec::{JobSpec, SpecError};
 
-    fn spec(cluster: &str) -> Result<JobSpec, String> {
+    fn spec(cluster: &str) -> Result<JobSpec, SpecError> {
         let toml = format!(
             "[data]\ntrain = \"t.parquet\"\nfeatures = [\"x\"]\nlabel = \"y\"\n[model]\nkind = \
              \"mlp\"\n[cluster]\n{cluster}"
         );
-        JobSpec::parse(&toml, std::path::Path::new("job.toml"), &[]).map_err(|e| e.to_string())
+        JobSpec::parse(&toml, std::path::Path::new("job.toml"), &[])
     }
 
     #[test]
@@ -187,10 +196,10 @@ mod tests {
             "fusion = -3",
             "fusion = 4096",
         ] {
-            let msg = spec(bad).unwrap_err();
+            let msg = spec(bad).unwrap_err().to_string();
             assert!(msg.contains("cluster.fusion"), "{bad}: {msg}");
         }
-        let msg = spec("fusion = \"fast\"").unwrap_err();
+        let msg = spec("fusion = \"fast\"").unwrap_err().to_string();
         assert!(msg.contains("\"auto\" or a bucket size in MiB"), "{msg}");
     }
 

@@ -321,10 +321,10 @@ fn check_shape(shape: &[usize]) -> Result<(), KeyError> {
 mod tests {
     use std::path::Path;
 
-    use crate::spec::{JobSpec, Override};
+    use crate::spec::{JobSpec, Override, SpecError};
 
     /// A job on PNG images, changed by `--set` arguments.
-    fn parse(sets: &[&str]) -> Result<JobSpec, String> {
+    fn parse(sets: &[&str]) -> Result<JobSpec, SpecError> {
         let text = r#"
 [data]
 train = "train.parquet"
@@ -335,11 +335,11 @@ kind = "mlp"
 layers = [784, 10]
 "#;
         let sets: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
-        JobSpec::parse(text, Path::new("job.toml"), &sets).map_err(|e| e.to_string())
+        JobSpec::parse(text, Path::new("job.toml"), &sets)
     }
 
     fn refused(sets: &[&str], says: &str) {
-        let msg = parse(sets).unwrap_err();
+        let msg = parse(sets).unwrap_err().to_string();
         assert!(msg.contains(says), "{sets:?}: {msg}");
     }
 
@@ -370,7 +370,9 @@ layers = [784, 10]
 
     #[test]
     fn without_an_image_the_features_are_required() {
-        let msg = parse(&["data.image.column=\"x\""]).map(|_| ()).err();
+        let msg = parse(&["data.image.column=\"x\""])
+            .err()
+            .map(|e| e.to_string());
         assert!(msg.is_none(), "{msg:?}");
         let text = "[data]\ntrain = \"t\"\nlabel = \"y\"\n[model]\nkind = \"mlp\"\n";
         let msg = JobSpec::parse(text, Path::new("job.toml"), &[])

@@ -15,9 +15,10 @@ mod load;
 mod overrides;
 mod sequences;
 
-pub use error::SpecError;
+pub use error::{NameError, SpecError};
 pub use fusion::{
-    AUTO_CANDIDATES_MIB, BucketSizes, DEFAULT_BUCKET_MIB, FIRST_BUCKET_MIB, Fusion, MAX_BUCKET_MIB,
+    AUTO_CANDIDATES_MIB, BucketSizes, DEFAULT_BUCKET_MIB, FIRST_BUCKET_MIB, Fusion, FusionError,
+    MAX_BUCKET_MIB,
 };
 pub use images::{
     AugmentSpec, DECODING_BYTES_PER_PIXEL, DEFAULT_MAX_IMAGE_PIXELS, ImageSpec, MAX_DECODED_BYTES,
@@ -435,27 +436,28 @@ pub const NAME_RULE: &str = "letters, digits, '-', '_' and '.', not starting wit
 /// Checks that `name` is a plain job name ([`NAME_RULE`]): it names a directory (`runs/<name>`)
 /// and starts every job id, so it can never be a path, `.` or `..`. The error says what is
 /// wrong, without repeating an overlong name.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), NameError> {
     if name.is_empty() {
-        return Err("is empty".into());
+        return Err(NameError::Empty);
     }
     if name.len() > MAX_NAME_BYTES {
-        return Err(format!(
-            "is {} bytes long, over the limit of {MAX_NAME_BYTES}",
-            name.len()
-        ));
+        return Err(NameError::TooLong {
+            bytes: name.len(),
+            max: MAX_NAME_BYTES,
+        });
     }
+    let name_of = || name.to_string();
     if name == "." || name == ".." {
-        return Err(format!("{name:?} names a directory, not a job"));
+        return Err(NameError::Directory { name: name_of() });
     }
     if name.starts_with('.') {
-        return Err(format!("{name:?} starts with '.'"));
+        return Err(NameError::LeadingDot { name: name_of() });
     }
     if let Some(c) = name
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(*c)))
     {
-        return Err(format!("{name:?} holds the character {c:?}"));
+        return Err(NameError::Character { name: name_of(), c });
     }
     Ok(())
 }

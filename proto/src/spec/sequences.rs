@@ -141,14 +141,14 @@ impl DataSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::JobSpec;
+    use crate::spec::{JobSpec, SpecError};
 
-    fn spec(extra: &str) -> Result<JobSpec, String> {
+    fn spec(extra: &str) -> Result<JobSpec, SpecError> {
         let text = format!(
             "[data]\ntrain = \"t.parquet\"\nfeatures = [\"tokens\"]\nlabel = \"tags\"\n{extra}\n\
              [model]\nkind = \"sequential\"\nlayers = [{{ type = \"linear\" }}]\n"
         );
-        JobSpec::parse(&text, std::path::Path::new("job.toml"), &[]).map_err(|e| e.to_string())
+        JobSpec::parse(&text, std::path::Path::new("job.toml"), &[])
     }
 
     #[test]
@@ -176,7 +176,9 @@ mod tests {
         assert_eq!(MAX_VOCAB, 2_000_002);
         let largest = spec("vocab = { max_size = 2000002 }").unwrap();
         assert_eq!(largest.data.vocab.max_size, 2_000_002);
-        let e = spec("vocab = { max_size = 2000003 }").unwrap_err();
+        let e = spec("vocab = { max_size = 2000003 }")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(
                 "data.vocab.max_size: must be between 2 (the padding and unknown tokens) and \
@@ -185,7 +187,9 @@ mod tests {
             ),
             "{e}"
         );
-        let e = spec("vocab = { max_size = 16777216 }").unwrap_err();
+        let e = spec("vocab = { max_size = 16777216 }")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("data.vocab.max_size"), "{e}");
     }
 
@@ -198,7 +202,7 @@ mod tests {
             ("max_length = 0", "data.max_length"),
             ("on_too_long = \"wrap\"", "on_too_long"),
         ] {
-            let e = spec(extra).unwrap_err();
+            let e = spec(extra).unwrap_err().to_string();
             assert!(e.contains(key), "{extra}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }

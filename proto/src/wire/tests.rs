@@ -241,6 +241,7 @@ proptest! {
             Ok(None) => prop_assert!(text.trim().is_empty()),
             Err(e) => {
                 prop_assert!(damaged);
+                let e = e.to_string();
                 prop_assert!(e.starts_with("unreadable preprocessing: "), "{}", e);
                 prop_assert!(!e.contains('\n'));
             }

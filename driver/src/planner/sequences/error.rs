@@ -2,6 +2,7 @@
 //! its data breaks the rules (named by file, row and column, as the user finds it).
 
 use ringflow_proto::data::DataError;
+use ringflow_proto::data::sequences::{ElementsError, LengthError, ListColumnError};
 use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::vocab::VocabError;
 use ringflow_proto::metrics::entities::NotIob2;
@@ -46,17 +47,17 @@ pub enum SequenceError {
     #[error("has no column `{0}`")]
     MissingColumn(String),
     /// A column that is not a list as the job needs (the reader's words).
-    #[error("column `{column}` {message}")]
+    #[error("column `{column}` {source}")]
     NotAList {
         /// The column.
         column: String,
         /// What the list reader found.
-        message: String,
+        source: ListColumnError,
     },
     /// A row that breaks `data.max_length`, is empty or has tags of another length (the
     /// sequence rules' own sentence, naming the row and the lengths).
-    #[error("{0}")]
-    Rules(String),
+    #[error(transparent)]
+    Rules(LengthError),
     /// A token longer than `data.vocab.max_token_bytes`.
     #[error(
         "row {row} (0-based): column `{column}` holds a token of {bytes} bytes, more than \
@@ -142,7 +143,8 @@ pub enum SequenceError {
         /// The label column.
         column: String,
         /// Its type, as the reader names it.
-        found: String,
+        #[source]
+        found: ElementsError,
     },
     /// A training split with no rows.
     #[error(

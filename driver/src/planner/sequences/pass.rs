@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_proto::data::Preprocessing;
 use ringflow_proto::data::partition::PartitionReader;
-use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules};
+use ringflow_proto::data::sequences::{Elements, ListColumn, ListColumnError, SequenceRules};
 use ringflow_proto::data::stats::MAX_CLASSES;
 use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
 use ringflow_proto::spec::JobSpec;
@@ -138,11 +138,11 @@ fn count_batch(
             .ok_or_else(|| SequenceError::MissingColumn(name.to_string()))
     };
     let tokens = ListColumn::read(column(&columns.column)?, first_row)
-        .map_err(|message| not_a_list(&columns.column, message))?;
+        .map_err(|source| not_a_list(&columns.column, source))?;
     let label = column(&data.label)?;
     let tags = if columns.per_step {
         let read = ListColumn::read(label, first_row);
-        Some(read.map_err(|message| not_a_list(&data.label, message))?)
+        Some(read.map_err(|source| not_a_list(&data.label, source))?)
     } else {
         None
     };
@@ -333,10 +333,10 @@ fn largest(
 }
 
 /// The error of `column`, which the list reader could not read as lists (`message`).
-fn not_a_list(column: &str, message: String) -> SequenceError {
+fn not_a_list(column: &str, source: ListColumnError) -> SequenceError {
     SequenceError::NotAList {
         column: column.to_string(),
-        message,
+        source,
     }
 }
 

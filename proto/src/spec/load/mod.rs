@@ -1,5 +1,7 @@
 //! Reading, overriding and checking a job spec.
 
+mod data_error;
+
 use std::path::Path;
 
 use ringflow_ml::settings::{Found, SettingMessage};
@@ -10,6 +12,7 @@ use crate::data::paths::is_filesystem_root;
 use crate::data::stats::MAX_CLASSES;
 use crate::size::format_bytes;
 use crate::wire::{MAX_CLASS_NAME_BYTES, MAX_SPEC_BYTES, MAX_SQL_BYTES};
+use data_error::{ClassesError, SqlError, SqlTimeoutError};
 
 impl JobSpec {
     /// Reads the spec in `file`, applies `overrides` in order, and checks it.
@@ -89,7 +92,7 @@ impl JobSpec {
             ));
         }
         if let Some(q) = &d.sql {
-            check_sql(q).map_err(|m| Invalid::new("data.sql", m))?;
+            check_sql(q).map_err(|e| Invalid::new("data.sql", e.to_string()))?;
         }
         if !d.tables.is_empty() && d.sql.is_none() {
             return Err(Invalid::new(
@@ -97,9 +100,11 @@ impl JobSpec {
                 "are only read by data.sql, which is not set".into(),
             ));
         }
-        check_sql_timeout(d.sql_timeout_s).map_err(|m| Invalid::new("data.sql_timeout_s", m))?;
+        check_sql_timeout(d.sql_timeout_s)
+            .map_err(|e| Invalid::new("data.sql_timeout_s", e.to_string()))?;
         if let Some(classes) = &d.label_classes {
-            check_label_classes(classes).map_err(|m| Invalid::new("data.label_classes", m))?;
+            check_label_classes(classes)
+                .map_err(|e| Invalid::new("data.label_classes", e.to_string()))?;
         }
         if d.shuffle_buffer == 0 {
             return Err(Invalid::new(
@@ -204,9 +209,9 @@ impl JobSpec {
                 ),
             ));
         }
-        if let Some(why) = c.fusion.problem() {
-            return Err(Invalid::new("cluster.fusion", why));
-        }
+        c.fusion
+            .check()
+            .map_err(|e| Invalid::new("cluster.fusion", e.to_string()))?;
         if c.threads == Some(0) {
             return Err(Invalid::new("cluster.threads", "must be at least 1".into()));
         }
@@ -227,44 +232,42 @@ impl JobSpec {
 }
 
 /// Checks `data.sql`: not empty, at most [`MAX_SQL_BYTES`].
-fn check_sql(query: &str) -> Result<(), String> {
+fn check_sql(query: &str) -> Result<(), SqlError> {
     if query.trim().is_empty() {
-        return Err("is empty; remove it or give a query".into());
+        return Err(SqlError::Empty);
     }
     if query.len() > MAX_SQL_BYTES {
-        return Err(format!(
-            "is {} long, more than the {} a query may have; put long lists of values in a \
-             table of data.tables and join it instead",
-            format_bytes(query.len() as u64),
-            format_bytes(MAX_SQL_BYTES as u64)
-        ));
+        return Err(SqlError::TooLong {
+            bytes: query.len() as u64,
+            max: MAX_SQL_BYTES as u64,
+        });
     }
     Ok(())
 }
 
 /// Checks `data.label_classes`: 2 to [`MAX_CLASSES`] distinct names, each at most
 /// [`MAX_CLASS_NAME_BYTES`].
-fn check_label_classes(classes: &[String]) -> Result<(), String> {
+fn check_label_classes(classes: &[String]) -> Result<(), ClassesError> {
     if classes.len() < 2 {
-        return Err("must list at least two classes".into());
+        return Err(ClassesError::TooFew);
     }
     if classes.len() > MAX_CLASSES {
-        return Err(format!(
-            "lists {} classes, more than the {MAX_CLASSES} a job may have",
-            classes.len()
-        ));
+        return Err(ClassesError::TooMany {
+            count: classes.len(),
+            max: MAX_CLASSES,
+        });
     }
     let mut seen = std::collections::HashSet::with_capacity(classes.len());
     for (i, c) in classes.iter().enumerate() {
         if c.len() > MAX_CLASS_NAME_BYTES {
-            return Err(format!(
-                "class {i} is {} bytes long, more than the {MAX_CLASS_NAME_BYTES} bytes a class \
-                 name may have",
-                c.len()
-            ));
+            return Err(ClassesError::NameTooLong {
+                index: i,
+                bytes: c.len(),
+                max: MAX_CLASS_NAME_BYTES,
+            });
         }
         if !seen.insert(c.as_str()) {
-            return Err(format!("lists the class {c:?} twice"));
+            return Err(ClassesError::Twice { class: c.clone() });
         }
     }
     Ok(())
@@ -423,13 +426,14 @@ fn note_flags(e: SpecError, overrides: &[Override]) -> SpecError {
 const MAX_SQL_TIMEOUT_S: u64 = 7 * 24 * 3600;
 
 /// Checks `data.sql_timeout_s`: at least a second, at most [`MAX_SQL_TIMEOUT_S`].
-fn check_sql_timeout(seconds: u64) -> Result<(), String> {
+fn check_sql_timeout(seconds: u64) -> Result<(), SqlTimeoutError> {
     if (1..=MAX_SQL_TIMEOUT_S).contains(&seconds) {
         Ok(())
     } else {
-        Err(format!(
-            "must be between 1 and {MAX_SQL_TIMEOUT_S} (a week), not {seconds}"
-        ))
+        Err(SqlTimeoutError {
+            seconds,
+            max: MAX_SQL_TIMEOUT_S,
+        })
     }
 }
 
