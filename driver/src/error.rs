@@ -13,6 +13,16 @@ pub enum DriverError {
     /// The data cannot be used; the message names the file or setting.
     #[error("{0}")]
     Data(String),
+    /// `cluster.checkpoint_dir` cannot be used.
+    #[error("cluster.checkpoint_dir: {0}")]
+    CheckpointDir(#[source] ringflow_proto::data::DataError),
+    /// The label is not the same kind of value throughout the data, or `data.label_classes`
+    /// does not fit it.
+    #[error(transparent)]
+    Label(#[from] crate::planner::plan_error::LabelMismatch),
+    /// `--resume` cannot continue from the job's last checkpoint.
+    #[error("--resume: {0}")]
+    Resume(#[from] crate::planner::plan_error::ResumeError),
     /// The model cannot be built from the spec.
     #[error(transparent)]
     Model(#[from] ringflow_ml::MlError),
