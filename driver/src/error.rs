@@ -16,6 +16,16 @@ pub enum DriverError {
     /// A listener's connection limits admit no connection; the message names the listener.
     #[error(transparent)]
     Listener(#[from] ringflow_proto::listener::LimitsError),
+    /// `cluster.checkpoint_dir` cannot be used.
+    #[error("cluster.checkpoint_dir: {0}")]
+    CheckpointDir(#[source] ringflow_proto::data::DataError),
+    /// The label is not the same kind of value throughout the data, or `data.label_classes`
+    /// does not fit it.
+    #[error(transparent)]
+    Label(#[from] crate::planner::plan_error::LabelMismatch),
+    /// `--resume` cannot continue from the job's last checkpoint.
+    #[error("--resume: {0}")]
+    Resume(#[from] crate::planner::plan_error::ResumeError),
     /// The model cannot be built from the spec.
     #[error(transparent)]
     Model(#[from] ringflow_ml::MlError),

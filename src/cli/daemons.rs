@@ -235,7 +235,7 @@ pub struct ExecutorArgs {
     /// The memory this executor's tasks may use, e.g. 8GiB or 512MiB (default: the smaller of
     /// the machine's memory and the process's cgroup limit). The driver refuses a job whose
     /// memory estimate exceeds it.
-    #[arg(long, value_name = "SIZE", value_parser = parse_memory)]
+    #[arg(long, value_name = "SIZE", value_parser = ringflow_proto::size::parse_size)]
     memory: Option<u64>,
 
     /// Which executors share this one's memory: those with the same identity all-reduce
@@ -259,11 +259,6 @@ pub struct ExecutorArgs {
 
     #[command(flatten)]
     security: SecurityArgs,
-}
-
-/// `--memory SIZE`.
-fn parse_memory(text: &str) -> Result<u64, String> {
-    ringflow_proto::size::parse_size(text).map_err(|e| e.to_string())
 }
 
 impl TryFrom<&ExecutorArgs> for ExecutorConfig {

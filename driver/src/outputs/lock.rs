@@ -223,6 +223,33 @@ enum RefreshError {
     Failed(String),
 }
 
+/// A held lock could not be removed.
+#[derive(Debug, thiserror::Error)]
+enum ReleaseError {
+    /// The local lock file could not be removed.
+    #[error("{}: {source}", .file.display())]
+    Local {
+        /// The lock file.
+        file: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The lock object could not be deleted.
+    #[error("{lock}: {}", first_line(source))]
+    Store {
+        /// The lock object.
+        lock: String,
+        /// What the store said (the message gives its first line).
+        source: object_store::Error,
+    },
+}
+
+/// The first line of a store's error.
+fn first_line(e: &object_store::Error) -> String {
+    let text = e.to_string();
+    text.lines().next().unwrap_or(&text).trim().to_string()
+}
+
 impl Place {
     fn refresh(&mut self, owner: &mut LockOwner) -> Result<(), RefreshError> {
         let next = owner.refreshed_now();
@@ -234,7 +261,7 @@ impl Place {
         Ok(())
     }
 
-    fn release(&self, owner: &LockOwner) -> Result<(), String> {
+    fn release(&self, owner: &LockOwner) -> Result<(), ReleaseError> {
         match self {
             Place::Local(file) => local::release(file, owner),
             Place::Store(lock, _) => store::release(lock, owner),

@@ -12,6 +12,7 @@
 //! (`--summary-json`, `--timeline`). A prediction's output is checked further, and replaced
 //! whole with `--overwrite`, by [`prediction`].
 
+mod error;
 pub mod lock;
 pub mod prediction;
 
@@ -23,6 +24,7 @@ use std::path::Path;
 
 use ringflow_proto::data::Location;
 
+pub use error::{CleanError, DirError, HeldError};
 pub use lock::{DirLock, LOCK_FILE, LockOwner, LockTiming};
 
 /// A job's output location that cannot be used.
@@ -110,30 +112,36 @@ pub fn check_dir(key: &str, dir: &str) -> Result<(), OutputError> {
             "is the file system's root; give the job a directory of its own".into(),
         ));
     }
-    check_local_dir(&path).map_err(unusable)
+    check_local_dir(&path).map_err(|e| unusable(e.to_string()))
 }
 
 /// Why the local directory `path` cannot be written or created, if it cannot: it is not a
 /// directory, it cannot be written, or its first existing ancestor is not a writable directory.
 /// Creates nothing.
-pub fn check_local_dir(path: &Path) -> Result<(), String> {
+pub fn check_local_dir(path: &Path) -> Result<(), DirError> {
     let mut at = path;
     loop {
         match std::fs::metadata(at) {
             Ok(m) if m.is_dir() => {
-                return writable(at).map_err(|e| {
+                return writable(at).map_err(|source| {
                     if at == path {
-                        format!("is not writable ({e})")
+                        DirError::NotWritable(source)
                     } else {
-                        format!("cannot be created: {} is not writable ({e})", at.display())
+                        DirError::AncestorNotWritable {
+                            at: at.to_path_buf(),
+                            source,
+                        }
                     }
                 });
             }
             Ok(m) => {
                 return Err(if at == path {
-                    format!("is {}, not a directory", kind(&m))
+                    DirError::NotADirectory(kind(&m))
                 } else {
-                    format!("cannot be created: {} is {}", at.display(), kind(&m))
+                    DirError::AncestorNotADirectory {
+                        at: at.to_path_buf(),
+                        kind: kind(&m),
+                    }
                 });
             }
             Err(e)
@@ -147,7 +155,7 @@ pub fn check_local_dir(path: &Path) -> Result<(), String> {
                     _ => Path::new("."),
                 };
             }
-            Err(e) => return Err(format!("cannot be checked: {e}")),
+            Err(e) => return Err(DirError::Unchecked(e)),
         }
     }
 }

@@ -28,7 +28,7 @@ use ringflow_proto::data::local::is_glob;
 use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::spec::JobSpec;
 
-use super::{LOCK_FILE, OutputError};
+use super::{CleanError, HeldError, LOCK_FILE, OutputError};
 
 /// The flag that names a prediction's output.
 const KEY: &str = "--output";
@@ -159,7 +159,7 @@ pub fn check_existing(output: &str, overwrite: bool) -> Result<(), OutputError> 
         why,
     };
     let location = Location::parse(output).map_err(|e| unusable(e.message))?;
-    let held = held(&location).map_err(unusable)?;
+    let held = held(&location).map_err(|e| unusable(e.to_string()))?;
     if !held.is_empty() && !overwrite {
         return Err(OutputError::NotEmpty {
             key: KEY.into(),
@@ -184,12 +184,12 @@ pub fn check_existing(output: &str, overwrite: bool) -> Result<(), OutputError> 
 
 /// The names of what `location` (a directory or prefix) holds, but its lock: its entries
 /// locally (none when it does not exist), the objects below it (relative) on a store.
-fn held(location: &Location) -> Result<Vec<String>, String> {
+fn held(location: &Location) -> Result<Vec<String>, HeldError> {
     if let Some(path) = location.local_path() {
         let entries = match std::fs::read_dir(&path) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(format!("cannot be listed: {e}")),
+            Err(e) => return Err(HeldError::Unlisted(e)),
         };
         let mut names: Vec<String> = entries
             .filter_map(|e| e.ok())
@@ -201,7 +201,7 @@ fn held(location: &Location) -> Result<Vec<String>, String> {
     }
     let listed = {
         let location = location.clone();
-        block_on(async move { location.list().await }).map_err(|e| e.message)?
+        block_on(async move { location.list().await }).map_err(HeldError::Store)?
     };
     Ok(relative(location, &listed)
         .into_iter()
@@ -249,10 +249,10 @@ pub fn commit(output: &str, job_id: &str, written: &[String]) -> Result<String, 
     };
     let location = Location::parse(output).map_err(|e| fail(e.message))?;
     let Some(path) = location.local_path() else {
-        return clean_store(&location, written).map_err(fail);
+        return clean_store(&location, written).map_err(|e| fail(e.to_string()));
     };
     let new = staging(output, job_id).ok_or_else(|| fail("has no directory name".into()))?;
-    let old = held(&location).map_err(&fail)?;
+    let old = held(&location).map_err(|e| fail(e.to_string()))?;
     std::fs::create_dir_all(&new)
         .map_err(|e| fail(format!("cannot be replaced: {} ({e})", new.display())))?;
     let lock = path.join(LOCK_FILE);
@@ -325,10 +325,10 @@ fn swap_by_renames(new: &Path, path: &Path) -> std::io::Result<PathBuf> {
 }
 
 /// Deletes every object below `location` but the lock and `written`; says which it deleted.
-fn clean_store(location: &Location, written: &[String]) -> Result<String, String> {
+fn clean_store(location: &Location, written: &[String]) -> Result<String, CleanError> {
     let listed = {
         let location = location.clone();
-        block_on(async move { location.list().await }).map_err(|e| e.message)?
+        block_on(async move { location.list().await }).map_err(CleanError::List)?
     };
     let names = relative(location, &listed);
     let mut deleted = Vec::new();
@@ -338,8 +338,12 @@ fn clean_store(location: &Location, written: &[String]) -> Result<String, String
         }
         let store = location.store().clone();
         let object = object.clone();
-        block_on(async move { store.delete(&object).await })
-            .map_err(|e| format!("cannot be cleaned: deleting {name} failed ({e})"))?;
+        block_on(async move { store.delete(&object).await }).map_err(|source| {
+            CleanError::Delete {
+                name: name.clone(),
+                source,
+            }
+        })?;
         deleted.push(name);
     }
     let shown: Vec<&str> = deleted.iter().take(LISTED).map(String::as_str).collect();

@@ -15,6 +15,7 @@ pub mod discover;
 pub mod footer;
 pub mod memory;
 mod model;
+pub mod plan_error;
 pub mod saved;
 pub mod schema_error;
 pub mod sequences;
@@ -30,6 +31,7 @@ use ringflow_proto::spec::JobSpec;
 
 use crate::error::{DriverError, Result};
 use footer::{check_schema, read_footers};
+use plan_error::{LabelMismatch, ResumeError};
 pub use saved::{SavedModel, saved_model};
 use split::{LabelType, RowGroup, Split};
 use sql_planner::SqlPlanner;
@@ -131,10 +133,13 @@ fn check_split(
             }
         };
         if seen.len() > 1 && l != label {
-            return Err(DriverError::Data(format!(
-                "{key}: {file}: its label column `{}` is of another kind than in {}",
-                data.label, split.schemas[0].0
-            )));
+            return Err(LabelMismatch::AcrossFiles {
+                key: key.to_string(),
+                file: file.to_string(),
+                label: data.label.clone(),
+                first: split.schemas[0].0.to_string(),
+            }
+            .into());
         }
         label = l;
         union(&mut input_columns, columns);
@@ -157,18 +162,17 @@ fn check_label_classes(spec: &JobSpec, string_label: bool, model: &ModelShape) -
         return Ok(());
     };
     if !string_label {
-        return Err(DriverError::Data(format!(
-            "data.label_classes: the label column `{}` holds numbers (class indices); \
-                 label_classes name the classes of a string label",
-            spec.data.label
-        )));
+        return Err(LabelMismatch::ClassesOfNumbers {
+            label: spec.data.label.clone(),
+        }
+        .into());
     }
     if classes.len() != model.outputs {
-        return Err(DriverError::Data(format!(
-            "data.label_classes lists {} classes, but the model has {} outputs",
-            classes.len(),
-            model.outputs
-        )));
+        return Err(LabelMismatch::ClassesNotOutputs {
+            listed: classes.len(),
+            outputs: model.outputs,
+        }
+        .into());
     }
     Ok(())
 }
@@ -258,32 +262,40 @@ pub struct ResumePoint {
 /// checks that the spec can continue from it.
 pub fn resume_point(spec: &JobSpec) -> Result<ResumePoint> {
     let dir = spec.checkpoint_path();
-    let fail = |m: String| DriverError::Data(format!("--resume: {m}"));
     let meta = Location::parse(&dir)
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(ResumeError::Location)?
         .join("checkpoint.json");
     let name = meta.as_str().to_string();
-    let bytes = block_on(async move { meta.read().await })
-        .map_err(|e| fail(format!("{e}: the job has no checkpoint to resume from")))?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes)
-        .map_err(|e| fail(format!("{name} is not valid JSON: {e}")))?;
-    let model: ringflow_ml::nn::ModelSpec = serde_json::from_value(json["model"].clone())
-        .map_err(|e| fail(format!("{name} holds no readable model spec: {e}")))?;
+    let bytes = block_on(async move { meta.read().await }).map_err(ResumeError::NoCheckpoint)?;
+    let json: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|source| ResumeError::NotJson {
+            name: name.clone(),
+            source,
+        })?;
+    let model: ringflow_ml::nn::ModelSpec =
+        serde_json::from_value(json["model"].clone()).map_err(|source| ResumeError::NoModel {
+            name: name.clone(),
+            source,
+        })?;
     if model != spec.model {
-        return Err(fail(format!(
-            "{name} was saved for another model ({model:?}); the job's is {:?}",
-            spec.model
-        )));
+        return Err(ResumeError::OtherModel {
+            name,
+            saved: Box::new(model),
+            job: Box::new(spec.model.clone()),
+        }
+        .into());
     }
     let (epoch, step) = (json["epoch"].as_u64(), json["step"].as_u64());
     let (Some(epoch), Some(step)) = (epoch, step) else {
-        return Err(fail(format!("{name} has no epoch and step")));
+        return Err(ResumeError::NoEpoch { name }.into());
     };
     if epoch > spec.train.epochs {
-        return Err(fail(format!(
-            "{name} is at epoch {epoch}, beyond the job's train.epochs = {}",
-            spec.train.epochs
-        )));
+        return Err(ResumeError::BeyondEpochs {
+            name,
+            epoch,
+            epochs: spec.train.epochs,
+        }
+        .into());
     }
     Ok(ResumePoint { epoch, step })
 }
@@ -298,8 +310,7 @@ impl JobPlan {
         let builder = registry.builder(&spec.model)?;
         // Where the model goes must be usable (an object store needs credentials) before any
         // executor trains for it.
-        Location::parse(&spec.model_dir())
-            .map_err(|e| DriverError::Data(format!("cluster.checkpoint_dir: {e}")))?;
+        Location::parse(&spec.model_dir()).map_err(DriverError::CheckpointDir)?;
         let prep = SqlPlanner::new(&spec)?;
         let train = list_split("data.train", &spec.data.train)?;
         let test = match &spec.data.test {
@@ -349,12 +360,12 @@ impl JobPlan {
         if let Some(t) = &test
             && t.label != train.label
         {
-            return Err(DriverError::Data(format!(
-                "data.test: the label column `{}` holds {} but in data.train it holds {}",
-                spec.data.label,
-                kind_name(t.label),
-                kind_name(train.label)
-            )));
+            return Err(LabelMismatch::AcrossSplits {
+                label: spec.data.label.clone(),
+                test: kind_name(t.label),
+                train: kind_name(train.label),
+            }
+            .into());
         }
         let string_label = train.label == LabelType::String;
         check_label_classes(&spec, string_label, &model)?;

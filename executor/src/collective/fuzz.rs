@@ -91,9 +91,13 @@ fn hello() -> impl Strategy<Value = Vec<u8>> {
 
 /// The acceptor's side of the handshake as the ring listener runs it (reading the hello, then
 /// proving the secret and checking the peer's proof), for rank `rank`; any peer place accepted.
-fn accept(stream: &mut std::net::TcpStream, rank: u32, secret: &JobSecret) -> Result<(), String> {
-    let hello = handshake::read_hello(stream).map_err(|e| e.to_string())?;
-    handshake::answer(stream, &hello, rank, secret).map_err(|e| e.to_string())
+fn accept(
+    stream: &mut std::net::TcpStream,
+    rank: u32,
+    secret: &JobSecret,
+) -> Result<(), handshake::Failure> {
+    let hello = handshake::read_hello(stream)?;
+    handshake::answer(stream, &hello, rank, secret)
 }
 
 fn any_bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -111,6 +115,7 @@ fn fuzz_ring_handshake_acceptor() {
         let Err(e) = result else {
             return Err(TestCaseError::fail("random bytes passed the handshake"));
         };
+        let e = e.to_string();
         prop_assert!(!e.is_empty() && !e.contains('\n'), "{e}");
         prop_assert!(largest <= HANDSHAKE_LIMIT, "allocated {largest} bytes");
         Ok(())
@@ -134,6 +139,7 @@ fn fuzz_ring_handshake_connector() {
         let Err(e) = result else {
             return Err(TestCaseError::fail("a random reply passed the handshake"));
         };
+        let e = e.to_string();
         prop_assert!(!e.is_empty() && !e.contains('\n'), "{e}");
         prop_assert!(largest <= HANDSHAKE_LIMIT, "allocated {largest} bytes");
         Ok(())

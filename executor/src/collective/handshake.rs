@@ -143,7 +143,7 @@ pub fn connect(
     rank: u32,
     peer_rank: u32,
     secret: &JobSecret,
-) -> Result<(), String> {
+) -> Result<(), ConnectError> {
     let my_nonce = nonce();
     let mut hello = Vec::with_capacity(32 + job.len());
     hello.extend_from_slice(MAGIC);
@@ -153,45 +153,105 @@ pub fn connect(
     hello.extend_from_slice(job.as_bytes());
     hello.extend_from_slice(&rank.to_le_bytes());
     hello.extend_from_slice(&my_nonce);
-    stream.write_all(&hello).map_err(|e| e.to_string())?;
+    stream.write_all(&hello)?;
     let mut reply = [0u8; 48];
-    stream.read_exact(&mut reply).map_err(|e| e.to_string())?;
+    stream.read_exact(&mut reply)?;
     let peer_nonce: [u8; 16] = reply[..16].try_into().expect("16 bytes");
     if !secret.verify("acceptor", lane, job, peer_rank, &my_nonce, &reply[16..]) {
-        return Err("the peer could not prove it holds this job's secret".into());
+        return Err(ConnectError::Unproven);
     }
     let proof = secret.mac("connector", lane, job, rank, &peer_nonce);
-    stream.write_all(&proof).map_err(|e| e.to_string())?;
+    stream.write_all(&proof)?;
     let mut ok = [0u8; 1];
-    stream.read_exact(&mut ok).map_err(|e| e.to_string())?;
+    stream.read_exact(&mut ok)?;
     if ok[0] != 1 {
-        return Err("the peer refused the connection".into());
+        return Err(ConnectError::Refused);
     }
     Ok(())
 }
 
+/// Why the connector's side of a handshake failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// Reading or writing failed (a deadline, a closed connection).
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The peer's MAC is not that of this job's secret.
+    #[error("the peer could not prove it holds this job's secret")]
+    Unproven,
+    /// The peer answered the proof with a refusal.
+    #[error("the peer refused the connection")]
+    Refused,
+}
+
 /// Why the acceptor's side of a handshake failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Failure {
     /// Reading or writing failed (a deadline, a closed connection).
-    Io(std::io::Error),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     /// The peer is not one this executor accepts, or could not prove the job's secret.
-    Refused(String),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
 }
 
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Io(e) => write!(f, "{e}"),
-            Failure::Refused(why) => f.write_str(why),
-        }
-    }
-}
-
-impl From<std::io::Error> for Failure {
-    fn from(e: std::io::Error) -> Failure {
-        Failure::Io(e)
-    }
+/// Why the acceptor refuses a connecting peer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The first bytes are not a ringflow hello.
+    #[error("not a ringflow ring connection")]
+    NotRing,
+    /// The hello speaks another version of the protocol.
+    #[error("ring protocol version {0} (this executor speaks {VERSION})")]
+    Version(u8),
+    /// The hello names no lane this executor knows.
+    #[error("unknown lane {0}")]
+    UnknownLane(u8),
+    /// The hello's job id is longer than any job id.
+    #[error("job id too long")]
+    JobIdTooLong,
+    /// The peer's proof is not that of this job's secret.
+    #[error("bad MAC: the peer does not hold this job's secret")]
+    BadMac,
+    /// No ring formed on this executor within the handshake deadline.
+    #[error(
+        "rank {rank} of job {job:?} connected, but no ring formed here within the handshake \
+         deadline"
+    )]
+    NoRing {
+        /// The rank the peer claims.
+        rank: u32,
+        /// The job it claims.
+        job: String,
+    },
+    /// The peer is for another job than the ring being formed.
+    #[error("it is for job {job:?}, this executor runs {ours:?}")]
+    OtherJob {
+        /// The job the peer claims.
+        job: String,
+        /// The job of the ring being formed.
+        ours: String,
+    },
+    /// The ring being formed expects no such rank on that lane.
+    #[error("rank {rank} may not connect on the {} lane of rank {ours}", .lane.describe())]
+    NotExpected {
+        /// The rank the peer claims.
+        rank: u32,
+        /// The lane it opens.
+        lane: Lane,
+        /// This executor's rank.
+        ours: u32,
+    },
+    /// That rank is connected on that lane already.
+    #[error("rank {rank} is already connected on the {} lane", .lane.describe())]
+    AlreadyConnected {
+        /// The rank the peer claims.
+        rank: u32,
+        /// The lane it opens.
+        lane: Lane,
+    },
 }
 
 /// What a connecting rank says first: the lane, job and rank it claims, and its nonce.
@@ -211,19 +271,15 @@ pub fn read_hello(stream: &mut impl Read) -> Result<Hello, Failure> {
     let mut head = [0u8; 8];
     stream.read_exact(&mut head)?;
     if &head[..4] != MAGIC {
-        return Err(Failure::Refused("not a ringflow ring connection".into()));
+        return Err(Refusal::NotRing.into());
     }
     if head[4] != VERSION {
-        return Err(Failure::Refused(format!(
-            "ring protocol version {} (this executor speaks {VERSION})",
-            head[4]
-        )));
+        return Err(Refusal::Version(head[4]).into());
     }
-    let lane = Lane::from_byte(head[5])
-        .ok_or_else(|| Failure::Refused(format!("unknown lane {}", head[5])))?;
+    let lane = Lane::from_byte(head[5]).ok_or(Refusal::UnknownLane(head[5]))?;
     let len = u16::from_le_bytes([head[6], head[7]]) as usize;
     if len > MAX_JOB_ID {
-        return Err(Failure::Refused("job id too long".into()));
+        return Err(Refusal::JobIdTooLong.into());
     }
     let mut rest = vec![0u8; len + 4 + 16];
     stream.read_exact(&mut rest)?;
@@ -259,9 +315,7 @@ pub fn answer(
         &proof,
     ) {
         let _ = stream.write_all(&[0]);
-        return Err(Failure::Refused(
-            "bad MAC: the peer does not hold this job's secret".into(),
-        ));
+        return Err(Refusal::BadMac.into());
     }
     stream.write_all(&[1])?;
     Ok(())

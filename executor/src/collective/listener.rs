@@ -23,7 +23,7 @@ use ringflow_proto::listener::{
 };
 use tracing::debug;
 
-use crate::collective::handshake::{self, Failure, Hello, JobSecret, Lane};
+use crate::collective::handshake::{self, Failure, Hello, JobSecret, Lane, Refusal};
 
 /// Stack of a handshake thread: the handshake needs little, and there may be many at once.
 const HANDSHAKE_STACK: usize = 256 * 1024;
@@ -211,30 +211,25 @@ struct Round {
 
 impl Round {
     /// The place of a peer claiming `rank` on `lane`, or why it may not connect.
-    fn place(&self, hello: &Hello) -> Result<usize, String> {
+    fn place(&self, hello: &Hello) -> Result<usize, Refusal> {
         let (lane, rank) = (hello.lane, hello.rank);
         if hello.job != self.job_id {
-            return Err(format!(
-                "it is for job {:?}, this executor runs {:?}",
-                hello.job, self.job_id
-            ));
+            return Err(Refusal::OtherJob {
+                job: hello.job.clone(),
+                ours: self.job_id.clone(),
+            });
         }
         let i = self
             .expected
             .iter()
             .position(|&(l, r)| l == lane && r == rank as usize)
-            .ok_or_else(|| {
-                format!(
-                    "rank {rank} may not connect on the {} lane of rank {}",
-                    lane.describe(),
-                    self.rank
-                )
+            .ok_or(Refusal::NotExpected {
+                rank,
+                lane,
+                ours: self.rank,
             })?;
         if lock(&self.taken)[i] {
-            return Err(format!(
-                "rank {rank} is already connected on the {} lane",
-                lane.describe()
-            ));
+            return Err(Refusal::AlreadyConnected { rank, lane });
         }
         Ok(i)
     }
@@ -322,14 +317,13 @@ fn authenticate(
     let _ = stream.set_nodelay(true);
     let mut io = Deadlined { stream, deadline };
     let hello = handshake::read_hello(&mut io)?;
-    let round = forming.wait(deadline, connection).ok_or_else(|| {
-        Failure::Refused(format!(
-            "rank {} of job {:?} connected, but no ring formed here within the handshake \
-             deadline",
-            hello.rank, hello.job
-        ))
-    })?;
-    let index = round.place(&hello).map_err(Failure::Refused)?;
+    let round = forming
+        .wait(deadline, connection)
+        .ok_or_else(|| Refusal::NoRing {
+            rank: hello.rank,
+            job: hello.job.clone(),
+        })?;
+    let index = round.place(&hello)?;
     handshake::answer(&mut io, &hello, round.rank, &round.secret)?;
     Ok((round, index))
 }

@@ -25,6 +25,7 @@ pub mod background;
 pub mod batches;
 pub mod batches_ahead;
 pub mod cache;
+pub mod error;
 pub mod features;
 #[cfg(test)]
 mod fuzz;

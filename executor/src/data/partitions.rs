@@ -13,6 +13,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_proto::pb::Partition;
 
 use crate::data::cache::{RowGroupCache, slice_rows};
+use crate::data::error::QueryError;
 use crate::data::images::ImageColumn;
 use crate::data::prep::SqlPrep;
 use crate::data::source::DriverSource;
@@ -146,7 +147,10 @@ impl ReadContext {
         let mut row = 0u64;
         while let Some(batch) = prepared
             .next_batch()
-            .map_err(|m| ExecutorError::data(site.clone(), m))?
+            .map_err(|source| ExecutorError::Query {
+                site: site.clone(),
+                source,
+            })?
         {
             let first_row = row;
             row += batch.num_rows() as u64;
@@ -159,7 +163,9 @@ impl ReadContext {
                 return Ok(false);
             }
         }
-        range.check(row).map_err(|m| ExecutorError::data(site, m))?;
+        range
+            .check(row)
+            .map_err(|source| ExecutorError::Query { site, source })?;
         Ok(true)
     }
 
@@ -260,13 +266,9 @@ impl OutputRange {
     }
 
     /// Fails unless the query yielded the `rows` the driver counted.
-    fn check(&self, rows: u64) -> std::result::Result<(), String> {
+    fn check(&self, rows: u64) -> std::result::Result<(), QueryError> {
         match self.counted {
-            Some(counted) if counted != rows => Err(format!(
-                "data.sql yielded {rows} rows over this row group where the driver counted \
-                 {counted} when it planned the job; the query must yield the same rows every \
-                 time it runs (no random(), no now(), no LIMIT without ORDER BY)"
-            )),
+            Some(counted) if counted != rows => Err(QueryError::NotAsCounted { rows, counted }),
             _ => Ok(()),
         }
     }

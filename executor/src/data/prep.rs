@@ -19,7 +19,8 @@ use futures::StreamExt;
 use ringflow_proto::data::deadline::block_on_timeout;
 use ringflow_proto::data::sql;
 
-use crate::error::{ExecutorError, Result};
+use crate::data::error::QueryError;
+use crate::error::{Result, Unrunnable};
 
 /// A job's SQL prep, ready to run on partitions.
 pub struct SqlPrep {
@@ -41,13 +42,12 @@ impl std::fmt::Debug for SqlPrep {
     }
 }
 
-/// The sentence for work on `data.sql` that ran past `data.sql_timeout_s`.
-fn timed_out(what: &str, timeout: Duration) -> String {
-    format!(
-        "data.sql: {what} ran longer than data.sql_timeout_s = {} s and was stopped; raise \
-         data.sql_timeout_s if it needs longer",
-        timeout.as_secs()
-    )
+/// Work on `data.sql` (`what`) that ran past `data.sql_timeout_s`.
+fn timed_out(what: &'static str, timeout: Duration) -> QueryError {
+    QueryError::TimedOut {
+        what,
+        timeout_s: timeout.as_secs(),
+    }
 }
 
 impl SqlPrep {
@@ -65,8 +65,8 @@ impl SqlPrep {
             sql::register_lookup_tables(&ctx, &tables, true).await?;
             Ok::<_, ringflow_proto::data::DataError>(ctx)
         })
-        .map_err(|_| ExecutorError::Spec(timed_out("loading data.tables", timeout)))?
-        .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+        .map_err(|_| timed_out("loading data.tables", timeout))?
+        .map_err(Unrunnable::Sql)?;
         Ok(SqlPrep {
             ctx,
             query: query.to_string(),
@@ -83,8 +83,8 @@ impl SqlPrep {
         let stream = block_on_timeout(self.timeout, async move {
             sql::run_query(&ctx, &query, input).await
         })
-        .map_err(|_| ExecutorError::Spec(timed_out("planning the query", self.timeout)))?
-        .map_err(|e| ExecutorError::Spec(e.to_string()))?;
+        .map_err(|_| timed_out("planning the query", self.timeout))?
+        .map_err(Unrunnable::Sql)?;
         drop(planning);
         Ok(Prepared {
             stream: Some(stream),
@@ -100,7 +100,7 @@ pub struct Prepared {
     /// The query's output; `None` once it ended or failed.
     stream: Option<SendableRecordBatchStream>,
     /// Why the query failed, repeated to any later call.
-    failed: Option<String>,
+    failed: Option<QueryError>,
     /// `data.sql_timeout_s`.
     timeout: Duration,
     /// Time spent in the query so far.
@@ -110,7 +110,7 @@ pub struct Prepared {
 impl Prepared {
     /// The next output batch; errors carry DataFusion's message (or the reader's, which names
     /// the file), or say that the query ran past `data.sql_timeout_s` on this partition.
-    pub fn next_batch(&mut self) -> std::result::Result<Option<RecordBatch>, String> {
+    pub fn next_batch(&mut self) -> std::result::Result<Option<RecordBatch>, QueryError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -127,7 +127,7 @@ impl Prepared {
     fn next_within_limit(
         &mut self,
         mut stream: SendableRecordBatchStream,
-    ) -> std::result::Result<Option<RecordBatch>, String> {
+    ) -> std::result::Result<Option<RecordBatch>, QueryError> {
         let over = timed_out("the query on this partition", self.timeout);
         let Some(left) = self.timeout.checked_sub(self.spent) else {
             return Err(over);
@@ -143,10 +143,10 @@ impl Prepared {
                 self.stream = Some(stream);
                 Ok(Some(b))
             }
-            Some(Err(e)) => Err(match e.find_root() {
+            Some(Err(e)) => Err(QueryError::Failed(match e.find_root() {
                 datafusion::error::DataFusionError::External(inner) => inner.to_string(),
                 other => sql::df_message(other),
-            }),
+            })),
         }
     }
 }
@@ -230,9 +230,10 @@ mod tests {
             .recv_timeout(Duration::from_secs(60))
             .expect("the endless query was not stopped");
         let e = first.unwrap_err();
+        let text = e.to_string();
         assert!(
-            e.contains("data.sql_timeout_s = 1 s") && e.contains("on this partition"),
-            "{e}"
+            text.contains("data.sql_timeout_s = 1 s") && text.contains("on this partition"),
+            "{text}"
         );
         assert_eq!(again, Err(e));
 

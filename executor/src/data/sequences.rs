@@ -16,6 +16,7 @@ use ringflow_proto::data::Preprocessing;
 use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules};
 use ringflow_proto::data::vocab::{PAD, Vocabulary};
 
+use crate::data::error::{LabelError, TokenError};
 use crate::data::rows::{Batch, Rows};
 use crate::error::{ExecutorError, Result};
 
@@ -158,25 +159,20 @@ impl SequenceConverter {
         elements: &Elements,
         range: std::ops::Range<usize>,
         out: &mut Vec<f32>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), TokenError> {
         match elements {
             Elements::Strings(s) => {
-                let vocabulary = self.vocabulary.as_ref().ok_or(
-                    "holds string tokens, but the model has no vocabulary for them: its \
-                     checkpoint holds no preprocessing; use the model directory its training \
-                     job wrote, unchanged"
-                        .to_string(),
-                )?;
+                let vocabulary = self.vocabulary.as_ref().ok_or(TokenError::NoVocabulary)?;
                 for t in &s[range] {
-                    let t = t.as_deref().ok_or("has a null token")?;
+                    let t = t.as_deref().ok_or(TokenError::Null)?;
                     out.push(vocabulary.id(t) as f32);
                 }
             }
             Elements::Ids(ids) => {
                 for id in &ids[range] {
-                    let id = id.ok_or("has a null token")?;
+                    let id = id.ok_or(TokenError::Null)?;
                     if !(0..1 << 24).contains(&id) {
-                        return Err(format!("holds the token id {id}, outside 0..2^24"));
+                        return Err(TokenError::IdOutOfRange(id));
                     }
                     out.push(id as f32);
                 }
@@ -190,7 +186,7 @@ impl SequenceConverter {
         elements: &Elements,
         range: std::ops::Range<usize>,
         out: &mut Vec<f32>,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), LabelError> {
         match elements {
             Elements::Strings(s) => {
                 for t in &s[range] {
@@ -207,29 +203,26 @@ impl SequenceConverter {
     }
 
     /// The class index of one label, or why it is not one of the model's classes.
-    fn class_of(&self, v: Scalar<'_>) -> std::result::Result<f32, String> {
+    fn class_of(&self, v: Scalar<'_>) -> std::result::Result<f32, LabelError> {
         match v {
-            Scalar::String(None) | Scalar::Int(None) => Err("the label is null".into()),
+            Scalar::String(None) | Scalar::Int(None) => Err(LabelError::Null),
             Scalar::String(Some(s)) => {
-                let ids = self.class_ids.as_ref().ok_or(
-                    "holds string labels, but the model has no classes for them".to_string(),
-                )?;
-                ids.get(s).map(|&i| i as f32).ok_or_else(|| {
-                    format!(
-                        "the label {s:?} is not one of the model's {} classes",
-                        self.classes
-                    )
-                })
+                let ids = self.class_ids.as_ref().ok_or(LabelError::NoClasses)?;
+                ids.get(s)
+                    .map(|&i| i as f32)
+                    .ok_or_else(|| LabelError::UnknownName {
+                        name: s.to_string(),
+                        classes: self.classes,
+                    })
             }
             Scalar::Int(Some(i)) => {
                 if (0..self.classes as i64).contains(&i) {
                     Ok(i as f32)
                 } else {
-                    Err(format!(
-                        "the label {i} is not one of the model's {} classes (0..={})",
-                        self.classes,
-                        self.classes.saturating_sub(1)
-                    ))
+                    Err(LabelError::OutOfRange {
+                        label: i,
+                        classes: self.classes,
+                    })
                 }
             }
         }

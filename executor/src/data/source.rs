@@ -15,6 +15,7 @@ use ringflow_proto::data::runtime::block_on;
 use ringflow_proto::pb::Partition;
 use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity};
 
+use crate::data::error::ServeError;
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
 
 /// How long one partition request may take before it fails.
@@ -88,21 +89,20 @@ impl DriverSource {
             let response = client
                 .do_get(Ticket::new(ticket.encode()))
                 .await
-                .map_err(|s| s.message().to_string())?;
+                .map_err(|s| ServeError::Refused(Box::new(s)))?;
             let flight = response
                 .into_inner()
                 .map_err(|s| FlightError::Tonic(Box::new(s)));
             let mut stream = FlightRecordBatchStream::new_from_flight_data(flight);
-            let first = stream.next().await.transpose().map_err(|e| e.to_string())?;
+            let first = stream.next().await.transpose()?;
             let schema = stream.schema().cloned();
-            Ok::<_, String>((first, schema, stream))
+            Ok::<_, ServeError>((first, schema, stream))
         })
-        .unwrap_or_else(|e| Err(format!("the first batch {e}")))
-        .map_err(|m| {
-            ExecutorError::data(
-                partition.path.clone(),
-                format!("cannot be served by the driver at {url}: {m}"),
-            )
+        .unwrap_or_else(|e| Err(e.into()))
+        .map_err(|source| ExecutorError::Served {
+            path: partition.path.clone(),
+            url,
+            source,
         })?;
         let (first, schema, rest) = fetched;
         let schema = match (&first, schema) {

@@ -3,10 +3,15 @@
 //! the other executors.
 
 mod comm;
+mod spec;
 
 pub use comm::{CommError, CommOp, Peer};
+pub use spec::Unrunnable;
 
 use ringflow_ml::MlError;
+
+use crate::data::error::{QueryError, ServeError};
+use crate::data::images::error::ImageColumnError;
 use ringflow_proto::data::DataError;
 use ringflow_proto::spec::Compression;
 
@@ -22,12 +27,47 @@ pub enum ExecutorError {
         /// What is wrong, naming the column and row where one applies.
         message: String,
     },
+    /// A batch's image column (`data.image`) cannot be decoded.
+    #[error("{file}: column `{column}` (data.image) {source}")]
+    Image {
+        /// The file of the batch.
+        file: String,
+        /// `data.image.column`.
+        column: String,
+        /// Why (boxed: every result of a task carries this type).
+        source: Box<ImageColumnError>,
+    },
+    /// `data.sql` over a partition failed, ran too long, or yielded other rows than the driver
+    /// counted (`site` names the file, row group and step).
+    #[error("{site}: {source}")]
+    Query {
+        /// `<file> (row group N, after data.sql)`.
+        site: String,
+        /// Why.
+        source: QueryError,
+    },
+    /// Loading `data.tables` or planning `data.sql` ran past `data.sql_timeout_s`.
+    #[error(transparent)]
+    Sql(#[from] QueryError),
+    /// The driver could not serve a partition (`path`) that this executor cannot read itself.
+    #[error("{path}: cannot be served by the driver at {url}: {source}")]
+    Served {
+        /// The partition's file.
+        path: String,
+        /// The driver's URL.
+        url: String,
+        /// Why.
+        source: ServeError,
+    },
     /// A tensor-engine failure (shapes, devices, checkpoints).
     #[error(transparent)]
     Ml(#[from] MlError),
     /// The job spec cannot be run as given (on this executor).
     #[error("{0}")]
     Spec(String),
+    /// The job spec (or a command's settings) cannot be run as given on this executor.
+    #[error(transparent)]
+    Unrunnable(#[from] Unrunnable),
     /// The job spec the driver sent does not parse (boxed: the error is large, and every
     /// result of a task carries this type).
     #[error(transparent)]

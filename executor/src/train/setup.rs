@@ -25,7 +25,7 @@ use crate::data::partitions::ReadContext;
 use crate::data::prep::SqlPrep;
 use crate::data::sequences::SequenceConverter;
 use crate::data::source::DriverSource;
-use crate::error::{ExecutorError, Result};
+use crate::error::{ExecutorError, Result, Unrunnable};
 use crate::train::context::{PreparePhase, Split, TaskContext};
 
 /// The data part of a task, as the driver planned it.
@@ -163,16 +163,15 @@ fn entity_tags(
     if !spec.train.metrics.contains(&Metric::EntityF1) {
         return Ok(None);
     }
-    let refuse = |why: String| Err(ExecutorError::Spec(format!("train.metrics: {why}")));
     if shape.sequence != Some(SequenceOutput::PerStep) {
-        return refuse("\"entity_f1\" needs a tagger (one label per token)".into());
+        return Err(Unrunnable::EntityF1NeedsTagger.into());
     }
     let Some(classes) = &preprocessing.classes else {
-        return refuse("\"entity_f1\" needs tags named O, B-<type>, I-<type>".into());
+        return Err(Unrunnable::EntityF1NeedsTags.into());
     };
     TagScheme::parse(classes)
         .map(Some)
-        .or_else(|e| refuse(e.to_string()))
+        .map_err(|e| Unrunnable::NotIob2(e).into())
 }
 
 /// The converter of the job's features and label (`label`: what it must hold, `None` when
@@ -192,10 +191,10 @@ fn converter(spec: &JobSpec, shape: &ModelShape, label: Option<LabelKind>) -> Re
         return Ok(c.with_shape(data.shape.clone()));
     };
     let [column] = data.features.as_slice() else {
-        return Err(ExecutorError::Spec(format!(
-            "the model reads token sequences, so data.features must name one column, not {}",
-            data.features.len()
-        )));
+        return Err(Unrunnable::SequenceFeatures {
+            features: data.features.len(),
+        }
+        .into());
     };
     let per_step = output == SequenceOutput::PerStep;
     let rules = SequenceRules::of(data);
@@ -226,7 +225,8 @@ fn collect_stats(
             let col = batch
                 .column_by_name(label)
                 .ok_or_else(|| fail("(data.label) is missing from the data".into()))?;
-            for (i, v) in string_values(col).map_err(fail)?.into_iter().enumerate() {
+            let values = string_values(col).map_err(|e| fail(e.to_string()))?;
+            for (i, v) in values.into_iter().enumerate() {
                 match v {
                     Some(v) if v.len() > MAX_CLASS_NAME_BYTES => {
                         return Err(fail(format!(

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ringflow_proto::pb;
-use ringflow_proto::size::format_bytes;
 use ringflow_proto::wire::MAX_STATISTICS_BYTES;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
 use super::ring;
 use crate::collective::RingListener;
-use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result, Unrunnable};
 use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};
 
 /// How long one preparation call may wait at the driver for the other ranks.
@@ -111,14 +110,11 @@ impl TaskContext for RemoteContext<'_> {
 
     fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String> {
         if partial.len() > MAX_STATISTICS_BYTES {
-            return Err(ExecutorError::Spec(format!(
-                "rank {}'s statistics of data.train are {} as JSON, more than the {} a rank may \
-                 send; they hold the distinct values of data.label (set data.label_classes) \
-                 and the moments of every feature (data.normalize)",
-                self.rank,
-                format_bytes(partial.len() as u64),
-                format_bytes(MAX_STATISTICS_BYTES as u64)
-            )));
+            return Err(Unrunnable::StatisticsTooLarge {
+                rank: self.rank,
+                bytes: partial.len() as u64,
+            }
+            .into());
         }
         let mut req = pb::PrepareRequest {
             job_id: self.job_id.clone(),

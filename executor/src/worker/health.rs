@@ -42,23 +42,33 @@ impl Health {
     }
 
     /// `Ok` when ready, else the reason.
-    fn ready(&self) -> std::result::Result<(), String> {
+    fn ready(&self) -> std::result::Result<(), NotReady> {
         match *self.state.lock().unwrap_or_else(|p| p.into_inner()) {
-            None => Err("not registered with the driver yet".into()),
+            None => Err(NotReady::Unregistered),
             Some((at, interval)) => {
                 let limit = (interval * SILENT_INTERVALS).max(MIN_SILENCE);
                 let silent = at.elapsed();
                 if silent > limit {
-                    Err(format!(
-                        "the driver has not answered for {:.0} s",
-                        silent.as_secs_f64()
-                    ))
+                    Err(NotReady::DriverSilent {
+                        silent_s: silent.as_secs_f64(),
+                    })
                 } else {
                     Ok(())
                 }
             }
         }
     }
+}
+
+/// Why the executor is not ready, as `/readyz` says.
+#[derive(Debug, PartialEq, thiserror::Error)]
+enum NotReady {
+    /// It has not registered with a driver yet.
+    #[error("not registered with the driver yet")]
+    Unregistered,
+    /// The driver has not answered its heartbeats for this long.
+    #[error("the driver has not answered for {silent_s:.0} s")]
+    DriverSilent { silent_s: f64 },
 }
 
 async fn readyz(State(probes): State<Probes>) -> Response {
@@ -134,14 +144,17 @@ mod tests {
     #[test]
     fn ready_only_while_the_driver_answers() {
         let h = Health::default();
-        assert_eq!(h.ready().unwrap_err(), "not registered with the driver yet");
+        assert_eq!(
+            h.ready().unwrap_err().to_string(),
+            "not registered with the driver yet"
+        );
         h.driver_answered(Duration::from_secs(1));
         assert_eq!(h.ready(), Ok(()));
         *h.state.lock().unwrap() = Some((
             Instant::now() - Duration::from_secs(30),
             Duration::from_secs(1),
         ));
-        let why = h.ready().unwrap_err();
+        let why = h.ready().unwrap_err().to_string();
         assert!(
             why.starts_with("the driver has not answered for 30 s"),
             "{why}"

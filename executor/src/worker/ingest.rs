@@ -14,7 +14,7 @@ use crate::data::batches::EpochStream;
 use crate::data::cache::RowGroupCache;
 use crate::data::features::{Converter, LabelKind};
 use crate::data::partitions::ReadContext;
-use crate::error::{ExecutorError, Result};
+use crate::error::{Result, Unrunnable};
 
 /// What to read.
 #[derive(Clone, Debug)]
@@ -46,7 +46,7 @@ pub struct IngestReport {
 /// Reads every partition of `spec` into batches of `spec.batch` rows and times it.
 pub fn measure(spec: &IngestSpec) -> Result<IngestReport> {
     if spec.batch == 0 {
-        return Err(ExecutorError::Spec("--batch must be at least 1".into()));
+        return Err(Unrunnable::NoBatch.into());
     }
     let mut columns = spec.features.clone();
     columns.extend(spec.label.clone());

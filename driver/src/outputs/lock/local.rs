@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::{LOCK_FILE, LockOwner, LockTiming, RefreshError, Refusal};
+use super::{LOCK_FILE, LockOwner, LockTiming, RefreshError, Refusal, ReleaseError};
 
 /// The guard that one job creates while it replaces a stale lock.
 const TAKEOVER_GUARD: &str = "ringflow.lock.takeover";
@@ -202,10 +202,13 @@ pub(super) fn refresh(file: &Path, next: &LockOwner) -> Result<(), RefreshError>
 }
 
 /// Removes `file` if it is still `owner`'s.
-pub(super) fn release(file: &Path, owner: &LockOwner) -> Result<(), String> {
+pub(super) fn release(file: &Path, owner: &LockOwner) -> Result<(), ReleaseError> {
     match holder(file) {
         Ok(current) if current.token == owner.token => {
-            std::fs::remove_file(file).map_err(|e| format!("{}: {e}", file.display()))
+            std::fs::remove_file(file).map_err(|source| ReleaseError::Local {
+                file: file.to_path_buf(),
+                source,
+            })
         }
         // Someone else's now, or gone: nothing to remove.
         _ => Ok(()),

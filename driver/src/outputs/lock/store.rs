@@ -5,7 +5,7 @@ use object_store::{ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
 use ringflow_proto::data::Location;
 use ringflow_proto::data::runtime::block_on;
 
-use super::{LockOwner, LockTiming, RefreshError, Refusal};
+use super::{LockOwner, LockTiming, RefreshError, Refusal, ReleaseError, first_line};
 
 /// Rounds of create / inspect / take over before giving up on a lock that keeps changing.
 const ATTEMPTS: usize = 5;
@@ -16,12 +16,6 @@ pub(super) enum Acquired {
     Held(UpdateVersion, Option<String>),
     /// The store cannot put conditionally; why.
     Unsupported(String),
-}
-
-/// The first line of a store's error.
-fn first_line(e: &object_store::Error) -> String {
-    let text = e.to_string();
-    text.lines().next().unwrap_or(&text).trim().to_string()
 }
 
 /// Takes the lock object `lock` for `owner` (a conditional put is also the store's write
@@ -131,7 +125,7 @@ pub(super) fn refresh(
 }
 
 /// Deletes the lock if it is still `owner`'s.
-pub(super) fn release(lock: &Location, owner: &LockOwner) -> Result<(), String> {
+pub(super) fn release(lock: &Location, owner: &LockOwner) -> Result<(), ReleaseError> {
     let (lock, token) = (lock.clone(), owner.token.clone());
     block_on(async move {
         let bytes = match lock.read().await {
@@ -143,7 +137,10 @@ pub(super) fn release(lock: &Location, owner: &LockOwner) -> Result<(), String> 
                 .store()
                 .delete(lock.path())
                 .await
-                .map_err(|e| format!("{lock}: {}", first_line(&e))),
+                .map_err(|source| ReleaseError::Store {
+                    lock: lock.to_string(),
+                    source,
+                }),
             _ => Ok(()),
         }
     })

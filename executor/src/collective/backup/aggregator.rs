@@ -69,6 +69,56 @@ pub(super) fn start(
     spawn("ringflow-backup-aggregate", move || aggregator.run())
 }
 
+/// Why the aggregator stopped before rank 0 finished training.
+#[derive(Debug, thiserror::Error)]
+enum Halt {
+    /// Rank 0 stopped without finishing.
+    #[error("rank 0 stopped training")]
+    RankZeroStopped,
+    /// A rank's connection failed (what its reader said).
+    #[error("{0}")]
+    Lost(String),
+    /// A rank sent a gradient for a later step than the one being gathered.
+    #[error("rank {rank} sent a gradient for step {step} while step {due} is open")]
+    Ahead { rank: usize, step: u64, due: u64 },
+    /// A rank sent a gradient of another length, or a second one for the step.
+    #[error(
+        "rank {rank} sent a gradient of {floats} floats for step {step} (expected one of \
+         {expected})"
+    )]
+    Length {
+        rank: usize,
+        floats: usize,
+        step: u64,
+        expected: usize,
+    },
+    /// Too few ranks sent the step's gradient before the deadline.
+    #[error(
+        "step {step}: {count} of the {quorum} ranks needed sent gradients within \
+         {timeout_s:.0} s (none from rank {missing})"
+    )]
+    Timeout {
+        step: u64,
+        count: usize,
+        quorum: usize,
+        timeout_s: f64,
+        /// The ranks it lacks, comma-separated.
+        missing: String,
+    },
+    /// Too few ranks are left to make the step's quorum.
+    #[error(
+        "step {step}: rank {closed} finished or stopped reading, and the {left} ranks left \
+         cannot make the quorum of {quorum}"
+    )]
+    QuorumLost {
+        step: u64,
+        /// The ranks gone, comma-separated.
+        closed: String,
+        left: usize,
+        quorum: usize,
+    },
+}
+
 /// What the aggregator sends to one rank.
 enum Frame {
     Result {
@@ -123,14 +173,14 @@ impl Aggregator {
             };
             match msg {
                 Inbound::Finish => break Ok(()),
-                Inbound::Abort => break Err("rank 0 stopped training".into()),
+                Inbound::Abort => break Err(Halt::RankZeroStopped),
                 Inbound::Closed { rank, why } => {
                     if !open[rank] {
                         continue;
                     }
                     if let Some(why) = why {
                         // A lost rank is for elastic recovery to handle, not for the backups.
-                        break Err(why);
+                        break Err(Halt::Lost(why));
                     }
                     debug!(rank, "rank {rank} finished training");
                     open[rank] = false;
@@ -143,9 +193,7 @@ impl Aggregator {
                         continue;
                     }
                     if step > due {
-                        break Err(format!(
-                            "rank {rank} sent a gradient for step {step} while step {due} is open"
-                        ));
+                        break Err(Halt::Ahead { rank, step, due });
                     }
                     let g = gathering.get_or_insert_with(|| Gathering {
                         step,
@@ -155,12 +203,12 @@ impl Aggregator {
                         since: Instant::now(),
                     });
                     if data.len() != g.sum.len() || g.included[rank] {
-                        break Err(format!(
-                            "rank {rank} sent a gradient of {} floats for step {step} (expected \
-                             one of {})",
-                            data.len(),
-                            g.sum.len()
-                        ));
+                        break Err(Halt::Length {
+                            rank,
+                            floats: data.len(),
+                            step,
+                            expected: g.sum.len(),
+                        });
                     }
                     for (s, d) in g.sum.iter_mut().zip(&data) {
                         *s += d;
@@ -189,7 +237,7 @@ impl Aggregator {
     fn next_message(
         &self,
         gathering: Option<&Gathering>,
-    ) -> std::result::Result<Option<Inbound>, String> {
+    ) -> std::result::Result<Option<Inbound>, Halt> {
         let Some(g) = gathering else {
             return Ok(self.inbox.recv().ok());
         };
@@ -202,21 +250,19 @@ impl Aggregator {
                     .filter(|&r| !g.included[r])
                     .map(|r| r.to_string())
                     .collect();
-                Err(format!(
-                    "step {}: {} of the {} ranks needed sent gradients within {:.0} s \
-                     (none from rank {})",
-                    g.step,
-                    g.count,
-                    self.quorum,
-                    self.timeout.as_secs_f64(),
-                    missing.join(", ")
-                ))
+                Err(Halt::Timeout {
+                    step: g.step,
+                    count: g.count,
+                    quorum: self.quorum,
+                    timeout_s: self.timeout.as_secs_f64(),
+                    missing: missing.join(", "),
+                })
             }
         }
     }
 
     /// Why step `g` can no longer reach the quorum with the ranks still `open`, if it cannot.
-    fn quorum_lost(&self, g: &Gathering, open: &[bool]) -> Option<String> {
+    fn quorum_lost(&self, g: &Gathering, open: &[bool]) -> Option<Halt> {
         let can_still = (0..self.world)
             .filter(|&r| open[r] && !g.included[r])
             .count();
@@ -227,14 +273,12 @@ impl Aggregator {
             .filter(|&r| !open[r])
             .map(|r| r.to_string())
             .collect();
-        Some(format!(
-            "step {}: rank {} finished or stopped reading, and the {} ranks left \
-             cannot make the quorum of {}",
-            g.step,
-            closed.join(", "),
-            open.iter().filter(|&&o| o).count(),
-            self.quorum
-        ))
+        Some(Halt::QuorumLost {
+            step: g.step,
+            closed: closed.join(", "),
+            left: open.iter().filter(|&&o| o).count(),
+            quorum: self.quorum,
+        })
     }
 
     /// Sends step `g`'s average to every rank.
@@ -327,7 +371,7 @@ impl Aggregator {
 
     /// Ends aggregation: every rank still connected gets `error` (if any) after what is queued,
     /// and the connections close.
-    fn close(mut self, error: Option<String>) {
+    fn close(mut self, error: Option<Halt>) {
         if let Some(e) = error {
             for rank in 0..self.world {
                 self.deliver(rank, Frame::Error(format!("backup workers: {e}")));

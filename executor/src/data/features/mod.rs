@@ -12,9 +12,10 @@ use datafusion::arrow::datatypes::{
 use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_proto::data::{Preprocessing, is_string};
 
+use crate::data::error::NotStrings;
 use crate::data::rows::Rows;
 use crate::data::sequences::SequenceConverter;
-use crate::error::{ExecutorError, Result};
+use crate::error::{ExecutorError, Result, Unrunnable};
 use values::{AsF32, copy_rows, may_be_non_finite};
 
 /// What the label column must hold.
@@ -47,9 +48,8 @@ pub struct Converter {
 }
 
 /// The values of a string column (nulls as `None`).
-pub fn string_values(col: &ArrayRef) -> std::result::Result<Vec<Option<String>>, String> {
-    let utf8 = datafusion::arrow::compute::cast(col, &DataType::Utf8)
-        .map_err(|e| format!("cannot be read as strings: {e}"))?;
+pub fn string_values(col: &ArrayRef) -> std::result::Result<Vec<Option<String>>, NotStrings> {
+    let utf8 = datafusion::arrow::compute::cast(col, &DataType::Utf8)?;
     let strings = utf8.as_string::<i32>();
     Ok(strings.iter().map(|v| v.map(str::to_string)).collect())
 }
@@ -219,21 +219,22 @@ impl Converter {
             if let LabelKind::Classes(n) = self.label_kind
                 && n != classes.len()
             {
-                return Err(ExecutorError::Spec(format!(
-                    "data.label has {} classes ({}), but the model has {n} outputs",
-                    classes.len(),
-                    preview(classes)
-                )));
+                return Err(Unrunnable::ClassesNotOutputs {
+                    classes: classes.len(),
+                    names: preview(classes),
+                    outputs: n,
+                }
+                .into());
             }
             self.classes = Some(classes.iter().cloned().zip(0..).collect());
         }
         if let Some(n) = &p.normalize {
             if n.mean.len() != self.inputs || n.std.len() != self.inputs {
-                return Err(ExecutorError::Spec(format!(
-                    "the normalization has {} features, but the model takes {} inputs",
-                    n.mean.len(),
-                    self.inputs
-                )));
+                return Err(Unrunnable::NormalizationWidth {
+                    features: n.mean.len(),
+                    inputs: self.inputs,
+                }
+                .into());
             }
             let inv = n.std.iter().map(|s| 1.0 / s).collect();
             self.normalize = Some((n.mean.clone(), inv));

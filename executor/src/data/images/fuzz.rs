@@ -114,6 +114,7 @@ fn fuzz_image_decoder() {
         let mut out = vec![0u8; column.values_per_image()];
         let (result, largest) = largest_allocation(|| column.decode_into(&bytes, &mut out));
         if let Err(e) = result {
+            let e = e.to_string();
             prop_assert!(!e.is_empty() && !e.contains('\n'), "{e:?}");
             prop_assert!(!e.contains("ChunkType {"), "{e}");
         }

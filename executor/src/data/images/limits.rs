@@ -6,6 +6,8 @@ use image::Limits;
 use image::error::LimitErrorKind;
 use ringflow_proto::spec::{MAX_IMAGE_METADATA_BYTES, MAX_IMAGE_SIDE};
 
+use super::error::DecodeError;
+
 /// The most one image may be (`data.image.max_pixels`, [`ImageSpec::max_decoded_bytes`](ringflow_proto::spec::ImageSpec::max_decoded_bytes)).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Bounds {
@@ -35,19 +37,14 @@ pub(super) fn limits() -> Limits {
 }
 
 /// The decoder's refusal of an image beyond [`limits`], as the end of a sentence.
-pub(super) fn limit_error(e: &image::ImageError) -> String {
+pub(super) fn limit_error(e: &image::ImageError) -> DecodeError {
     match e {
         image::ImageError::Limits(l) if matches!(l.kind(), LimitErrorKind::DimensionError) => {
-            format!(
-                "its header declares an image beyond the limit of {MAX_IMAGE_SIDE} pixels on \
-                 a side"
-            )
+            DecodeError::SideBeyondLimit
         }
-        _ => format!(
-            "holds more than the {} MiB of metadata (ancillary chunks such as an ICC profile or \
-             text) an image may have; strip its metadata, or leave its row out of the data",
-            PNG_RESERVE_BYTES >> 20
-        ),
+        _ => DecodeError::MetadataBeyondLimit {
+            mib: PNG_RESERVE_BYTES >> 20,
+        },
     }
 }
 

@@ -31,19 +31,18 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, FixedSizeListArray, UInt8Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
-use image::error::ImageFormatHint;
 use image::imageops::FilterType;
-use image::{
-    ColorType, ImageBuffer, ImageDecoder, ImageFormat, ImageReader, Luma, LumaA, Pixel, Rgb, Rgba,
-};
+use image::{ColorType, ImageBuffer, ImageDecoder, ImageReader, Luma, LumaA, Pixel, Rgb, Rgba};
 use rayon::prelude::*;
 use ringflow_proto::spec::ImageSpec;
 
+use self::error::{DecodeError, ImageColumnError};
 use self::limits::{Bounds, jpeg_coefficient_bytes, limit_error, limits, narrow_in_place};
 
 use crate::data::background::mark_as_batch_work;
 use crate::error::{ExecutorError, Result};
 
+pub mod error;
 #[cfg(test)]
 mod fuzz;
 mod limits;
@@ -110,11 +109,13 @@ impl ImageColumn {
         file: &str,
         first_row: u64,
     ) -> Result<RecordBatch> {
-        let fail = |m: String| {
-            ExecutorError::data(file, format!("column `{}` (data.image) {m}", self.column))
+        let fail = |source: ImageColumnError| ExecutorError::Image {
+            file: file.to_string(),
+            column: self.column.clone(),
+            source: Box::new(source),
         };
         let Some(index) = batch.schema().index_of(&self.column).ok() else {
-            return Err(fail("is missing from the data".into()));
+            return Err(fail(ImageColumnError::Missing));
         };
         let col = batch.column(index);
         let rows = col.len();
@@ -131,11 +132,7 @@ impl ImageColumn {
                 let a = col.as_binary_view();
                 self.decode_rows(rows, first_row, |r| a.is_valid(r).then(|| a.value(r)))
             }
-            t => {
-                return Err(fail(format!(
-                    "has type {t}; an image column must be binary (PNG or JPEG bytes)"
-                )));
-            }
+            t => return Err(fail(ImageColumnError::NotBinary(t.clone()))),
         }
         .map_err(fail)?;
         let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
@@ -143,7 +140,7 @@ impl ImageColumn {
         fields[index] = Arc::new(Field::new(&self.column, pixels.data_type().clone(), false));
         columns[index] = pixels;
         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-            .map_err(|e| fail(format!("cannot hold the decoded images: {e}")))
+            .map_err(|e| fail(ImageColumnError::Hold(e)))
     }
 
     /// Decodes `rows` images (`bytes(row)` gives a row's encoded image, `None` for a null)
@@ -154,11 +151,9 @@ impl ImageColumn {
         rows: usize,
         first_row: u64,
         bytes: impl Fn(usize) -> Option<&'a [u8]> + Sync,
-    ) -> std::result::Result<ArrayRef, String> {
+    ) -> std::result::Result<ArrayRef, ImageColumnError> {
         let per_image = self.values_per_image();
-        let too_many = || {
-            format!("cannot be decoded: {rows} images of {per_image} values do not fit in memory")
-        };
+        let too_many = || ImageColumnError::NoMemory { rows, per_image };
         let len = rows.checked_mul(per_image).ok_or_else(too_many)?;
         let mut out = Vec::new();
         out.try_reserve_exact(len).map_err(|_| too_many())?;
@@ -169,7 +164,7 @@ impl ImageColumn {
                 .filter_map(|(row, slot)| {
                     let result = match bytes(row) {
                         Some(b) => self.decode_into(b, slot),
-                        None => Err("the image is null".into()),
+                        None => Err(DecodeError::Null),
                     };
                     result.err().map(|why| (row, why))
                 })
@@ -179,18 +174,25 @@ impl ImageColumn {
             Some(pool) => pool.install(|| decode_all(&mut out)),
             None => decode_all(&mut out),
         };
-        if let Some((row, why)) = failed {
-            return Err(format!("row {} (0-based): {why}", first_row + row as u64));
+        if let Some((row, source)) = failed {
+            return Err(ImageColumnError::Row {
+                row: first_row + row as u64,
+                source,
+            });
         }
         let values = Arc::new(UInt8Array::from(out));
         let item = Arc::new(Field::new_list_field(DataType::UInt8, false));
         let list = FixedSizeListArray::try_new(item, per_image as i32, values, None)
-            .map_err(|e| format!("cannot hold the decoded images: {e}"))?;
+            .map_err(ImageColumnError::Hold)?;
         Ok(Arc::new(list))
     }
 
     /// Decodes one encoded image into `out` (`[C, H, W]`, this column's channels and size).
-    pub fn decode_into(&self, bytes: &[u8], out: &mut [u8]) -> std::result::Result<(), String> {
+    pub fn decode_into(
+        &self,
+        bytes: &[u8],
+        out: &mut [u8],
+    ) -> std::result::Result<(), DecodeError> {
         SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
             let result = self.decode_with(bytes, &mut scratch, out);
@@ -206,7 +208,7 @@ impl ImageColumn {
         bytes: &[u8],
         scratch: &mut Vec<u8>,
         out: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), DecodeError> {
         let (width, height, src_channels) = decode_8bit(bytes, scratch, self.bounds)?;
         let [h, w] = self.size;
         if (height, width) == (h, w) {
@@ -226,51 +228,39 @@ fn decode_8bit(
     bytes: &[u8],
     scratch: &mut Vec<u8>,
     bounds: Bounds,
-) -> std::result::Result<(usize, usize, usize), String> {
+) -> std::result::Result<(usize, usize, usize), DecodeError> {
     let mut reader = ImageReader::new(Cursor::new(bytes))
         .with_guessed_format()
-        .map_err(|e| format!("cannot be read: {e}"))?;
+        .map_err(DecodeError::Unreadable)?;
     if reader.format().is_none() {
-        return Err(
-            "is neither a PNG nor a JPEG image (its first bytes are not a PNG or JPEG \
-                    signature)"
-                .into(),
-        );
+        return Err(DecodeError::NotPngOrJpeg);
     }
     reader.limits(limits());
     let decoder = reader.into_decoder().map_err(|e| match e {
         image::ImageError::Limits(_) => limit_error(&e),
-        e => decoder_error(&e),
+        e => DecodeError::Decoder(e),
     })?;
     let (width, height) = decoder.dimensions();
     let (width, height) = (width as usize, height as usize);
     let pixels = width as u64 * height as u64;
     if pixels > bounds.pixels {
-        return Err(format!(
-            "is {width} × {height} pixels, more than data.image.max_pixels ({}); raise it, or \
-             leave the image's row out of the data",
-            bounds.pixels
-        ));
+        return Err(DecodeError::TooManyPixels {
+            width,
+            height,
+            max: bounds.pixels,
+        });
     }
     let total = decoder.total_bytes();
     let coefficients = jpeg_coefficient_bytes(bytes);
     let needed = total.saturating_add(coefficients);
     if needed > bounds.bytes {
-        let kept = match coefficients {
-            0 => String::new(),
-            c => format!(
-                " and {} MiB of coefficients a progressive JPEG keeps",
-                c >> 20
-            ),
-        };
-        return Err(format!(
-            "is {width} × {height} pixels, {} MiB decoded{kept}, beyond the limit of {} MiB \
-             an image may take (data.image.max_pixels, at most {} MiB); replace the image by a \
-             smaller one, or leave its row out of the data",
-            total >> 20,
-            bounds.bytes >> 20,
-            MAX_DECODED_BYTES >> 20
-        ));
+        return Err(DecodeError::TooLarge {
+            width,
+            height,
+            decoded: total,
+            coefficients,
+            limit: bounds.bytes,
+        });
     }
     let channels = match decoder.color_type() {
         ColorType::L8 => 1,
@@ -281,62 +271,16 @@ fn decode_8bit(
         ColorType::La16 => 2,
         ColorType::Rgb16 => 3,
         ColorType::Rgba16 => 4,
-        c => {
-            return Err(format!(
-                "has pixels of a kind ({c:?}) the decoder does not narrow"
-            ));
-        }
+        c => return Err(DecodeError::PixelKind(c)),
     };
     let wide = decoder.color_type().bytes_per_pixel() as usize > channels;
     scratch.clear();
     scratch.resize(total as usize, 0);
-    decoder.read_image(scratch).map_err(|e| decoder_error(&e))?;
+    decoder.read_image(scratch).map_err(DecodeError::Decoder)?;
     if wide {
         narrow_in_place(scratch);
     }
     Ok((width, height, channels))
-}
-
-/// The decoder's error `e` as the end of a sentence about the image ("is a corrupt PNG
-/// image (…); …"). The decoders' own messages can hold their types in debug form (the PNG
-/// decoder's `ChunkType { type: IDAT, critical: true, … }`): those read as the chunk's name.
-fn decoder_error(e: &image::ImageError) -> String {
-    let fix = "replace the image, or leave its row out of the data";
-    let d = match e {
-        image::ImageError::Decoding(d) => d,
-        image::ImageError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return format!("is cut short (the image's data ends before the image does); {fix}");
-        }
-        e => return format!("cannot be decoded ({}); {fix}", readable(&e.to_string())),
-    };
-    let format = match d.format_hint() {
-        ImageFormatHint::Exact(ImageFormat::Png) => "PNG ",
-        ImageFormatHint::Exact(ImageFormat::Jpeg) => "JPEG ",
-        _ => "",
-    };
-    match std::error::Error::source(d) {
-        Some(why) => format!(
-            "is a corrupt {format}image ({}); {fix}",
-            readable(&why.to_string())
-        ),
-        None => format!("is a corrupt {format}image; {fix}"),
-    }
-}
-
-/// A decoder's message without debug-formatted chunk types and without a final full stop.
-fn readable(message: &str) -> String {
-    const CHUNK: &str = "ChunkType { type: ";
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(at) = rest.find(CHUNK) {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + CHUNK.len()..];
-        let name_end = after.find([',', ' ', '}']).unwrap_or(after.len());
-        out.push_str(&after[..name_end]);
-        rest = after.find('}').map_or("", |close| &after[close + 1..]);
-    }
-    out.push_str(rest);
-    out.trim().trim_end_matches('.').to_string()
 }
 
 /// `pixels` (`[height, width]`, `channels` interleaved) resized to `size` with a triangle

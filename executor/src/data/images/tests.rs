@@ -37,7 +37,9 @@ fn decoding_threads_are_batch_work() {
 fn decode(bytes: &[u8], channels: usize, size: [usize; 2]) -> std::result::Result<Vec<u8>, String> {
     let c = column(channels, size);
     let mut out = vec![0u8; c.values_per_image()];
-    c.decode_into(bytes, &mut out).map(|()| out)
+    c.decode_into(bytes, &mut out)
+        .map(|()| out)
+        .map_err(|e| e.to_string())
 }
 
 /// A 2 × 2 RGB image and its planes.
@@ -250,13 +252,19 @@ fn images_beyond_max_pixels_are_refused() {
     };
     let c = ImageColumn::new(&spec, 1);
     let mut out = vec![0u8; 4];
-    let msg = c.decode_into(&png_header(11, 10, 0), &mut out).unwrap_err();
+    let msg = c
+        .decode_into(&png_header(11, 10, 0), &mut out)
+        .unwrap_err()
+        .to_string();
     assert_eq!(
         msg,
         "is 11 × 10 pixels, more than data.image.max_pixels (100); raise it, or leave the \
          image's row out of the data"
     );
-    let msg = c.decode_into(&png_header(10, 10, 0), &mut out).unwrap_err();
+    let msg = c
+        .decode_into(&png_header(10, 10, 0), &mut out)
+        .unwrap_err()
+        .to_string();
     assert!(msg.starts_with("is cut short"), "{msg}");
 }
 
@@ -277,7 +285,7 @@ fn a_corrupt_png_is_one_sentence_without_debug_forms() {
          leave its row out of the data"
     );
     assert_eq!(
-        readable("Chunk ChunkType { type: PLTE, critical: true } must appear at most once."),
+        error::readable("Chunk ChunkType { type: PLTE, critical: true } must appear at most once."),
         "Chunk PLTE must appear at most once"
     );
 }

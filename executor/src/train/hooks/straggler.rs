@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{ExecutorError, Result};
+use crate::error::{ExecutorError, Result, Unrunnable};
 
 /// The environment variable of the test-only straggler ([`Straggler`]): `RANK:MS[:FRACTION]`
 /// makes that rank (`*`: every rank) sleep `MS` milliseconds after its backward pass, in every
@@ -30,9 +30,10 @@ impl Straggler {
 
     fn parse(value: &str, rank: usize) -> Result<Option<Straggler>> {
         let bad = || {
-            ExecutorError::Spec(format!(
-                "{STRAGGLER_ENV} = {value:?} is not RANK:MILLISECONDS[:FRACTION]"
-            ))
+            ExecutorError::from(Unrunnable::Straggler {
+                var: STRAGGLER_ENV,
+                value: value.to_string(),
+            })
         };
         let mut parts = value.split(':').map(str::trim);
         let who = parts.next().ok_or_else(bad)?;
