@@ -22,7 +22,7 @@
 pub mod cli;
 pub mod local;
 
+pub use ringflow_core as core;
 pub use ringflow_driver as driver;
 pub use ringflow_executor as executor;
 pub use ringflow_ml as ml;
-pub use ringflow_proto as proto;

@@ -22,7 +22,7 @@ export RINGFLOW_LONG_FUZZ=1
 
 # Where the targets live: crate and test target.
 SUITES=(
-    "-p ringflow-proto --lib"
+    "-p ringflow-core --lib"
     "-p ringflow-ml --lib"
     "-p ringflow-ml --test conformance"
     "-p ringflow-ml --test footprint"

@@ -15,7 +15,7 @@ import re
 import sys
 from collections import defaultdict, deque
 
-CRATES = {"ml": "ml/src", "proto": "proto/src", "driver": "driver/src",
+CRATES = {"ml": "ml/src", "core": "core/src", "driver": "driver/src",
           "executor": "executor/src", "ringflow": "src"}
 
 # Circles tolerated for now, each a set of files (none: issue 40 removed the last). An entry

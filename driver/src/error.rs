@@ -1,7 +1,7 @@
 //! The driver's error types: [`DriverError`] for what refuses a job before it is queued,
 //! [`JobError`] for what ends a queued or running job, or refuses a request about one.
 
-use ringflow_proto::data::stats::MAX_CLASSES;
+use ringflow_core::data::stats::MAX_CLASSES;
 
 /// Everything that can make the driver refuse or fail a job.
 #[derive(Debug, thiserror::Error)]
@@ -9,16 +9,16 @@ use ringflow_proto::data::stats::MAX_CLASSES;
 pub enum DriverError {
     /// The job spec is unusable; the message names the key.
     #[error(transparent)]
-    Spec(#[from] ringflow_proto::spec::SpecError),
+    Spec(#[from] ringflow_core::spec::SpecError),
     /// The data cannot be used; the message names the file or setting.
     #[error("{0}")]
     Data(String),
     /// A listener's connection limits admit no connection; the message names the listener.
     #[error(transparent)]
-    Listener(#[from] ringflow_proto::listener::LimitsError),
+    Listener(#[from] ringflow_core::listener::LimitsError),
     /// `cluster.checkpoint_dir` cannot be used.
     #[error("cluster.checkpoint_dir: {0}")]
-    CheckpointDir(#[source] ringflow_proto::data::DataError),
+    CheckpointDir(#[source] ringflow_core::data::DataError),
     /// The label is not the same kind of value throughout the data, or `data.label_classes`
     /// does not fit it.
     #[error(transparent)]
@@ -36,7 +36,7 @@ pub enum DriverError {
     /// A saved model's `checkpoint.json` whose parts disagree or cannot be read; the message
     /// names the file and the field.
     #[error(transparent)]
-    SavedModel(#[from] ringflow_proto::saved::SavedModelError),
+    SavedModel(#[from] ringflow_core::saved::SavedModelError),
     /// A token-sequence job that cannot be planned, or a row of its data that breaks the
     /// rules; the message names the file, row and column.
     #[error(transparent)]
@@ -241,8 +241,8 @@ pub enum JobError {
     #[error(
         "the statistics of data.train ({what}) make a preprocessing of {}, more than the {} a \
          job's preprocessing may have",
-        ringflow_proto::size::format_bytes(*bytes),
-        ringflow_proto::size::format_bytes(ringflow_proto::wire::MAX_PREPROCESSING_BYTES)
+        ringflow_core::size::format_bytes(*bytes),
+        ringflow_core::size::format_bytes(ringflow_core::wire::MAX_PREPROCESSING_BYTES)
     )]
     PreprocessingTooLarge {
         /// What it holds ("100000 label classes, the mean and deviation of 784 features").

@@ -22,9 +22,9 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ringflow_proto::data::Location;
-use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::data::Location;
+use ringflow_core::data::runtime::block_on;
+use ringflow_core::phases::PhaseTimes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -41,7 +41,7 @@ pub mod error;
 pub mod history;
 
 /// The file name of an event log within a checkpoint directory.
-pub const FILE_NAME: &str = ringflow_proto::spec::EVENTS_FILE;
+pub const FILE_NAME: &str = ringflow_core::spec::EVENTS_FILE;
 
 /// One executor of a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,8 +71,8 @@ pub enum Event {
     Submitted {
         /// The job's name.
         name: String,
-        /// `"train"`, `"eval"` or `"predict"`.
-        kind: String,
+        /// What the job does.
+        kind: crate::work::JobWork,
         /// Executors it runs on.
         executors: usize,
         /// Epochs to train.
@@ -549,7 +549,7 @@ pub fn log_path(dir: &str) -> String {
     if dir.ends_with(".jsonl") {
         dir.to_string()
     } else {
-        ringflow_proto::data::paths::join(dir, FILE_NAME)
+        ringflow_core::data::paths::join(dir, FILE_NAME)
     }
 }
 

@@ -5,8 +5,8 @@
 //! rows, and an IOB2 tagger's also counts entities ([`EntityCounts`]). Jobs that are not
 //! sequences report none of these, and nothing here shows for them.
 
-use ringflow_proto::metrics::entities::EntityCounts;
-use ringflow_proto::pb;
+use ringflow_core::metrics::entities::EntityCounts;
+use ringflow_core::pb;
 use serde::{Deserialize, Serialize};
 
 /// The real tokens of the rows trained, and the padding steps their batches held.

@@ -24,7 +24,9 @@ mod shared;
 pub mod summary;
 mod tls;
 mod ui;
+pub mod work;
 
 pub use error::{DriverError, Result};
 pub use planner::JobPlan;
 pub use summary::{JobStatus, JobSummary};
+pub use work::JobWork;

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use ringflow_proto::pb::{self, EpochReport, EvalReport, TaskOutcome};
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::pb::{self, EpochReport, EvalReport, TaskOutcome};
+use ringflow_core::phases::PhaseTimes;
 use serde::{Deserialize, Serialize};
 
 use crate::figures::Tokens;

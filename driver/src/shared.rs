@@ -6,9 +6,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use ringflow_core::listener::ConnectionGate;
+use ringflow_core::security::Secret;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::listener::ConnectionGate;
-use ringflow_proto::security::Secret;
 use tokio::sync::Notify;
 
 use crate::scheduler::{Scheduler, SchedulerConfig};

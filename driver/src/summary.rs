@@ -124,8 +124,8 @@ pub struct JobSummary {
     pub replicas_identical: Option<bool>,
     /// Per-epoch figures of the epochs every rank of the ring reported.
     pub history: Vec<EpochSummary>,
-    /// `"train"`, `"eval"` or `"predict"`.
-    pub kind: String,
+    /// What the job did.
+    pub kind: crate::work::JobWork,
     /// Where executors read the data: `"direct"` or `"driver"` (Arrow Flight).
     pub data_source: Option<String>,
     /// Training: how gradients travelled on the ring (`cluster.compression`: `"none"`,
@@ -269,7 +269,7 @@ impl JobSummary {
             replicas_identical: (!checksums.is_empty())
                 .then(|| checksums.iter().all(|&c| c == checksums[0])),
             history: progress.epochs().to_vec(),
-            kind: "train".into(),
+            kind: crate::work::JobWork::Train,
             data_source: None,
             compression: None,
             matmul_precision: None,
@@ -363,7 +363,7 @@ impl fmt::Display for JobSummary {
             writeln!(f, "  error: {e}")?;
         }
         let test = self.test_figures();
-        if self.kind != "train" {
+        if self.kind != crate::work::JobWork::Train {
             if let (false, Some(rows)) = (test.is_empty(), self.test_rows) {
                 writeln!(
                     f,
@@ -410,7 +410,7 @@ impl fmt::Display for JobSummary {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use ringflow_proto::pb;
+    use ringflow_core::pb;
 
     use super::*;
 

@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringflow_proto::listener::{
+use ringflow_core::listener::{
     ConnectionGate, GatedListener, GuardedStream, PeerInfo, RefusalReason,
 };
 use tokio::net::TcpStream;

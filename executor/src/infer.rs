@@ -10,16 +10,16 @@ use datafusion::arrow::buffer::OffsetBuffer;
 use datafusion::arrow::datatypes::{Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::ArrowWriter;
+use ringflow_core::data::Location;
+use ringflow_core::data::location::download_dir;
+use ringflow_core::data::paths;
+use ringflow_core::data::runtime::block_on;
+use ringflow_core::saved::SavedModel;
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::checkpoint;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, SequenceOutput};
 use ringflow_ml::{Device, no_grad};
-use ringflow_proto::data::Location;
-use ringflow_proto::data::location::download_dir;
-use ringflow_proto::data::paths;
-use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::saved::SavedModel;
-use ringflow_proto::spec::JobSpec;
 
 use crate::data::rows::{Batch, Rows};
 use crate::data::sequences;
@@ -29,7 +29,7 @@ use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::{Split, TaskContext, TrainEvent, evaluate, label_kind};
 
 /// Rows per prediction batch.
-const PREDICT_BATCH: usize = ringflow_proto::data::PREDICT_BATCH_ROWS;
+const PREDICT_BATCH: usize = ringflow_core::data::PREDICT_BATCH_ROWS;
 
 /// One rank's evaluation or prediction task.
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::Path;
 
-use ringflow_proto::size::format_bytes;
+use ringflow_core::size::format_bytes;
 
 /// Where an executor's memory limit comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

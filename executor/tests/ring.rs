@@ -386,7 +386,7 @@ fn a_rank_that_leaves_fails_the_step_on_every_rank() {
 
 #[test]
 fn a_ring_forms_while_its_ports_are_flooded_with_silent_connections() {
-    use ringflow_proto::listener::{ListenerLimits, RefusalReason};
+    use ringflow_core::listener::{ListenerLimits, RefusalReason};
     // Silent connections would hold every place for longer than the ring may take to form.
     let limits = ListenerLimits {
         max_connections: 4,

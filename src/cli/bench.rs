@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use ringflow_driver::observe::progress;
+use ringflow_core::pb;
+use ringflow_driver::observe::console;
 use ringflow_driver::scheduler::SchedulerConfig;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, Tensor, loss, rng};
-use ringflow_proto::pb;
 
 use super::submit::{self, Watched};
 use crate::local::{LocalCluster, LocalConfig};
@@ -112,7 +112,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         let mut client = submit::connect(&cluster.url(), &cluster.security()).await?;
         let job_id = client
             .submit(pb::SubmitRequest {
-                protocol_version: ringflow_proto::PROTOCOL_VERSION,
+                protocol_version: ringflow_core::PROTOCOL_VERSION,
                 kind: pb::TaskKind::BenchAllreduce as i32,
                 bench_executors: args.ranks as u32,
                 bench: Some(pb::BenchSpec {
@@ -128,7 +128,7 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
             .map_err(super::submit::rpc_error)?
             .into_inner()
             .job_id;
-        let watched = submit::watch(&mut client, &job_id, &mut progress::for_stderr()).await;
+        let watched = submit::watch(&mut client, &job_id, &mut console::for_stderr()).await;
         cluster
             .shutdown(!matches!(watched, Ok(Watched::Summary(_))))
             .await;

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use ringflow_core::listener::ListenerLimits;
 use ringflow_driver::scheduler::{DEFAULT_RETAINED_JOBS, SchedulerConfig};
 use ringflow_driver::service::{self, DriverConfig, DriverLimits};
 use ringflow_executor::worker::{self, ExecutorConfig, ExecutorLimits};
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::listener::ListenerLimits;
 
 use super::security::SecurityArgs;
 use super::signals::{shutdown_signal, stop_flag_on_signal};
@@ -235,7 +235,7 @@ pub struct ExecutorArgs {
     /// The memory this executor's tasks may use, e.g. 8GiB or 512MiB (default: the smaller of
     /// the machine's memory and the process's cgroup limit). The driver refuses a job whose
     /// memory estimate exceeds it.
-    #[arg(long, value_name = "SIZE", value_parser = ringflow_proto::size::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = ringflow_core::size::parse_size)]
     memory: Option<u64>,
 
     /// Which executors share this one's memory: those with the same identity all-reduce

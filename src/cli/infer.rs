@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use ringflow_driver::observe::progress;
+use ringflow_core::pb;
+use ringflow_driver::observe::console;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::pb;
 
 use super::submit::absolute_if_here;
 use super::{local, submit};
@@ -83,7 +83,7 @@ fn run(
     super::check_summary_json(cluster.summary_json.as_deref())?;
     let output = request.output;
     let request = pb::SubmitRequest {
-        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        protocol_version: ringflow_core::PROTOCOL_VERSION,
         model_dir: absolute_if_here(&cluster.model),
         data: absolute_if_here(&cluster.data),
         executors,
@@ -100,14 +100,14 @@ fn run(
             &cluster.security.client()?,
             request,
             cluster.summary_json.as_ref(),
-            progress::for_stderr(),
+            console::for_stderr(),
         ),
         None => local::run_local(
             LocalConfig::from(&cluster),
             registry,
             request,
             cluster.summary_json.as_ref(),
-            progress::for_stderr(),
+            console::for_stderr(),
         ),
     }
 }

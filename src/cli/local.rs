@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use ringflow_core::pb;
+use ringflow_core::security::Secret;
+use ringflow_core::spec::{JobSpec, Override};
 use ringflow_driver::observe::Observers;
 use ringflow_driver::service::UiHosts;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::pb;
-use ringflow_proto::security::Secret;
-use ringflow_proto::spec::{JobSpec, Override};
 
 use super::JobArgs;
 use super::submit::{self, Watched};

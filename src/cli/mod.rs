@@ -16,11 +16,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use ringflow_core::spec::{JobSpec, Override};
 use ringflow_driver::observe::tensorboard::TensorBoard;
 use ringflow_driver::observe::timeline::Timeline;
-use ringflow_driver::observe::{Observers, progress};
+use ringflow_driver::observe::{Observers, console};
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::spec::{JobSpec, Override};
 
 /// Data-parallel training with a ring all-reduce.
 #[derive(Parser)]
@@ -126,7 +126,7 @@ impl JobArgs {
             .as_deref()
             .map(TensorBoard::create)
             .transpose()?;
-        Ok(progress::for_stderr().with(tensorboard))
+        Ok(console::for_stderr().with(tensorboard))
     }
 
     /// The `--timeline` file, created now so that a bad path fails before the job starts.
@@ -135,8 +135,8 @@ impl JobArgs {
     }
 
     /// The request that submits the job.
-    fn request(&self, spec: &JobSpec) -> ringflow_proto::pb::SubmitRequest {
-        ringflow_proto::pb::SubmitRequest {
+    fn request(&self, spec: &JobSpec) -> ringflow_core::pb::SubmitRequest {
+        ringflow_core::pb::SubmitRequest {
             resume: self.resume.is_some(),
             ..submit::train_request(spec, &self.job)
         }

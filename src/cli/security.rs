@@ -1,10 +1,10 @@
 //! The options shared by every command that serves or reaches a driver: the cluster's secret
-//! and the control plane's TLS files (see `ringflow_proto::security`).
+//! and the control plane's TLS files (see `ringflow_core::security`).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use ringflow_proto::security::{ClientSecurity, ClientTls, Secret, ServerTls};
+use ringflow_core::security::{ClientSecurity, ClientTls, Secret, ServerTls};
 
 #[derive(Args, Clone, Debug, Default)]
 pub struct SecurityArgs {

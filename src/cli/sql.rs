@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use datafusion::dataframe::DataFrameWriteOptions;
-use ringflow_proto::data::deadline::block_on_timeout;
-use ringflow_proto::data::{Location, sql};
+use ringflow_core::data::deadline::block_on_timeout;
+use ringflow_core::data::{Location, sql};
 
 #[derive(Args)]
 pub struct SqlArgs {
@@ -58,14 +58,14 @@ pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
         let ctx = sql::session(None);
         for (name, path) in &tables {
             let skipped = sql::register_table(&ctx, name, path).await.map_err(|e| {
-                ringflow_proto::data::DataError::new(format!("--table {name}"), e.to_string())
+                ringflow_core::data::DataError::new(format!("--table {name}"), e.to_string())
             })?;
             for skipped in skipped {
                 eprintln!("warning: table `{name}`: {skipped}");
             }
         }
         let fail = |e: datafusion::error::DataFusionError| {
-            ringflow_proto::data::DataError::new("query", sql::df_message(&e))
+            ringflow_core::data::DataError::new("query", sql::df_message(&e))
         };
         let df = ctx.sql(&query).await.map_err(fail)?;
         match output {
@@ -89,7 +89,7 @@ pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
             None => {
                 let batches = df.collect().await.map_err(fail)?;
                 let table = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
-                    .map_err(|e| ringflow_proto::data::DataError::new("query", e.to_string()))?;
+                    .map_err(|e| ringflow_core::data::DataError::new("query", e.to_string()))?;
                 let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
                 Ok(format!("{table}\n{rows} rows\n"))
             }
@@ -101,7 +101,7 @@ pub fn run(args: SqlArgs) -> anyhow::Result<ExitCode> {
              stopped; raise --timeout if it needs longer"
         )
     })?
-    .map_err(|e: ringflow_proto::data::DataError| anyhow::anyhow!("{e}"))?;
+    .map_err(|e: ringflow_core::data::DataError| anyhow::anyhow!("{e}"))?;
     print!("{printed}");
     Ok(ExitCode::SUCCESS)
 }

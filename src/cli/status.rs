@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use super::security::SecurityArgs;
 
@@ -90,7 +90,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
                 info.cores,
                 match info.memory_bytes {
                     0 => "-".to_string(),
-                    bytes => ringflow_proto::size::format_bytes(bytes),
+                    bytes => ringflow_core::size::format_bytes(bytes),
                 },
                 info.devices.join(","),
                 e.state,

@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use ringflow_core::pb::{self, jobs_client::JobsClient};
+use ringflow_core::security::{AuthenticatedChannel, ClientSecurity, error_chain, status_line};
+use ringflow_core::spec::JobSpec;
+use ringflow_core::wire::MAX_MESSAGE_BYTES;
 use ringflow_driver::JobSummary;
 use ringflow_driver::observe::{self, Followed, Observers};
-use ringflow_proto::pb::{self, jobs_client::JobsClient};
-use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity, error_chain, status_line};
-use ringflow_proto::spec::JobSpec;
-use ringflow_proto::wire::MAX_MESSAGE_BYTES;
 
 use super::JobArgs;
 use super::security::SecurityArgs;
@@ -83,7 +83,7 @@ pub fn absolutize(spec: &mut JobSpec) -> anyhow::Result<()> {
 /// The request that submits `spec` (read from `file`) for training.
 pub fn train_request(spec: &JobSpec, file: &Path) -> pb::SubmitRequest {
     pb::SubmitRequest {
-        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        protocol_version: ringflow_core::PROTOCOL_VERSION,
         kind: pb::TaskKind::Train as i32,
         spec_json: spec.to_json(),
         spec_file: file.display().to_string(),

@@ -15,8 +15,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use ringflow_core::security::{SECRET_ENV, Secret};
 use ringflow_driver::scheduler::ProcessEnd;
-use ringflow_proto::security::{SECRET_ENV, Secret};
 
 /// How often the watcher looks for children that ended.
 const WATCH_EVERY: Duration = Duration::from_millis(50);

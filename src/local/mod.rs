@@ -15,13 +15,13 @@ pub mod children;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use ringflow_core::security::{ClientSecurity, Secret};
+use ringflow_core::size::format_bytes;
 use ringflow_driver::scheduler::{ProcessEnd, SchedulerConfig};
 use ringflow_driver::service::{self, DriverConfig, DriverHandle, DriverLimits, UiHosts};
 use ringflow_executor::memory::MemoryLimit;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::security::{ClientSecurity, Secret};
-use ringflow_proto::size::format_bytes;
 
 use children::Children;
 

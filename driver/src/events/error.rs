@@ -2,7 +2,7 @@
 //! event, [`LogError`] for a log that cannot be read, and [`SinkError`] for a log that cannot be
 //! written (the job goes on without it). A leaf of the event log.
 
-use ringflow_proto::data::DataError;
+use ringflow_core::data::DataError;
 
 /// Why a line is not a ringflow event, as the end of a sentence about the line.
 #[derive(Debug, thiserror::Error)]

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::phases::PhaseTimes;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -48,8 +48,8 @@ pub struct JobHistory {
     pub job_id: String,
     /// The job's name.
     pub name: String,
-    /// `"train"`, `"eval"` or `"predict"`.
-    pub kind: String,
+    /// What the job does (unknown when its log lost the `submitted` event).
+    pub kind: Option<crate::work::JobWork>,
     /// `"succeeded"`, `"failed"`, `"cancelled"`, or `"unfinished"` when the log has no end
     /// (the job runs, or its driver stopped).
     pub state: String,
@@ -294,7 +294,7 @@ impl JobHistory {
                 memory,
             } => {
                 self.name = name;
-                self.kind = kind;
+                self.kind = Some(kind);
                 self.submitted_at = Some(at);
                 self.plan = Plan {
                     executors,

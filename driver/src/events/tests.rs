@@ -78,7 +78,7 @@ fn sequence_figures_are_logged_only_for_sequence_jobs() {
         rows.ends_with(r#""accuracy":0.94,"loss":0.2,"rows":1164}"#),
         "{rows}"
     );
-    let counts = ringflow_proto::metrics::entities::EntityCounts {
+    let counts = ringflow_core::metrics::entities::EntityCounts {
         correct: 7,
         predicted: 10,
         gold: 10,

@@ -3,7 +3,7 @@
 use std::future::Future;
 
 use futures::{Stream, StreamExt};
-use ringflow_proto::pb::{self, job_event::Event};
+use ringflow_core::pb::{self, job_event::Event};
 
 use super::observer::Observer;
 use crate::summary::JobSummary;

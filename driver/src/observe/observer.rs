@@ -1,6 +1,6 @@
 //! The observer trait, and a list of observers that is itself one.
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use crate::summary::JobSummary;
 

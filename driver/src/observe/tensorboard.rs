@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use super::observer::Observer;
 use crate::summary::JobSummary;
@@ -213,7 +213,7 @@ impl EventWriter {
             .map(|d| d.as_secs())
             .unwrap_or(0);
         // The host's name, made safe as part of a file name.
-        let host = ringflow_proto::host::hostname().replace(['/', '\\'], "_");
+        let host = ringflow_core::host::hostname().replace(['/', '\\'], "_");
         let name = format!("events.out.tfevents.{secs}.{host}.ringflow");
         let mut path = dir.join(&name);
         let open = |p: &Path| File::options().write(true).create_new(true).open(p);

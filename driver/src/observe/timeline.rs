@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ringflow_proto::pb;
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::pb;
+use ringflow_core::phases::PhaseTimes;
 use serde_json::{Value, json};
 
 use super::observer::Observer;

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use ringflow_proto::data::DataError;
+use ringflow_core::data::DataError;
 
 /// Why a local directory cannot be written or created.
 #[derive(Debug, thiserror::Error)]

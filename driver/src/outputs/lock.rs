@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use object_store::UpdateVersion;
-use ringflow_proto::data::Location;
+use ringflow_core::data::Location;
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -90,7 +90,7 @@ impl LockOwner {
         let now = SystemTime::now();
         LockOwner {
             job_id: job_id.to_string(),
-            host: ringflow_proto::host::hostname(),
+            host: ringflow_core::host::hostname(),
             pid: std::process::id(),
             pid_start: process_start(std::process::id()),
             token: token.iter().map(|b| format!("{b:02x}")).collect(),
@@ -120,7 +120,7 @@ impl LockOwner {
     /// Why the holder is gone, when it is, as what follows "whose": its process ended (same
     /// host), or it has not refreshed the lock for `timing.stale_after` (another host).
     pub fn gone(&self, timing: LockTiming) -> Option<String> {
-        if self.host == ringflow_proto::host::hostname() {
+        if self.host == ringflow_core::host::hostname() {
             return (!process_alive(self.pid, self.pid_start))
                 .then(|| "process has ended".to_string());
         }

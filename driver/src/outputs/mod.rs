@@ -22,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
-use ringflow_proto::data::Location;
+use ringflow_core::data::Location;
 
 pub use error::{CleanError, DirError, HeldError};
 pub use lock::{DirLock, LOCK_FILE, LockOwner, LockTiming};

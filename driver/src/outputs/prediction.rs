@@ -23,10 +23,10 @@ use std::path::{Path, PathBuf};
 
 use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
-use ringflow_proto::data::Location;
-use ringflow_proto::data::local::is_glob;
-use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::spec::JobSpec;
+use ringflow_core::data::Location;
+use ringflow_core::data::local::is_glob;
+use ringflow_core::data::runtime::block_on;
+use ringflow_core::spec::JobSpec;
 
 use super::{CleanError, HeldError, LOCK_FILE, OutputError};
 

@@ -16,8 +16,8 @@
 //! for the rows training really sees.
 
 use rand::seq::SliceRandom;
+use ringflow_core::pb::{EpochPlan, Partition};
 use ringflow_ml::rng::{self, streams};
-use ringflow_proto::pb::{EpochPlan, Partition};
 
 use crate::error::{DriverError, Result};
 use crate::planner::split::RowGroup;

@@ -1,7 +1,7 @@
 //! [`CountError`]: why the counting pass ([`super::counting`]) could not count the rows a
 //! query yields over a row group. A leaf, so that the driver's error type can hold it.
 
-use ringflow_proto::data::DataError;
+use ringflow_core::data::DataError;
 
 /// Why the rows of one row group could not be counted.
 #[derive(Debug, thiserror::Error)]

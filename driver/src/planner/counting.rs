@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
-use ringflow_proto::data::deadline::block_on_timeout;
-use ringflow_proto::data::partition::PartitionReader;
-use ringflow_proto::data::sql;
-use ringflow_proto::spec::JobSpec;
+use ringflow_core::data::deadline::block_on_timeout;
+use ringflow_core::data::partition::PartitionReader;
+use ringflow_core::data::sql;
+use ringflow_core::spec::JobSpec;
 
 pub use super::count_error::CountError;
 use super::split::RowGroup;
@@ -68,7 +68,7 @@ impl RowCounter {
         let ctx = block_on_timeout(timeout, async move {
             let ctx = sql::session(Some(1));
             sql::register_lookup_tables(&ctx, &tables, true).await?;
-            Ok::<_, ringflow_proto::data::DataError>(ctx)
+            Ok::<_, ringflow_core::data::DataError>(ctx)
         })
         .map_err(|_| timed_out("loading data.tables to count the query's rows", timeout))?
         .map_err(SqlPlanError::from)?;

@@ -3,10 +3,10 @@
 //! or device named directly is refused, and one inside a directory or glob is skipped and
 //! reported ([`Listing::skipped`]).
 
-use ringflow_proto::data::Location;
-use ringflow_proto::data::local::{self, Named, Skipped};
-use ringflow_proto::data::location::is_local;
-use ringflow_proto::data::runtime::block_on;
+use ringflow_core::data::Location;
+use ringflow_core::data::local::{self, Named, Skipped};
+use ringflow_core::data::location::is_local;
+use ringflow_core::data::runtime::block_on;
 
 use super::schema_error::ListingError;
 use crate::error::{DriverError, Result};

@@ -5,13 +5,13 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::statistics::Statistics;
+use ringflow_core::data::deadline::{self, READ_TIMEOUT, block_on_timeout, read_failed};
+use ringflow_core::data::local::open_regular;
+use ringflow_core::data::partition::StoreReader;
+use ringflow_core::data::{Location, is_string};
+use ringflow_core::spec::{DataSpec, JobSpec};
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{ModelShape, SequenceOutput};
-use ringflow_proto::data::deadline::{self, READ_TIMEOUT, block_on_timeout, read_failed};
-use ringflow_proto::data::local::open_regular;
-use ringflow_proto::data::partition::StoreReader;
-use ringflow_proto::data::{Location, is_string};
-use ringflow_proto::spec::{DataSpec, JobSpec};
 
 use super::schema_error::{FactError, FooterError, NotNumeric, SchemaError};
 use super::split::{LabelType, RowGroup, Split};
@@ -315,7 +315,7 @@ mod tests {
     use std::sync::Arc;
 
     use datafusion::arrow::datatypes::Field;
-    use ringflow_proto::spec::JobSpec;
+    use ringflow_core::spec::JobSpec;
 
     use super::*;
 

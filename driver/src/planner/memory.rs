@@ -30,12 +30,12 @@
 //! when the estimate itself exceeds the limit, i.e. when it certainly cannot fit, and a job
 //! that fits is never refused (see `docs/job-spec.md`, "Memory").
 
+use ringflow_core::data::partition::{read_ahead_chunks, read_batch_rows};
+use ringflow_core::data::{BATCHES_AHEAD, EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
+use ringflow_core::size::format_bytes;
+use ringflow_core::spec::{ImageSpec, JobSpec};
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelFootprint;
-use ringflow_proto::data::partition::{read_ahead_chunks, read_batch_rows};
-use ringflow_proto::data::{BATCHES_AHEAD, EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
-use ringflow_proto::size::format_bytes;
-use ringflow_proto::spec::{ImageSpec, JobSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::planner::JobPlan;
@@ -411,7 +411,7 @@ layers = [784, 100, 10]
 batch_size = 128
 optimizer = { kind = "adagrad", lr = 0.05 }
 "#;
-        let sets: Vec<ringflow_proto::spec::Override> =
+        let sets: Vec<ringflow_core::spec::Override> =
             sets.iter().map(|s| s.parse().unwrap()).collect();
         let spec = JobSpec::parse(text, Path::new("j.toml"), &sets).unwrap();
         let registry = ModelRegistry::default();

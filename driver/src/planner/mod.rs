@@ -23,11 +23,11 @@ pub mod split;
 pub mod sql_planner;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use ringflow_core::data::runtime::block_on;
+use ringflow_core::data::{Location, Preprocessing};
+use ringflow_core::pb::EpochPlan;
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
-use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::data::{Location, Preprocessing};
-use ringflow_proto::pb::EpochPlan;
-use ringflow_proto::spec::JobSpec;
 
 use crate::error::{DriverError, Result};
 use footer::{check_schema, read_footers};

@@ -4,10 +4,10 @@
 //! classes from here).
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use ringflow_core::data::is_string;
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{DataFacts, UnknownFact};
-use ringflow_proto::data::is_string;
-use ringflow_proto::spec::JobSpec;
 
 use super::footer::{column_max, feature_width};
 use super::schema_error::FactError;

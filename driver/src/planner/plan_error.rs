@@ -3,8 +3,8 @@
 //! fit, and [`ResumeError`] for a checkpoint `--resume` cannot continue from. A leaf: the
 //! planner and the driver's error type use it.
 
+use ringflow_core::data::DataError;
 use ringflow_ml::nn::ModelSpec;
-use ringflow_proto::data::DataError;
 
 /// A label column that is not the same kind of value throughout, or that
 /// `data.label_classes` does not fit; each message is a sentence naming the key.

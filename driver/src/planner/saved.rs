@@ -1,14 +1,14 @@
 //! The saved model that `eval` and `predict` apply: its `checkpoint.json`, read from a local
-//! path or an object store and checked once ([`ringflow_proto::saved`]: the job spec against
+//! path or an object store and checked once ([`ringflow_core::saved`]: the job spec against
 //! the model, the preprocessing against both) before anything is planned with it.
 
 use std::path::Path;
 
+use ringflow_core::data::Location;
+use ringflow_core::data::runtime::block_on;
+pub use ringflow_core::saved::SavedModel;
 use ringflow_ml::checkpoint;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::data::Location;
-use ringflow_proto::data::runtime::block_on;
-pub use ringflow_proto::saved::SavedModel;
 
 use crate::error::{DriverError, Result};
 

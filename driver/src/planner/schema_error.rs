@@ -5,8 +5,8 @@
 //! [`ListingError`] for a data path that lists no files. A leaf: the listing, the footer
 //! checks, the model's data facts and the driver's error type use it.
 
-use ringflow_proto::data::DataError;
-use ringflow_proto::data::local::{ListError, NotReadable};
+use ringflow_core::data::DataError;
+use ringflow_core::data::local::{ListError, NotReadable};
 
 use crate::planner::sql_planner::SqlPlanError;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::parquet::file::metadata::ParquetMetaData;
-use ringflow_proto::pb::Partition;
+use ringflow_core::pb::Partition;
 
 /// One row group of one file.
 #[derive(Clone, Debug, PartialEq, Eq)]

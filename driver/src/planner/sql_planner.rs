@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::prelude::SessionContext;
-use ringflow_proto::data::deadline::block_on_timeout;
-use ringflow_proto::data::{DataError, sql};
-use ringflow_proto::spec::JobSpec;
+use ringflow_core::data::deadline::block_on_timeout;
+use ringflow_core::data::{DataError, sql};
+use ringflow_core::spec::JobSpec;
 
 /// Why `data.sql` could not be planned; every message starts with `data.sql`.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]

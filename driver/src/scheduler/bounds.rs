@@ -1,15 +1,15 @@
 //! What a planned job's messages would carry, checked against their bounds before it is
 //! queued ([`check_preprocessing`], [`check_messages`]), so that a job that plans never sends a message its executors
-//! cannot receive. The bounds are [`ringflow_proto::wire`]'s; the spec's own (`data.sql`, class
+//! cannot receive. The bounds are [`ringflow_core::wire`]'s; the spec's own (`data.sql`, class
 //! names, the spec's size) are checked with the spec, the tokens and tags of a sequence job by
 //! the planner's pass over them. Each refusal is one sentence naming the part that is too large
 //! and the setting or the data that bounds it.
 
 use prost::Message;
-use ringflow_proto::pb;
-use ringflow_proto::size::format_bytes;
-use ringflow_proto::spec::DataSource;
-use ringflow_proto::wire::{MAX_EPOCH_PLAN_BYTES, MAX_FILE_LIST_BYTES, MAX_PREPROCESSING_BYTES};
+use ringflow_core::pb;
+use ringflow_core::size::format_bytes;
+use ringflow_core::spec::DataSource;
+use ringflow_core::wire::{MAX_EPOCH_PLAN_BYTES, MAX_FILE_LIST_BYTES, MAX_PREPROCESSING_BYTES};
 
 use crate::error::{DriverError, Result};
 use crate::planner::JobPlan;

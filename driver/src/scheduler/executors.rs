@@ -2,7 +2,7 @@
 //!
 //! - **Registration.** Executors register and then heartbeat with their full registration, so a
 //!   restarted driver learns them again from their next heartbeat. A protocol version other
-//!   than [`ringflow_proto::PROTOCOL_VERSION`] is refused with a message naming both.
+//!   than [`ringflow_core::PROTOCOL_VERSION`] is refused with a message naming both.
 //! - **Heartbeats.** Each one refreshes the executor's entry, frees an executor that says it is
 //!   idle while its job ended, and tells a running task whether to stop.
 //! - **Attachments.** The stream each executor holds open, numbered so that only the end of
@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use ringflow_core::pb;
 use ringflow_ml::Device;
-use ringflow_proto::pb;
 use tracing::info;
 
 use super::registry::{Assignment, ExecutorEntry};
@@ -191,11 +191,11 @@ impl ExecutorManager {
 
 impl Scheduler {
     fn check_version(who: &str, version: u32) -> Result<(), Refusal> {
-        if version != ringflow_proto::PROTOCOL_VERSION {
+        if version != ringflow_core::PROTOCOL_VERSION {
             return Err(Refusal::Version(format!(
                 "{who} speaks ringflow protocol version {version}, this driver speaks version {}; \
                  run the same ringflow version everywhere",
-                ringflow_proto::PROTOCOL_VERSION
+                ringflow_core::PROTOCOL_VERSION
             )));
         }
         Ok(())

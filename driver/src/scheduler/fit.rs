@@ -3,7 +3,7 @@
 //! is refused with the estimate, the executors' limits and the setting to lower, before any
 //! task is sent.
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use super::registry::ExecutorEntry;
 use crate::planner::memory::MemoryEstimate;

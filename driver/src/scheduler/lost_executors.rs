@@ -25,7 +25,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 use tracing::warn;
 
 use super::executors::ExecutorManager;

@@ -42,8 +42,8 @@ pub use retention::DEFAULT_RETAINED_JOBS;
 
 use std::time::{Duration, Instant};
 
+use ringflow_core::pb;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::pb;
 
 use crate::error::{DriverError, JobError};
 use executors::ExecutorManager;

@@ -18,9 +18,9 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
+use ringflow_core::pb;
+use ringflow_core::spec::{JobSpec, Metric};
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::pb;
-use ringflow_proto::spec::{JobSpec, Metric};
 use tracing::info;
 
 use super::bounds;

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use ringflow_core::pb;
 use ringflow_ml::Device;
-use ringflow_proto::pb;
 
 /// The job and rank an executor was given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl ExecutorEntry {
         };
         format!(
             "the {}{source} of executor {} on {}",
-            ringflow_proto::size::format_bytes(self.info.memory_bytes),
+            ringflow_core::size::format_bytes(self.info.memory_bytes),
             self.info.executor_id,
             self.info.host
         )

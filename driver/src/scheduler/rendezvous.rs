@@ -142,7 +142,7 @@ impl Scheduler {
 mod tests {
     use std::time::{Duration, Instant};
 
-    use ringflow_proto::pb::JobState;
+    use ringflow_core::pb::JobState;
 
     use super::super::tests::{info, sched, train_on};
     use crate::scheduler::JobKind;

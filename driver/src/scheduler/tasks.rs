@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringflow_proto::pb;
-use ringflow_proto::wire::check_task;
+use ringflow_core::pb;
+use ringflow_core::wire::check_task;
 
 use super::{Refusal, Scheduler};
 use crate::error::JobError;

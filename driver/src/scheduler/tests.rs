@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use ringflow_proto::spec::JobSpec;
+use ringflow_core::spec::JobSpec;
 
 use super::*;
 use crate::planner::JobPlan;
@@ -30,7 +30,7 @@ pub(crate) fn info(id: &str, host: &str, port: u16) -> pb::ExecutorInfo {
         ring_address: format!("{host}:{port}"),
         cores: 1,
         devices: vec!["cpu".into()],
-        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        protocol_version: ringflow_core::PROTOCOL_VERSION,
         version: "test".into(),
         pid: 1,
         ..Default::default()
@@ -64,7 +64,7 @@ fn another_protocol_version_is_refused_naming_both() {
     };
     assert!(msg.contains("version 99"), "{msg}");
     assert!(
-        msg.contains(&format!("version {}", ringflow_proto::PROTOCOL_VERSION)),
+        msg.contains(&format!("version {}", ringflow_core::PROTOCOL_VERSION)),
         "{msg}"
     );
     assert_eq!(s.executors().count(), 0);

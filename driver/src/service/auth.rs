@@ -1,18 +1,18 @@
 //! The driver's check of the cluster's shared secret on every control-plane call (see
-//! `ringflow_proto::security`): a call without a valid token is refused with
+//! `ringflow_core::security`): a call without a valid token is refused with
 //! `Unauthenticated`, a sentence the caller shows, and a warning in the driver's log naming
 //! the caller's address.
 //!
 //! An accepted call also completes its connection's first request: until then the connection
 //! may be closed at the first-request deadline, or to make room for a new one
-//! ([`ringflow_proto::listener`]), so that connections that never prove the secret cannot
+//! ([`ringflow_core::listener`]), so that connections that never prove the secret cannot
 //! hold the control plane's places.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use ringflow_proto::listener::peer_of;
-use ringflow_proto::security::{AUTH_HEADER, Secret, TokenVerifier};
+use ringflow_core::listener::peer_of;
+use ringflow_core::security::{AUTH_HEADER, Secret, TokenVerifier};
 use tonic::{Request, Status};
 
 /// A tonic interceptor for one service; without a secret it lets everything through.
@@ -71,7 +71,7 @@ fn established(req: &Request<()>) {
 mod tests {
     use std::net::SocketAddr;
 
-    use ringflow_proto::listener::{ConnectionGate, ListenerKind, ListenerLimits, PeerInfo};
+    use ringflow_core::listener::{ConnectionGate, ListenerKind, ListenerLimits, PeerInfo};
     use tonic::service::Interceptor;
 
     use super::*;
@@ -81,7 +81,7 @@ mod tests {
         let secret = Secret::new(b"the cluster's shared secret", "test").unwrap();
         let mut check = AuthCheck::new(AuthCheck::verifier(Some(&secret)), "a client");
         let gate = ConnectionGate::new(ListenerKind::ControlPlane, ListenerLimits::CONTROL_PLANE);
-        let call = |connection: &ringflow_proto::listener::Connection, token: Option<String>| {
+        let call = |connection: &ringflow_core::listener::Connection, token: Option<String>| {
             let mut req = Request::new(());
             req.extensions_mut().insert(PeerInfo::of(connection));
             if let Some(t) = token {

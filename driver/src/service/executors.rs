@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use ringflow_proto::pb::{self, executors_server::Executors};
-use ringflow_proto::wire::{CHUNK_BYTES, travels_inline};
+use ringflow_core::pb::{self, executors_server::Executors};
+use ringflow_core::wire::{CHUNK_BYTES, travels_inline};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 

@@ -16,9 +16,9 @@ use arrow_flight::{
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
 use futures::stream::{BoxStream, StreamExt};
-use ringflow_proto::data::flight::{PartitionTicket, hex};
-use ringflow_proto::data::partition::PartitionReader;
-use ringflow_proto::security::constant_time_eq;
+use ringflow_core::data::flight::{PartitionTicket, hex};
+use ringflow_core::data::partition::PartitionReader;
+use ringflow_core::security::constant_time_eq;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Shared;
@@ -40,7 +40,7 @@ impl PartitionServer {
         let job = s
             .job(&ticket.job_id)
             .ok_or_else(|| Status::not_found(format!("no job {:?}", ticket.job_id)))?;
-        if job.state != ringflow_proto::pb::JobState::Running {
+        if job.state != ringflow_core::pb::JobState::Running {
             // Before it starts a job has no secret yet; after it ends, nobody needs its data.
             return Err(Status::failed_precondition(format!(
                 "job {} is not running",
@@ -186,9 +186,9 @@ impl FlightService for PartitionServer {
 mod tests {
     use std::time::Instant;
 
+    use ringflow_core::pb;
+    use ringflow_core::spec::JobSpec;
     use ringflow_ml::nn::ModelRegistry;
-    use ringflow_proto::pb;
-    use ringflow_proto::spec::JobSpec;
 
     use super::*;
     use crate::scheduler::{JobKind, Scheduler, SchedulerConfig};

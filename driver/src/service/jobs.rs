@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringflow_proto::pb::{self, jobs_server::Jobs};
+use ringflow_core::pb::{self, jobs_server::Jobs};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -34,12 +34,12 @@ impl Jobs for JobsService {
         req: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let req = req.into_inner();
-        if req.protocol_version != ringflow_proto::PROTOCOL_VERSION {
+        if req.protocol_version != ringflow_core::PROTOCOL_VERSION {
             return Err(Status::failed_precondition(format!(
                 "this client speaks ringflow protocol version {}, the driver speaks version {}; \
                  use the same ringflow version for both",
                 req.protocol_version,
-                ringflow_proto::PROTOCOL_VERSION
+                ringflow_core::PROTOCOL_VERSION
             )));
         }
         // Errors about a training job's spec start with its file.

@@ -7,7 +7,7 @@
 //! With a shared secret every call must carry a valid token ([`auth`]); with TLS the port
 //! speaks only TLS. Both ports admit a bounded number of connections and close those that do
 //! not complete a first (authenticated) call in time or stay idle too long
-//! ([`ringflow_proto::listener`]).
+//! ([`ringflow_core::listener`]).
 
 mod auth;
 mod executors;
@@ -24,13 +24,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use arrow_flight::flight_service_server::FlightServiceServer;
+use ringflow_core::listener::{ConnectionGate, GatedListener, ListenerKind, ListenerLimits};
+use ringflow_core::pb::executors_server::ExecutorsServer;
+use ringflow_core::pb::jobs_server::JobsServer;
+use ringflow_core::security::{Secret, ServerTls};
+use ringflow_core::wire::MAX_MESSAGE_BYTES;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::listener::{ConnectionGate, GatedListener, ListenerKind, ListenerLimits};
-use ringflow_proto::pb::executors_server::ExecutorsServer;
-use ringflow_proto::pb::jobs_server::JobsServer;
-use ringflow_proto::security::{Secret, ServerTls};
-use ringflow_proto::wire::MAX_MESSAGE_BYTES;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;

@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use ringflow_proto::pb;
-use ringflow_proto::pb::job_event::Event;
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::pb;
+use ringflow_core::pb::job_event::Event;
+use ringflow_core::phases::PhaseTimes;
 use serde::Serialize;
 
 use crate::figures;
@@ -323,7 +323,10 @@ fn summarized(out: &mut Series, summary: &JobSummary, at_s: f64) {
     out.test_accuracy = summary.test_accuracy;
     out.test_loss = summary.test_loss;
     out.test_entity_f1 = summary.test_entity_f1;
-    if let (true, Some(loss)) = (summary.kind == "train", summary.test_loss) {
+    if let (true, Some(loss)) = (
+        summary.kind == crate::work::JobWork::Train,
+        summary.test_loss,
+    ) {
         out.tests.push(TestPoint {
             t: at_s,
             epoch: summary.epochs,

@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Instant;
 
-use ringflow_proto::pb;
-use ringflow_proto::pb::job_event::Event;
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::pb;
+use ringflow_core::pb::job_event::Event;
+use ringflow_core::phases::PhaseTimes;
 
 use super::api::state_name;
 use crate::figures;

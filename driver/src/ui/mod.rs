@@ -22,7 +22,7 @@
 //! web page cannot read the UI through DNS rebinding; the probes answer any `Host`. The only
 //! write action is guarded by the cluster's secret as well. With the driver's TLS settings the UI is served over
 //! HTTPS with the same certificate. Its port admits a bounded number of connections, each with
-//! a first-request deadline and an idle timeout ([`ringflow_proto::listener`]).
+//! a first-request deadline and an idle timeout ([`ringflow_core::listener`]).
 
 mod api;
 mod hosts;
@@ -41,7 +41,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
-use ringflow_proto::listener::{GatedListener, serve_http};
+use ringflow_core::listener::{GatedListener, serve_http};
 use tokio_rustls::rustls::ServerConfig;
 
 use crate::scheduler::Refusal;
@@ -183,7 +183,7 @@ async fn executors(State(shared): State<Arc<Shared>>) -> Response {
 async fn prometheus(State(shared): State<Arc<Shared>>) -> Response {
     let mut text = metrics::render(&shared.lock(), Instant::now());
     let listeners: Vec<_> = shared.listeners.iter().map(|g| g.stats()).collect();
-    text.push_str(&ringflow_proto::listener::render_prometheus(&listeners));
+    text.push_str(&ringflow_core::listener::render_prometheus(&listeners));
     (
         [(
             header::CONTENT_TYPE,

@@ -18,7 +18,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ringflow_proto::spec::Compression;
+use ringflow_core::spec::Compression;
 
 use crate::collective::ReduceOp;
 pub use crate::collective::wire::CHUNK;

@@ -15,7 +15,7 @@
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
-use ringflow_proto::spec::Compression;
+use ringflow_core::spec::Compression;
 
 use crate::collective::ReduceOp;
 use crate::collective::algorithms::{Link, OpCode, Outgoing, segment};

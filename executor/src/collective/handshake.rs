@@ -58,7 +58,7 @@ pub struct JobSecret(pub [u8; 32]);
 
 impl PartialEq for JobSecret {
     fn eq(&self, other: &JobSecret) -> bool {
-        ringflow_proto::security::constant_time_eq(&self.0, &other.0)
+        ringflow_core::security::constant_time_eq(&self.0, &other.0)
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ringflow_proto::listener::{
+use ringflow_core::listener::{
     Connection, ConnectionGate, ListenerKind, ListenerLimits, RefusalReason,
 };
 use tracing::debug;

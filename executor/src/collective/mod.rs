@@ -33,7 +33,7 @@ pub use listener::RingListener;
 #[cfg(feature = "nccl")]
 pub use nccl::NcclAllReduce;
 pub use ring::{RingCollective, RingConfig};
-pub use ringflow_proto::spec::Compression;
+pub use ringflow_core::spec::Compression;
 pub use shm::host_identity;
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ringflow_proto::listener::Connection;
-use ringflow_proto::spec::Compression;
+use ringflow_core::listener::Connection;
+use ringflow_core::spec::Compression;
 use tracing::info;
 
 use crate::collective::algorithms::{self, Link, LinkEnds, Outgoing};

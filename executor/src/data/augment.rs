@@ -14,8 +14,8 @@
 //! Evaluation and prediction never augment.
 
 use rand::RngExt;
+use ringflow_core::spec::DataSpec;
 use ringflow_ml::rng::{self, Rng, streams};
-use ringflow_proto::spec::DataSpec;
 
 /// Where a batch is in the run, which decides its random draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -266,7 +266,7 @@ mod tests {
                 "[data]\ntrain = \"t\"\nlabel = \"y\"\nfeatures = [\"x\"]\nshape = {shape}\n\
                  augment = {augment}\n[model]\nkind = \"mlp\"\n"
             );
-            let spec = ringflow_proto::spec::JobSpec::parse(&text, "j.toml".as_ref(), &[]);
+            let spec = ringflow_core::spec::JobSpec::parse(&text, "j.toml".as_ref(), &[]);
             spec.unwrap().data
         };
         let a = Augmenter::new(&spec("{ random_crop = 2 }", "[3, 8, 9]"), 7).unwrap();

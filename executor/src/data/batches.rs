@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::RngExt;
+use ringflow_core::pb::EpochPlan;
 use ringflow_ml::backend::cpu::prefetch_lines;
 use ringflow_ml::rng::Rng;
-use ringflow_proto::pb::EpochPlan;
 
 use crate::data::features::Converter;
 use crate::data::partitions::ReadContext;
@@ -402,7 +402,7 @@ pub(crate) mod tests {
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::parquet::arrow::ArrowWriter;
     use datafusion::parquet::file::properties::WriterProperties;
-    use ringflow_proto::pb::Partition;
+    use ringflow_core::pb::Partition;
 
     use super::*;
     use crate::data::cache::RowGroupCache;
@@ -416,7 +416,7 @@ pub(crate) mod tests {
             cache: RowGroupCache::new(0),
             driver: None,
             images: None,
-            batch_rows: ringflow_proto::data::partition::READ_BATCH_ROWS,
+            batch_rows: ringflow_core::data::partition::READ_BATCH_ROWS,
             direct: true,
         }
     }

@@ -21,7 +21,7 @@ use crate::error::{CommError, CommOp, Peer, Result};
 
 /// Batches kept ready ahead of the one the training thread is using (the memory estimate
 /// counts them, and the one being drawn).
-pub use ringflow_proto::data::BATCHES_AHEAD as AHEAD;
+pub use ringflow_core::data::BATCHES_AHEAD as AHEAD;
 
 /// An epoch's batches of a fixed size, drawn ahead on a thread of their own.
 pub struct BatchesAhead {

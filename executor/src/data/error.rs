@@ -6,7 +6,7 @@
 
 use arrow_flight::error::FlightError;
 use datafusion::arrow::error::ArrowError;
-use ringflow_proto::data::deadline::DeadlineError;
+use ringflow_core::data::deadline::DeadlineError;
 
 /// A column that cannot be read as strings, as the end of a sentence about the column.
 #[derive(Debug, thiserror::Error)]

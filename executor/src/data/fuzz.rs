@@ -22,7 +22,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::file::properties::{WriterProperties, WriterVersion};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use ringflow_proto::pb::Partition;
+use ringflow_core::pb::Partition;
 
 use crate::data::cache::RowGroupCache;
 use crate::data::features::{Converter, LabelKind};

@@ -18,7 +18,7 @@
 //! - [`partitions`] ties these together: the prepared batches of a list of partitions, for
 //!   training, statistics, evaluation and prediction alike.
 //!
-//! [`PartitionReader`]: ringflow_proto::data::partition::PartitionReader
+//! [`PartitionReader`]: ringflow_core::data::partition::PartitionReader
 
 pub mod augment;
 pub mod background;

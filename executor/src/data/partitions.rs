@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use ringflow_proto::pb::Partition;
+use ringflow_core::pb::Partition;
 
 use crate::data::cache::{RowGroupCache, slice_rows};
 use crate::data::error::QueryError;
@@ -18,7 +18,7 @@ use crate::data::images::ImageColumn;
 use crate::data::prep::SqlPrep;
 use crate::data::source::DriverSource;
 use crate::error::{ExecutorError, Result};
-use ringflow_proto::data::partition::PartitionReader;
+use ringflow_core::data::partition::PartitionReader;
 
 /// Everything needed to turn partitions into prepared record batches.
 #[derive(Clone, Debug)]
@@ -36,8 +36,8 @@ pub struct ReadContext {
     /// Rows per record batch read from storage ([`read_batch_rows`] of the converted row;
     /// [`READ_BATCH_ROWS`] where no conversion sizes it).
     ///
-    /// [`read_batch_rows`]: ringflow_proto::data::partition::read_batch_rows
-    /// [`READ_BATCH_ROWS`]: ringflow_proto::data::partition::READ_BATCH_ROWS
+    /// [`read_batch_rows`]: ringflow_core::data::partition::read_batch_rows
+    /// [`READ_BATCH_ROWS`]: ringflow_core::data::partition::READ_BATCH_ROWS
     pub batch_rows: usize,
     /// Whether partitions of local files may be read straight from their pages (see
     /// [`ReadContext::direct_path`]); off, everything goes through Arrow.
@@ -107,7 +107,7 @@ impl ReadContext {
                     let Some(schema) = slices.first().map(RecordBatch::schema) else {
                         return Ok(true);
                     };
-                    ringflow_proto::data::sql::memory_stream(schema, slices)
+                    ringflow_core::data::sql::memory_stream(schema, slices)
                 }
                 None => self.open(p, p.query_rows.is_some())?.into_stream(),
             };
@@ -184,7 +184,7 @@ impl ReadContext {
         if self.cache.get(&p.path, p.row_group).is_some() {
             return None;
         }
-        ringflow_proto::data::Location::parse(&p.path)
+        ringflow_core::data::Location::parse(&p.path)
             .ok()?
             .local_path()
     }

@@ -16,8 +16,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
-use ringflow_proto::data::deadline::block_on_timeout;
-use ringflow_proto::data::sql;
+use ringflow_core::data::deadline::block_on_timeout;
+use ringflow_core::data::sql;
 
 use crate::data::error::QueryError;
 use crate::error::{Result, Unrunnable};
@@ -63,7 +63,7 @@ impl SqlPrep {
             let ctx = sql::session(Some(1));
             // The driver already warned about the tables' skipped entries.
             sql::register_lookup_tables(&ctx, &tables, true).await?;
-            Ok::<_, ringflow_proto::data::DataError>(ctx)
+            Ok::<_, ringflow_core::data::DataError>(ctx)
         })
         .map_err(|_| timed_out("loading data.tables", timeout))?
         .map_err(Unrunnable::Sql)?;

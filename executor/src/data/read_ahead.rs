@@ -23,11 +23,11 @@
 //! among those.
 //!
 //! [`DirectReader`]: crate::data::features::DirectReader
-//! [`read_batch_rows`]: ringflow_proto::data::partition::read_batch_rows
-//! [`READ_CHUNK_BYTES`]: ringflow_proto::data::partition::READ_CHUNK_BYTES
-//! [`read_ahead_chunks`]: ringflow_proto::data::partition::read_ahead_chunks
-//! [`READ_AHEAD_BYTES`]: ringflow_proto::data::partition::READ_AHEAD_BYTES
-//! [`READ_DECODERS`]: ringflow_proto::data::partition::READ_DECODERS
+//! [`read_batch_rows`]: ringflow_core::data::partition::read_batch_rows
+//! [`READ_CHUNK_BYTES`]: ringflow_core::data::partition::READ_CHUNK_BYTES
+//! [`read_ahead_chunks`]: ringflow_core::data::partition::read_ahead_chunks
+//! [`READ_AHEAD_BYTES`]: ringflow_core::data::partition::READ_AHEAD_BYTES
+//! [`READ_DECODERS`]: ringflow_core::data::partition::READ_DECODERS
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
@@ -35,10 +35,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ringflow_proto::data::partition::{
+use ringflow_core::data::partition::{
     READ_DECODERS, read_ahead_chunks, read_ahead_depth, read_batch_rows,
 };
-use ringflow_proto::pb::Partition;
+use ringflow_core::pb::Partition;
 
 use crate::data::background::mark_as_batch_work;
 use crate::data::features::Converter;
@@ -104,7 +104,7 @@ pub struct ReadAhead {
 impl ReadAhead {
     /// Starts decoding `partitions` with `converter`, whose rows take about `row_bytes` bytes
     /// once converted: this sizes the record batches read ([`read_batch_rows`]) and the
-    /// channels (see [`READ_AHEAD_BYTES`](ringflow_proto::data::partition::READ_AHEAD_BYTES)).
+    /// channels (see [`READ_AHEAD_BYTES`](ringflow_core::data::partition::READ_AHEAD_BYTES)).
     pub fn start(
         partitions: &[Partition],
         converter: Arc<Converter>,
@@ -206,7 +206,7 @@ impl ReadAhead {
         converter: &Converter,
         read: ReadContext,
     ) -> ReadAhead {
-        let row_bytes = ringflow_proto::data::partition::READ_CHUNK_BYTES / 7;
+        let row_bytes = ringflow_core::data::partition::READ_CHUNK_BYTES / 7;
         ReadAhead::start(partitions, Arc::new(converter.clone()), read, row_bytes)
     }
 }

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use rand::seq::SliceRandom;
+use ringflow_core::data::Preprocessing;
+use ringflow_core::data::sequences::{Elements, ListColumn, SequenceRules};
+use ringflow_core::data::vocab::{PAD, Vocabulary};
 use ringflow_ml::rng::Rng;
-use ringflow_proto::data::Preprocessing;
-use ringflow_proto::data::sequences::{Elements, ListColumn, SequenceRules};
-use ringflow_proto::data::vocab::{PAD, Vocabulary};
 
 use crate::data::error::{LabelError, TokenError};
 use crate::data::rows::{Batch, Rows};

@@ -8,12 +8,12 @@ use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use futures::{StreamExt, TryStreamExt};
-use ringflow_proto::data::deadline::block_on_timeout;
-use ringflow_proto::data::flight::{PartitionTicket, hex};
-use ringflow_proto::data::partition::{BatchError, PartitionReader};
-use ringflow_proto::data::runtime::block_on;
-use ringflow_proto::pb::Partition;
-use ringflow_proto::security::{AuthenticatedChannel, ClientSecurity};
+use ringflow_core::data::deadline::block_on_timeout;
+use ringflow_core::data::flight::{PartitionTicket, hex};
+use ringflow_core::data::partition::{BatchError, PartitionReader};
+use ringflow_core::data::runtime::block_on;
+use ringflow_core::pb::Partition;
+use ringflow_core::security::{AuthenticatedChannel, ClientSecurity};
 
 use crate::data::error::ServeError;
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
@@ -44,8 +44,8 @@ impl DriverSource {
             .connect_timeout(Duration::from_secs(10))
             .timeout(REQUEST_DEADLINE)
             // Pings keep the connection inside the driver's idle timeout between partitions.
-            .http2_keep_alive_interval(ringflow_proto::listener::CLIENT_KEEPALIVE)
-            .keep_alive_timeout(ringflow_proto::listener::CLIENT_KEEPALIVE)
+            .http2_keep_alive_interval(ringflow_core::listener::CLIENT_KEEPALIVE)
+            .keep_alive_timeout(ringflow_core::listener::CLIENT_KEEPALIVE)
             .keep_alive_while_idle(true);
         // The channel's background tasks live on the I/O runtime, where every call runs.
         let channel = block_on(async move { endpoint.connect_lazy() });

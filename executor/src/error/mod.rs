@@ -12,8 +12,8 @@ use ringflow_ml::MlError;
 
 use crate::data::error::{QueryError, ServeError};
 use crate::data::images::error::ImageColumnError;
-use ringflow_proto::data::DataError;
-use ringflow_proto::spec::Compression;
+use ringflow_core::data::DataError;
+use ringflow_core::spec::Compression;
 
 /// Everything that can stop an executor's task.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +71,7 @@ pub enum ExecutorError {
     /// The job spec the driver sent does not parse (boxed: the error is large, and every
     /// result of a task carries this type).
     #[error(transparent)]
-    JobSpec(Box<ringflow_proto::spec::SpecError>),
+    JobSpec(Box<ringflow_core::spec::SpecError>),
     /// The job's device is not usable on this executor.
     #[error("executor {executor} cannot use the job's cluster.device = \"{device}\": {source}")]
     DeviceUnusable {
@@ -88,7 +88,7 @@ pub enum ExecutorError {
     /// The driver sent preprocessing (the job's normalization, classes or vocabulary) that this
     /// executor cannot read.
     #[error("the driver sent {0}")]
-    Preprocessing(#[source] ringflow_proto::data::stats::PreprocessingError),
+    Preprocessing(#[source] ringflow_core::data::stats::PreprocessingError),
     /// The driver planned another number of steps for an epoch than the task was given.
     #[error("the driver planned {planned} steps for epoch {epoch}, the task {expected}")]
     StepPlan {
@@ -172,7 +172,7 @@ pub enum ExecutorError {
     /// A saved model whose `checkpoint.json` disagrees with itself or its tensors; the
     /// message names the file and the field.
     #[error(transparent)]
-    SavedModel(#[from] ringflow_proto::saved::SavedModelError),
+    SavedModel(#[from] ringflow_core::saved::SavedModelError),
 }
 
 impl ExecutorError {

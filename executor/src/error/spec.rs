@@ -1,10 +1,10 @@
 //! Why a job's spec cannot be run as given on this executor: [`Unrunnable`]. A leaf of the
 //! executor's error types.
 
-use ringflow_proto::data::DataError;
-use ringflow_proto::metrics::entities::NotIob2;
-use ringflow_proto::size::format_bytes;
-use ringflow_proto::wire::MAX_STATISTICS_BYTES;
+use ringflow_core::data::DataError;
+use ringflow_core::metrics::entities::NotIob2;
+use ringflow_core::size::format_bytes;
+use ringflow_core::wire::MAX_STATISTICS_BYTES;
 
 /// Why the job's spec (or a command's settings) cannot be run on this executor; each message
 /// is a sentence naming the setting.

@@ -11,8 +11,8 @@
 
 use std::time::Instant;
 
+use ringflow_core::spec::{AUTO_CANDIDATES_MIB, BucketSizes, Fusion};
 use ringflow_ml::nn::ParamStore;
-use ringflow_proto::spec::{AUTO_CANDIDATES_MIB, BucketSizes, Fusion};
 
 use crate::collective::{Collective, ReduceOp};
 use crate::error::Result;

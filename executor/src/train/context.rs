@@ -1,7 +1,7 @@
 //! What the train loop needs from the driver, and what it reports back.
 
-use ringflow_proto::metrics::entities::EntityCounts;
-use ringflow_proto::pb::EpochPlan;
+use ringflow_core::metrics::entities::EntityCounts;
+use ringflow_core::pb::EpochPlan;
 
 use crate::collective::Collective;
 pub use crate::train::timeline::PhaseTimes;

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
+use ringflow_core::metrics::entities::{EntityCounts, TagScheme};
+use ringflow_core::pb::EpochPlan;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::Model;
 use ringflow_ml::{Device, Tensor, no_grad};
-use ringflow_proto::metrics::entities::{EntityCounts, TagScheme};
-use ringflow_proto::pb::EpochPlan;
 
 use crate::data::batches::EpochStream;
 use crate::data::features::Converter;
@@ -16,7 +16,7 @@ use crate::train::context::EvalStats;
 use crate::train::forward::forward_batch;
 
 /// Rows per evaluation batch.
-const EVAL_BATCH: usize = ringflow_proto::data::EVAL_BATCH_ROWS;
+const EVAL_BATCH: usize = ringflow_core::data::EVAL_BATCH_ROWS;
 
 /// Loss, accuracy (classification) or squared error (regression) of `model` on `plan`'s rows
 /// (on the real tokens, for a tagger), and with `entities` the entity counts of its IOB2 tags.

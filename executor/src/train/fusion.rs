@@ -17,9 +17,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use ringflow_core::spec::BucketSizes;
 use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{Device, PinnedHost, Tensor, TensorKey};
-use ringflow_proto::spec::BucketSizes;
 
 use crate::collective::{Collective, PendingReduce, ReduceOp};
 use crate::error::Result;

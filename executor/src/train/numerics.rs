@@ -4,8 +4,8 @@
 //! tasks of one executor nor a job and the next change each other's numerics; and says how
 //! this executor computes them.
 
+use ringflow_core::spec::TrainSpec;
 use ringflow_ml::{Bf16Products, Device, MatmulPrecision, Numerics};
-use ringflow_proto::spec::TrainSpec;
 
 /// The numerics a task of spec `train` runs its model with, having logged how this executor,
 /// on `device`, computes bf16 products, and when convolutions keep off Winograd.

@@ -1,6 +1,6 @@
 //! Converting the train loop's reports to protocol messages for the driver.
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use crate::train::autotune::FusionState;
 use crate::train::context::{EpochStats, EvalStats, TrainEvent};

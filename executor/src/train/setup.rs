@@ -3,19 +3,19 @@
 //! whole-data statistics together with the other ranks (a two-phase aggregate merged by the
 //! driver).
 
-use ringflow_proto::security::ClientSecurity;
+use ringflow_core::security::ClientSecurity;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use ringflow_core::data::partition::{READ_BATCH_ROWS, unreadable};
+use ringflow_core::data::sequences::SequenceRules;
+use ringflow_core::data::stats::{FeatureMoments, MAX_CLASSES};
+use ringflow_core::data::{DataStats, Preprocessing};
+use ringflow_core::metrics::entities::TagScheme;
+use ringflow_core::spec::{JobSpec, Metric};
+use ringflow_core::wire::MAX_CLASS_NAME_BYTES;
 use ringflow_ml::nn::{ModelShape, SequenceOutput};
-use ringflow_proto::data::partition::{READ_BATCH_ROWS, unreadable};
-use ringflow_proto::data::sequences::SequenceRules;
-use ringflow_proto::data::stats::{FeatureMoments, MAX_CLASSES};
-use ringflow_proto::data::{DataStats, Preprocessing};
-use ringflow_proto::metrics::entities::TagScheme;
-use ringflow_proto::spec::{JobSpec, Metric};
-use ringflow_proto::wire::MAX_CLASS_NAME_BYTES;
 
 use crate::data::augment::Augmenter;
 use crate::data::cache::RowGroupCache;
@@ -206,7 +206,7 @@ fn converter(spec: &JobSpec, shape: &ModelShape, label: Option<LabelKind>) -> Re
 fn collect_stats(
     read: &ReadContext,
     converter: &Converter,
-    partitions: &[ringflow_proto::pb::Partition],
+    partitions: &[ringflow_core::pb::Partition],
     width: usize,
     moments: bool,
     label: Option<&str>,

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
+use ringflow_core::spec::Fusion;
 use ringflow_ml::nn::ParamStore;
 use ringflow_ml::{MlError, Tensor};
-use ringflow_proto::spec::Fusion;
 
 use crate::collective::Collective;
 use crate::error::{CommError, CommOp, Peer, Result};

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Seconds spent in each phase of training steps: the one type that the driver and the CLI
 /// share, with its wire form.
-pub use ringflow_proto::phases::PhaseTimes;
+pub use ringflow_core::phases::PhaseTimes;
 
 /// Spans a buffer holds between two reports; later steps are counted but not kept. At about
 /// 45 bytes each, a report stays well below gRPC's 4 MiB message limit.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 use tracing::{debug, info};
 
 use super::client::DriverClient;

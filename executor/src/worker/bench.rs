@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use crate::collective::{Collective, ReduceOp};
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};

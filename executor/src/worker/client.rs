@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ringflow_proto::listener::CLIENT_KEEPALIVE;
-use ringflow_proto::pb::{self, executors_client::ExecutorsClient};
-use ringflow_proto::security::{
+use ringflow_core::listener::CLIENT_KEEPALIVE;
+use ringflow_core::pb::{self, executors_client::ExecutorsClient};
+use ringflow_core::security::{
     AuthenticatedChannel, ClientSecurity, is_certificate_error, status_line,
 };
-use ringflow_proto::wire::{MAX_MESSAGE_BYTES, Reassembly};
+use ringflow_core::wire::{MAX_MESSAGE_BYTES, Reassembly};
 use tonic::{Code, Request};
 use tracing::warn;
 
@@ -239,7 +239,7 @@ impl DriverClient {
 
     /// Fetches job `job_id`'s preprocessing (or, with `statistics`, its merged statistics),
     /// announced as `announced` bytes, in chunks; refuses more bytes than announced, or an
-    /// announced length over [`ringflow_proto::wire::MAX_PREPROCESSING_BYTES`].
+    /// announced length over [`ringflow_core::wire::MAX_PREPROCESSING_BYTES`].
     pub async fn fetch_preprocessing(
         &self,
         (job_id, rank): (&str, u32),

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ringflow_proto::pb;
-use ringflow_proto::wire::MAX_STATISTICS_BYTES;
+use ringflow_core::pb;
+use ringflow_core::wire::MAX_STATISTICS_BYTES;
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use ringflow_proto::listener::{
+use ringflow_core::listener::{
     ConnectionGate, GatedListener, ListenerKind, ListenerLimits, render_prometheus, serve_http,
 };
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use ringflow_proto::pb::{EpochPlan, Partition};
+use ringflow_core::pb::{EpochPlan, Partition};
 
 use crate::data::batches::EpochStream;
 use crate::data::cache::RowGroupCache;

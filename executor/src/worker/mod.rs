@@ -23,11 +23,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ringflow_core::listener::ListenerLimits;
+use ringflow_core::pb;
+use ringflow_core::security::ClientSecurity;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::listener::ListenerLimits;
-use ringflow_proto::pb;
-use ringflow_proto::security::ClientSecurity;
 use tracing::{error, info, warn};
 
 use crate::collective::RingListener;
@@ -104,7 +104,7 @@ fn executor_info(
         ring_address,
         cores: config.threads as u32,
         devices: advertised_devices(),
-        protocol_version: ringflow_proto::PROTOCOL_VERSION,
+        protocol_version: ringflow_core::PROTOCOL_VERSION,
         version: env!("CARGO_PKG_VERSION").into(),
         pid: std::process::id(),
         memory_bytes: memory.map_or(0, |m| m.bytes),
@@ -230,7 +230,7 @@ fn poll_failed(
     executor_id: &str,
     status: &tonic::Status,
 ) {
-    let why = ringflow_proto::security::status_line(status);
+    let why = ringflow_core::security::status_line(status);
     if status.code() == tonic::Code::Unavailable {
         warn!(
             "polling the driver at {} for tasks failed: {why}",
@@ -356,7 +356,7 @@ fn starting(context: impl std::fmt::Display, cause: std::io::Error) -> CommError
 
 /// The machine's host name.
 pub fn hostname() -> String {
-    ringflow_proto::host::hostname()
+    ringflow_core::host::hostname()
 }
 
 /// The host other executors should dial: `--advertise`, or the local address of the route to

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use ringflow_proto::pb;
-use ringflow_proto::spec::Compression;
+use ringflow_core::pb;
+use ringflow_core::spec::Compression;
 
 use crate::collective::{Collective, HostConfig, JobSecret, RingConfig, RingListener, host};
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};

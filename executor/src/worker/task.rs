@@ -3,11 +3,11 @@
 //! is fetched when it was too large to travel inside it, its work (train, evaluate or predict,
 //! benchmark) runs, and its end is reported.
 
+use ringflow_core::data::Preprocessing;
+use ringflow_core::pb;
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
-use ringflow_proto::data::Preprocessing;
-use ringflow_proto::pb;
-use ringflow_proto::spec::JobSpec;
 use tracing::{info, warn};
 
 use super::client::DriverClient;

@@ -41,12 +41,10 @@ impl JobHistory {
 
     /// The job's id, name and state; when it was submitted and finished; its plan and memory.
     fn render_header(&self, o: &mut String) {
-        let name = if self.name.is_empty() {
-            String::new()
-        } else if self.kind.is_empty() {
-            format!(" ({})", self.name)
-        } else {
-            format!(" ({}, {})", self.name, self.kind)
+        let name = match (self.name.is_empty(), self.kind) {
+            (true, _) => String::new(),
+            (false, None) => format!(" ({})", self.name),
+            (false, Some(kind)) => format!(" ({}, {kind})", self.name),
         };
         let _ = writeln!(o, "job {}{name}: {}", self.job_id, self.state);
         let mut when = Vec::new();

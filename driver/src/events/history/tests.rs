@@ -36,7 +36,7 @@ fn epoch(e: u64) -> Event {
 fn submitted(resumed_from: Option<ResumedFrom>) -> Event {
     Event::Submitted {
         name: "m".into(),
-        kind: "train".into(),
+        kind: crate::work::JobWork::Train,
         executors: 2,
         epochs: Some(2),
         steps_per_epoch: Some(10),
@@ -229,7 +229,7 @@ fn tagger() -> Vec<Record> {
         mse: None,
         per_token: true,
         entities: entities.map(|(correct, predicted, gold)| {
-            ringflow_proto::metrics::entities::EntityCounts {
+            ringflow_core::metrics::entities::EntityCounts {
                 correct,
                 predicted,
                 gold,

@@ -2,8 +2,8 @@
 //! refreshed and taken over with `PutMode::Update` on the e-tag last seen.
 
 use object_store::{ObjectStoreExt, PutMode, PutPayload, UpdateVersion};
-use ringflow_proto::data::Location;
-use ringflow_proto::data::runtime::block_on;
+use ringflow_core::data::Location;
+use ringflow_core::data::runtime::block_on;
 
 use super::{LockOwner, LockTiming, RefreshError, Refusal, ReleaseError, first_line};
 

@@ -54,7 +54,7 @@ fn a_second_job_is_refused_naming_the_holder_until_the_first_releases() {
     let owner = read_owner(&dir);
     assert_eq!(owner.job_id, "first-1");
     assert_eq!(owner.pid, std::process::id());
-    assert_eq!(owner.host, ringflow_proto::host::hostname());
+    assert_eq!(owner.host, ringflow_core::host::hostname());
 
     let err = take(&dir, "second-1").unwrap_err();
     assert!(matches!(err, OutputError::Locked { .. }), "{err:?}");

@@ -1,13 +1,13 @@
 //! [`SequenceError`]: why a token-sequence job cannot be planned as written, or which row of
 //! its data breaks the rules (named by file, row and column, as the user finds it).
 
-use ringflow_proto::data::DataError;
-use ringflow_proto::data::sequences::{ElementsError, LengthError, ListColumnError};
-use ringflow_proto::data::stats::MAX_CLASSES;
-use ringflow_proto::data::vocab::VocabError;
-use ringflow_proto::metrics::entities::NotIob2;
-use ringflow_proto::spec::MAX_TOKEN_BYTES;
-use ringflow_proto::wire::MAX_CLASS_NAME_BYTES;
+use ringflow_core::data::DataError;
+use ringflow_core::data::sequences::{ElementsError, LengthError, ListColumnError};
+use ringflow_core::data::stats::MAX_CLASSES;
+use ringflow_core::data::vocab::VocabError;
+use ringflow_core::metrics::entities::NotIob2;
+use ringflow_core::spec::MAX_TOKEN_BYTES;
+use ringflow_core::wire::MAX_CLASS_NAME_BYTES;
 
 /// A sequence job the planner refuses, or a row of its data that breaks the rules.
 #[derive(Debug, PartialEq, thiserror::Error)]

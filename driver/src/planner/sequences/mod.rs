@@ -17,12 +17,12 @@ mod pass;
 mod tests;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
+use ringflow_core::data::is_string;
+use ringflow_core::data::sequences::TokenType;
+use ringflow_core::data::{DataStats, Preprocessing};
+use ringflow_core::metrics::entities::TagScheme;
+use ringflow_core::spec::{JobSpec, Metric};
 use ringflow_ml::nn::SequenceFacts;
-use ringflow_proto::data::is_string;
-use ringflow_proto::data::sequences::TokenType;
-use ringflow_proto::data::{DataStats, Preprocessing};
-use ringflow_proto::metrics::entities::TagScheme;
-use ringflow_proto::spec::{JobSpec, Metric};
 
 pub use error::SequenceError;
 pub use pass::{check_test, count};

@@ -8,13 +8,13 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use ringflow_proto::data::Preprocessing;
-use ringflow_proto::data::partition::PartitionReader;
-use ringflow_proto::data::sequences::{Elements, ListColumn, ListColumnError, SequenceRules};
-use ringflow_proto::data::stats::MAX_CLASSES;
-use ringflow_proto::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
-use ringflow_proto::spec::JobSpec;
-use ringflow_proto::wire::MAX_CLASS_NAME_BYTES;
+use ringflow_core::data::Preprocessing;
+use ringflow_core::data::partition::PartitionReader;
+use ringflow_core::data::sequences::{Elements, ListColumn, ListColumnError, SequenceRules};
+use ringflow_core::data::stats::MAX_CLASSES;
+use ringflow_core::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
+use ringflow_core::spec::JobSpec;
+use ringflow_core::wire::MAX_CLASS_NAME_BYTES;
 
 use super::{SequenceColumns, SequenceCounts, SequenceError};
 use crate::planner::split::{RowGroup, Split};

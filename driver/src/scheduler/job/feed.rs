@@ -9,12 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use ringflow_proto::data::paths;
-use ringflow_proto::pb;
+use ringflow_core::data::paths;
+use ringflow_core::pb;
 use tokio::sync::watch;
 
 use super::{Job, JobKind};
 use crate::events::{Event, EventLog, ResumedFrom};
+use crate::work::JobWork;
 
 /// Step spans (`--timeline`) a job keeps for its watchers, all ranks together: about 12 MB.
 /// Later spans are dropped, with a message.
@@ -167,7 +168,7 @@ impl Job {
             JobKind::Train(plan) => Some(plan.spec.events_path()),
             JobKind::Infer { model_dir, .. } => paths::split_last(model_dir)
                 .filter(|(dir, name)| {
-                    name == ringflow_proto::spec::MODEL_DIR && !paths::is_filesystem_root(dir)
+                    name == ringflow_core::spec::MODEL_DIR && !paths::is_filesystem_root(dir)
                 })
                 .map(|(dir, _)| crate::events::log_path(&dir)),
             JobKind::Bench { .. } => None,
@@ -192,7 +193,7 @@ impl Job {
         let event = match &self.kind {
             JobKind::Train(plan) => Event::Submitted {
                 name,
-                kind: "train".into(),
+                kind: JobWork::Train,
                 executors,
                 epochs: Some(plan.spec.train.epochs),
                 steps_per_epoch: Some(plan.steps_per_epoch(executors)),
@@ -208,7 +209,7 @@ impl Job {
             },
             JobKind::Infer { plan, predict, .. } => Event::Submitted {
                 name,
-                kind: if predict.is_some() { "predict" } else { "eval" }.into(),
+                kind: JobWork::inference(predict.is_some()),
                 executors,
                 epochs: None,
                 steps_per_epoch: None,

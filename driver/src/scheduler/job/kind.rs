@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
+use ringflow_core::pb;
 use ringflow_ml::Device;
-use ringflow_proto::pb;
 
 use crate::planner::JobPlan;
 use crate::planner::memory::MemoryEstimate;

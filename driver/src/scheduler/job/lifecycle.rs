@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use ringflow_proto::pb::{self, JobState};
-use ringflow_proto::spec::DataSource;
+use ringflow_core::pb::{self, JobState};
+use ringflow_core::spec::DataSource;
 use serde::Serialize;
 use tracing::{info, warn};
 
@@ -190,7 +190,7 @@ impl Job {
                     s.winograd = Some(plan.spec.train.winograd);
                 }
                 if let JobKind::Infer { predict, .. } = &self.kind {
-                    s.kind = if predict.is_some() { "predict" } else { "eval" }.into();
+                    s.kind = crate::work::JobWork::inference(predict.is_some());
                     s.output = predict.as_ref().map(|(o, _)| o.clone());
                     s.model_path = None;
                 }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use ringflow_proto::pb;
+use ringflow_core::pb;
 
 use crate::error::JobError;
 use crate::events::RankInfo;

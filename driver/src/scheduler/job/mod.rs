@@ -13,7 +13,7 @@
 //! - [`prepare`]: the data source and the statistics the ranks agree on before training
 //!   ([`prepare::Prepare`]);
 //! - [`progress`]: what the ranks report while they run, and their ends
-//!   ([`progress::RankProgress`]);
+//!   ([`ranks::RankProgress`]);
 //! - [`feed`]: the events and messages watchers follow, and the event log
 //!   ([`feed::EventFeed`]).
 //!
@@ -23,8 +23,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ringflow_core::pb::{self, JobState};
 use ringflow_ml::Device;
-use ringflow_proto::pb::{self, JobState};
 use tracing::info;
 
 use crate::error::JobError;
@@ -37,7 +37,7 @@ mod lifecycle;
 mod membership;
 mod output;
 mod prepare;
-mod progress;
+mod ranks;
 mod recovery;
 mod task;
 #[cfg(test)]
@@ -67,7 +67,7 @@ pub struct Job {
     memory: MemoryEstimate,
     members: membership::Membership,
     prepare: prepare::Prepare,
-    progress: progress::RankProgress,
+    progress: ranks::RankProgress,
     feed: feed::EventFeed,
     /// The training split's partitions of one epoch, for every rank of the current ring.
     plans: Mutex<Option<(u64, Vec<pb::EpochPlan>)>>,
@@ -94,7 +94,7 @@ impl Job {
             memory,
             members: membership::Membership::default(),
             prepare: prepare::Prepare::default(),
-            progress: progress::RankProgress::new(),
+            progress: ranks::RankProgress::new(),
             plans: Mutex::new(None),
             planned_preprocessing,
         };

@@ -3,7 +3,7 @@
 //! the output, replacing what it held; a failed or cancelled run leaves the output as it was
 //! (on a file system) or says what it may now mix (on an object store).
 
-use ringflow_proto::data::prediction_part;
+use ringflow_core::data::prediction_part;
 
 use super::{Job, JobKind};
 use crate::outputs::OutputError;

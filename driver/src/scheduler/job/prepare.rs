@@ -5,16 +5,16 @@
 //! - the statistics of the training split: each rank's partial (moments, label classes),
 //!   merged once every rank has sent its own into the one preprocessing every rank then uses,
 //!   checked against the model and against the size a job's preprocessing may have
-//!   ([`ringflow_proto::wire::MAX_PREPROCESSING_BYTES`]).
+//!   ([`ringflow_core::wire::MAX_PREPROCESSING_BYTES`]).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use ringflow_proto::data::stats::MAX_CLASSES;
-use ringflow_proto::data::vocab::VocabError;
-use ringflow_proto::data::{DataStats, Preprocessing};
-use ringflow_proto::pb;
-use ringflow_proto::wire::MAX_PREPROCESSING_BYTES;
+use ringflow_core::data::stats::MAX_CLASSES;
+use ringflow_core::data::vocab::VocabError;
+use ringflow_core::data::{DataStats, Preprocessing};
+use ringflow_core::pb;
+use ringflow_core::wire::MAX_PREPROCESSING_BYTES;
 
 use super::Job;
 use crate::error::JobError;

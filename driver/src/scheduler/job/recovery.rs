@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use ringflow_proto::pb::{self, JobState};
+use ringflow_core::pb::{self, JobState};
 use tracing::info;
 
 use super::Job;

@@ -4,7 +4,7 @@
 //!   (train, evaluate, predict, benchmark) and how to read the data, with what the preparation
 //!   decided already for a rank that joins later;
 //! - the job's preprocessing ([`Job::preprocessing`]): inside the task up to
-//!   [`ringflow_proto::wire::INLINE_PREPROCESSING_BYTES`], else only its length, for the
+//!   [`ringflow_core::wire::INLINE_PREPROCESSING_BYTES`], else only its length, for the
 //!   executor to fetch in chunks;
 //! - a rank's partitions of each split for each epoch ([`Job::epoch_plan`]), the training
 //!   split's planned once per epoch for the whole ring, and whether the ring re-forms before
@@ -12,10 +12,10 @@
 
 use std::sync::Arc;
 
-use ringflow_proto::data::Preprocessing;
-use ringflow_proto::pb;
-use ringflow_proto::spec::DataSource;
-use ringflow_proto::wire::travels_inline;
+use ringflow_core::data::Preprocessing;
+use ringflow_core::pb;
+use ringflow_core::spec::DataSource;
+use ringflow_core::wire::travels_inline;
 
 use super::{Job, JobKind};
 use crate::outputs::prediction::write_dir;

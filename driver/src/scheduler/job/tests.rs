@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ringflow_proto::pb::{self, JobState};
+use ringflow_core::pb::{self, JobState};
 
 use super::{Job, JobKind};
 use crate::error::JobError;

@@ -1,7 +1,7 @@
 //! Tasks on their way to executors: one that does not arrive fails its job at once naming the
 //! executor; a preprocessing too large for a task travels by its length and is served whole.
 
-use ringflow_proto::data::Preprocessing;
+use ringflow_core::data::Preprocessing;
 
 use super::*;
 
@@ -97,10 +97,10 @@ fn a_large_preprocessing_travels_by_its_length_and_is_served_whole() {
         // 2 MB of classes: only the length travels in the task, the whole is served apart.
         assert!(data.preprocessing_json.is_empty());
         assert_eq!(data.preprocessing_bytes, served.len() as u64);
-        assert!(served.len() > ringflow_proto::wire::INLINE_PREPROCESSING_BYTES);
+        assert!(served.len() > ringflow_core::wire::INLINE_PREPROCESSING_BYTES);
         let back = Preprocessing::from_json(&served).unwrap().unwrap();
         assert_eq!(back.classes.unwrap(), classes);
-        assert!(ringflow_proto::wire::check_task(&task).is_ok());
+        assert!(ringflow_core::wire::check_task(&task).is_ok());
         // The merged statistics exist only once every rank sent its own.
         assert!(matches!(
             s.preprocessing(&id, true),

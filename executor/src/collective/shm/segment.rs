@@ -244,7 +244,7 @@ impl Segment {
             }
             std::thread::sleep(ATTACH_POLL);
         }
-        let same_key = ringflow_proto::security::constant_time_eq(&h.key, &spec.key);
+        let same_key = ringflow_core::security::constant_time_eq(&h.key, &spec.key);
         if h.magic != MAGIC
             || !same_key
             || h.ranks as usize != spec.ranks

@@ -15,8 +15,8 @@ use std::path::Path;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::parquet::arrow::parquet_to_arrow_schema;
 use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
-use ringflow_proto::data::local::open_regular;
-use ringflow_proto::pb::Partition;
+use ringflow_core::data::local::open_regular;
+use ringflow_core::pb::Partition;
 
 use super::Converter;
 use super::pages::{Kind, PageColumn};
@@ -365,7 +365,7 @@ mod tests {
     /// The rows of `p` through Arrow (as the converter always read them).
     fn through_arrow(c: &Converter, p: &Partition) -> Rows {
         let mut reader =
-            ringflow_proto::data::partition::PartitionReader::open(p, &c.columns()).unwrap();
+            ringflow_core::data::partition::PartitionReader::open(p, &c.columns()).unwrap();
         let mut all = Rows::default();
         while let Some((batch, first)) = reader.next_batch().unwrap() {
             let r = c.convert(&batch, &p.path, first).unwrap();

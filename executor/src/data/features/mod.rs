@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{
     UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use datafusion::arrow::record_batch::RecordBatch;
-use ringflow_proto::data::{Preprocessing, is_string};
+use ringflow_core::data::{Preprocessing, is_string};
 
 use crate::data::error::NotStrings;
 use crate::data::rows::Rows;

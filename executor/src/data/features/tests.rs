@@ -139,7 +139,7 @@ fn non_finite_values_are_refused() {
 
 #[test]
 fn string_labels_map_to_classes_and_features_are_standardized() {
-    use ringflow_proto::data::stats::Normalization;
+    use ringflow_core::data::stats::Normalization;
     let b = batch(vec![
         ("x", Arc::new(Float32Array::from(vec![1.0, 3.0, 5.0]))),
         (

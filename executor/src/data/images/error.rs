@@ -6,7 +6,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::error::ArrowError;
 use image::error::ImageFormatHint;
 use image::{ColorType, ImageFormat};
-use ringflow_proto::spec::{MAX_DECODED_BYTES, MAX_IMAGE_SIDE};
+use ringflow_core::spec::{MAX_DECODED_BYTES, MAX_IMAGE_SIDE};
 
 /// What a user can do about an image the decoder refuses.
 const FIX: &str = "replace the image, or leave its row out of the data";

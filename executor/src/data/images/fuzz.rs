@@ -11,7 +11,7 @@ use image::codecs::png::{CompressionType, FilterType, PngEncoder};
 use image::{ExtendedColorType, GrayImage, ImageEncoder, ImageFormat, RgbImage, RgbaImage};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use ringflow_proto::spec::ImageSpec;
+use ringflow_core::spec::ImageSpec;
 
 use super::ImageColumn;
 use super::tests::{encode, png_header, progressive_jpeg};

@@ -4,11 +4,11 @@
 
 use image::Limits;
 use image::error::LimitErrorKind;
-use ringflow_proto::spec::{MAX_IMAGE_METADATA_BYTES, MAX_IMAGE_SIDE};
+use ringflow_core::spec::{MAX_IMAGE_METADATA_BYTES, MAX_IMAGE_SIDE};
 
 use super::error::DecodeError;
 
-/// The most one image may be (`data.image.max_pixels`, [`ImageSpec::max_decoded_bytes`](ringflow_proto::spec::ImageSpec::max_decoded_bytes)).
+/// The most one image may be (`data.image.max_pixels`, [`ImageSpec::max_decoded_bytes`](ringflow_core::spec::ImageSpec::max_decoded_bytes)).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Bounds {
     /// Pixels (height × width).

@@ -21,8 +21,8 @@
 //! file, the row and the decoder's reason.
 //!
 //! [`Converter`]: crate::data::features::Converter
-//! [`MAX_IMAGE_SIDE`]: ringflow_proto::spec::MAX_IMAGE_SIDE
-//! [`MAX_IMAGE_METADATA_BYTES`]: ringflow_proto::spec::MAX_IMAGE_METADATA_BYTES
+//! [`MAX_IMAGE_SIDE`]: ringflow_core::spec::MAX_IMAGE_SIDE
+//! [`MAX_IMAGE_METADATA_BYTES`]: ringflow_core::spec::MAX_IMAGE_METADATA_BYTES
 
 use std::cell::RefCell;
 use std::io::Cursor;
@@ -34,7 +34,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use image::imageops::FilterType;
 use image::{ColorType, ImageBuffer, ImageDecoder, ImageReader, Luma, LumaA, Pixel, Rgb, Rgba};
 use rayon::prelude::*;
-use ringflow_proto::spec::ImageSpec;
+use ringflow_core::spec::ImageSpec;
 
 use self::error::{DecodeError, ImageColumnError};
 use self::limits::{Bounds, jpeg_coefficient_bytes, limit_error, limits, narrow_in_place};
@@ -47,7 +47,7 @@ pub mod error;
 mod fuzz;
 mod limits;
 
-pub use ringflow_proto::spec::MAX_DECODED_BYTES;
+pub use ringflow_core::spec::MAX_DECODED_BYTES;
 
 /// Scratch buffers kept by a decoding thread between images up to this size; a larger one is
 /// given back after use.

@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
+use ringflow_core::data::location::upload_dir;
+use ringflow_core::data::{Location, Preprocessing};
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::checkpoint::{self, TrainingState};
 use ringflow_ml::nn::Model;
 use ringflow_ml::optim::Optimizer;
-use ringflow_proto::data::location::upload_dir;
-use ringflow_proto::data::{Location, Preprocessing};
-use ringflow_proto::spec::JobSpec;
 
 use crate::error::{ExecutorError, Result};
 use crate::train::context::TrainEvent;

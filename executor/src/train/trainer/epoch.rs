@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Instant;
 
+use ringflow_core::pb::EpochPlan;
 use ringflow_ml::rng::{self, streams};
-use ringflow_proto::pb::EpochPlan;
 
 use super::Trainer;
 use crate::collective::ReduceOp;

@@ -13,11 +13,11 @@ mod ring;
 
 use std::time::Duration;
 
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelShape};
 use ringflow_ml::optim::Optimizer;
 use ringflow_ml::{AllocatorStats, Device};
-use ringflow_proto::spec::JobSpec;
 
 use crate::collective::Collective;
 use crate::data::features::LabelKind;

@@ -1,4 +1,4 @@
-//! # ringflow-proto: the contract between driver, executors and CLI
+//! # ringflow-core: the contract between driver, executors and CLI, and the data they read alike
 //!
 //! Everything that crosses process boundaries in ringflow is defined here:
 //!

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use ringflow_proto::pb::{self, JobState};
+use ringflow_core::pb::{self, JobState};
 use tracing::{info, warn};
 
 use super::{Job, JobKind};

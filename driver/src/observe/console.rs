@@ -13,8 +13,8 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ringflow_proto::pb;
-use ringflow_proto::phases::PhaseTimes;
+use ringflow_core::pb;
+use ringflow_core::phases::PhaseTimes;
 
 use super::observer::{Observer, Observers};
 
