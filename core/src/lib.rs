@@ -46,4 +46,4 @@ pub mod pb {
 
 /// The control-plane protocol version. A driver refuses executors and clients that speak
 /// another version, with a message naming both.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;

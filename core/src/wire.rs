@@ -33,6 +33,10 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// The largest job spec, as JSON (it travels in every task).
 pub const MAX_SPEC_BYTES: usize = 16 << 20;
 
+/// The largest job spec file as written, with its overrides (it travels in every training
+/// task and is kept in the job's checkpoints).
+pub const MAX_WRITTEN_SPEC_BYTES: usize = 1 << 20;
+
 /// The longest `data.sql`, in bytes.
 pub const MAX_SQL_BYTES: usize = 1 << 20;
 
@@ -62,7 +66,11 @@ pub const MAX_PREPROCESSING_BYTES: u64 = 1 << 30;
 // The bounds nest: a task's parts, each at its bound, fit one message with room for the ring
 // (a megabyte), and so do the other messages.
 const _: () = assert!(
-    MAX_SPEC_BYTES + MAX_FILE_LIST_BYTES + INLINE_PREPROCESSING_BYTES + (1 << 20)
+    MAX_SPEC_BYTES
+        + MAX_WRITTEN_SPEC_BYTES
+        + MAX_FILE_LIST_BYTES
+        + INLINE_PREPROCESSING_BYTES
+        + (1 << 20)
         < MAX_MESSAGE_BYTES
 );
 const _: () = assert!(MAX_EPOCH_PLAN_BYTES < MAX_MESSAGE_BYTES);
@@ -215,6 +223,13 @@ pub fn task_parts(task: &pb::Task) -> Vec<(&'static str, usize)> {
     }
     .unwrap_or_default();
     let strings = |v: &[String]| v.iter().map(String::len).sum::<usize>();
+    let written = match &task.work {
+        Some(pb::task::Work::Train(t)) => t
+            .written
+            .as_ref()
+            .map_or(0, |w| w.file.len() + w.toml.len() + strings(&w.overrides)),
+        _ => 0,
+    };
     let mut parts = vec![
         (
             "the job spec (data.sql, data.label_classes, the model's layers)",
@@ -233,6 +248,7 @@ pub fn task_parts(task: &pb::Task) -> Vec<(&'static str, usize)> {
             strings(&header.ring) + strings(&header.hosts),
         ),
         ("the input columns", strings(&data.input_columns)),
+        ("the job spec file as written", written),
     ];
     parts.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
     parts

@@ -91,7 +91,7 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
         })
         .into_iter()
         .collect();
-    let spec = args.job.load(&flags)?;
+    let (spec, written) = args.job.load(&flags)?;
     let key = match args.executors {
         Some(_) => "--executors",
         None => "cluster.executors",
@@ -101,7 +101,7 @@ pub fn run(args: LocalArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode>
     // planning or executor process.
     local::check_device(spec.cluster.device, "the job's")?;
     let config = LocalConfig::try_from((&args, &spec))?;
-    let request = args.job.request(&spec);
+    let request = args.job.request(&spec, &written);
     let observers = args.job.observers()?.with(args.job.timeline()?);
     run_local(
         config,

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use ringflow_core::spec::{JobSpec, Override};
+use ringflow_core::spec::{JobSpec, Override, SpecAsWritten};
 use ringflow_driver::observe::tensorboard::TensorBoard;
 use ringflow_driver::observe::timeline::Timeline;
 use ringflow_driver::observe::{Observers, console};
@@ -95,7 +95,7 @@ impl JobArgs {
     /// Reads the spec with its `--set` overrides and then `flags`, the command's flags that set
     /// spec fields (with `--resume DIR`, which sets `cluster.checkpoint_dir`), all applied
     /// before the spec is checked once; then checks the files this command writes itself.
-    fn load(&self, flags: &[Override]) -> anyhow::Result<JobSpec> {
+    fn load(&self, flags: &[Override]) -> anyhow::Result<(JobSpec, SpecAsWritten)> {
         let mut overrides: Vec<Override> = self
             .set
             .iter()
@@ -109,13 +109,14 @@ impl JobArgs {
                 dir.as_str(),
             ));
         }
-        let spec = JobSpec::load(&self.job, &overrides)?;
+        let written = SpecAsWritten::read(&self.job, &overrides)?;
+        let spec = written.spec(&overrides)?;
         check_summary_json(self.summary_json.as_deref())?;
         if let Some(dir) = &self.tensorboard {
             let dir = dir.display().to_string();
             ringflow_driver::outputs::check_dir("--tensorboard", &dir)?;
         }
-        Ok(spec)
+        Ok((spec, written))
     }
 
     /// What follows the job: its progress display and the `--tensorboard` writer, whose
@@ -134,10 +135,11 @@ impl JobArgs {
         Ok(self.timeline.as_deref().map(Timeline::create).transpose()?)
     }
 
-    /// The request that submits the job.
-    fn request(&self, spec: &JobSpec) -> ringflow_core::pb::SubmitRequest {
+    /// The request that submits the job `spec`, made from `written`.
+    fn request(&self, spec: &JobSpec, written: &SpecAsWritten) -> ringflow_core::pb::SubmitRequest {
         ringflow_core::pb::SubmitRequest {
             resume: self.resume.is_some(),
+            written: Some(written.into()),
             ..submit::train_request(spec, &self.job)
         }
     }

@@ -146,14 +146,14 @@ pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<Exit
 }
 
 pub fn run(args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let mut spec = args.job.load(&[])?;
+    let (mut spec, written) = args.job.load(&[])?;
     absolutize(&mut spec)?;
     let observers = args.job.observers()?;
     let observers = observers.with(args.job.timeline()?);
     follow(
         &args.driver,
         &args.security.client()?,
-        args.job.request(&spec),
+        args.job.request(&spec, &written),
         args.job.summary_json.as_ref(),
         observers,
     )

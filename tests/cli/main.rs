@@ -31,6 +31,7 @@ mod predict_outputs;
 mod process;
 mod recovery;
 mod s3;
+mod saved_formats;
 mod security;
 mod sequences;
 mod shared_memory;

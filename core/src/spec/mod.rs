@@ -14,6 +14,7 @@ mod images;
 mod load;
 mod overrides;
 mod sequences;
+mod written;
 
 pub use error::{NameError, SpecError};
 pub use fusion::{
@@ -29,6 +30,7 @@ pub use sequences::{
     DEFAULT_MAX_LENGTH, DEFAULT_MAX_TOKEN_BYTES, MAX_SEQUENCE_LENGTH, MAX_TOKEN_BYTES, MAX_VOCAB,
     Metric, OnTooLong, VocabSpec,
 };
+pub use written::SpecAsWritten;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -507,6 +509,13 @@ impl JobSpec {
     /// Serializes the spec for an executor.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a job spec serializes")
+    }
+
+    /// The spec as a JSON value whose numbers read as they were written: [`JobSpec::to_json`]'s
+    /// text read back, so that an `f32` such as `lr = 0.05` stays `0.05` (the `f32` itself as a
+    /// JSON number would be widened to `0.05000000074505806`).
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.to_json()).expect("a job spec's JSON reads back")
     }
 
     /// Reads a spec that the driver serialized with [`JobSpec::to_json`].

@@ -78,6 +78,11 @@ impl Override {
         }
     }
 
+    /// The argument as given (`--set train.epochs=2`, `--executors 4`).
+    pub fn given(&self) -> &str {
+        &self.given
+    }
+
     /// The dotted key it sets.
     pub fn key(&self) -> String {
         self.path.join(".")

@@ -441,6 +441,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             sequence: None,
             files: vec!["x.parquet".into()],
             resume: None,
+            written: None,
             summary: None,
             warnings: Vec::new(),
             notes: Vec::new(),

@@ -26,7 +26,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use ringflow_core::data::runtime::block_on;
 use ringflow_core::data::{Location, Preprocessing};
 use ringflow_core::pb::EpochPlan;
-use ringflow_core::spec::JobSpec;
+use ringflow_core::spec::{JobSpec, SpecAsWritten};
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
 
 use crate::error::{DriverError, Result};
@@ -227,6 +227,9 @@ pub struct JobPlan {
     pub files: Vec<String>,
     /// Where a resumed job continues from.
     pub resume: Option<ResumePoint>,
+    /// The spec as its user wrote it (`None` when the client sent none), kept in the job's
+    /// checkpoints beside `spec`.
+    pub written: Option<SpecAsWritten>,
     /// What the model needs in memory (`None` for a custom kind that does not say).
     pub footprint: Option<ModelFootprint>,
     /// The model's layers and parameter counts (`None` for a custom kind that does not say).
@@ -395,6 +398,7 @@ impl JobPlan {
             sequence,
             files,
             resume: None,
+            written: None,
             footprint,
             summary,
             warnings,
@@ -438,6 +442,7 @@ impl JobPlan {
             sequence: None,
             files: data.files,
             resume: None,
+            written: None,
             footprint,
             summary,
             warnings,

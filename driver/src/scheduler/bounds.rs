@@ -8,8 +8,10 @@
 use prost::Message;
 use ringflow_core::pb;
 use ringflow_core::size::format_bytes;
-use ringflow_core::spec::DataSource;
-use ringflow_core::wire::{MAX_EPOCH_PLAN_BYTES, MAX_FILE_LIST_BYTES, MAX_PREPROCESSING_BYTES};
+use ringflow_core::spec::{DataSource, SpecAsWritten};
+use ringflow_core::wire::{
+    MAX_EPOCH_PLAN_BYTES, MAX_FILE_LIST_BYTES, MAX_PREPROCESSING_BYTES, MAX_WRITTEN_SPEC_BYTES,
+};
 
 use crate::error::{DriverError, Result};
 use crate::planner::JobPlan;
@@ -28,6 +30,21 @@ pub fn check_messages(plan: &JobPlan) -> Result<()> {
     };
     check_partitions("data.train", &plan.train)?;
     check_partitions(test, &plan.test)
+}
+
+/// Checks the spec as written (text and overrides) against [`MAX_WRITTEN_SPEC_BYTES`]: every
+/// training task carries it.
+pub fn check_written(written: Option<&SpecAsWritten>) -> Result<()> {
+    match written {
+        Some(w) if w.bytes() > MAX_WRITTEN_SPEC_BYTES => Err(DriverError::Data(format!(
+            "the job spec {} is {} as written, with its overrides, more than the {} a job \
+             spec may have",
+            w.file,
+            format_bytes(w.bytes() as u64),
+            format_bytes(MAX_WRITTEN_SPEC_BYTES as u64)
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Checks a job's preprocessing of `bytes` (as JSON) against [`MAX_PREPROCESSING_BYTES`];

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use ringflow_core::pb;
-use ringflow_core::spec::{JobSpec, Metric};
+use ringflow_core::spec::{JobSpec, Metric, SpecAsWritten};
 use ringflow_ml::nn::ModelRegistry;
 use tracing::info;
 
@@ -170,18 +170,22 @@ fn random_tag() -> String {
 }
 
 impl Scheduler {
-    /// Checks and plans a training job (planning reads Parquet footers); its checkpoint
-    /// directory must be able to become a writable directory.
+    /// Checks and plans a training job (planning reads Parquet footers), kept with the spec
+    /// as its user `written` it; its checkpoint directory must be able to become a writable
+    /// directory.
     pub fn plan_job(
         registry: &ModelRegistry,
         spec_json: &str,
         resume: bool,
+        written: Option<SpecAsWritten>,
     ) -> Result<JobPlan, DriverError> {
         let spec = JobSpec::from_json(spec_json)?;
         spec.validate(std::path::Path::new("<submitted spec>"))?;
         // Where the job writes must be usable before its data is even listed.
         crate::outputs::check_dir("cluster.checkpoint_dir", &spec.checkpoint_dir())?;
+        bounds::check_written(written.as_ref())?;
         let mut plan = JobPlan::new(spec, registry)?;
+        plan.written = written;
         if resume {
             plan.resume = Some(crate::planner::resume_point(&plan.spec)?);
         }

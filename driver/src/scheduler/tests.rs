@@ -171,7 +171,7 @@ label = "y"
 kind = "transformer"
 "#;
     let spec = JobSpec::parse(text, Path::new("j.toml"), &[]).unwrap();
-    let err = Scheduler::plan_job(s_registry(), &spec.to_json(), false)
+    let err = Scheduler::plan_job(s_registry(), &spec.to_json(), false, None)
         .unwrap_err()
         .to_string();
     assert!(
@@ -218,6 +218,7 @@ device = "{device}"
         sequence: None,
         files: vec!["x.parquet".into()],
         resume: None,
+        written: None,
         footprint: Some(ringflow_ml::nn::ModelFootprint::linear_stack(
             &[1, 2],
             false,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ringflow_core::pb::{self, jobs_server::Jobs};
+use ringflow_core::spec::SpecAsWritten;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -96,9 +97,10 @@ impl Jobs for JobsService {
                 let registry = self.0.registry.clone();
                 let json = req.spec_json;
                 let resume = req.resume;
+                let written = req.written.map(SpecAsWritten::from);
                 // Planning reads Parquet footers: keep it off the async workers.
                 let plan = tokio::task::spawn_blocking(move || {
-                    Scheduler::plan_job(&registry, &json, resume)
+                    Scheduler::plan_job(&registry, &json, resume, written)
                 })
                 .await
                 .map_err(|e| Status::internal(format!("planning stopped: {e}")))?

@@ -116,6 +116,7 @@ impl Worker<'_> {
             elastic: work.elastic,
             join: work.join,
             device,
+            written: work.written.clone().map(Into::into),
         };
         let mut ctx = self.context(header);
         let outcome = with_compute_threads(self.config.threads, || {

@@ -17,11 +17,7 @@ use data_error::{ClassesError, SqlError, SqlTimeoutError};
 impl JobSpec {
     /// Reads the spec in `file`, applies `overrides` in order, and checks it.
     pub fn load(file: &Path, overrides: &[Override]) -> Result<JobSpec, SpecError> {
-        let text = std::fs::read_to_string(file).map_err(|source| SpecError::Io {
-            file: file.to_path_buf(),
-            source,
-        })?;
-        Self::parse(&text, file, overrides)
+        super::SpecAsWritten::read(file, overrides)?.spec(overrides)
     }
 
     /// Parses spec text (`file` names it in errors and supplies the default job name).

@@ -125,6 +125,7 @@ impl Job {
             resume: plan.resume.is_some(),
             elastic: plan.spec.cluster.min_executors.is_some(),
             join: self.members.is_joiner(rank as usize),
+            written: plan.written.as_ref().map(Into::into),
         }
     }
 

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use ringflow_core::data::location::upload_dir;
 use ringflow_core::data::{Location, Preprocessing};
-use ringflow_core::spec::JobSpec;
+use ringflow_core::spec::{JobSpec, SpecAsWritten};
 use ringflow_ml::checkpoint::{self, TrainingState};
 use ringflow_ml::nn::Model;
 use ringflow_ml::optim::Optimizer;
@@ -20,6 +20,8 @@ pub struct Checkpoints<'a> {
     pub job_id: &'a str,
     /// The job spec, saved with the model.
     pub spec: &'a JobSpec,
+    /// The spec as its user wrote it, saved beside `spec` when the driver had it.
+    pub written: Option<&'a SpecAsWritten>,
     /// The preprocessing the data went through, saved with the model.
     pub preprocessing: &'a Preprocessing,
 }
@@ -41,7 +43,8 @@ impl Checkpoints<'_> {
             rng: None,
             extra: serde_json::json!({
                 "job_id": self.job_id,
-                "job": self.spec,
+                "spec_as_written": self.written,
+                "job": self.spec.to_json_value(),
                 "preprocessing": self.preprocessing,
             }),
         };

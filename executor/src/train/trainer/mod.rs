@@ -13,7 +13,7 @@ mod ring;
 
 use std::time::Duration;
 
-use ringflow_core::spec::JobSpec;
+use ringflow_core::spec::{JobSpec, SpecAsWritten};
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelShape};
 use ringflow_ml::optim::Optimizer;
@@ -56,6 +56,9 @@ pub struct TrainTask {
     /// Where this rank's model lives: `spec.cluster.device` as placed on this executor (see
     /// [`crate::placement`]).
     pub device: Device,
+    /// The spec as its user wrote it, saved with the model beside `spec` (`None` when the
+    /// driver got none).
+    pub written: Option<SpecAsWritten>,
 }
 
 /// What one rank did.
@@ -373,6 +376,7 @@ impl<'a> Trainer<'a> {
         Checkpoints {
             job_id: &self.task.job_id,
             spec: &self.task.spec,
+            written: self.task.written.as_ref(),
             preprocessing: &self.data.preprocessing,
         }
     }
