@@ -3,16 +3,13 @@
 
 use ringflow_core::data::stats::MAX_CLASSES;
 
-/// Everything that can make the driver refuse or fail a job.
+/// Everything that can make the driver refuse or fail a job, or fail to start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DriverError {
     /// The job spec is unusable; the message names the key.
     #[error(transparent)]
     Spec(#[from] ringflow_core::spec::SpecError),
-    /// The data cannot be used; the message names the file or setting.
-    #[error("{0}")]
-    Data(String),
     /// A listener's connection limits admit no connection; the message names the listener.
     #[error(transparent)]
     Listener(#[from] ringflow_core::listener::LimitsError),
@@ -41,6 +38,21 @@ pub enum DriverError {
     /// rules; the message names the file, row and column.
     #[error(transparent)]
     Sequences(#[from] crate::planner::sequences::error::SequenceError),
+    /// A split holds fewer rows than the executors that would share them.
+    #[error(transparent)]
+    TooFewRows(#[from] crate::planner::plan_error::TooFewRows),
+    /// The `--model` directory of an evaluation or a prediction cannot be used; the message
+    /// names it.
+    #[error(transparent)]
+    ModelDir(#[from] crate::planner::saved_error::ModelDirError),
+    /// A planned job's messages would carry a part larger than its bound; the message names
+    /// the part and the setting or data that bounds it.
+    #[error(transparent)]
+    TooLarge(#[from] crate::scheduler::bounds_error::TooLarge),
+    /// The driver cannot start serving (its control plane, its TLS, its web UI); the message
+    /// names the address.
+    #[error(transparent)]
+    Start(#[from] crate::service::error::StartError),
     /// A data path lists no usable files (`key` is its spec key).
     #[error("{key}: {source}")]
     Listing {

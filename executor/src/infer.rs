@@ -23,7 +23,7 @@ use ringflow_ml::{Device, no_grad};
 
 use crate::data::rows::{Batch, Rows};
 use crate::data::sequences;
-use crate::error::{ExecutorError, Result};
+use crate::error::{ExecutorError, Result, Unrunnable};
 use crate::train::forward::forward_batch;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
 use crate::train::{Split, TaskContext, TrainEvent, evaluate, label_kind};
@@ -296,11 +296,11 @@ fn class_names<'a>(best: &[usize], classes: &'a [String]) -> Result<Vec<&'a str>
     best.iter()
         .map(|&i| {
             classes.get(i).map(String::as_str).ok_or_else(|| {
-                ExecutorError::Spec(format!(
-                    "the model predicted class {i}, but extra.preprocessing.classes of its \
-                     checkpoint.json names only {}",
-                    classes.len()
-                ))
+                Unrunnable::UnnamedClass {
+                    class: i,
+                    classes: classes.len(),
+                }
+                .into()
             })
         })
         .collect()

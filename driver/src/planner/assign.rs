@@ -19,7 +19,8 @@ use rand::seq::SliceRandom;
 use ringflow_core::pb::{EpochPlan, Partition};
 use ringflow_ml::rng::{self, streams};
 
-use crate::error::{DriverError, Result};
+use crate::error::Result;
+use crate::planner::plan_error::TooFewRows;
 use crate::planner::split::RowGroup;
 
 /// Fails unless the split has at least one row per rank (`after_sql`: rows that `data.sql`
@@ -32,11 +33,13 @@ pub fn check_enough_rows(
 ) -> Result<()> {
     let rows: u64 = groups.iter().map(|g| g.rows).sum();
     if rows < world as u64 {
-        let which = if after_sql { " after data.sql" } else { "" };
-        return Err(DriverError::Data(format!(
-            "{key} holds {rows} rows{which}, fewer than the {world} executors that would share \
-             them"
-        )));
+        return Err(TooFewRows {
+            key: key.to_string(),
+            rows,
+            after_sql,
+            world,
+        }
+        .into());
     }
     Ok(())
 }
@@ -195,6 +198,15 @@ mod tests {
     #[test]
     fn too_few_rows_is_an_error() {
         let err = check_enough_rows("data.train", &groups(&[3]), 4, false).unwrap_err();
-        assert!(err.to_string().contains("3 rows"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "data.train holds 3 rows, fewer than the 4 executors that would share them"
+        );
+        let err = check_enough_rows("data.train", &groups(&[3]), 4, true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "data.train holds 3 rows after data.sql, fewer than the 4 executors that would \
+             share them"
+        );
     }
 }

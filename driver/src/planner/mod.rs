@@ -17,6 +17,7 @@ pub mod memory;
 mod model;
 pub mod plan_error;
 pub mod saved;
+pub mod saved_error;
 pub mod schema_error;
 pub mod sequences;
 pub mod split;

@@ -1,7 +1,8 @@
 //! Why a job's plan cannot be made from its data and its checkpoint: [`LabelMismatch`] for a
 //! label that is of another kind across files or splits, or that `data.label_classes` does not
-//! fit, and [`ResumeError`] for a checkpoint `--resume` cannot continue from. A leaf: the
-//! planner and the driver's error type use it.
+//! fit, [`ResumeError`] for a checkpoint `--resume` cannot continue from, and [`TooFewRows`]
+//! for a split with fewer rows than executors to share them. A leaf: the planner and the
+//! driver's error type use it.
 
 use ringflow_core::data::DataError;
 use ringflow_ml::nn::ModelSpec;
@@ -107,4 +108,22 @@ pub enum ResumeError {
         /// `train.epochs`.
         epochs: u64,
     },
+}
+
+/// A split that holds fewer rows than the executors that would share them: some rank would
+/// have none.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error(
+    "{key} holds {rows} rows{}, fewer than the {world} executors that would share them",
+    if *.after_sql { " after data.sql" } else { "" }
+)]
+pub struct TooFewRows {
+    /// The split's spec key (`data.train`).
+    pub key: String,
+    /// Its rows.
+    pub rows: u64,
+    /// Whether `rows` counts the rows `data.sql` yields.
+    pub after_sql: bool,
+    /// The executors of the job.
+    pub world: usize,
 }

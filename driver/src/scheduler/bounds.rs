@@ -7,13 +7,13 @@
 
 use prost::Message;
 use ringflow_core::pb;
-use ringflow_core::size::format_bytes;
 use ringflow_core::spec::{DataSource, SpecAsWritten};
 use ringflow_core::wire::{
     MAX_EPOCH_PLAN_BYTES, MAX_FILE_LIST_BYTES, MAX_PREPROCESSING_BYTES, MAX_WRITTEN_SPEC_BYTES,
 };
 
-use crate::error::{DriverError, Result};
+use super::bounds_error::TooLarge;
+use crate::error::Result;
 use crate::planner::JobPlan;
 use crate::planner::split::RowGroup;
 
@@ -36,13 +36,11 @@ pub fn check_messages(plan: &JobPlan) -> Result<()> {
 /// training task carries it.
 pub fn check_written(written: Option<&SpecAsWritten>) -> Result<()> {
     match written {
-        Some(w) if w.bytes() > MAX_WRITTEN_SPEC_BYTES => Err(DriverError::Data(format!(
-            "the job spec {} is {} as written, with its overrides, more than the {} a job \
-             spec may have",
-            w.file,
-            format_bytes(w.bytes() as u64),
-            format_bytes(MAX_WRITTEN_SPEC_BYTES as u64)
-        ))),
+        Some(w) if w.bytes() > MAX_WRITTEN_SPEC_BYTES => Err(TooLarge::WrittenSpec {
+            file: w.file.clone(),
+            bytes: w.bytes(),
+        }
+        .into()),
         _ => Ok(()),
     }
 }
@@ -53,11 +51,12 @@ pub fn check_preprocessing(bytes: usize, what: &str, fix: &str) -> Result<()> {
     if bytes as u64 <= MAX_PREPROCESSING_BYTES {
         return Ok(());
     }
-    Err(DriverError::Data(format!(
-        "{what} is {} as JSON, more than the {} a job's preprocessing may have; {fix}",
-        format_bytes(bytes as u64),
-        format_bytes(MAX_PREPROCESSING_BYTES)
-    )))
+    Err(TooLarge::Preprocessing {
+        what: what.to_string(),
+        bytes,
+        fix: fix.to_string(),
+    }
+    .into())
 }
 
 /// Checks the paths every task lists for `data.source = "auto"` against
@@ -70,14 +69,11 @@ fn check_files(plan: &JobPlan) -> Result<()> {
     if bytes <= MAX_FILE_LIST_BYTES {
         return Ok(());
     }
-    Err(DriverError::Data(format!(
-        "data.source = \"auto\": the job's {} files have {} of paths, more than the {} a task \
-         may list for executors to check; set data.source = \"direct\" or \"driver\", or use \
-         fewer, larger files",
-        plan.files.len(),
-        format_bytes(bytes as u64),
-        format_bytes(MAX_FILE_LIST_BYTES as u64)
-    )))
+    Err(TooLarge::FileList {
+        files: plan.files.len(),
+        bytes,
+    }
+    .into())
 }
 
 /// Checks that one rank's partitions of the split `key` (at most every row group of it) fit
@@ -87,14 +83,12 @@ fn check_partitions(key: &str, groups: &[RowGroup]) -> Result<()> {
     if bytes <= MAX_EPOCH_PLAN_BYTES {
         return Ok(());
     }
-    Err(DriverError::Data(format!(
-        "{key}: its {} row groups would make an epoch's partitions of {} for one executor, more \
-         than the {} a message of partitions may have; write the data in fewer, larger row \
-         groups",
-        groups.len(),
-        format_bytes(bytes as u64),
-        format_bytes(MAX_EPOCH_PLAN_BYTES as u64)
-    )))
+    Err(TooLarge::Partitions {
+        key: key.to_string(),
+        groups: groups.len(),
+        bytes,
+    }
+    .into())
 }
 
 /// The encoded length of an epoch plan holding one partition of every group.

@@ -17,7 +17,7 @@
 //! - [`tasks`]: task handout (and tasks that did not arrive), the preprocessing executors
 //!   fetch, preparation, recovery requests, reports and each rank's end;
 //! - [`bounds`]: what a planned job's tasks and epoch plans would carry, checked against the
-//!   control plane's bounds before the job is queued;
+//!   control plane's bounds before the job is queued, refusing it with a [`bounds_error`];
 //! - [`retention`]: the driver keeps the `retained_jobs` most recently finished jobs and
 //!   forgets older ones, so its memory does not grow with the jobs it has run;
 //! - [`job`]: one job, itself split by concept (lifecycle, membership, recovery, tasks,
@@ -25,6 +25,7 @@
 //! - [`registry`]: what the driver knows about each executor.
 
 mod bounds;
+pub mod bounds_error;
 mod executors;
 mod fit;
 mod job;

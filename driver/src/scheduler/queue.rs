@@ -29,6 +29,7 @@ use super::{Refusal, Scheduler};
 use crate::error::{DriverError, JobError};
 use crate::outputs::DirLock;
 use crate::planner::JobPlan;
+use crate::planner::saved_error::ModelDirError;
 
 /// What of its training's preprocessing an evaluation or prediction planned as `plan` needs,
 /// described; `None` when it needs none.
@@ -229,11 +230,11 @@ impl Scheduler {
         if preprocessing.is_empty()
             && let Some(what) = needed_preprocessing(&plan)
         {
-            return Err(DriverError::Data(format!(
-                "--model {model_dir}: its checkpoint.json holds no preprocessing, but the model \
-                 needs {what} it was trained with; use the model directory its training job \
-                 wrote, unchanged"
-            )));
+            return Err(ModelDirError::NoPreprocessing {
+                model_dir: model_dir.to_string(),
+                needs: what,
+            }
+            .into());
         }
         // Without SQL the id column is read from the files; with SQL it must be in the query's
         // output, which executors check.

@@ -10,6 +10,7 @@
 //! ([`ringflow_core::listener`]).
 
 mod auth;
+pub mod error;
 mod executors;
 mod exits;
 mod flight;
@@ -35,9 +36,10 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::service::interceptor::InterceptedService;
 
-use crate::error::{DriverError, Result};
+use crate::error::Result;
 use crate::scheduler::{Refusal, SchedulerConfig};
 pub(crate) use crate::shared::Shared;
+use error::StartError;
 
 /// How often the scheduler's timed rules run.
 const TICK: Duration = Duration::from_millis(100);
@@ -191,8 +193,7 @@ const UI_PORT_TRIES: u16 = 16;
 
 /// Binds the UI's address, or with `next_free` the next free port after it.
 async fn bind_ui(ui: SocketAddr, next_free: bool) -> Result<tokio::net::TcpListener> {
-    let fail =
-        |e: std::io::Error| DriverError::Data(format!("cannot serve the web UI on {ui}: {e}"));
+    let fail = |cause| StartError::Ui { ui, cause };
     match tokio::net::TcpListener::bind(ui).await {
         Ok(l) => Ok(l),
         Err(e) if next_free && e.kind() == std::io::ErrorKind::AddrInUse => {
@@ -205,9 +206,9 @@ async fn bind_ui(ui: SocketAddr, next_free: bool) -> Result<tokio::net::TcpListe
             }
             let mut any = ui;
             any.set_port(0);
-            tokio::net::TcpListener::bind(any).await.map_err(fail)
+            Ok(tokio::net::TcpListener::bind(any).await.map_err(fail)?)
         }
-        Err(e) => Err(fail(e)),
+        Err(e) => Err(fail(e).into()),
     }
 }
 
@@ -229,10 +230,11 @@ fn gate(kind: ListenerKind, limits: ListenerLimits) -> Result<Arc<ConnectionGate
 pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<DriverHandle> {
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
-        .map_err(|e| DriverError::Data(format!("cannot listen on {}: {e}", config.bind)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| DriverError::Data(format!("cannot read the bound address: {e}")))?;
+        .map_err(|cause| StartError::Listen {
+            bind: config.bind,
+            cause,
+        })?;
+    let addr = listener.local_addr().map_err(StartError::BoundAddress)?;
     // The UI's port is taken before anything runs, so that a taken port fails the start cleanly.
     let ui_listener = match config.ui {
         None => None,
@@ -243,8 +245,7 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
     let mut shared = Shared::new(config.scheduler.clone(), registry, config.secret.clone());
     shared.listeners = vec![grpc_gate.clone(), ui_gate.clone()];
     let shared = Arc::new(shared);
-    let listener = GatedListener::new(listener, grpc_gate)
-        .map_err(|e| DriverError::Data(format!("cannot read the bound address: {e}")))?;
+    let listener = GatedListener::new(listener, grpc_gate).map_err(StartError::BoundAddress)?;
     let mut builder = tonic::transport::Server::builder();
     let verifier = auth::AuthCheck::verifier(config.secret.as_ref());
     let check = |service| auth::AuthCheck::new(verifier.clone(), service);
@@ -270,8 +271,7 @@ pub async fn start(config: DriverConfig, registry: ModelRegistry) -> Result<Driv
     let incoming = match &config.tls {
         None => Incoming::Plain(listener),
         Some(tls) => Incoming::Tls(
-            crate::tls::TlsListener::new(listener, tls.grpc())
-                .map_err(|e| DriverError::Data(format!("cannot set up the driver's TLS: {e}")))?,
+            crate::tls::TlsListener::new(listener, tls.grpc()).map_err(StartError::Tls)?,
         ),
     };
     let (tx, rx) = oneshot::channel::<()>();
@@ -338,9 +338,7 @@ fn serve_ui(
     config: &DriverConfig,
     shared: Arc<Shared>,
 ) -> Result<(SocketAddr, oneshot::Sender<()>, JoinHandle<()>)> {
-    let bound = |e: std::io::Error| {
-        DriverError::Data(format!("cannot read the web UI's bound address: {e}"))
-    };
+    let bound = StartError::UiBoundAddress;
     let ui_addr = listener.local_addr().map_err(bound)?;
     let (tx, rx) = oneshot::channel::<()>();
     let listener = GatedListener::new(listener, gate).map_err(bound)?;

@@ -62,9 +62,6 @@ pub enum ExecutorError {
     /// A tensor-engine failure (shapes, devices, checkpoints).
     #[error(transparent)]
     Ml(#[from] MlError),
-    /// The job spec cannot be run as given (on this executor).
-    #[error("{0}")]
-    Spec(String),
     /// The job spec (or a command's settings) cannot be run as given on this executor.
     #[error(transparent)]
     Unrunnable(#[from] Unrunnable),

@@ -71,6 +71,26 @@ pub enum Unrunnable {
         /// The model's inputs.
         inputs: usize,
     },
+    /// A loss that needs one output, for a model with another number of outputs.
+    #[error("train.loss = \"{loss}\" needs a model with 1 output, this one has {outputs}")]
+    LossOutputs {
+        /// `train.loss`, as the spec writes it.
+        loss: &'static str,
+        /// The model's outputs.
+        outputs: usize,
+    },
+    /// A saved model predicted a class that its preprocessing does not name (the check on
+    /// load rules it out).
+    #[error(
+        "the model predicted class {class}, but extra.preprocessing.classes of its \
+         checkpoint.json names only {classes}"
+    )]
+    UnnamedClass {
+        /// The predicted class index.
+        class: usize,
+        /// The classes the preprocessing names.
+        classes: usize,
+    },
     /// `data.tables` cannot be loaded, or `data.sql` cannot be planned over a partition.
     #[error(transparent)]
     Sql(DataError),

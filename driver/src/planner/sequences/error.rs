@@ -31,6 +31,63 @@ pub enum SequenceError {
         /// Columns in `data.features`.
         features: usize,
     },
+    /// A sequence model given more or fewer than one feature column.
+    #[error(
+        "the model reads token sequences, so data.features must name one column, not {features}"
+    )]
+    OneFeature {
+        /// The columns `data.features` names.
+        features: usize,
+    },
+    /// A schema without the column the spec names (`key`).
+    #[error("has no column `{column}` ({key})")]
+    NoColumn {
+        /// The missing column.
+        column: String,
+        /// The setting that names it (`data.features`, `data.label`).
+        key: &'static str,
+    },
+    /// A feature column that holds no token sequences.
+    #[error(
+        "column `{column}` has type {ty}; the model reads token sequences, a list of strings \
+         or of integers"
+    )]
+    NotTokens {
+        /// `data.features`' one column.
+        column: String,
+        /// Its Arrow type, as Arrow writes it.
+        ty: String,
+    },
+    /// A label that is not a list, for a model that tags every token.
+    #[error(
+        "column `{column}` (data.label) has type {ty}, but the model tags every token: the \
+         label must be a list with one tag per token"
+    )]
+    NotTagsPerToken {
+        /// `data.label`.
+        column: String,
+        /// Its Arrow type.
+        ty: String,
+    },
+    /// A label per token, for a model that gives one output per sequence.
+    #[error(
+        "column `{column}` (data.label) has type {ty}, a label per token, but the model gives \
+         one output per sequence"
+    )]
+    LabelPerToken {
+        /// `data.label`.
+        column: String,
+        /// Its Arrow type.
+        ty: String,
+    },
+    /// A label (or tag) type that is neither strings nor integers.
+    #[error("column `{column}` (data.label) holds {ty}; a class must be a string or an integer")]
+    NotAClassType {
+        /// `data.label`.
+        column: String,
+        /// The Arrow type of its values (of a list's elements, for tags).
+        ty: String,
+    },
     /// `data.sql` over token sequences.
     #[error(
         "data.sql with the token sequence column `{column}` is not supported: prepare the \

@@ -200,44 +200,43 @@ pub fn check_schema(
     label_required: bool,
 ) -> Result<LabelType> {
     let data = &spec.data;
-    let fail = |m: String| DriverError::Data(format!("{what}: {m}"));
+    let fail = |e: SequenceError| DriverError::from(e.at(what));
     let [column] = data.features.as_slice() else {
-        return Err(fail(format!(
-            "the model reads token sequences, so data.features must name one column, not {}",
-            data.features.len()
-        )));
+        return Err(fail(SequenceError::OneFeature {
+            features: data.features.len(),
+        }));
+    };
+    let no_column = |column: &str, key| {
+        fail(SequenceError::NoColumn {
+            column: column.to_string(),
+            key,
+        })
     };
     let field = schema
         .field_with_name(column)
-        .map_err(|_| fail(format!("has no column `{column}` (data.features)")))?;
+        .map_err(|_| no_column(column, "data.features"))?;
     if TokenType::of_list(field.data_type()).is_none() {
-        return Err(fail(format!(
-            "column `{column}` has type {}; the model reads token sequences, a list of strings \
-             or of integers",
-            field.data_type()
-        )));
+        return Err(fail(SequenceError::NotTokens {
+            column: column.clone(),
+            ty: field.data_type().to_string(),
+        }));
     }
     let label = match schema.field_with_name(&data.label) {
         Ok(f) => f.data_type(),
         Err(_) if !label_required => return Ok(LabelType::Absent),
-        Err(_) => return Err(fail(format!("has no column `{}` (data.label)", data.label))),
+        Err(_) => return Err(no_column(&data.label, "data.label")),
     };
+    let column = data.label.clone();
     let element = match (label, per_step) {
         (DataType::List(f) | DataType::LargeList(f), true) => f.data_type(),
         (t, false) if !matches!(t, DataType::List(_) | DataType::LargeList(_)) => t,
         (t, true) => {
-            return Err(fail(format!(
-                "column `{}` (data.label) has type {t}, but the model tags every token: the \
-                 label must be a list with one tag per token",
-                data.label
-            )));
+            let ty = t.to_string();
+            return Err(fail(SequenceError::NotTagsPerToken { column, ty }));
         }
         (t, false) => {
-            return Err(fail(format!(
-                "column `{}` (data.label) has type {t}, a label per token, but the model gives \
-                 one output per sequence",
-                data.label
-            )));
+            let ty = t.to_string();
+            return Err(fail(SequenceError::LabelPerToken { column, ty }));
         }
     };
     if is_string(element) {
@@ -245,10 +244,8 @@ pub fn check_schema(
     } else if element.is_integer() {
         Ok(LabelType::Number)
     } else {
-        Err(fail(format!(
-            "column `{}` (data.label) holds {element}; a class must be a string or an integer",
-            data.label
-        )))
+        let ty = element.to_string();
+        Err(fail(SequenceError::NotAClassType { column, ty }))
     }
 }
 

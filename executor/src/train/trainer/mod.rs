@@ -21,7 +21,7 @@ use ringflow_ml::{AllocatorStats, Device};
 
 use crate::collective::Collective;
 use crate::data::features::LabelKind;
-use crate::error::{CommError, CommOp, ExecutorError, Peer, Result};
+use crate::error::{CommError, CommOp, ExecutorError, Peer, Result, Unrunnable};
 use crate::train::context::{EvalStats, Recovered, Split, TaskContext};
 use crate::train::eval::evaluate;
 use crate::train::hooks::TestHooks;
@@ -390,10 +390,11 @@ fn check_outputs(loss: LossKind, shape: &ModelShape) -> Result<()> {
         LossKind::CrossEntropy => return Ok(()),
     };
     if shape.outputs != 1 {
-        return Err(ExecutorError::Spec(format!(
-            "train.loss = \"{name}\" needs a model with 1 output, this one has {}",
-            shape.outputs
-        )));
+        return Err(Unrunnable::LossOutputs {
+            loss: name,
+            outputs: shape.outputs,
+        }
+        .into());
     }
     Ok(())
 }
