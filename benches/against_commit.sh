@@ -4,6 +4,7 @@
 # (a redesign, a tidy-up): build the commit before it and the change, then compare.
 #
 #   benches/against_commit.sh BEFORE_BIN AFTER_BIN [REPEATS]        # REPEATS 3
+#   JOBS="mlp" benches/against_commit.sh ...                         # some of the jobs only
 #
 # A binary of another commit, in the profile the figures are taken in (the dev profile builds
 # the engine and the executor optimized; `--release` for release figures):
@@ -26,7 +27,7 @@ if [ $# -lt 2 ]; then
     echo "usage: benches/against_commit.sh BEFORE_BIN AFTER_BIN [REPEATS]" >&2
     exit 2
 fi
-BEFORE="$1" AFTER="$2" REPEATS="${3:-3}"
+BEFORE="$1" AFTER="$2" REPEATS="${3:-3}" JOBS="${JOBS:-mlp lenet bilstm}"
 for bin in "$BEFORE" "$AFTER"; do
     [ -x "$bin" ] || { echo "$bin is not an executable" >&2; exit 2; }
 done
@@ -57,7 +58,7 @@ PYEOF
 }
 
 echo "# job binary samples_per_s test_accuracy (runs alternate; $REPEATS each)"
-for job in mlp lenet bilstm; do
+for job in $JOBS; do
     for i in $(seq 1 "$REPEATS"); do
         for side in before after; do
             bin="$BEFORE"
