@@ -6,8 +6,8 @@
 //! back to the kernel once more than its trim threshold is free there. The threshold adapts to
 //! the largest buffer freed so far, up to 32 MiB, but the trim threshold follows it, so a step
 //! whose buffers are a few MiB each still hands its memory back and faults every page in again
-//! on the next step, and tears down the mappings on every core (a shootdown). On a
-//! convolutional network at batch 256 that made the step 1.5 times slower.
+//! on the next step, and tears down the mappings on every core (a shootdown): work that every
+//! step repeats, outside the model's own.
 //!
 //! [`keep_freed_buffers`] fixes both thresholds at start-up: buffers up to 256 MiB (32 MiB
 //! with a glibc older than 2.35, which refuses more) come from the heap and are reused, and up

@@ -268,7 +268,7 @@ impl TrainReport {
 fn train(args: TrainArgs) -> anyhow::Result<ExitCode> {
     // As an executor trains: freed buffers kept for the next step, and the steps on one of the
     // compute pool's threads (from outside the pool every parallel op hands its work over and
-    // sleeps until it is done, which cost the wide MLP's step 15%).
+    // sleeps until it is done, a hand-over and a wake-up that the step would count).
     ringflow_executor::allocator::keep_freed_buffers();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let report = ringflow_executor::train::with_compute_threads(cores, || train_bench(&args))?;

@@ -42,7 +42,7 @@ use crate::planner::JobPlan;
 use crate::planner::split::RowGroup;
 
 /// What an executor process needs before any job: code, runtime threads, DataFusion and the
-/// RPC stacks (less than an idle executor's resident memory, about 40 MiB).
+/// RPC stacks (less than an idle executor's resident memory).
 pub const RUNTIME_BYTES: u64 = 24 << 20;
 
 /// Bytes of one `f32`.

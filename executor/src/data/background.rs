@@ -3,10 +3,10 @@
 //! The threads that decode partitions (and their images) and draw batches sleep until the
 //! training thread takes what they made, and its taking wakes them. A thread woken with time
 //! owed to it preempts the thread on its core at once: here the training thread itself,
-//! stopped for the whole batch the drawing thread then draws, though its next batch was ready
-//! (MNIST's wide MLP: its `data` phase was 0.19–0.21 ms of a 5.5 ms step, 0.06–0.07 ms with
-//! this). Marked as batch work (Linux's `SCHED_BATCH`), a woken thread waits for the
-//! scheduler's next decision instead, and still gets its fair share of the cores.
+//! stopped for the whole batch the drawing thread then draws, though its next batch is ready,
+//! and that wait counts in the step's `data` phase. Marked as batch work (Linux's
+//! `SCHED_BATCH`), a woken thread waits for the scheduler's next decision instead, and still
+//! gets its fair share of the cores.
 
 /// Marks the calling thread as batch work (see the module's documentation). Best effort: where
 /// the OS has no such class or refuses, the thread runs as before.

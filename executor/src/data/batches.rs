@@ -361,9 +361,8 @@ const DRAW_AHEAD: usize = 16;
 /// slot drawn with the next row of the current chunk (which holds `count` more rows from
 /// `*cursor`). The buffer's length stays the same meanwhile, so the `count` draws are those one
 /// row at a time would make, made first: each row is then asked of the memory ahead of its
-/// copy, where drawing them one by one waited for every row of a buffer far larger than the
-/// caches (MNIST's wide MLP: the drawing thread's share of the run's CPU time fell from 1.8% to
-/// 1.4%).
+/// copy, where drawing them one by one would wait for every row of a buffer far larger than
+/// the caches.
 fn draw_refilled(
     (buf, rng, w): (&mut ShuffleBuffer, &mut Rng, usize),
     batch: &mut Batch,

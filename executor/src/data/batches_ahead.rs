@@ -3,12 +3,11 @@
 //!
 //! Drawing a batch from the shuffle buffer ([`EpochStream`]) copies every row from a random
 //! place in a buffer far larger than the caches, and waits for the decoders when they fall
-//! behind. On the training thread that time adds to every step (a fifth of the 784-100-10
-//! MLP's epoch); on a thread of its own it overlaps the step, whose GEMM leaves a core idle
-//! part of the time. [`BatchesAhead`] owns the stream and keeps at most [`AHEAD`] batches
-//! ready besides the one being drawn: memory grows by that many batches, and the rows, their
-//! order and every error (which arrives where its batch would have) are those of the stream
-//! itself.
+//! behind. On the training thread that time adds to every step; on a thread of its own it
+//! overlaps the step, whose GEMM leaves a core idle part of the time. [`BatchesAhead`] owns
+//! the stream and keeps at most [`AHEAD`] batches ready besides the one being drawn: memory
+//! grows by that many batches, and the rows, their order and every error (which arrives where
+//! its batch would have) are those of the stream itself.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::thread::JoinHandle;

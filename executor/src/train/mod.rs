@@ -32,7 +32,7 @@ pub use eval::evaluate;
 pub use numerics::task_numerics;
 pub use report::Report;
 pub use trainer::{
-    EpochEnd, Position, Reform, TrainOutcome, TrainTask, Trainer, label_kind, run_task,
+    EpochEnd, Position, ReformCause, TrainOutcome, TrainTask, Trainer, label_kind, run_task,
 };
 
 /// Runs `f` with a compute pool of `threads` threads (GEMM and other data-parallel kernels use

@@ -20,8 +20,7 @@ pub(super) struct Bounds {
 
 /// What the PNG decoder may reserve for itself (its ancillary chunks, compressed and
 /// decompressed, and its row buffers): half of [`MAX_IMAGE_METADATA_BYTES`], as decompressing
-/// a chunk allocates somewhat past the bound it is given (measured: 4 MiB + 128 KiB for a
-/// bound of 4 MiB).
+/// a chunk allocates somewhat past the bound it is given, and the other half is that margin.
 const PNG_RESERVE_BYTES: u64 = MAX_IMAGE_METADATA_BYTES / 2;
 
 /// The crate's limits for one image: at most [`MAX_IMAGE_SIDE`] pixels on a side, and

@@ -13,10 +13,10 @@ use crate::train::context::{Recovered, TaskContext};
 /// when another executor is lost meanwhile, and each such loss leaves one fewer.
 const MAX_REFORMS: usize = 8;
 
-/// Parameters, buffers (e.g. batch norm's running statistics), optimizer state, epoch and step
-/// at an epoch's start.
+/// What elastic training commits at an epoch's start and goes back to when the ring breaks:
+/// parameters, buffers (e.g. batch norm's running statistics), optimizer state, epoch and step.
 #[derive(Clone)]
-pub struct Commit {
+pub struct CommittedState {
     params: Vec<f32>,
     buffers: Vec<f32>,
     optimizer: Vec<(String, Vec<usize>, Vec<f32>)>,
@@ -27,10 +27,15 @@ pub struct Commit {
     awaiting: bool,
 }
 
-impl Commit {
+impl CommittedState {
     /// The current state.
-    pub fn take(model: &Model, optimizer: &Optimizer, epoch: u64, step: u64) -> Result<Commit> {
-        Ok(Commit {
+    pub fn take(
+        model: &Model,
+        optimizer: &Optimizer,
+        epoch: u64,
+        step: u64,
+    ) -> Result<CommittedState> {
+        Ok(CommittedState {
             params: model.params().flatten_values()?,
             buffers: model.params().flatten_buffers()?,
             optimizer: optimizer.state_tensors()?,
@@ -52,11 +57,11 @@ impl Commit {
         optimizer: &mut Optimizer,
         comm: &mut dyn Collective,
     ) -> Result<(Option<Recovered>, u64, u64)> {
-        let placeholder = Commit {
+        let placeholder = CommittedState {
             awaiting: true,
-            ..Commit::take(model, optimizer, 0, 0)?
+            ..CommittedState::take(model, optimizer, 0, 0)?
         };
-        match Commit::sync(model, optimizer, comm, placeholder.clone()) {
+        match CommittedState::sync(model, optimizer, comm, placeholder.clone()) {
             Ok((epoch, step)) => Ok((None, epoch, step)),
             Err(ExecutorError::Comm(why)) => {
                 comm.close();
@@ -88,7 +93,7 @@ impl Commit {
                 let mut recovered = ctx.recover(why, self.awaiting)?;
                 self.restore(model, optimizer)?;
                 let (epoch, step) =
-                    Commit::sync(model, optimizer, recovered.comm.as_mut(), self.clone())?;
+                    CommittedState::sync(model, optimizer, recovered.comm.as_mut(), self.clone())?;
                 Ok((recovered, epoch, step))
             };
             match tried() {
@@ -118,7 +123,7 @@ impl Commit {
         model: &Model,
         optimizer: &mut Optimizer,
         comm: &mut dyn Collective,
-        mine: Commit,
+        mine: CommittedState,
     ) -> Result<(u64, u64)> {
         // Integers travel bit for bit as the f32 with the same bits.
         let words = |v: u64| [f32::from_bits(v as u32), f32::from_bits((v >> 32) as u32)];
@@ -153,7 +158,7 @@ impl Commit {
             values.copy_from_slice(part);
             at += n;
         }
-        Commit {
+        CommittedState {
             params,
             buffers,
             optimizer: tensors,

@@ -27,7 +27,7 @@ pub enum EpochEnd {
     /// Every step ran and every rank reported the epoch.
     Done(EpochDone),
     /// The ring must be re-formed before the epoch can run (an elastic run only).
-    Reform(Reform),
+    Reform(ReformCause),
 }
 
 /// What a completed epoch adds to the run's totals.
@@ -43,7 +43,7 @@ pub struct EpochDone {
 
 /// Why the ring is re-formed; its text goes to the driver as the cause.
 #[derive(Clone, Debug)]
-pub enum Reform {
+pub enum ReformCause {
     /// Idle executors join at this epoch boundary (planned by the driver).
     AddExecutors,
     /// An executor was lost while this rank's steps did not need it (backup workers).
@@ -52,27 +52,29 @@ pub enum Reform {
     Broken(CommError),
 }
 
-impl From<CommError> for Reform {
-    fn from(why: CommError) -> Reform {
-        Reform::Broken(why)
+impl From<CommError> for ReformCause {
+    fn from(why: CommError) -> ReformCause {
+        ReformCause::Broken(why)
     }
 }
 
-impl fmt::Display for Reform {
+impl fmt::Display for ReformCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reform::AddExecutors => f.write_str("the driver re-forms the ring to add executors"),
-            Reform::LostExecutor => {
+            ReformCause::AddExecutors => {
+                f.write_str("the driver re-forms the ring to add executors")
+            }
+            ReformCause::LostExecutor => {
                 f.write_str("the driver is re-forming the ring after losing an executor")
             }
-            Reform::Broken(why) => why.fmt(f),
+            ReformCause::Broken(why) => why.fmt(f),
         }
     }
 }
 
 /// An epoch's running sums.
 #[derive(Default)]
-struct Tally {
+struct EpochSums {
     loss: f64,
     steps: u64,
     samples: u64,
@@ -87,16 +89,16 @@ struct Tally {
 }
 
 /// The loss and throughput since the last progress report.
-struct Window {
+struct ReportWindow {
     loss: f64,
     steps: u64,
     samples: u64,
     start: Instant,
 }
 
-impl Window {
-    fn new() -> Window {
-        Window {
+impl ReportWindow {
+    fn new() -> ReportWindow {
+        ReportWindow {
             loss: 0.0,
             steps: 0,
             samples: 0,
@@ -138,7 +140,7 @@ impl Trainer<'_> {
         let epoch = self.position.epoch;
         let plan = self.ctx.epoch_plan(Split::Train, epoch)?;
         if plan.reform && elastic {
-            return Ok(EpochEnd::Reform(Reform::AddExecutors));
+            return Ok(EpochEnd::Reform(ReformCause::AddExecutors));
         }
         if plan.steps != self.plan.steps_per_epoch {
             return Err(ExecutorError::StepPlan {
@@ -153,7 +155,7 @@ impl Trainer<'_> {
             // Steps the resumed checkpoint already took: draw their batches, train on none.
             stream.next_batch(READ_DEADLINE)?;
         }
-        let (mut tally, mut window) = (Tally::default(), Window::new());
+        let (mut sums, mut window) = (EpochSums::default(), ReportWindow::new());
         let epoch_start = Instant::now();
         for step in first_step..plan.steps {
             if self.ctx.cancelled() {
@@ -162,7 +164,7 @@ impl Trainer<'_> {
             let (rows, loss, phases, contribution) =
                 match self.step(&mut stream, step, plan.steps)? {
                     Step::CaughtUp { rows } => {
-                        tally.skipped += rows;
+                        sums.skipped += rows;
                         continue;
                     }
                     Step::Trained {
@@ -173,17 +175,17 @@ impl Trainer<'_> {
                         phases,
                         contribution,
                     } => {
-                        (tally.tokens, tally.padding) =
-                            (tally.tokens + tokens, tally.padding + padding);
+                        (sums.tokens, sums.padding) =
+                            (sums.tokens + tokens, sums.padding + padding);
                         (rows, loss, phases, contribution)
                     }
                 };
             if contribution == Contribution::Dropped {
-                tally.late += rows;
+                sums.late += rows;
             }
-            tally.phases += phases;
-            (tally.loss, tally.steps, tally.samples) =
-                (tally.loss + loss, tally.steps + 1, tally.samples + rows);
+            sums.phases += phases;
+            (sums.loss, sums.steps, sums.samples) =
+                (sums.loss + loss, sums.steps + 1, sums.samples + rows);
             (window.loss, window.steps, window.samples) =
                 (window.loss + loss, window.steps + 1, window.samples + rows);
             if step + 1 < plan.steps
@@ -199,24 +201,24 @@ impl Trainer<'_> {
                 })?;
                 if elastic && self.ctx.reforming() {
                     // Recover now rather than at the epoch's end.
-                    return Ok(EpochEnd::Reform(Reform::LostExecutor));
+                    return Ok(EpochEnd::Reform(ReformCause::LostExecutor));
                 }
-                window = Window::new();
+                window = ReportWindow::new();
             }
         }
         let seconds = epoch_start.elapsed().as_secs_f64();
-        self.log_epoch_costs(&tally);
+        self.log_epoch_costs(&sums);
         let stats = EpochStats {
             epoch,
             steps: plan.steps,
-            samples: tally.samples - tally.late,
-            dropped_samples: tally.late + tally.skipped,
-            loss: tally.loss / tally.steps.max(1) as f64,
+            samples: sums.samples - sums.late,
+            dropped_samples: sums.late + sums.skipped,
+            loss: sums.loss / sums.steps.max(1) as f64,
             seconds,
-            phases: tally.phases,
+            phases: sums.phases,
             spans: self.spans.take(),
-            tokens: tally.tokens,
-            padding: tally.padding,
+            tokens: sums.tokens,
+            padding: sums.padding,
             fusion: self.sync.fusion(),
         };
         let done = EpochDone {
@@ -425,11 +427,11 @@ impl Trainer<'_> {
 
     /// Debug lines on what the epoch spent outside the model: gradient staging on a ring, and
     /// the GPU allocator's reuse.
-    fn log_epoch_costs(&mut self, tally: &Tally) {
+    fn log_epoch_costs(&mut self, sums: &EpochSums) {
         let (rank, epoch, device) = (self.position.rank, self.position.epoch, self.task.device);
         if let Some(staging) = self.sync.take_staging() {
-            let step_s = tally.phases.total() / tally.steps.max(1) as f64;
-            let staging_s = staging.as_secs_f64() / tally.steps.max(1) as f64;
+            let step_s = sums.phases.total() / sums.steps.max(1) as f64;
+            let staging_s = staging.as_secs_f64() / sums.steps.max(1) as f64;
             tracing::debug!(
                 "rank {rank} epoch {epoch}: gradient staging (copies between the gradients \
                  and the ring's buckets on {}) took {:.3} ms per step, {:.1}% of a \

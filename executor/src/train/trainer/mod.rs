@@ -3,7 +3,7 @@
 //! [`Trainer::new`] builds the model from the job spec, makes every replica start from rank 0's
 //! weights, prepares the data and restores the state (a checkpoint on `--resume`, rank 0's state
 //! for a joiner). [`Trainer::run`] then runs the epochs ([`epoch`]); at each epoch's start an
-//! elastic run takes a [`Commit`] to go back to, and an epoch that ends in
+//! elastic run takes a [`CommittedState`] to go back to, and an epoch that ends in
 //! [`EpochEnd::Reform`] (the ring broke, or the driver re-forms it) is run again on the
 //! re-formed ring after [`Trainer::recover`]. [`Trainer::finish`] evaluates this rank's share of
 //! the test split and, on rank 0, saves the model.
@@ -27,11 +27,11 @@ use crate::train::eval::evaluate;
 use crate::train::hooks::TestHooks;
 use crate::train::numerics::task_numerics;
 use crate::train::setup::{DataOptions, TaskData, prepare_data};
-use crate::train::state::{Checkpoints, Commit};
+use crate::train::state::{Checkpoints, CommittedState};
 use crate::train::sync::GradientSync;
 use crate::train::timeline::StepSpans;
 
-pub use epoch::{EpochEnd, Reform};
+pub use epoch::{EpochEnd, ReformCause};
 use ring::Ring;
 
 /// One rank's assignment within a job.
@@ -244,7 +244,7 @@ impl<'a> Trainer<'a> {
         let spec = &self.task.spec;
         if self.task.join {
             let (recovered, epoch, step) =
-                Commit::join(self.ctx, &self.model, &mut self.optimizer, self.ring.get())?;
+                CommittedState::join(self.ctx, &self.model, &mut self.optimizer, self.ring.get())?;
             (self.position.epoch, self.position.global_step) = (epoch, step);
             match recovered {
                 Some(r) => return self.adopt(r),
@@ -285,7 +285,7 @@ impl<'a> Trainer<'a> {
     pub fn run(mut self) -> Result<TrainOutcome> {
         while self.position.epoch < self.task.spec.train.epochs {
             let commit = match self.task.elastic {
-                true => Some(Commit::take(
+                true => Some(CommittedState::take(
                     &self.model,
                     &self.optimizer,
                     self.position.epoch,
@@ -312,7 +312,7 @@ impl<'a> Trainer<'a> {
     /// Elastic recovery from `commit` after `why`: waits for the driver to re-form the ring,
     /// goes back to the epoch's start and adopts the new rank 0's state; the epoch then runs
     /// again on the new ring (the driver re-plans it, so every row is used once).
-    pub fn recover(&mut self, commit: &Commit, why: &Reform) -> Result<()> {
+    pub fn recover(&mut self, commit: &CommittedState, why: &ReformCause) -> Result<()> {
         self.ring.get().close();
         let (recovered, epoch, step) =
             commit.rejoin(self.ctx, &why.to_string(), &self.model, &mut self.optimizer)?;

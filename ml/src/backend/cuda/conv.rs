@@ -25,7 +25,7 @@ use cudarc::driver::{CudaView, CudaViewMut, PushKernelArg};
 use super::CudaStorage;
 use super::conv_direct::Direct;
 use super::device::Gpu;
-use super::kernels::Window;
+use super::kernels::SlidingWindow;
 use super::launch::{expect_shape, int, launch};
 use super::layout::strided;
 use super::matmul::{Operand, Product};
@@ -122,7 +122,7 @@ struct Products {
 /// The sizes one convolution's kernels and products work with.
 struct ConvPlan {
     geometry: Conv2dGeometry,
-    win: Window,
+    win: SlidingWindow,
     batch: usize,
     groups: usize,
     /// Output channels per group.
@@ -147,7 +147,7 @@ impl ConvPlan {
     fn new(op: &'static str, g: &Conv2dGeometry, workspace: usize) -> Result<ConvPlan> {
         g.check(op)?;
         let [oh, ow] = g.out_size();
-        let win = Window {
+        let win = SlidingWindow {
             channels: int(op, g.in_channels)?,
             in_h: int(op, g.in_size[0])?,
             in_w: int(op, g.in_size[1])?,

@@ -9,7 +9,7 @@ use cudarc::driver::PushKernelArg;
 
 use super::CudaStorage;
 use super::device::Gpu;
-use super::kernels::Window;
+use super::kernels::SlidingWindow;
 use super::launch::launch;
 use crate::error::Result;
 
@@ -18,7 +18,7 @@ use crate::error::Result;
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Direct {
     /// The window (`channels`: input channels).
-    pub win: Window,
+    pub win: SlidingWindow,
     /// Images.
     pub batch: i64,
     /// Output channels per input channel.

@@ -7,7 +7,7 @@
 // A sliding window over planes of in_h × in_w: a convolution's (over `channels` input channels)
 // or a pooling's (dilation 1). Padding is zero padding for a convolution; for pooling, padded
 // cells are skipped (they never win a max and are not counted in an average).
-struct Window {
+struct SlidingWindow {
     int channels;
     int in_h, in_w;
     int out_h, out_w;
@@ -22,7 +22,7 @@ struct Window {
 // that kernel tap (ki, kj) of channel c meets at output (oy, ox) of image img, 0 in the padding.
 // The images lie side by side, so one image's block is a submatrix with leading dimension
 // imgs·out_h·out_w.
-extern "C" __global__ void im2col(long long imgs, Window g, const float* x, float* col) {
+extern "C" __global__ void im2col(long long imgs, SlidingWindow g, const float* x, float* col) {
     long long plane = (long long)g.out_h * g.out_w;
     long long cols = imgs * plane;
     long long n = (long long)g.channels * g.kernel_h * g.kernel_w * cols;
@@ -43,7 +43,7 @@ extern "C" __global__ void im2col(long long imgs, Window g, const float* x, floa
 // The inverse of im2col's gather: each input cell of dx ([imgs, channels, in_h, in_w]) is the sum
 // of the column entries that im2col copied from it, one thread per cell (no atomics: the sum's
 // order is fixed, kernel taps in row-major order, as the CPU's col2im adds them).
-extern "C" __global__ void col2im(long long imgs, Window g, const float* col, float* dx) {
+extern "C" __global__ void col2im(long long imgs, SlidingWindow g, const float* col, float* dx) {
     long long plane = (long long)g.out_h * g.out_w;
     long long cols = imgs * plane;
     long long n = imgs * g.channels * g.in_h * g.in_w;
@@ -75,8 +75,8 @@ extern "C" __global__ void col2im(long long imgs, Window g, const float* col, fl
 // [channels · mult, 1, kernel_h, kernel_w]; output channel o reads input channel o / mult.
 
 // One thread per output cell: the taps in row-major order.
-extern "C" __global__ void conv_direct_fwd(long long batch, Window g, int mult, const float* x,
-                                           const float* w, float* y) {
+extern "C" __global__ void conv_direct_fwd(long long batch, SlidingWindow g, int mult,
+                                           const float* x, const float* w, float* y) {
     long long plane = (long long)g.out_h * g.out_w;
     long long outs = (long long)g.channels * mult;
     long long n = batch * outs * plane;
@@ -102,7 +102,7 @@ extern "C" __global__ void conv_direct_fwd(long long batch, Window g, int mult, 
 
 // The input's gradient, one thread per input cell gathering over its channel's outputs and the
 // taps that reached it (no atomics).
-extern "C" __global__ void conv_direct_bwd_input(long long batch, Window g, int mult,
+extern "C" __global__ void conv_direct_bwd_input(long long batch, SlidingWindow g, int mult,
                                                  const float* grad, const float* w, float* dx) {
     long long plane = (long long)g.out_h * g.out_w;
     long long outs = (long long)g.channels * mult;
@@ -135,7 +135,7 @@ extern "C" __global__ void conv_direct_bwd_input(long long batch, Window g, int 
 
 // dw (=|+=) the weight's gradient, one block per weight: its products over every image and
 // output cell, summed in double in a fixed order.
-extern "C" __global__ void conv_direct_bwd_weight(long long batch, Window g, int mult,
+extern "C" __global__ void conv_direct_bwd_weight(long long batch, SlidingWindow g, int mult,
                                                   const float* x, const float* grad, float* dw,
                                                   int accumulate) {
     long long plane = (long long)g.out_h * g.out_w;
@@ -174,7 +174,7 @@ __device__ __forceinline__ void covering(int i, int k, int stride, int pad, int 
 // Max pooling over `planes` planes, one thread per output cell: the largest input in the window
 // (the first one in row-major order on ties; NaN wins, as in PyTorch) and its index iy·in_w + ix
 // within the plane.
-extern "C" __global__ void max_pool_fwd(long long planes, Window g, const float* x, float* y,
+extern "C" __global__ void max_pool_fwd(long long planes, SlidingWindow g, const float* x, float* y,
                                         float* argmax) {
     long long n = planes * g.out_h * g.out_w;
     GRID_STRIDE(i, n) {
@@ -203,7 +203,7 @@ extern "C" __global__ void max_pool_fwd(long long planes, Window g, const float*
 
 // The gradient of max pooling, one thread per input cell: the sum of the output gradients of the
 // windows this cell won, in output order (no atomics, the same order as the CPU's scatter).
-extern "C" __global__ void max_pool_bwd(long long planes, Window g, const float* grad,
+extern "C" __global__ void max_pool_bwd(long long planes, SlidingWindow g, const float* grad,
                                         const float* argmax, float* dx) {
     long long n = planes * g.in_h * g.in_w;
     long long out_plane = (long long)g.out_h * g.out_w;
@@ -230,14 +230,15 @@ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 
 // The number of input cells (padding excluded) in the window of output (oy, ox).
-__device__ __forceinline__ int window_cells(const Window& g, int oy, int ox) {
+__device__ __forceinline__ int window_cells(const SlidingWindow& g, int oy, int ox) {
     int y0 = oy * g.stride_h - g.pad_h, x0 = ox * g.stride_w - g.pad_w;
     int y1 = imin(y0 + g.kernel_h, g.in_h), x1 = imin(x0 + g.kernel_w, g.in_w);
     return (y1 - imax(y0, 0)) * (x1 - imax(x0, 0));
 }
 
 // Average pooling, one thread per output cell; padded cells are not counted.
-extern "C" __global__ void avg_pool_fwd(long long planes, Window g, const float* x, float* y) {
+extern "C" __global__ void avg_pool_fwd(long long planes, SlidingWindow g, const float* x,
+                                        float* y) {
     long long n = planes * g.out_h * g.out_w;
     GRID_STRIDE(i, n) {
         int ox = (int)(i % g.out_w);
@@ -255,7 +256,7 @@ extern "C" __global__ void avg_pool_fwd(long long planes, Window g, const float*
 
 // The gradient of average pooling, one thread per input cell: each covering window's output
 // gradient divided by the window's counted cells, summed in output order.
-extern "C" __global__ void avg_pool_bwd(long long planes, Window g, const float* grad,
+extern "C" __global__ void avg_pool_bwd(long long planes, SlidingWindow g, const float* grad,
                                         float* dx) {
     long long n = planes * g.in_h * g.in_w;
     long long out_plane = (long long)g.out_h * g.out_w;

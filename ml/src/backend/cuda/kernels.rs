@@ -92,11 +92,12 @@ pub struct Strided {
 // ints, then two arrays of eight 8-byte-aligned long longs).
 unsafe impl DeviceRepr for Strided {}
 
-/// `struct Window` of `kernels.cu`: a convolution's or a pooling's sliding window over planes of
-/// `in_h × in_w` (see `conv.rs` and `pool.rs`, which fill it from the backend's geometries).
+/// `struct SlidingWindow` of `image_kernels.cu`: a convolution's or a pooling's sliding window
+/// over planes of `in_h × in_w` (see `conv.rs` and `pool.rs`, which fill it from the backend's
+/// geometries).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Window {
+pub struct SlidingWindow {
     /// Input channels (a convolution's column matrix has `channels · kernel_h · kernel_w` rows).
     pub channels: i32,
     /// Input plane height.
@@ -125,8 +126,9 @@ pub struct Window {
     pub dil_w: i32,
 }
 
-// SAFETY: `Window` is `repr(C)`, plain old data, and laid out as the CUDA struct (thirteen ints).
-unsafe impl DeviceRepr for Window {}
+// SAFETY: `SlidingWindow` is `repr(C)`, plain old data, and laid out as the CUDA struct
+// (thirteen ints).
+unsafe impl DeviceRepr for SlidingWindow {}
 
 /// The kernels compiled to PTX for a virtual architecture such as `compute_90` (NVRTC only: no
 /// GPU is involved).
@@ -209,7 +211,7 @@ mod tests {
             std::mem::size_of::<Strided>(),
             4 + 4 * MAX_DIMS + 4 + 16 * MAX_DIMS
         );
-        assert_eq!(std::mem::size_of::<Window>(), 13 * 4);
+        assert_eq!(std::mem::size_of::<SlidingWindow>(), 13 * 4);
     }
 
     /// NVRTC needs no GPU, so wherever `libnvrtc` can be loaded the CUDA C is compiled for the

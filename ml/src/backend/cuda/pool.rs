@@ -9,7 +9,7 @@ use cudarc::driver::PushKernelArg;
 
 use super::CudaStorage;
 use super::device::Gpu;
-use super::kernels::Window;
+use super::kernels::SlidingWindow;
 use super::launch::{expect_shape, int, launch};
 use crate::backend::conv::Pool2dGeometry;
 use crate::backend::memory::MemoryOps;
@@ -17,10 +17,10 @@ use crate::error::Result;
 
 /// The kernels' description of `p`, and its number of planes (`batch · channels`), once `p` is
 /// checked.
-fn window(op: &'static str, p: &Pool2dGeometry) -> Result<(Window, i64)> {
+fn window(op: &'static str, p: &Pool2dGeometry) -> Result<(SlidingWindow, i64)> {
     p.check(op)?;
     let [oh, ow] = p.out_size();
-    let win = Window {
+    let win = SlidingWindow {
         channels: int(op, p.channels)?,
         in_h: int(op, p.in_size[0])?,
         in_w: int(op, p.in_size[1])?,

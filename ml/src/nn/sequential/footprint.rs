@@ -27,12 +27,13 @@ fn numel(shape: &[usize]) -> u64 {
     shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
 
-/// What one example's forward pass keeps for backward, per layer, and the most any one layer
-/// briefly needs on top (a convolution's unfolded input, `C/g·kh·kw·oh·ow`; a recurrent
-/// layer's step gradients), with the widest output, the widest pair of consecutive outputs, and
-/// the largest attention scores (which inference needs too).
+/// The values a model's footprint is counted from: what one example's forward pass keeps for
+/// backward, summed over the layers, and the most any one layer briefly needs on top (a
+/// convolution's unfolded input, `C/g·kh·kw·oh·ow`; a recurrent layer's step gradients), with
+/// the widest output, the widest pair of consecutive outputs, and the largest attention scores
+/// (which inference needs too).
 #[derive(Default)]
-struct Tally {
+struct FootprintCounts {
     kept: u64,
     per_batch: u64,
     scratch: u64,
@@ -136,7 +137,8 @@ fn sequence_cost(layer: &Resolved, output: &[usize]) -> Option<SequenceCost> {
     }
 }
 
-fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
+/// Adds `layers`, whose input has the shape `input`, to `t` (a residual block's layers too).
+fn count_values(layers: &[PlannedLayer], input: &[usize], t: &mut FootprintCounts) {
     let mut before = input;
     let mut previous = numel(input);
     for layer in layers {
@@ -162,9 +164,9 @@ fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
         }
         if let Resolved::Residual { body, shortcut } = &layer.layer {
             // The block's layers start from its input, the shape before it.
-            tally(body, before, t);
+            count_values(body, before, t);
             if let Some(s) = shortcut {
-                tally(s, before, t);
+                count_values(s, before, t);
             }
         }
         t.widest = t.widest.max(out);
@@ -177,8 +179,8 @@ fn tally(layers: &[PlannedLayer], input: &[usize], t: &mut Tally) {
 /// The memory footprint of a model with this input and these layers (see
 /// [`ModelFootprint`]).
 pub fn footprint(input: &[usize], layers: &[PlannedLayer]) -> ModelFootprint {
-    let mut t = Tally::default();
-    tally(layers, input, &mut t);
+    let mut t = FootprintCounts::default();
+    count_values(layers, input, &mut t);
     let parameters = layers.iter().fold(0u64, |a, l| a.saturating_add(l.params));
     let first = numel(input);
     let last = layers.last().map_or(first, |l| numel(&l.output));
