@@ -35,7 +35,7 @@ pub const MAX_SPEC_BYTES: usize = 16 << 20;
 
 /// The largest job spec file as written, with its overrides (it travels in every training
 /// task and is kept in the job's checkpoints).
-pub const MAX_WRITTEN_SPEC_BYTES: usize = 1 << 20;
+pub const MAX_WRITTEN_SPEC_BYTES: usize = 16 << 20;
 
 /// The longest `data.sql`, in bytes.
 pub const MAX_SQL_BYTES: usize = 1 << 20;
