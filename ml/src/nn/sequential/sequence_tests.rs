@@ -35,13 +35,10 @@ fn tagger() -> Value {
     ]})
 }
 
-fn resolve(fields: Value, facts: &DataFacts) -> std::result::Result<SequentialPlan, String> {
-    let spec = SequentialBuilder
-        .resolve(&spec(fields), facts)
-        .map_err(|e| e.to_string())?;
-    SequentialSpec::from_spec(&spec)
-        .and_then(|s| s.plan())
-        .map_err(|e| e.to_string())
+/// The plan of the model `fields` once resolved from `facts`.
+fn resolve(fields: Value, facts: &DataFacts) -> crate::error::Result<SequentialPlan> {
+    let spec = SequentialBuilder.resolve(&spec(fields), facts)?;
+    SequentialSpec::from_spec(&spec)?.plan()
 }
 
 #[test]
@@ -76,7 +73,9 @@ fn gru_stacks_count_every_layer_and_direction() {
 
 #[test]
 fn a_model_that_puts_its_outputs_elsewhere_than_the_labels_is_refused() {
-    let e = resolve(tagger(), &facts(Some(10), false, 3)).unwrap_err();
+    let e = resolve(tagger(), &facts(Some(10), false, 3))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("one per sequence") && e.contains("sequence_pool"),
         "{e}"
@@ -86,15 +85,21 @@ fn a_model_that_puts_its_outputs_elsewhere_than_the_labels_is_refused() {
         { "type": "sequence_pool" },
         { "type": "linear" },
     ]});
-    let e = resolve(pooled, &facts(Some(10), true, 3)).unwrap_err();
+    let e = resolve(pooled, &facts(Some(10), true, 3))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("one per token"), "{e}");
-    let e = resolve(tagger(), &facts(None, true, 3)).unwrap_err();
+    let e = resolve(tagger(), &facts(None, true, 3))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("model.layers[0] (embedding) has no `vocab`"),
         "{e}"
     );
     let flat = json!({ "layers": [{ "type": "lstm", "hidden": 4 }] });
-    let e = resolve(flat, &facts(Some(10), true, 3)).unwrap_err();
+    let e = resolve(flat, &facts(Some(10), true, 3))
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("model.layers[0] (lstm) needs a sequence input [n, steps, features]"),
         "{e}"
@@ -103,7 +108,8 @@ fn a_model_that_puts_its_outputs_elsewhere_than_the_labels_is_refused() {
         json!({ "input": [7], "layers": [{ "type": "linear" }] }),
         &facts(Some(10), true, 3),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("data.max_length = 40"), "{e}");
 }
 
@@ -202,7 +208,8 @@ fn a_transformer_tagger_counts_what_pytorch_counts_and_runs_on_padded_batches() 
         ]}),
         &facts(Some(100), true, 5),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(
         e.contains("model.layers[1] (multi_head_attention) has heads = 4, which must divide the 6"),
         "{e}"
