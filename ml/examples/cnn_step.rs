@@ -34,7 +34,7 @@ use rayon::prelude::*;
 
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{Device, Tensor, loss, rng};
+use ringflow_ml::{Device, GradStore, Tensor, loss, rng};
 
 /// The value after `flag` in the arguments, parsed, or `default`.
 fn arg<T: std::str::FromStr>(flag: &str, default: T) -> Result<T, Box<dyn std::error::Error>>
@@ -139,18 +139,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let y = Tensor::from_vec(labels, &[batch], Device::Cpu)?;
     let mut thrash = vec![0u8; arg("--thrash", 0usize)? << 20];
     let (mut forward, mut backward, mut update, mut total) = (vec![], vec![], vec![], vec![]);
+    let mut grads = GradStore::new();
     let start = Instant::now();
     for step in 0.. {
         thrash
             .par_chunks_mut(1 << 16)
             .for_each(|c| c.fill(step as u8));
         let t0 = Instant::now();
-        model.params().zero_grad();
+        grads.zero();
         let l = loss::cross_entropy(&model.forward(&x, true, &mut r)?, &y)?;
         let t1 = Instant::now();
-        opt.backward(&l, lr)?;
+        opt.backward(&l, lr, &mut grads)?;
         let t2 = Instant::now();
-        opt.step(lr)?;
+        opt.step(lr, &mut grads)?;
         let t3 = Instant::now();
         if step >= 5 {
             forward.push((t1 - t0).as_secs_f64() * 1e3);

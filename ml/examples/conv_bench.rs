@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use ringflow_ml::backend::{Conv2dGeometry, Storage};
-use ringflow_ml::{Conv2dOptions, Device, Tensor, rng};
+use ringflow_ml::{Conv2dOptions, Device, GradStore, Tensor, rng};
 
 /// One layer to time.
 struct Layer {
@@ -163,10 +163,12 @@ fn measure(layer: &Layer, budget: Duration, device: Device) -> ringflow_ml::Resu
     let weight_grad = best_time(budget, device, || {
         Storage::conv2d_backward_weight(&mut dw, &xs, &dy, &geometry, false)
     })?;
+    let mut grads = GradStore::new();
     let both = best_time(budget, device, || {
-        x.zero_grad();
-        w.zero_grad();
-        x.conv2d(&w, None, layer.opts)?.sum_all()?.backward()
+        grads.zero();
+        x.conv2d(&w, None, layer.opts)?
+            .sum_all()?
+            .backward_into(&mut grads)
     })?;
     Ok(Measured {
         forward_gflops: flops / forward / 1e9,

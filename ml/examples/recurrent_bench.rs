@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use ringflow_ml::nn::{BiGru, BiLstm, Gru, Lstm, ParamBuilder, ParamStore};
-use ringflow_ml::{Device, Tensor, rng};
+use ringflow_ml::{Device, GradStore, Tensor, rng};
 
 const BATCH: usize = 32;
 const STEPS: usize = 30;
@@ -53,21 +53,21 @@ fn length_settings() -> [(&'static str, Vec<usize>); 2] {
 /// Prints the forward and forward + backward times of `run` for both length settings.
 fn report(
     name: &str,
-    params: &ParamStore,
     budget: Duration,
     device: Device,
     run: &dyn Fn(&Tensor, &[usize]) -> ringflow_ml::Result<Tensor>,
 ) -> ringflow_ml::Result<()> {
     let mut r = rng::seeded(2, 0);
     let x = Tensor::uniform(&[BATCH, STEPS, INPUTS], -1.0, 1.0, &mut r, device)?;
+    let mut grads = GradStore::new();
     for (label, lengths) in length_settings() {
         let tokens: usize = lengths.iter().sum();
         let forward = best_time(budget, device, || {
             ringflow_ml::no_grad(|| run(&x, &lengths)).map(drop)
         })?;
         let both = best_time(budget, device, || {
-            params.zero_grad();
-            run(&x, &lengths)?.sum_all()?.backward()
+            grads.zero();
+            run(&x, &lengths)?.sum_all()?.backward_into(&mut grads)
         })?;
         println!(
             "{name:<6} {label:<8} forward {:>7.2} ms   forward+backward {:>7.2} ms   \
@@ -110,9 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         forward: Gru::new(&mut b.sub("gru_fw"), INPUTS, HIDDEN)?,
         backward: Gru::new(&mut b.sub("gru_bw"), INPUTS, HIDDEN)?,
     };
-    report("BiLSTM", &store, budget, device, &|x, l| {
-        lstm.run(x, Some(l))
-    })?;
-    report("BiGRU", &store, budget, device, &|x, l| gru.run(x, Some(l)))?;
+    report("BiLSTM", budget, device, &|x, l| lstm.run(x, Some(l)))?;
+    report("BiGRU", budget, device, &|x, l| gru.run(x, Some(l)))?;
     Ok(())
 }

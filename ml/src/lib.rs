@@ -8,8 +8,9 @@
 //!   [`Numerics`] context that asks for it); [`Device::Cuda`] always exists and reports clearly when the
 //!   build or the machine has no CUDA.
 //! - [`autodiff`]: reverse-mode differentiation over a graph recorded as ops run. Each op in
-//!   [`ops`](crate::Tensor) knows its derivative; [`Tensor::backward`] accumulates gradients into
-//!   the parameters; [`no_grad`] turns recording off for evaluation.
+//!   [`ops`](crate::Tensor) knows its derivative; [`Tensor::backward`] computes the parameters'
+//!   gradients into a [`GradStore`] kept beside them; [`no_grad`] turns recording off for
+//!   evaluation.
 //! - Image ops on NCHW batches `[n, C, H, W]`, with gradients, on every backend:
 //!   [`Tensor::conv2d`] (stride, padding, dilation, groups; [`Conv2dOptions`]; im2col and GEMM
 //!   on the CPU, direct kernels for depthwise), [`Tensor::max_pool2d`] and
@@ -30,8 +31,8 @@
 //! let y = Tensor::from_vec(vec![0.0, 2.0], &[2], Device::Cpu)?;
 //! let mut dropout = rng::seeded(7, rng::streams::DROPOUT);
 //! let loss = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
-//! loss.backward()?;
-//! assert!(model.params().grad_norm()? > 0.0);
+//! let grads = loss.backward()?;
+//! assert!(grads.norm(&model.params().tensors())? > 0.0);
 //! # Ok::<(), ringflow_ml::MlError>(())
 //! ```
 
@@ -52,7 +53,7 @@ pub mod settings;
 pub mod shape;
 mod tensor;
 
-pub use autodiff::{NoGradGuard, no_grad};
+pub use autodiff::{GradStore, NoGradGuard, no_grad};
 pub use backend::allocator::AllocatorStats;
 /// How this CPU computes bf16 products (detected once): see [`Bf16Products`].
 pub use backend::cpu::gemm::bf16_products as cpu_bf16_products;

@@ -1,13 +1,13 @@
-//! [`Tensor`]: an n-dimensional array of f32 on a device, with an optional gradient.
+//! [`Tensor`]: an n-dimensional array of f32 on a device, and the graph that computed it.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ndarray::ArrayD;
 use rand::RngExt;
 
-use crate::autodiff::{self, Backward, Derivative, MultiBackward, Node};
+use crate::autodiff::{self, Backward, Derivative, GradStore, MultiBackward, Node};
 use crate::backend::{Storage, cpu};
 use crate::device::Device;
 use crate::error::{MlError, Result};
@@ -39,37 +39,9 @@ struct Inner {
     data: RwLock<Storage>,
     requires_grad: bool,
     node: Option<Node>,
-    grad: Mutex<GradBuffer>,
     /// Set by [`Tensor::from_indices`]: every element is an integer below this, checked on the
     /// host, so ops taking indices need not download them again.
     index_limit: Option<usize>,
-}
-
-/// A parameter's gradient. `zero_grad` only marks it stale ("logically zero"): the next
-/// backward pass overwrites it instead of adding to it, so a training step neither clears nor
-/// re-reads a parameter-sized buffer.
-#[derive(Default)]
-struct GradBuffer {
-    storage: Option<Storage>,
-    stale: bool,
-    /// The pass's gradient was applied to the value inside the backward pass
-    /// ([`Tensor::update_in_backward`]) instead of being stored: the buffer holds nothing of it,
-    /// and the optimizer's step skips the parameter.
-    applied: bool,
-}
-
-/// How an op may write a gradient it has computed.
-pub(crate) enum GradWrite<'a> {
-    /// Add into this buffer.
-    Add(&'a mut Storage),
-    /// Overwrite this buffer entirely (its contents are stale).
-    Overwrite(&'a mut Storage),
-    /// There is no buffer: return a new one.
-    New,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Tensor {
@@ -83,7 +55,6 @@ impl Tensor {
             data: RwLock::new(storage),
             requires_grad,
             node,
-            grad: Mutex::new(GradBuffer::default()),
             index_limit: None,
         }))
     }
@@ -396,246 +367,31 @@ impl Tensor {
     // ----- gradients ----------------------------------------------------------------------
 
     /// Computes the gradient of this one-element tensor with respect to every parameter it
-    /// depends on, adding it to their [`Tensor::grad`].
-    pub fn backward(&self) -> Result<()> {
-        autodiff::run_backward(self, &mut |_| Ok(()), None)
+    /// depends on, in a new [`GradStore`].
+    pub fn backward(&self) -> Result<GradStore> {
+        let mut grads = GradStore::new();
+        self.backward_into(&mut grads)?;
+        Ok(grads)
     }
 
-    /// [`Tensor::backward`] applying a plain SGD step at `lr` inside the pass to every one of
-    /// `params` used once whose gradient is a matrix product (see
-    /// [`crate::optim::Optimizer::backward`]).
-    pub(crate) fn backward_with_sgd(&self, lr: f32, params: &[Tensor]) -> Result<()> {
-        autodiff::run_backward(self, &mut |_| Ok(()), Some((lr, params)))
+    /// Computes the gradient of this one-element tensor with respect to every parameter it
+    /// depends on, adding it to what `grads` holds (overwriting what [`GradStore::zero`]
+    /// marked stale). With [`GradStore::set_sgd_in_backward`], the store's SGD step is applied
+    /// inside the pass.
+    pub fn backward_into(&self, grads: &mut GradStore) -> Result<()> {
+        autodiff::run_backward(self, grads, &mut |_, _| Ok(()))
     }
 
-    /// Like [`Tensor::backward`], calling `on_ready(param)` for each parameter as soon as its
-    /// gradient is complete (the last op using it has run its backward), while the rest of the
-    /// pass continues: the hook through which gradient all-reduce overlaps with backward.
-    pub fn backward_with(&self, mut on_ready: impl FnMut(&Tensor) -> Result<()>) -> Result<()> {
-        autodiff::run_backward(self, &mut on_ready, None)
-    }
-
-    /// The accumulated gradient of a parameter (`None` before the first backward pass).
-    pub fn grad(&self) -> Option<Tensor> {
-        let g = lock(&self.0.grad);
-        let storage = g.storage.as_ref()?;
-        let copy = if g.stale {
-            Storage::zeros(self.shape(), self.device()).ok()?
-        } else {
-            storage.duplicate().ok()?
-        };
-        Some(Tensor::from_storage(copy))
-    }
-
-    /// Sets the accumulated gradient to zero. The buffer is kept and only marked stale: the
-    /// next backward pass overwrites it, so this costs nothing per step.
-    pub fn zero_grad(&self) {
-        let mut g = lock(&self.0.grad);
-        g.stale = true;
-        g.applied = false;
-    }
-
-    /// Lets `write` store this parameter's gradient: it may add to the buffer, must overwrite
-    /// it when stale, or returns a new one when there is none. A returned storage replaces the
-    /// buffer.
-    pub(crate) fn write_grad(
+    /// Like [`Tensor::backward_into`], calling `on_ready(param, grads)` for each parameter as
+    /// soon as its gradient is complete (the last op using it has run its backward), while the
+    /// rest of the pass continues: the hook through which gradient all-reduce overlaps with
+    /// backward.
+    pub fn backward_with(
         &self,
-        write: impl FnOnce(GradWrite<'_>) -> Result<Option<Storage>>,
+        grads: &mut GradStore,
+        mut on_ready: impl FnMut(&Tensor, &GradStore) -> Result<()>,
     ) -> Result<()> {
-        let mut g = lock(&self.0.grad);
-        let GradBuffer {
-            storage,
-            stale,
-            applied,
-        } = &mut *g;
-        *applied = false;
-        let replacement = match storage.as_mut() {
-            None => write(GradWrite::New)?,
-            Some(buf) if *stale => write(GradWrite::Overwrite(buf))?,
-            Some(buf) => write(GradWrite::Add(buf))?,
-        };
-        if let Some(r) = replacement {
-            *storage = Some(r);
-        }
-        if storage.is_none() {
-            return Err(MlError::Backward(
-                "an op produced no gradient for a new buffer".into(),
-            ));
-        }
-        *stale = false;
-        Ok(())
-    }
-
-    /// Calls `f` with the gradient buffer of a parameter, materializing zeros first if it is
-    /// missing or stale.
-    pub(crate) fn with_grad_buffer<R>(
-        &self,
-        f: impl FnOnce(&mut Storage) -> Result<R>,
-    ) -> Result<R> {
-        let mut g = lock(&self.0.grad);
-        let GradBuffer { storage, stale, .. } = &mut *g;
-        match storage.as_mut() {
-            None => *storage = Some(Storage::zeros(self.shape(), self.device())?),
-            Some(buf) if *stale => buf.fill(0.0)?,
-            Some(_) => {}
-        }
-        *stale = false;
-        f(storage.as_mut().expect("just ensured"))
-    }
-
-    /// Copies the accumulated gradient into `dst` (zeros if there is none yet).
-    pub fn copy_grad_to_slice(&self, dst: &mut [f32]) -> Result<()> {
-        self.check_len("copy_grad_to_slice", dst.len())?;
-        let g = lock(&self.0.grad);
-        match (&g.storage, g.stale) {
-            (Some(s), false) => s.copy_to_slice(dst),
-            _ => {
-                dst.fill(0.0);
-                Ok(())
-            }
-        }
-    }
-
-    /// Copies the gradients of `params` back to back into `dst` (zeros where there is none),
-    /// queuing every GPU copy and waiting once: with `dst` page-locked
-    /// ([`Device::pin_host`]) the copies run by DMA. `dst.len()` must equal the parameters'
-    /// total size.
-    pub fn gather_grads(params: &[Tensor], dst: &mut [f32]) -> Result<()> {
-        Self::each_grad_range("gather_grads", params, dst.len(), |p, range| {
-            let out = &mut dst[range];
-            let g = lock(&p.0.grad);
-            match (&g.storage, g.stale) {
-                (Some(s), false) => s.queue_copy_to_slice(out),
-                _ => {
-                    out.fill(0.0);
-                    Ok(())
-                }
-            }
-        })
-    }
-
-    /// Overwrites the gradients of `params` from `src` (back to back, as [`Tensor::gather_grads`]
-    /// wrote them), waiting once for all the copies.
-    pub fn scatter_grads(params: &[Tensor], src: &[f32]) -> Result<()> {
-        Self::each_grad_range("scatter_grads", params, src.len(), |p, range| {
-            p.copy_grad_from_slice(&src[range])
-        })
-    }
-
-    /// Calls `f` with each parameter and its range in a flat buffer of `len` values (which must
-    /// be their total size), then waits once for every device involved.
-    fn each_grad_range(
-        op: &'static str,
-        params: &[Tensor],
-        len: usize,
-        mut f: impl FnMut(&Tensor, std::ops::Range<usize>) -> Result<()>,
-    ) -> Result<()> {
-        let total: usize = params.iter().map(Tensor::numel).sum();
-        if total != len {
-            return Err(MlError::invalid(
-                op,
-                format!("{len} values do not match {total} gradient elements"),
-            ));
-        }
-        let mut at = 0;
-        let mut devices = Vec::new();
-        for p in params {
-            f(p, at..at + p.numel())?;
-            if !devices.contains(&p.device()) {
-                devices.push(p.device());
-            }
-            at += p.numel();
-        }
-        devices.into_iter().try_for_each(Device::synchronize)
-    }
-
-    /// For each parameter on a GPU, the device address and length of its gradient (zeros are
-    /// materialized where the backward pass did not reach it, so every rank reduces the same
-    /// buffers), for collectives that work in device memory (NCCL). The buffers stay in place
-    /// until the next backward pass; ask again after each one.
-    #[cfg(feature = "cuda")]
-    pub fn cuda_grad_buffers(params: &[Tensor]) -> Result<Vec<(u64, usize)>> {
-        params
-            .iter()
-            .map(|p| {
-                p.with_grad_buffer(|s| match s {
-                    Storage::Cuda(c) => Ok((c.device_address(), c.len())),
-                    Storage::Cpu(_) => Err(MlError::Device(
-                        "a device-memory collective needs gradients on a GPU, not the CPU".into(),
-                    )),
-                })
-            })
-            .collect()
-    }
-
-    /// Overwrites the accumulated gradient from `src` (after an all-reduce, for instance).
-    pub fn copy_grad_from_slice(&self, src: &[f32]) -> Result<()> {
-        self.check_len("copy_grad_from_slice", src.len())?;
-        self.write_grad(|slot| match slot {
-            GradWrite::Add(buf) | GradWrite::Overwrite(buf) => {
-                buf.copy_from_slice(src)?;
-                Ok(None)
-            }
-            GradWrite::New => {
-                Storage::from_host(cpu::from_vec(self.shape(), src.to_vec()), self.device())
-                    .map(Some)
-            }
-        })
-    }
-
-    /// Multiplies the accumulated gradient by `factor` in place.
-    pub fn scale_grad(&self, factor: f32) -> Result<()> {
-        let mut g = lock(&self.0.grad);
-        if !g.stale
-            && let Some(s) = g.storage.as_mut()
-        {
-            s.scale(factor)?;
-        }
-        Ok(())
-    }
-
-    /// The squared L2 norm of the accumulated gradient (0 if there is none).
-    pub fn grad_sum_squares(&self) -> Result<f64> {
-        let g = lock(&self.0.grad);
-        match (&g.storage, g.stale) {
-            (Some(s), false) => s.sum_squares(),
-            _ => Ok(0.0),
-        }
-    }
-
-    /// Calls `f` with the value and the gradient of a parameter, for in-place updates by
-    /// optimizers. The gradient is zeros if no backward pass has reached the parameter.
-    pub(crate) fn update_with<R>(
-        &self,
-        f: impl FnOnce(&mut Storage, &Storage) -> Result<R>,
-    ) -> Result<R> {
-        let mut value = self.write();
-        self.with_grad_buffer(|g| f(&mut value, g))
-    }
-
-    /// Applies this pass's gradient of a parameter to its value inside the backward pass, when
-    /// the gradient buffer holds nothing of the pass yet: `update` changes the value (computing
-    /// the gradient on the way), and the parameter is marked applied, so that the optimizer's
-    /// step skips it and its gradient reads as zeros (or none). `false`, and nothing called,
-    /// when the buffer already holds gradient values, which the update would leave out.
-    pub(crate) fn update_in_backward(
-        &self,
-        update: impl FnOnce(&mut Storage) -> Result<()>,
-    ) -> Result<bool> {
-        let mut value = self.write();
-        let mut g = lock(&self.0.grad);
-        if g.storage.is_some() && !g.stale {
-            return Ok(false);
-        }
-        update(&mut value)?;
-        g.applied = true;
-        Ok(true)
-    }
-
-    /// Whether this parameter's gradient was applied to its value in the backward pass
-    /// ([`Tensor::update_in_backward`]) since the last [`Tensor::zero_grad`].
-    pub(crate) fn gradient_applied(&self) -> bool {
-        lock(&self.0.grad).applied
+        autodiff::run_backward(self, grads, &mut on_ready)
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use proptest::prelude::*;
 use ringflow_ml::nn::{DataFacts, Model, ModelRegistry, ModelSpec, SequenceFacts};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{Device, Tensor, rng};
+use ringflow_ml::{Device, GradStore, Tensor, rng};
 use serde_json::{Value, json};
 
 /// The system allocator, counting the bytes in use and their peak.
@@ -164,11 +164,12 @@ fn step_peak(model: &Model, opt: &mut Optimizer, batch: Batch) -> usize {
         .collect();
     let y: Vec<f32> = (0..labels).map(|i| (i % CLASSES) as f32).collect();
     let mut peak = 0;
+    let mut grads = GradStore::new();
     // The first step allocates the gradients and the optimizer's state; the second is measured.
     for measured in [false, true] {
         let x = Tensor::from_vec(values.clone(), &shape, Device::Cpu).unwrap();
         let y = Tensor::from_vec(y.clone(), &[labels], Device::Cpu).unwrap();
-        model.params().zero_grad();
+        grads.zero();
         let before = IN_USE.load(Ordering::Relaxed);
         PEAK.store(before, Ordering::Relaxed);
         let mut r = rng::seeded(0, 0);
@@ -178,9 +179,9 @@ fn step_peak(model: &Model, opt: &mut Optimizer, batch: Batch) -> usize {
         };
         let flat = out.unwrap().reshape(&[labels, CLASSES]).unwrap();
         let loss = ringflow_ml::loss::cross_entropy(&flat, &y).unwrap();
-        loss.backward().unwrap();
+        loss.backward_into(&mut grads).unwrap();
         drop((loss, flat, x, y));
-        opt.step(0.01).unwrap();
+        opt.step(0.01, &mut grads).unwrap();
         if measured {
             peak = PEAK.load(Ordering::Relaxed).saturating_sub(before);
         }

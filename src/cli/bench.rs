@@ -16,7 +16,7 @@ use ringflow_driver::observe::console;
 use ringflow_driver::scheduler::SchedulerConfig;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{Device, Tensor, loss, rng};
+use ringflow_ml::{Device, GradStore, Tensor, loss, rng};
 
 use super::submit::{self, Watched};
 use crate::local::{LocalCluster, LocalConfig};
@@ -310,13 +310,14 @@ fn train_bench(args: &TrainArgs) -> anyhow::Result<TrainReport> {
     let batches = synthetic_batches(args, inputs, classes)?;
 
     let mut dropout = rng::seeded(args.seed, rng::streams::DROPOUT);
+    let mut grads = GradStore::new();
     let mut step = |i: usize| -> anyhow::Result<f32> {
         let (x, y) = &batches[i % batches.len()];
         let logits = model.forward(x, true, &mut dropout)?;
         let loss = loss::cross_entropy(&logits, y)?;
-        loss.backward()?;
-        optimizer.step(lr)?;
-        model.params().zero_grad();
+        loss.backward_into(&mut grads)?;
+        optimizer.step(lr, &mut grads)?;
+        grads.zero();
         // The per-step metric download; on a GPU it waits for the step's work to finish.
         let value = loss.item()?;
         anyhow::ensure!(

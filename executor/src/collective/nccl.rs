@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaStream;
 use cudarc::nccl::sys;
 use ringflow_ml::nn::ParamStore;
-use ringflow_ml::{Device, Tensor};
+use ringflow_ml::{Device, GradStore};
 
 use crate::collective::Collective;
 use crate::error::{CommError, CommOp, Peer, Result};
@@ -157,10 +157,10 @@ impl NcclAllReduce {
         }))
     }
 
-    /// Averages every parameter's gradient across the ranks, in place on the GPUs, and waits
-    /// (at most the timeout) for it to finish.
-    pub fn all_reduce(&mut self, params: &ParamStore) -> Result<()> {
-        let buffers = Tensor::cuda_grad_buffers(&params.tensors())?;
+    /// Averages every parameter's gradient (in `grads`) across the ranks, in place on the
+    /// GPUs, and waits (at most the timeout) for it to finish.
+    pub fn all_reduce(&mut self, params: &ParamStore, grads: &mut GradStore) -> Result<()> {
+        let buffers = grads.cuda_buffers(&params.tensors())?;
         self.stream
             .context()
             .bind_to_thread()

@@ -12,6 +12,7 @@
 use std::time::Instant;
 
 use ringflow_core::spec::{AUTO_CANDIDATES_MIB, BucketSizes, Fusion};
+use ringflow_ml::GradStore;
 use ringflow_ml::nn::ParamStore;
 
 use crate::collective::{Collective, ReduceOp};
@@ -93,10 +94,16 @@ impl TunedBuckets {
         self.backward_start = Some(Instant::now());
     }
 
-    /// Waits for the step's reductions and writes the averaged gradients back; while tuning,
-    /// times the step and moves on to the next candidate when the current one is measured.
-    pub fn finish(&mut self, params: &ParamStore, comm: &mut dyn Collective) -> Result<()> {
-        self.buckets.finish(comm)?;
+    /// Waits for the step's reductions and writes the averaged gradients back into `grads`;
+    /// while tuning, times the step and moves on to the next candidate when the current one is
+    /// measured.
+    pub fn finish(
+        &mut self,
+        params: &ParamStore,
+        grads: &mut GradStore,
+        comm: &mut dyn Collective,
+    ) -> Result<()> {
+        self.buckets.finish(grads, comm)?;
         let (Some(tuner), Some(start)) = (self.tuner.as_mut(), self.backward_start.take()) else {
             return Ok(());
         };
@@ -334,7 +341,7 @@ mod tests {
         let y = Tensor::from_vec(vec![0.0, 1.0], &[2], Device::Cpu).unwrap();
         let mut rng = ringflow_ml::rng::seeded(1, 1);
         let out = m.forward(&x, true, &mut rng).unwrap();
-        ringflow_ml::loss::cross_entropy(&out, &y)
+        let mut grads = ringflow_ml::loss::cross_entropy(&out, &y)
             .unwrap()
             .backward()
             .unwrap();
@@ -345,9 +352,9 @@ mod tests {
             assert!(!tuned.state().tuned);
             tuned.begin();
             for p in m.params().iter() {
-                tuned.buckets().ready(&p.tensor, &mut comm).unwrap();
+                tuned.buckets().ready(&p.tensor, &grads, &mut comm).unwrap();
             }
-            tuned.finish(m.params(), &mut comm).unwrap();
+            tuned.finish(m.params(), &mut grads, &mut comm).unwrap();
             if plans.last() != Some(&tuned.buckets().len()) {
                 plans.push(tuned.buckets().len());
             }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ringflow_core::spec::BucketSizes;
 use ringflow_ml::nn::ParamStore;
-use ringflow_ml::{Device, PinnedHost, Tensor, TensorKey};
+use ringflow_ml::{Device, GradStore, PinnedHost, Tensor, TensorKey};
 
 use crate::collective::{Collective, PendingReduce, ReduceOp};
 use crate::error::Result;
@@ -183,32 +183,37 @@ impl GradientBuckets {
         }
     }
 
-    /// Called by the backward hook when `param`'s gradient is complete.
-    pub fn ready(&mut self, param: &Tensor, comm: &mut dyn Collective) -> Result<()> {
+    /// Called by the backward hook when `param`'s gradient (in `grads`) is complete.
+    pub fn ready(
+        &mut self,
+        param: &Tensor,
+        grads: &GradStore,
+        comm: &mut dyn Collective,
+    ) -> Result<()> {
         let Some(&i) = self.bucket_of.get(&param.key()) else {
             return Ok(());
         };
         let b = &mut self.buckets[i];
         b.waiting_for = b.waiting_for.saturating_sub(1);
         if b.waiting_for == 0 && b.pending.is_none() {
-            self.staging += start(b, comm)?;
+            self.staging += start(b, grads, comm)?;
         }
         Ok(())
     }
 
     /// Starts any bucket whose parameters the backward pass did not reach, waits for all, and
-    /// writes the averaged gradients back.
-    pub fn finish(&mut self, comm: &mut dyn Collective) -> Result<()> {
+    /// writes the averaged gradients back into `grads`.
+    pub fn finish(&mut self, grads: &mut GradStore, comm: &mut dyn Collective) -> Result<()> {
         for b in &mut self.buckets {
             if b.pending.is_none() {
-                self.staging += start(b, comm)?;
+                self.staging += start(b, grads, comm)?;
             }
         }
         for b in &mut self.buckets {
             let reduced = b.pending.take().expect("started above").wait()?;
             settle(b)?;
             let copy = Instant::now();
-            Tensor::scatter_grads(&b.params, &reduced)?;
+            grads.scatter(&b.params, &reduced)?;
             self.staging += copy.elapsed();
             b.buffer = Some(reduced);
         }
@@ -224,13 +229,13 @@ impl GradientBuckets {
     }
 }
 
-/// Copies the bucket's gradients into its buffer and starts reducing it; returns the copy's
-/// time.
-fn start(b: &mut Bucket, comm: &mut dyn Collective) -> Result<Duration> {
+/// Copies the bucket's gradients (from `grads`) into its buffer and starts reducing it; returns
+/// the copy's time.
+fn start(b: &mut Bucket, grads: &GradStore, comm: &mut dyn Collective) -> Result<Duration> {
     let mut buf = b.buffer.take().unwrap_or_else(|| vec![0.0; b.numel]);
     settle(b)?;
     let copy = Instant::now();
-    Tensor::gather_grads(&b.params, &mut buf)?;
+    grads.gather(&b.params, &mut buf)?;
     let took = copy.elapsed();
     b.pending = Some(comm.start_gradient_reduce(buf, ReduceOp::Average)?);
     Ok(took)
@@ -290,10 +295,11 @@ mod tests {
         let mut comm = Solo;
         buckets.begin();
         let mut ready = 0;
-        loss.backward_with(|p| {
+        let mut grads = GradStore::new();
+        loss.backward_with(&mut grads, |p, grads| {
             ready += 1;
             buckets
-                .ready(p, &mut comm)
+                .ready(p, grads, &mut comm)
                 .map_err(|e| ringflow_ml::MlError::Backward(e.to_string()))
         })
         .unwrap();
@@ -305,13 +311,13 @@ mod tests {
         let before: Vec<Vec<f32>> = model
             .params()
             .iter()
-            .map(|p| p.tensor.grad().unwrap().to_vec())
+            .map(|p| grads.get(&p.tensor).unwrap().to_vec())
             .collect();
-        buckets.finish(&mut comm).unwrap();
+        buckets.finish(&mut grads, &mut comm).unwrap();
         let after: Vec<Vec<f32>> = model
             .params()
             .iter()
-            .map(|p| p.tensor.grad().unwrap().to_vec())
+            .map(|p| grads.get(&p.tensor).unwrap().to_vec())
             .collect();
         assert_eq!(before, after);
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ringflow_core::spec::Fusion;
 use ringflow_ml::nn::ParamStore;
-use ringflow_ml::{MlError, Tensor};
+use ringflow_ml::{GradStore, MlError, Tensor};
 
 use crate::collective::Collective;
 use crate::error::{CommError, CommOp, Peer, Result};
@@ -71,15 +71,21 @@ impl GradientSync {
         GradientSync::Ring(TunedBuckets::new(params, fusion))
     }
 
-    /// Runs the backward pass of `loss`; on a ring, buckets start reducing as they complete.
-    pub fn backward(&mut self, loss: &Tensor, comm: &mut dyn Collective) -> Result<()> {
+    /// Runs the backward pass of `loss` into `grads`; on a ring, buckets start reducing as
+    /// they complete.
+    pub fn backward(
+        &mut self,
+        loss: &Tensor,
+        comm: &mut dyn Collective,
+        grads: &mut GradStore,
+    ) -> Result<()> {
         let GradientSync::Ring(buckets) = self else {
-            return Ok(loss.backward()?);
+            return Ok(loss.backward_into(grads)?);
         };
         buckets.begin();
         let mut comm_error = None;
-        let r = loss.backward_with(|p| {
-            buckets.buckets().ready(p, comm).map_err(|e| {
+        let r = loss.backward_with(grads, |p, grads| {
+            buckets.buckets().ready(p, grads, comm).map_err(|e| {
                 comm_error = Some(e);
                 MlError::Backward("a gradient all-reduce failed".into())
             })
@@ -90,30 +96,32 @@ impl GradientSync {
         Ok(r?)
     }
 
-    /// Replaces this rank's gradients of global step `step` by the step's common ones.
+    /// Replaces this rank's gradients of global step `step` (of `params`, in `grads`) by the
+    /// step's common ones.
     pub fn exchange(
         &mut self,
         comm: &mut dyn Collective,
         params: &ParamStore,
+        grads: &mut GradStore,
         step: u64,
     ) -> Result<Contribution> {
         match self {
             GradientSync::Alone => Ok(Contribution::Used),
             GradientSync::Ring(buckets) => {
-                buckets.finish(params, comm)?;
+                buckets.finish(params, grads, comm)?;
                 Ok(Contribution::Used)
             }
             #[cfg(feature = "nccl")]
             GradientSync::Nccl(nccl) => {
-                nccl.all_reduce(params)?;
+                nccl.all_reduce(params, grads)?;
                 Ok(Contribution::Used)
             }
             GradientSync::Backup(flat) => {
                 let backup = backup_of(comm)?;
-                Tensor::gather_grads(&params.tensors(), flat)?;
+                grads.gather(&params.tensors(), flat)?;
                 backup.contribute(step, flat);
                 let result = backup.result(step)?;
-                load_gradient(params, &result.gradient)?;
+                load_gradient(params, grads, &result.gradient)?;
                 Ok(if result.included {
                     Contribution::Used
                 } else {
@@ -124,12 +132,13 @@ impl GradientSync {
     }
 
     /// With backup workers, the common gradients of `step` if the other ranks already finished
-    /// it without this one: they are loaded into `params` and the caller skips the step's
+    /// it without this one: they are loaded into `grads` and the caller skips the step's
     /// computation. `false` otherwise.
     pub fn caught_up(
         &mut self,
         comm: &mut dyn Collective,
         params: &ParamStore,
+        grads: &mut GradStore,
         step: u64,
     ) -> Result<bool> {
         let GradientSync::Backup(_) = self else {
@@ -137,7 +146,7 @@ impl GradientSync {
         };
         match backup_of(comm)?.try_result(step)? {
             Some(result) => {
-                load_gradient(params, &result.gradient)?;
+                load_gradient(params, grads, &result.gradient)?;
                 Ok(true)
             }
             None => Ok(false),
@@ -190,7 +199,7 @@ fn backup_of(comm: &mut dyn Collective) -> Result<&mut crate::collective::Backup
     })
 }
 
-fn load_gradient(params: &ParamStore, gradient: &[f32]) -> Result<()> {
+fn load_gradient(params: &ParamStore, grads: &mut GradStore, gradient: &[f32]) -> Result<()> {
     if gradient.len() != params.numel() {
         let why = format!(
             "the common gradient has {} values, the model {}",
@@ -199,5 +208,5 @@ fn load_gradient(params: &ParamStore, gradient: &[f32]) -> Result<()> {
         );
         return Err(CommError::new(Peer::rank(0), CommOp::BackupGradient, why).into());
     }
-    Ok(Tensor::scatter_grads(&params.tensors(), gradient)?)
+    Ok(grads.scatter(&params.tensors(), gradient)?)
 }

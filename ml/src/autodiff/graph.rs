@@ -2,9 +2,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::grad_store::{GradStore, GradWrite};
 use crate::backend::{MatmulOptions, Storage};
 use crate::error::{MlError, Result};
-use crate::tensor::{GradWrite, Tensor};
+use crate::tensor::{Tensor, TensorKey};
 
 /// The derivative of one op.
 pub(crate) trait Backward: Send + Sync {
@@ -64,18 +65,19 @@ impl Drop for Node {
 }
 
 /// Collects gradients during one backward pass: intermediate tensors' gradients in a map that
-/// is drained as the pass goes, leaves' gradients straight into their persistent buffers.
-pub(crate) struct GradSink {
+/// is drained as the pass goes, leaves' gradients straight into the pass's [`GradStore`].
+pub(crate) struct GradSink<'s> {
     pending: HashMap<u64, Storage>,
     /// The outputs' gradients of the joint tensors of multi-output ops, by the joint's id.
     parts: HashMap<u64, Vec<Option<Storage>>>,
-    /// The learning rate of a plain SGD step applied inside the pass, and the parameters it
-    /// may be applied to: the optimizer's that are used once in the graph, whose gradient is
-    /// then that use's.
-    sgd: Option<(f32, HashSet<u64>)>,
+    store: &'s mut GradStore,
+    /// The learning rate of the store's SGD step inside the pass, and the parameters it may
+    /// be applied to: the store's that are used once in the graph, whose gradient is then that
+    /// use's.
+    sgd: Option<(f32, HashSet<TensorKey>)>,
 }
 
-impl GradSink {
+impl GradSink<'_> {
     /// Stores a gradient of `t` through `write`, which is told whether to add to an existing
     /// buffer, overwrite a stale one, or return a new one (see [`GradWrite`]); a returned
     /// storage replaces the buffer.
@@ -88,7 +90,7 @@ impl GradSink {
             return Ok(());
         }
         if t.is_leaf() {
-            return t.write_grad(write);
+            return self.store.write(t, write);
         }
         match self.pending.get_mut(&t.id()) {
             Some(existing) => {
@@ -156,7 +158,7 @@ impl GradSink {
             let update = |p: &mut Storage| {
                 Storage::sgd_product_update(p, (a, transpose_a), (b, transpose_b), lr)
             };
-            if t.update_in_backward(update)? {
+            if self.store.update_in_backward(t, update)? {
                 return Ok(());
             }
         }
@@ -203,7 +205,7 @@ impl GradSink {
     /// The learning rate of the pass's SGD step when `t` is a parameter it may update.
     fn sgd_lr_for(&self, t: &Tensor) -> Option<f32> {
         let (lr, once) = self.sgd.as_ref()?;
-        once.contains(&t.id()).then_some(*lr)
+        once.contains(&t.key()).then_some(*lr)
     }
 
     /// True if `t` takes part in this backward pass.
@@ -230,18 +232,19 @@ impl GradSink {
     }
 }
 
-/// Reverse-mode pass from `root` (a tensor with one element) with seed gradient 1.
+/// Reverse-mode pass from `root` (a tensor with one element) with seed gradient 1, adding the
+/// parameters' gradients to `store`.
 ///
 /// `on_ready` is called for every parameter (a leaf that requires gradients) as soon as its
 /// gradient for this pass is complete, i.e. after the last recorded op that uses it has run its
 /// backward. Data-parallel training uses this to start reducing gradients while the rest of the
-/// backward pass runs. With `sgd = (lr, params)`, a plain SGD step at `lr` is applied inside
-/// the pass to every one of `params` used once whose gradient is a matrix product
-/// ([`GradSink::add_matmul`]).
+/// backward pass runs. Where the store carries an SGD step
+/// ([`GradStore::set_sgd_in_backward`]), it is applied inside the pass to every one of its
+/// parameters used once whose gradient is a matrix product ([`GradSink::add_matmul`]).
 pub(crate) fn run_backward(
     root: &Tensor,
-    on_ready: &mut dyn FnMut(&Tensor) -> Result<()>,
-    sgd: Option<(f32, &[Tensor])>,
+    store: &mut GradStore,
+    on_ready: &mut dyn FnMut(&Tensor, &GradStore) -> Result<()>,
 ) -> Result<()> {
     if root.numel() != 1 {
         return Err(MlError::Backward(format!(
@@ -257,18 +260,21 @@ pub(crate) fn run_backward(
     let order = topological_order(root);
     // How many recorded uses of each parameter are still to run their backward.
     let mut uses = parameter_uses(&order);
-    let used_once = |p: &&Tensor| uses.get(&p.id()) == Some(&1);
-    let sgd = sgd.map(|(lr, params)| (lr, params.iter().filter(used_once).map(Tensor::id)));
+    let sgd = store.sgd_in_backward().map(|(lr, params)| {
+        let once = |key: &&TensorKey| uses.get(*key) == Some(&1);
+        (lr, params.iter().filter(once).copied().collect())
+    });
     let mut sink = GradSink {
         pending: HashMap::new(),
         parts: HashMap::new(),
-        sgd: sgd.map(|(lr, ids)| (lr, ids.collect())),
+        store,
+        sgd,
     };
     let mut seed = Storage::zeros(root.shape(), root.device())?;
     seed.fill(1.0)?;
     if root.is_leaf() {
         sink.add(root, seed)?;
-        return on_ready(root);
+        return on_ready(root, sink.store);
     }
     sink.pending.insert(root.id(), seed);
     for t in order.iter().rev() {
@@ -291,10 +297,10 @@ pub(crate) fn run_backward(
             }
         }
         for input in &node.inputs {
-            if let Some(left) = uses.get_mut(&input.id()) {
+            if let Some(left) = uses.get_mut(&input.key()) {
                 *left -= 1;
                 if *left == 0 {
-                    on_ready(input)?;
+                    on_ready(input, sink.store)?;
                 }
             }
         }
@@ -303,13 +309,13 @@ pub(crate) fn run_backward(
 }
 
 /// How many recorded ops of `order` use each parameter (a leaf that requires gradients), by
-/// its id.
-fn parameter_uses(order: &[Tensor]) -> HashMap<u64, usize> {
-    let mut uses: HashMap<u64, usize> = HashMap::new();
+/// its key.
+fn parameter_uses(order: &[Tensor]) -> HashMap<TensorKey, usize> {
+    let mut uses: HashMap<TensorKey, usize> = HashMap::new();
     for t in order {
         for input in &t.node().expect("non-leaf").inputs {
             if input.is_leaf() && input.requires_grad() {
-                *uses.entry(input.id()).or_default() += 1;
+                *uses.entry(input.key()).or_default() += 1;
             }
         }
     }

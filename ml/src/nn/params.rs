@@ -127,35 +127,6 @@ impl ParamStore {
         Ok(tensor)
     }
 
-    /// Resets every gradient to zero (keeping the buffers).
-    pub fn zero_grad(&self) {
-        for p in &self.params {
-            p.tensor.zero_grad();
-        }
-    }
-
-    /// The L2 norm of all gradients together.
-    pub fn grad_norm(&self) -> Result<f64> {
-        let mut total = 0.0;
-        for p in &self.params {
-            total += p.tensor.grad_sum_squares()?;
-        }
-        Ok(total.sqrt())
-    }
-
-    /// Scales all gradients so that their joint L2 norm is at most `max_norm`; returns the norm
-    /// before clipping (`torch.nn.utils.clip_grad_norm_`).
-    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
-        let norm = self.grad_norm()?;
-        if norm > max_norm && norm > 0.0 {
-            let factor = (max_norm / (norm + 1e-6)) as f32;
-            for p in &self.params {
-                p.tensor.scale_grad(factor)?;
-            }
-        }
-        Ok(norm)
-    }
-
     /// All parameter values concatenated in store order.
     pub fn flatten_values(&self) -> Result<Vec<f32>> {
         let mut out = vec![0.0; self.numel()];

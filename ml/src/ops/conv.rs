@@ -1,10 +1,10 @@
 //! 2-D convolution of NCHW batches, with an optional bias.
 
-use crate::autodiff::{Backward, GradSink};
+use crate::autodiff::{Backward, GradSink, GradWrite};
 use crate::backend::{Conv2dGeometry, Storage};
 use crate::error::{MlError, Result};
 use crate::ops::same_device;
-use crate::tensor::{GradWrite, Tensor};
+use crate::tensor::Tensor;
 
 /// Convolution options with PyTorch's defaults (stride 1, padding 0, dilation 1, groups 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,10 @@
 //! Gathering rows by index (embeddings) and its scatter-add gradient.
 
-use crate::autodiff::{Backward, GradSink};
+use crate::autodiff::{Backward, GradSink, GradWrite};
 use crate::backend::Storage;
 use crate::error::{MlError, Result};
 use crate::ops::{check_indices, same_device};
-use crate::tensor::{GradWrite, Tensor};
+use crate::tensor::Tensor;
 
 struct IndexSelectBackward;
 

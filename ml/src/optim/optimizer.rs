@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::autodiff::GradStore;
 use crate::backend::cpu;
 use crate::backend::{AdagradStep, AdamStep, SgdStep, Storage};
 use crate::error::{MlError, Result};
@@ -271,43 +272,47 @@ impl Optimizer {
             if momentum == 0.0 && weight_decay == 0.0)
     }
 
-    /// The backward pass of `loss` for a step at learning rate `lr`, which
-    /// [`Optimizer::step`] at the same `lr` then completes.
+    /// The backward pass of `loss` into `grads` for a step at learning rate `lr`, which
+    /// [`Optimizer::step`] at the same `lr` and with the same store then completes.
     ///
-    /// Where [`Optimizer::updates_in_backward`], a weight of this optimizer's used once whose
-    /// gradient is a matrix product (a dense layer's `xᵀ · dy`) is updated inside that product, `w -= lr · xᵀ · dy`
-    /// written onto the weight from the GEMM's registers on the CPU: its gradient is never
-    /// stored (it reads as zeros until the next pass), and the update's separate pass over the
-    /// weight and its gradient is saved. The step then updates the other parameters. The
-    /// weights end bit for bit as after [`Tensor::backward`] and the step, on every CPU kernel
-    /// and blocking (see `matmul_scaled_onto` in the CPU backend). Parameters whose gradient already holds values (a pass
-    /// without `zero_grad` before) are left to the step. Otherwise this is the plain backward
-    /// pass.
+    /// Where [`Optimizer::updates_in_backward`], the pass carries the store's SGD step
+    /// ([`GradStore::set_sgd_in_backward`]): a weight of this optimizer's used once whose
+    /// gradient is a matrix product (a dense layer's `xᵀ · dy`) is updated inside that product,
+    /// `w -= lr · xᵀ · dy` written onto the weight from the GEMM's registers on the CPU: its
+    /// gradient is never stored (it reads as zeros until the next pass), and the update's
+    /// separate pass over the weight and its gradient is saved. The step then updates the other
+    /// parameters. The weights end bit for bit as after [`Tensor::backward_into`] and the step,
+    /// on every CPU kernel and blocking (see `matmul_scaled_onto` in the CPU backend).
+    /// Parameters whose gradient already holds values (a pass without [`GradStore::zero`]
+    /// before) are left to the step. Otherwise this is the plain backward pass.
     ///
     /// Gradients that must be read or combined before the update (clipped, all-reduced) rule
-    /// this out: run [`Tensor::backward`] then.
-    pub fn backward(&self, loss: &Tensor, lr: f32) -> Result<()> {
-        if self.updates_in_backward() {
-            let params: Vec<Tensor> = self.params.iter().map(|(_, p)| p.clone()).collect();
-            loss.backward_with_sgd(lr, &params)
-        } else {
-            loss.backward()
+    /// this out: run [`Tensor::backward_into`] then.
+    pub fn backward(&self, loss: &Tensor, lr: f32, grads: &mut GradStore) -> Result<()> {
+        if !self.updates_in_backward() {
+            return loss.backward_into(grads);
         }
+        let params: Vec<Tensor> = self.params.iter().map(|(_, p)| p.clone()).collect();
+        grads.set_sgd_in_backward(Some((lr, &params)));
+        let pass = loss.backward_into(grads);
+        grads.set_sgd_in_backward(None);
+        pass
     }
 
-    /// Updates every parameter from its gradient with learning rate `lr` (from a
+    /// Updates every parameter from its gradient in `grads` with learning rate `lr` (from a
     /// [`super::Schedule`]); gradients are left as they are. Parameters that
     /// [`Optimizer::backward`] already updated are skipped.
-    pub fn step(&mut self, lr: f32) -> Result<()> {
+    pub fn step(&mut self, lr: f32, grads: &mut GradStore) -> Result<()> {
         self.steps += 1;
         let first = self.steps == 1;
         let step_no = self.steps;
         let spec = self.spec.clone();
         for ((_, param), slots) in self.params.iter().zip(self.slots.iter_mut()) {
-            if param.gradient_applied() {
+            if grads.applied(param) {
                 continue;
             }
-            param.update_with(|value, grad| {
+            grads.with_buffer(param, |grad| {
+                let value = &mut *param.write();
                 let mut bufs = slots.iter_mut();
                 match spec {
                     OptimizerSpec::Sgd {

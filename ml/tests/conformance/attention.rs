@@ -8,7 +8,7 @@ use ringflow_ml::nn::{
     PositionEmbedding, PositionKind, TransformerEncoder,
 };
 use ringflow_ml::nn::{Forward, layers::attention};
-use ringflow_ml::{Device, Tensor, rng};
+use ringflow_ml::{Device, GradStore, Tensor, rng};
 
 use crate::helpers::*;
 
@@ -209,47 +209,48 @@ type SeqFn<'a> = dyn Fn(&Tensor, Option<&[usize]>) -> ringflow_ml::Result<Tensor
 fn respects_padding(layer: &SeqFn<'_>, store: &ParamStore, device: Device) -> TestResult {
     let xs = uniform(&[N, T, DIM], -1.0, 1.0, 21, device).to_vec();
     let weights = uniform(&[N, T, DIM], 0.5, 1.5, 22, device).to_vec();
-    let grads = || -> Checked<Vec<f32>> {
+    let param_grads = |grads: &GradStore| -> Checked<Vec<f32>> {
         let mut all = Vec::new();
         for p in store.iter() {
             all.extend(
-                p.tensor
-                    .grad()
+                grads
+                    .get(&p.tensor)
                     .ok_or("a parameter got no gradient")?
                     .to_vec(),
             );
         }
         Ok(all)
     };
-    store.zero_grad();
+    let mut grads = GradStore::new();
+    grads.zero();
     let x = param(&[N, T, DIM], 0.0, 0.0, 0, device);
     x.copy_from_slice(&xs)?;
     let out = layer(&x, Some(&LENGTHS))?;
     out.mul(&tensor(&weights, &[N, T, DIM], device))?
         .sum_all()?
-        .backward()?;
+        .backward_into(&mut grads)?;
     let (batch_out, batch_dx, batch_dp) = (
         out.to_vec(),
-        x.grad().ok_or("no input gradient")?.to_vec(),
-        grads()?,
+        grads.get(&x).ok_or("no input gradient")?.to_vec(),
+        param_grads(&grads)?,
     );
     let mut alone_dp = vec![0.0f32; batch_dp.len()];
     for (row, &len) in LENGTHS.iter().enumerate() {
         let real = row * T * DIM..(row * T + len) * DIM;
-        store.zero_grad();
+        grads.zero();
         let xi = param(&[1, len, DIM], 0.0, 0.0, 0, device);
         xi.copy_from_slice(&xs[real.clone()])?;
         let out = layer(&xi, None)?;
         out.mul(&tensor(&weights[real.clone()], &[1, len, DIM], device))?
             .sum_all()?
-            .backward()?;
+            .backward_into(&mut grads)?;
         assert_close(
             &batch_out[real.clone()],
             &out.to_vec(),
             1e-6,
             &format!("sequence {row}"),
         )?;
-        let dx = xi.grad().ok_or("no input gradient")?.to_vec();
+        let dx = grads.get(&xi).ok_or("no input gradient")?.to_vec();
         assert_close(
             &batch_dx[real.clone()],
             &dx,
@@ -271,7 +272,7 @@ fn respects_padding(layer: &SeqFn<'_>, store: &ParamStore, device: Device) -> Te
                 &batch_dx[padding]
             ),
         )?;
-        for (sum, g) in alone_dp.iter_mut().zip(grads()?) {
+        for (sum, g) in alone_dp.iter_mut().zip(param_grads(&grads)?) {
             *sum += g;
         }
     }

@@ -1,6 +1,6 @@
 //! Semantics of the graph: what records, where gradients go, how they accumulate and reset.
 
-use ringflow_ml::{Device, NoGradGuard, Tensor, no_grad};
+use ringflow_ml::{Device, GradStore, NoGradGuard, Tensor, no_grad};
 
 use crate::helpers::*;
 
@@ -50,86 +50,89 @@ fn no_grad_records_nothing(device: Device) -> TestResult {
 fn backward_needs_one_element(device: Device) -> TestResult {
     let x = param(&[2, 3], -1.0, 1.0, 2, device);
     let y = x.mul(&x)?;
-    match y.backward() {
+    let mut grads = GradStore::new();
+    match y.backward_into(&mut grads) {
         Ok(()) => Err("backward from a [2, 3] tensor succeeded".into()),
         Err(e) => ensure(
             e.to_string().contains("[2, 3]"),
             format!("the error does not name the shape: {e}"),
         ),
     }?;
-    ensure(x.grad().is_none(), "a failed backward left a gradient")?;
+    ensure(grads.get(&x).is_none(), "a failed backward left a gradient")?;
     // A [1, 1] result is a valid start, as is a scalar parameter itself.
-    x.sum(1, true)?.sum(0, true)?.backward()?;
+    x.sum(1, true)?.sum(0, true)?.backward_into(&mut grads)?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[1.0; 6],
         0.0,
         "d sum / dx",
     )?;
     let s = Tensor::scalar(3.0, device)?.into_parameter()?;
-    s.backward()?;
-    assert_close(&s.grad().expect("grad").to_vec(), &[1.0], 0.0, "ds/ds")
+    let grads = s.backward()?;
+    assert_close(&grads.get(&s).expect("grad").to_vec(), &[1.0], 0.0, "ds/ds")
 }
 
 fn gradients_accumulate_until_zero_grad(device: Device) -> TestResult {
     let x = tensor(&[1., -2., 3.], &[3], device).into_parameter()?;
     let c = tensor(&[0.5, 2., -1.], &[3], device);
-    ensure(x.grad().is_none(), "a fresh parameter has a gradient")?;
+    let mut grads = GradStore::new();
+    ensure(grads.get(&x).is_none(), "a fresh parameter has a gradient")?;
     let loss = || x.mul(&c)?.sum_all();
-    loss()?.backward()?;
+    loss()?.backward_into(&mut grads)?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[0.5, 2., -1.],
         0.0,
         "first backward",
     )?;
-    loss()?.backward()?;
+    loss()?.backward_into(&mut grads)?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[1., 4., -2.],
         0.0,
         "second backward adds",
     )?;
-    x.zero_grad();
+    grads.zero();
     assert_close(
-        &x.grad().expect("grad buffer kept").to_vec(),
+        &grads.get(&x).expect("grad buffer kept").to_vec(),
         &[0.; 3],
         0.0,
         "after zero_grad",
     )?;
     // x² through a different graph after the reset: 2x.
-    x.square()?.sum_all()?.backward()?;
+    x.square()?.sum_all()?.backward_into(&mut grads)?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[2., -4., 6.],
         0.0,
         "after reset",
     )?;
-    // The grad-buffer helpers agree with grad().
+    // The grad-buffer helpers agree with get().
     let mut buf = [0.0; 3];
-    x.copy_grad_to_slice(&mut buf)?;
+    grads.copy_to_slice(&x, &mut buf)?;
     assert_close(&buf, &[2., -4., 6.], 0.0, "copy_grad_to_slice")?;
-    ensure(
-        (x.grad_sum_squares()? - 56.0).abs() < 1e-9,
-        "grad_sum_squares",
-    )?;
-    x.scale_grad(0.5)?;
+    let params = [x.clone()];
+    let norm = grads.norm(&params)?;
+    ensure((norm * norm - 56.0).abs() < 1e-9, "grad_sum_squares")?;
+    // Clipping to half the norm scales by exactly 0.5: `clip_norm`'s factor is
+    // `max / (norm + 1e-6)`, and halving the divisor's value is exact.
+    grads.clip_norm(&params, 0.5 * (norm + 1e-6))?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[1., -2., 3.],
         0.0,
         "scale_grad",
     )?;
-    x.copy_grad_from_slice(&[7., 8., 9.])?;
+    grads.copy_from_slice(&x, &[7., 8., 9.])?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[7., 8., 9.],
         0.0,
         "copy_grad_from_slice",
     )?;
-    // grad() is a snapshot, not a live view.
-    let snapshot = x.grad().expect("grad");
-    x.zero_grad();
+    // get() is a snapshot, not a live view.
+    let snapshot = grads.get(&x).expect("grad");
+    grads.zero();
     assert_close(
         &snapshot.to_vec(),
         &[7., 8., 9.],
@@ -144,19 +147,22 @@ fn gradients_reach_only_parameters(device: Device) -> TestResult {
     let x = uniform(&[4, 3], -1.0, 1.0, 5, device);
     let h = x.matmul(&w)?;
     ensure(h.requires_grad() && !h.is_leaf(), "x·w is recorded")?;
-    h.tanh()?.sum_all()?.backward()?;
-    ensure(w.grad().is_some(), "w got no gradient")?;
+    let grads = h.tanh()?.sum_all()?.backward()?;
+    ensure(grads.get(&w).is_some(), "w got no gradient")?;
     ensure(
-        unused.grad().is_none(),
+        grads.get(&unused).is_none(),
         "an unused parameter got a gradient",
     )?;
-    ensure(x.grad().is_none(), "a constant input got a gradient")?;
-    ensure(h.grad().is_none(), "an intermediate tensor kept a gradient")?;
+    ensure(grads.get(&x).is_none(), "a constant input got a gradient")?;
+    ensure(
+        grads.get(&h).is_none(),
+        "an intermediate tensor kept a gradient",
+    )?;
     // detach cuts the graph: only the attached factor contributes.
     let p = tensor(&[3.0], &[1], device).into_parameter()?;
-    p.detach()?.mul(&p)?.sum_all()?.backward()?;
+    let mut grads = p.detach()?.mul(&p)?.sum_all()?.backward()?;
     assert_close(
-        &p.grad().expect("grad").to_vec(),
+        &grads.get(&p).expect("grad").to_vec(),
         &[3.0],
         0.0,
         "d(stop(p)·p)/dp",
@@ -168,11 +174,16 @@ fn gradients_reach_only_parameters(device: Device) -> TestResult {
         q.is_leaf() && q.requires_grad(),
         "into_parameter of a result is a leaf parameter",
     )?;
-    p.zero_grad();
-    q.mul(&q)?.sum_all()?.backward()?;
-    assert_close(&q.grad().expect("grad").to_vec(), &[18.0], 1e-5, "d(q²)/dq")?;
+    grads.zero();
+    q.mul(&q)?.sum_all()?.backward_into(&mut grads)?;
     assert_close(
-        &p.grad().expect("grad").to_vec(),
+        &grads.get(&q).expect("grad").to_vec(),
+        &[18.0],
+        1e-5,
+        "d(q²)/dq",
+    )?;
+    assert_close(
+        &grads.get(&p).expect("grad").to_vec(),
         &[0.0],
         0.0,
         "p behind a new leaf",
@@ -186,9 +197,9 @@ fn deep_chains_do_not_overflow(device: Device) -> TestResult {
     for _ in 0..20_000 {
         y = y.add_scalar(0.0)?;
     }
-    y.scale(2.0)?.backward()?;
+    let grads = y.scale(2.0)?.backward()?;
     assert_close(
-        &x.grad().expect("grad").to_vec(),
+        &grads.get(&x).expect("grad").to_vec(),
         &[2.0],
         0.0,
         "gradient through a long chain",
@@ -217,17 +228,21 @@ fn matmul_gradients_at_scale(device: Device) -> TestResult {
                 .sum::<f64>() as f32
         })
         .collect();
+    let mut grads = GradStore::new();
     for pass in 1..=2 {
-        a.matmul(&b)?.mul(&r)?.sum_all()?.backward()?;
+        a.matmul(&b)?
+            .mul(&r)?
+            .sum_all()?
+            .backward_into(&mut grads)?;
         let scale = |v: &[f32]| v.iter().map(|x| x * pass as f32).collect::<Vec<_>>();
         assert_close(
-            &a.grad().expect("grad").to_vec(),
+            &grads.get(&a).expect("grad").to_vec(),
             &scale(&da),
             1e-3,
             &format!("dA, pass {pass}"),
         )?;
         assert_close(
-            &b.grad().expect("grad").to_vec(),
+            &grads.get(&b).expect("grad").to_vec(),
             &scale(&db),
             1e-3,
             &format!("dB, pass {pass}"),
@@ -284,32 +299,32 @@ fn gradients_gather_and_scatter(device: Device) -> TestResult {
     let mut want = vec![1.0f32; 12];
     want.extend([0.0, 0.0]);
     want.extend(b.to_vec().iter().map(|v| 2.0 * v));
-    a.sum_all()?.add(&b.square()?.sum_all()?)?.backward()?;
+    let mut grads = a.sum_all()?.add(&b.square()?.sum_all()?)?.backward()?;
     let params = [a.clone(), unused.clone(), b.clone()];
     let mut flat = vec![7.0f32; 12 + 2 + 5];
     let _pinned = device.pin_host(&mut flat)?;
-    Tensor::gather_grads(&params, &mut flat)?;
+    grads.gather(&params, &mut flat)?;
     assert_close(&flat, &want, 1e-6, "gathered gradients")?;
     let mut halves: Vec<f32> = flat.iter().map(|v| v / 2.0).collect();
     let pinned_halves = device.pin_host(&mut halves)?;
-    Tensor::scatter_grads(&params, &halves)?;
+    grads.scatter(&params, &halves)?;
     // The scatter has returned: its buffer may be reused at once.
     halves.fill(f32::NAN);
     drop(pinned_halves);
     assert_close(
-        &a.grad().expect("a").to_vec(),
+        &grads.get(&a).expect("a").to_vec(),
         &[0.5; 12],
         1e-6,
         "scattered a",
     )?;
     assert_close(
-        &unused.grad().expect("unused").to_vec(),
+        &grads.get(&unused).expect("unused").to_vec(),
         &[0.0; 2],
         0.0,
         "scattered unused",
     )?;
     ensure(
-        Tensor::gather_grads(&params, &mut flat[1..]).is_err(),
+        grads.gather(&params, &mut flat[1..]).is_err(),
         "a buffer of the wrong size is refused",
     )?;
     Ok(())

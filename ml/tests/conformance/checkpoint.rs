@@ -7,7 +7,7 @@ use ringflow_ml::checkpoint::{self, TrainingState};
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::rng::{self, Rng};
-use ringflow_ml::{Device, Tensor, loss};
+use ringflow_ml::{Device, GradStore, Tensor, loss};
 use serde_json::json;
 
 use crate::helpers::*;
@@ -52,12 +52,14 @@ fn epoch(
     dropout: &mut Rng,
     (x, y): &(Tensor, Tensor),
 ) -> TestResult {
+    let params = model.params().tensors();
+    let mut grads = GradStore::new();
     for s in 0..STEPS_PER_EPOCH {
-        model.params().zero_grad();
+        grads.zero();
         let logits = model.forward(&x.narrow(0, s * BATCH, BATCH)?, true, dropout)?;
-        loss::cross_entropy(&logits, &y.narrow(0, s * BATCH, BATCH)?)?.backward()?;
-        model.params().clip_grad_norm(5.0)?;
-        opt.step(0.01)?;
+        loss::cross_entropy(&logits, &y.narrow(0, s * BATCH, BATCH)?)?.backward_into(&mut grads)?;
+        grads.clip_norm(&params, 5.0)?;
+        opt.step(0.01, &mut grads)?;
     }
     Ok(())
 }

@@ -48,11 +48,11 @@ fn save_template(dir: &Path) {
     let y = crate::helpers::tensor(&[0.0, 1.0], &[2], Device::Cpu);
     let mut rng = ringflow_ml::rng::seeded(1, 0);
     let logits = model.forward(&x, true, &mut rng).unwrap();
-    loss::cross_entropy(&logits, &y)
+    let mut grads = loss::cross_entropy(&logits, &y)
         .unwrap()
         .backward()
         .unwrap();
-    opt.step(0.01).unwrap();
+    opt.step(0.01, &mut grads).unwrap();
     let state = TrainingState {
         epoch: 1,
         step: 1,

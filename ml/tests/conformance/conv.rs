@@ -1,7 +1,7 @@
 //! 2-D convolution against a direct nested-loop reference (values and gradients, many
 //! geometries), central finite differences, and its argument errors.
 
-use ringflow_ml::{Conv2dOptions, Device, Tensor};
+use ringflow_ml::{Conv2dOptions, Device, GradStore, Tensor};
 
 use crate::helpers::*;
 
@@ -167,7 +167,7 @@ fn conv2d_values(device: Device) -> TestResult {
 }
 
 /// Input, weight and bias gradients against the reference, for every geometry; then the
-/// weight's buffer is overwritten after `zero_grad` and added to without it.
+/// weight's buffer is overwritten after `GradStore::zero` and added to without it.
 fn conv2d_gradient_values(device: Device) -> TestResult {
     for (k, c) in cases().iter().enumerate() {
         let [x, w, b] = inputs(c, 100 + 10 * k as u64, device);
@@ -176,22 +176,23 @@ fn conv2d_gradient_values(device: Device) -> TestResult {
         let loss = || -> ringflow_ml::Result<Tensor> {
             x.conv2d(&w, Some(&b), c.opts)?.mul(&r)?.sum_all()
         };
+        let mut grads = GradStore::new();
         for pass in ["first", "after zero_grad"] {
-            loss()?.backward()?;
+            loss()?.backward_into(&mut grads)?;
             for (name, t, want) in [
                 ("x", &x, &want[0]),
                 ("w", &w, &want[1]),
                 ("b", &b, &want[2]),
             ] {
-                let got = t.grad().ok_or("no gradient")?.to_vec();
+                let got = grads.get(t).ok_or("no gradient")?.to_vec();
                 assert_close(&got, want, 2e-4, &format!("d{name}, {pass} pass, {c:?}"))?;
-                t.zero_grad();
             }
+            grads.zero();
         }
-        loss()?.backward()?;
-        loss()?.backward()?;
+        loss()?.backward_into(&mut grads)?;
+        loss()?.backward_into(&mut grads)?;
         let twice: Vec<f32> = want[1].iter().map(|v| 2.0 * v).collect();
-        let got = w.grad().ok_or("no gradient")?.to_vec();
+        let got = grads.get(&w).ok_or("no gradient")?.to_vec();
         assert_close(&got, &twice, 4e-4, &format!("dw accumulated twice, {c:?}"))?;
     }
     Ok(())

@@ -6,7 +6,7 @@ use ringflow_ml::backend::UnaryOp;
 use ringflow_ml::loss;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{BatchNormMode, Conv2dOptions, Device, Pool2dOptions, Tensor, rng};
+use ringflow_ml::{BatchNormMode, Conv2dOptions, Device, GradStore, Pool2dOptions, Tensor, rng};
 
 use crate::helpers::*;
 
@@ -75,10 +75,10 @@ fn forward_and_grads_of(inputs: &[Tensor], seed: u64, f: &OpFn<'_>) -> Outputs {
     let device = inputs[0].device();
     let y = f(inputs)?;
     let r = uniform(y.shape(), 0.5, 1.5, seed ^ 0xabc, device);
-    y.mul(&r)?.sum_all()?.backward()?;
+    let grads = y.mul(&r)?.sum_all()?.backward()?;
     let mut out = vec![y.try_to_vec()?];
     for x in inputs {
-        out.push(match x.grad() {
+        out.push(match grads.get(x) {
             Some(g) => g.try_to_vec()?,
             None => vec![0.0; x.numel()],
         });
@@ -271,11 +271,12 @@ fn optimizer_steps(device: Device, spec: OptimizerSpec) -> Outputs {
     let mut params = ParamStore::new();
     let w = params.insert("w".into(), uniform(&[1000], -1.0, 1.0, 100, device))?;
     let mut opt = Optimizer::new(spec, &params)?;
+    let mut grads = GradStore::new();
     let mut out = Vec::new();
     for step in 0..5 {
         let g = uniform(&[1000], -1.0, 1.0, 200 + step, device).to_vec();
-        w.copy_grad_from_slice(&g)?;
-        opt.step(0.05)?;
+        grads.copy_from_slice(&w, &g)?;
+        opt.step(0.05, &mut grads)?;
         out.push(w.try_to_vec()?);
     }
     for (_, _, values) in opt.state_tensors()? {
@@ -336,14 +337,15 @@ pub fn mlp_training(device: Device) -> Outputs {
     )?;
     let mut dropout = rng::seeded(9, rng::streams::DROPOUT);
     let mut losses = Vec::new();
+    let mut grads = GradStore::new();
     for step in 0..10 {
         let x = uniform(&[32, 20], -1.0, 1.0, 300 + step, device);
         let labels: Vec<f32> = (0..32).map(|i| ((i + step as usize) % 5) as f32).collect();
         let y = tensor(&labels, &[32], device);
-        model.params().zero_grad();
+        grads.zero();
         let loss = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
-        loss.backward()?;
-        opt.step(0.1)?;
+        loss.backward_into(&mut grads)?;
+        opt.step(0.1, &mut grads)?;
         losses.push(loss.item()?);
     }
     let mut out = vec![losses];
@@ -556,11 +558,12 @@ pub fn cnn_training(device: Device) -> Outputs {
         ..padded
     };
     let mut losses = Vec::new();
+    let mut grads = GradStore::new();
     for step in 0..8 {
         let x = uniform(&[6, 1, 8, 8], -1.0, 1.0, 950 + step, device);
         let labels: Vec<f32> = (0..6).map(|i| ((i + step as usize) % 3) as f32).collect();
         let y = tensor(&labels, &[6], device);
-        params.zero_grad();
+        grads.zero();
         let h = x.conv2d(&p[0], Some(&p[1]), padded)?;
         let h = h.batch_norm(&p[2], &p[3], BatchNormMode::Train, 1e-5)?.0;
         let h = h.relu()?.max_pool2d(Pool2dOptions::square(2))?;
@@ -569,8 +572,8 @@ pub fn cnn_training(device: Device) -> Outputs {
             .relu()?
             .global_avg_pool2d()?;
         let loss = loss::cross_entropy(&h.linear(&p[5], &p[6])?, &y)?;
-        loss.backward()?;
-        opt.step(0.1)?;
+        loss.backward_into(&mut grads)?;
+        opt.step(0.1, &mut grads)?;
         losses.push(loss.item()?);
     }
     let mut out = vec![losses];

@@ -1,7 +1,7 @@
 //! Shared machinery: the per-device test macro, seeded inputs, value comparisons and the
 //! finite-difference gradient checker.
 
-use ringflow_ml::{Device, Tensor, no_grad, rng};
+use ringflow_ml::{Device, GradStore, Tensor, no_grad, rng};
 
 /// What every conformance test returns.
 pub type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -163,14 +163,22 @@ pub fn analytic_grads(
     f: &OpFn<'_>,
     r: &Tensor,
 ) -> Result<Vec<Vec<f64>>, Box<dyn std::error::Error>> {
-    for x in inputs {
-        x.zero_grad();
-    }
+    analytic_grads_into(inputs, f, r, &mut GradStore::new())
+}
+
+/// [`analytic_grads`] computed in `grads` (zeroed first), which keeps them for further passes.
+pub fn analytic_grads_into(
+    inputs: &[Tensor],
+    f: &OpFn<'_>,
+    r: &Tensor,
+    grads: &mut GradStore,
+) -> Result<Vec<Vec<f64>>, Box<dyn std::error::Error>> {
+    grads.zero();
     let loss = f(inputs)?.mul(r)?.sum_all()?;
-    loss.backward()?;
+    loss.backward_into(grads)?;
     let mut out = Vec::new();
     for (i, x) in inputs.iter().enumerate() {
-        match x.grad() {
+        match grads.get(x) {
             Some(g) => {
                 ensure(
                     g.shape() == x.shape(),
@@ -249,7 +257,8 @@ pub fn check_grads(inputs: &[Tensor], f: &OpFn<'_>) -> TestResult {
         )?;
     }
     let r = output_weights(inputs, f, inputs.len() as u64)?;
-    let analytic = analytic_grads(inputs, f, &r)?;
+    let mut grads = GradStore::new();
+    let analytic = analytic_grads_into(inputs, f, &r, &mut grads)?;
     let numeric = numeric_grads(inputs, f, &r, H)?;
     compare_grads(&analytic, &numeric, RTOL)?;
 
@@ -259,10 +268,10 @@ pub fn check_grads(inputs: &[Tensor], f: &OpFn<'_>) -> TestResult {
         .collect::<Result<_, _>>()?;
     let once = f(&through)?.mul(&r)?.sum_all()?;
     let twice = f(&through)?.mul(&r)?.sum_all()?;
-    once.add(&twice)?.backward()?;
+    once.add(&twice)?.backward_into(&mut grads)?;
     for (i, (x, a)) in inputs.iter().zip(&analytic).enumerate() {
-        let total = x
-            .grad()
+        let total = grads
+            .get(x)
             .map(|g| g.to_vec())
             .unwrap_or_else(|| vec![0.0; x.numel()]);
         for (j, (&t, &a)) in total.iter().zip(a).enumerate() {

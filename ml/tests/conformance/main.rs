@@ -3,7 +3,7 @@
 //!
 //! - `ops`: forward values on hand-computed examples.
 //! - `errors`: invalid arguments give errors that name the problem, never panics.
-//! - `autodiff`: what the graph records, where gradients go, accumulation and `zero_grad`.
+//! - `autodiff`: what the graph records, where gradients go, accumulation and `GradStore::zero`.
 //! - `grads`: every differentiable op against central finite differences.
 //! - `conv`, `pool`, `norm`: convolution, pooling and batch normalization against direct
 //!   nested-loop references (values and gradients) and finite differences, and their errors.

@@ -5,7 +5,7 @@ use ringflow_ml::nn::{
     ParamBuilder, ParamStore,
 };
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{Device, Tensor, loss, no_grad, rng};
+use ringflow_ml::{Device, GradStore, Tensor, loss, no_grad, rng};
 use serde_json::json;
 
 use crate::helpers::*;
@@ -22,11 +22,12 @@ fn mlp_learns_xor(device: Device) -> TestResult {
     let mut opt = Optimizer::new(spec, model.params())?;
     let mut dropout = rng::seeded(1, rng::streams::DROPOUT);
     let mut last = f32::INFINITY;
+    let mut grads = GradStore::new();
     for _ in 0..300 {
-        model.params().zero_grad();
+        grads.zero();
         let l = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
-        l.backward()?;
-        opt.step(0.05)?;
+        l.backward_into(&mut grads)?;
+        opt.step(0.05, &mut grads)?;
         last = l.item()?;
     }
     let logits = no_grad(|| model.forward(&x, false, &mut dropout))?.to_vec();

@@ -2,7 +2,7 @@
 //! arguments must produce (as `Err`, never as a panic).
 
 use ringflow_ml::loss::{self, LossKind};
-use ringflow_ml::{Device, Tensor, rng};
+use ringflow_ml::{Device, GradStore, Tensor, rng};
 
 use crate::helpers::*;
 
@@ -360,9 +360,10 @@ fn loss_values(device: Device) -> TestResult {
         l.item()?.abs() < 1e-3,
         format!("confident correct logits: loss {}", l.item()?),
     )?;
-    l.backward()?;
+    let grads = l.backward()?;
     ensure(
-        big.grad()
+        grads
+            .get(&big)
             .expect("grad")
             .to_vec()
             .iter()
@@ -430,9 +431,10 @@ fn large_tensors_match_serial_loops(device: Device) -> TestResult {
     // Reductions to a bias and the relu backward, through a parameter's gradient.
     let p = Tensor::from_vec(xs.clone(), &[rows, cols], device)?.into_parameter()?;
     let bias = Tensor::zeros(&[cols], device)?.into_parameter()?;
-    p.add(&bias)?.relu()?.sum_all()?.backward()?;
-    let gp = p.grad().expect("a gradient").to_vec();
-    let gb = bias.grad().expect("a gradient").to_vec();
+    let mut grads = GradStore::new();
+    p.add(&bias)?.relu()?.sum_all()?.backward_into(&mut grads)?;
+    let gp = grads.get(&p).expect("a gradient").to_vec();
+    let gb = grads.get(&bias).expect("a gradient").to_vec();
     for i in 0..n {
         ensure(
             gp[i] == if xs[i] > 0.0 { 1.0 } else { 0.0 },
@@ -447,11 +449,10 @@ fn large_tensors_match_serial_loops(device: Device) -> TestResult {
         )?;
     }
     // A stale (zeroed) gradient is overwritten, not added to, by the next pass.
-    p.zero_grad();
-    bias.zero_grad();
-    p.add(&bias)?.relu()?.sum_all()?.backward()?;
+    grads.zero();
+    p.add(&bias)?.relu()?.sum_all()?.backward_into(&mut grads)?;
     ensure(
-        p.grad().expect("a gradient").to_vec() == gp,
+        grads.get(&p).expect("a gradient").to_vec() == gp,
         "after zero_grad",
     )?;
     Ok(())

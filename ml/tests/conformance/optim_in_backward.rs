@@ -6,7 +6,7 @@
 
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec, ParamStore};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
-use ringflow_ml::{Device, Tensor, loss, rng};
+use ringflow_ml::{Device, GradStore, Tensor, loss, rng};
 
 use crate::helpers::*;
 
@@ -32,8 +32,8 @@ fn values(params: &ParamStore) -> Vec<(String, Vec<f32>)> {
 }
 
 /// A 24-40-36-3 ReLU MLP trained `steps` steps on a batch of `batch` rows, through
-/// `Optimizer::backward` (`in_backward`) or `Tensor::backward`, then the step; its parameters
-/// and the gradients of its weights after the last pass.
+/// `Optimizer::backward` (`in_backward`) or `Tensor::backward_into`, then the step; its
+/// parameters and the gradients of its weights after the last pass.
 fn train(
     spec: OptimizerSpec,
     (batch, steps): (usize, usize),
@@ -47,18 +47,19 @@ fn train(
     let labels: Vec<f32> = (0..batch).map(|i| (i % 3) as f32).collect();
     let y = tensor(&labels, &[batch], device);
     let mut dropout = rng::seeded(1, rng::streams::DROPOUT);
+    let mut store = GradStore::new();
     for _ in 0..steps {
-        model.params().zero_grad();
+        store.zero();
         let l = loss::cross_entropy(&model.forward(&x, true, &mut dropout)?, &y)?;
         if in_backward {
-            opt.backward(&l, 0.1)?;
+            opt.backward(&l, 0.1, &mut store)?;
         } else {
-            l.backward()?;
+            l.backward_into(&mut store)?;
         }
-        opt.step(0.1)?;
+        opt.step(0.1, &mut store)?;
     }
     let weights = model.params().iter().filter(|p| p.name.ends_with("weight"));
-    let grads = weights.map(|p| p.tensor.grad().map(|g| g.to_vec()).unwrap_or_default());
+    let grads = weights.map(|p| store.get(&p.tensor).map(|g| g.to_vec()).unwrap_or_default());
     let grads = grads.collect();
     Ok((model.params().clone(), grads))
 }
@@ -116,16 +117,17 @@ fn shared_accumulated_and_foreign_weights_are_left_alone(device: Device) -> Test
         let x = uniform(&[30, 6], -1.0, 1.0, 9, device);
         let mut opt = Optimizer::new(sgd(0.0), &params)?;
         let loss_of = |t: Tensor| -> ringflow_ml::Result<Tensor> { t.mul(&t)?.mean_all() };
-        params.zero_grad();
-        loss_of(x.matmul(&v)?)?.backward()?;
+        let mut grads = GradStore::new();
+        grads.zero();
+        loss_of(x.matmul(&v)?)?.backward_into(&mut grads)?;
         let l = loss_of(x.matmul(&w)?.matmul(&w)?.matmul(&v)?.matmul(&u)?)?;
         if in_backward {
-            opt.backward(&l, 0.1)?;
+            opt.backward(&l, 0.1, &mut grads)?;
         } else {
-            l.backward()?;
+            l.backward_into(&mut grads)?;
         }
-        opt.step(0.1)?;
-        let u_grad = u.grad().ok_or("u has no gradient")?.to_vec();
+        opt.step(0.1, &mut grads)?;
+        let u_grad = grads.get(&u).ok_or("u has no gradient")?.to_vec();
         ensure(u_grad.iter().any(|&g| g != 0.0), "u's gradient was stored")?;
         Ok(vec![w.to_vec(), v.to_vec(), u.to_vec()])
     };

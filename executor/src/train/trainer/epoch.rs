@@ -281,7 +281,10 @@ impl Trainer<'_> {
             .schedule
             .lr_at(self.plan.base_lr, global_step, self.plan.total_steps);
         let params = self.model.params();
-        if self.sync.caught_up(self.ring.get(), params, global_step)? {
+        if self
+            .sync
+            .caught_up(self.ring.get(), params, &mut self.grads, global_step)?
+        {
             self.apply(lr)?;
             self.position.global_step += 1;
             return Ok(Step::CaughtUp { rows: rows as u64 });
@@ -297,19 +300,23 @@ impl Trainer<'_> {
         let labels = std::mem::take(&mut batch.labels);
         let y = labels_tensor(spec.train.loss, labels, self.shape.outputs, device)?;
         let t1 = Instant::now();
-        params.zero_grad();
+        self.grads.zero();
         let mut dropout = self.dropout_rng();
         let output = forward_batch(&self.model, &mut batch, true, &mut dropout, device)?;
         let loss = spec.train.loss.compute(&output, &y)?;
         let t2 = Instant::now();
         if self.updates_in_backward() {
-            self.optimizer.backward(&loss, lr)?;
+            self.optimizer.backward(&loss, lr, &mut self.grads)?;
         } else {
-            self.sync.backward(&loss, self.ring.get())?;
+            self.sync
+                .backward(&loss, self.ring.get(), &mut self.grads)?;
         }
         self.hooks.after_backward(rank, global_step);
         let t3 = Instant::now();
-        let contribution = self.sync.exchange(self.ring.get(), params, global_step)?;
+        let ring = self.ring.get();
+        let contribution = self
+            .sync
+            .exchange(ring, params, &mut self.grads, global_step)?;
         let t4 = Instant::now();
         self.apply(lr)?;
         let loss_value = loss.item()? as f64;
@@ -365,9 +372,10 @@ impl Trainer<'_> {
     /// Applies the step's common gradient: clipping, then the optimizer at `lr`.
     fn apply(&mut self, lr: f32) -> Result<()> {
         if let Some(max_norm) = self.task.spec.train.clip_grad_norm {
-            self.model.params().clip_grad_norm(max_norm)?;
+            let params = self.model.params().tensors();
+            self.grads.clip_norm(&params, max_norm)?;
         }
-        Ok(self.optimizer.step(lr)?)
+        Ok(self.optimizer.step(lr, &mut self.grads)?)
     }
 
     /// The dropout masks' generator: they depend only on (seed, rank, step), so a resumed run

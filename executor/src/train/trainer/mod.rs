@@ -17,7 +17,7 @@ use ringflow_core::spec::{JobSpec, SpecAsWritten};
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelShape};
 use ringflow_ml::optim::Optimizer;
-use ringflow_ml::{AllocatorStats, Device};
+use ringflow_ml::{AllocatorStats, Device, GradStore};
 
 use crate::collective::Collective;
 use crate::data::features::LabelKind;
@@ -171,6 +171,9 @@ pub struct Trainer<'a> {
     /// The ring: the one the task started with, or the last one re-formed.
     ring: Ring<'a>,
     model: Model,
+    /// The gradients of the model's parameters: filled by the backward pass, made common by
+    /// the sync, read by the optimizer.
+    grads: GradStore,
     shape: ModelShape,
     optimizer: Optimizer,
     sync: GradientSync,
@@ -219,6 +222,7 @@ impl<'a> Trainer<'a> {
             ctx,
             ring: Ring::Started(comm),
             model,
+            grads: GradStore::new(),
             shape,
             optimizer,
             sync: GradientSync::Alone,

@@ -138,10 +138,11 @@ fn a_tagger_learns_from_padded_batches() {
     let mut opt = crate::optim::Optimizer::new(adam, model.params()).unwrap();
     let mut data = rng::seeded(5, 0);
     let mut last = f32::INFINITY;
+    let mut grads = crate::GradStore::new();
     for _ in 0..150 {
         let (ids, lengths, rows, labels) = padded_batch(&mut data);
         let x = Tensor::from_vec(ids, &[4, 6], Device::Cpu).unwrap();
-        model.params().zero_grad();
+        grads.zero();
         let mut r = rng::seeded(0, 0);
         let logits = model.forward_sequences(&x, &lengths, true, &mut r).unwrap();
         let real = Tensor::from_vec(rows, &[labels.len()], Device::Cpu).unwrap();
@@ -152,8 +153,8 @@ fn a_tagger_learns_from_padded_batches() {
             .unwrap();
         let y = Tensor::from_vec(labels, &[real.numel()], Device::Cpu).unwrap();
         let loss = crate::loss::cross_entropy(&picked, &y).unwrap();
-        loss.backward().unwrap();
-        opt.step(0.05).unwrap();
+        loss.backward_into(&mut grads).unwrap();
+        opt.step(0.05, &mut grads).unwrap();
         last = loss.item().unwrap();
     }
     assert!(last < 0.05, "the tagger's loss is still {last}");

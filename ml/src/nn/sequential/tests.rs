@@ -537,12 +537,13 @@ fn a_sequential_cnn_learns_a_tiny_image_task() {
     let (x, y) = halves(32);
     let mut r = rng::seeded(1, rng::streams::DROPOUT);
     let mut losses = Vec::new();
+    let mut grads = crate::GradStore::new();
     for _ in 0..15 {
-        model.params().zero_grad();
+        grads.zero();
         let l = loss::cross_entropy(&model.forward(&x, true, &mut r).unwrap(), &y).unwrap();
         losses.push(l.item().unwrap());
-        l.backward().unwrap();
-        opt.step(0.02).unwrap();
+        l.backward_into(&mut grads).unwrap();
+        opt.step(0.02, &mut grads).unwrap();
     }
     assert!(
         losses[14] < 0.5 * losses[0],
@@ -627,8 +628,8 @@ fn max_pooling_and_relu_commute_in_values_and_gradients() {
             // A weighted sum, so that every output's gradient differs.
             let weights: Vec<f32> = (0..y.numel()).map(|i| 1.0 + i as f32 / 8.0).collect();
             let weights = Tensor::from_vec(weights, y.shape(), Device::Cpu)?;
-            y.mul(&weights)?.sum_all()?.backward()?;
-            let grad = x.grad().expect("x has a gradient").to_vec();
+            let grads = y.mul(&weights)?.sum_all()?.backward()?;
+            let grad = grads.get(&x).expect("x has a gradient").to_vec();
             Ok::<_, crate::MlError>((y.to_vec(), grad))
         };
         let (written, built) = (run(false).unwrap(), run(true).unwrap());
