@@ -351,7 +351,8 @@ impl Tensor {
         self.write().copy_from_slice(src)
     }
 
-    fn check_len(&self, op: &'static str, len: usize) -> Result<()> {
+    /// An error unless `len` is this tensor's number of elements.
+    pub(crate) fn check_len(&self, op: &'static str, len: usize) -> Result<()> {
         if len != self.numel() {
             return Err(MlError::invalid(
                 op,

@@ -143,7 +143,7 @@ impl GradStore {
 
     /// Copies `t`'s accumulated gradient into `dst` (zeros if there is none yet).
     pub fn copy_to_slice(&self, t: &Tensor, dst: &mut [f32]) -> Result<()> {
-        check_len("GradStore::copy_to_slice", t, dst.len())?;
+        t.check_len("GradStore::copy_to_slice", dst.len())?;
         match self.current(t) {
             Some(s) => s.copy_to_slice(dst),
             None => {
@@ -155,7 +155,7 @@ impl GradStore {
 
     /// Overwrites `t`'s accumulated gradient from `src` (after an all-reduce, for instance).
     pub fn copy_from_slice(&mut self, t: &Tensor, src: &[f32]) -> Result<()> {
-        check_len("GradStore::copy_from_slice", t, src.len())?;
+        t.check_len("GradStore::copy_from_slice", src.len())?;
         self.write(t, |slot| match slot {
             GradWrite::Add(buf) | GradWrite::Overwrite(buf) => {
                 buf.copy_from_slice(src)?;
@@ -222,20 +222,32 @@ impl GradStore {
         Ok(total.sqrt())
     }
 
+    /// Multiplies the gradients of `params` by `factor` in place (those without one stay so).
+    pub fn scale<'a>(
+        &mut self,
+        params: impl IntoIterator<Item = &'a Tensor>,
+        factor: f32,
+    ) -> Result<()> {
+        for p in params {
+            if let Some(g) = self.grads.get_mut(&p.key())
+                && !g.stale
+                && let Some(s) = g.storage.as_mut()
+            {
+                s.scale(factor)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Scales the gradients of `params` so that their joint L2 norm is at most `max_norm`;
     /// returns the norm before clipping (`torch.nn.utils.clip_grad_norm_`).
-    pub fn clip_norm(&mut self, params: &[Tensor], max_norm: f64) -> Result<f64> {
-        let norm = self.norm(params)?;
+    pub fn clip_norm<'a, P>(&mut self, params: P, max_norm: f64) -> Result<f64>
+    where
+        P: IntoIterator<Item = &'a Tensor> + Clone,
+    {
+        let norm = self.norm(params.clone())?;
         if norm > max_norm && norm > 0.0 {
-            let factor = (max_norm / (norm + 1e-6)) as f32;
-            for p in params {
-                if let Some(g) = self.grads.get_mut(&p.key())
-                    && !g.stale
-                    && let Some(s) = g.storage.as_mut()
-                {
-                    s.scale(factor)?;
-                }
-            }
+            self.scale(params, (max_norm / (norm + 1e-6)) as f32)?;
         }
         Ok(norm)
     }
@@ -250,7 +262,7 @@ impl GradStore {
         });
     }
 
-    /// The learning rate of the SGD step inside the pass and whether it may update `t`.
+    /// The learning rate of the SGD step inside the pass and the parameters it may update.
     pub(crate) fn sgd_in_backward(&self) -> Option<(f32, &HashSet<TensorKey>)> {
         self.sgd.as_ref().map(|s| (s.lr, &s.params))
     }
@@ -278,17 +290,6 @@ impl GradStore {
     pub fn applied(&self, t: &Tensor) -> bool {
         self.grads.get(&t.key()).is_some_and(|g| g.applied)
     }
-}
-
-/// An error unless `len` is `t`'s number of elements.
-fn check_len(op: &'static str, t: &Tensor, len: usize) -> Result<()> {
-    if len != t.numel() {
-        return Err(MlError::invalid(
-            op,
-            format!("{len} values for a tensor of shape {:?}", t.shape()),
-        ));
-    }
-    Ok(())
 }
 
 /// Calls `f` with each parameter and its range in a flat buffer of `len` values (which must be

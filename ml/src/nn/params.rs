@@ -34,7 +34,7 @@ impl ParamStore {
     }
 
     /// The parameters in creation order.
-    pub fn iter(&self) -> impl Iterator<Item = &Param> {
+    pub fn iter(&self) -> impl Iterator<Item = &Param> + Clone {
         self.params.iter()
     }
 

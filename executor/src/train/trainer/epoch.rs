@@ -372,8 +372,8 @@ impl Trainer<'_> {
     /// Applies the step's common gradient: clipping, then the optimizer at `lr`.
     fn apply(&mut self, lr: f32) -> Result<()> {
         if let Some(max_norm) = self.task.spec.train.clip_grad_norm {
-            let params = self.model.params().tensors();
-            self.grads.clip_norm(&params, max_norm)?;
+            let params = self.model.params().iter().map(|p| &p.tensor);
+            self.grads.clip_norm(params, max_norm)?;
         }
         Ok(self.optimizer.step(lr, &mut self.grads)?)
     }
