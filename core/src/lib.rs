@@ -18,8 +18,10 @@
 //! - [`size`]: sizes in bytes as people write them (`--memory 64MiB`) and read them.
 //! - [`listener`]: the bounds, deadlines and counters that every listening port of the driver
 //!   and the executors applies to its connections.
-//! - [`wire`]: how large each control-plane message and each part of a task may be, and the
-//!   chunked transfer of what may be larger (a job's vocabulary).
+//! - [`wire`]: how large each control-plane message and each part of a task may be, the
+//!   chunked transfer of what may be larger (a job's vocabulary), and [`wire::payload`], the
+//!   one conversion point of the documents that messages carry (the job spec, the
+//!   preprocessing, statistics, summaries).
 //! - [`pb`]: the control-plane messages and services, generated from `ringflow.proto` at build
 //!   time by a pure-Rust protobuf compiler (no system `protoc`).
 //!
@@ -46,4 +48,4 @@ pub mod pb {
 
 /// The control-plane protocol version. A driver refuses executors and clients that speak
 /// another version, with a message naming both.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;

@@ -23,6 +23,8 @@
 //! (which planning should have refused) fails its job with a sentence naming its largest part,
 //! instead of leaving an executor unable to read it.
 
+pub mod payload;
+
 use crate::pb;
 use crate::size::format_bytes;
 
@@ -233,11 +235,11 @@ pub fn task_parts(task: &pb::Task) -> Vec<(&'static str, usize)> {
     let mut parts = vec![
         (
             "the job spec (data.sql, data.label_classes, the model's layers)",
-            header.spec_json.len(),
+            header.job.len(),
         ),
         (
             "the preprocessing (the vocabulary, the label classes, the normalization)",
-            data.preprocessing_json.len(),
+            data.preprocessing.len(),
         ),
         (
             "the files listed for data.source = \"auto\"",

@@ -10,6 +10,10 @@ pub enum DriverError {
     /// The job spec is unusable; the message names the key.
     #[error(transparent)]
     Spec(#[from] ringflow_core::spec::SpecError),
+    /// A request's document (the submitted job spec) cannot be read; the message names the
+    /// field.
+    #[error(transparent)]
+    Payload(#[from] ringflow_core::wire::payload::PayloadError),
     /// A listener's connection limits admit no connection; the message names the listener.
     #[error(transparent)]
     Listener(#[from] ringflow_core::listener::LimitsError),
@@ -164,6 +168,14 @@ pub enum JobError {
         rank: String,
         /// What the parser said.
         reason: String,
+    },
+    /// A rank's partial of a preparation phase cannot be read.
+    #[error("{rank} sent a partial that cannot be read: {source}")]
+    UnreadablePartial {
+        /// The rank, as errors name it.
+        rank: String,
+        /// Why, naming the message field.
+        source: ringflow_core::wire::payload::PayloadError,
     },
     /// Statistics were sent for a job that does not train.
     #[error("only training jobs collect statistics")]

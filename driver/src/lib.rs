@@ -28,5 +28,5 @@ pub mod work;
 
 pub use error::{DriverError, Result};
 pub use planner::JobPlan;
-pub use summary::{JobStatus, JobSummary};
+pub use summary::{BenchSummary, JobStatus, JobSummary};
 pub use work::JobWork;

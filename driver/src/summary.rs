@@ -6,8 +6,34 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use ringflow_core::wire::payload::{self, Payload};
+
 use crate::figures::{self, Tokens};
 use crate::progress::{EpochSummary, FusionSummary, JobProgress};
+
+/// The message field that carries a job's summary, as errors name it.
+pub const SUMMARY_FIELD: &str = "JobEvent.summary";
+
+/// The summary of a benchmark job (`ringflow bench allreduce`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BenchSummary {
+    /// The job id.
+    pub job_id: String,
+    /// `"succeeded"` or `"failed"`.
+    pub status: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Ranks in the ring.
+    pub executors: usize,
+    /// Floats per all-reduce.
+    pub floats: u64,
+    /// Seconds of each timed all-reduce on rank 0.
+    pub seconds: Vec<f64>,
+}
+
+impl Payload for BenchSummary {
+    const WHAT: &'static str = "benchmark summary";
+}
 
 /// How a job ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,9 +60,9 @@ impl fmt::Display for JobStatus {
 /// A summary that cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
-    /// The JSON the driver sent is not a job's summary.
+    /// What the driver sent is not a job's summary.
     #[error("the driver sent an unreadable summary")]
-    Unreadable(#[source] serde_json::Error),
+    Unreadable(#[source] ringflow_core::wire::payload::PayloadError),
     /// The directory of `--summary-json PATH` cannot be created.
     #[error("--summary-json: cannot create {dir}")]
     CreateDir {
@@ -291,10 +317,14 @@ impl JobSummary {
     }
 }
 
+impl Payload for JobSummary {
+    const WHAT: &'static str = "job summary";
+}
+
 impl JobSummary {
-    /// The summary in `json`, as the driver sends it at the end of a job.
-    pub fn from_json(json: &str) -> Result<JobSummary, SummaryError> {
-        serde_json::from_str(json).map_err(SummaryError::Unreadable)
+    /// The summary in `text` (a payload), as the driver sends it at the end of a job.
+    pub fn from_payload(text: &str) -> Result<JobSummary, SummaryError> {
+        payload::decode(SUMMARY_FIELD, text).map_err(SummaryError::Unreadable)
     }
 
     /// Writes the summary to `path` as pretty JSON (what `--summary-json PATH` holds),
@@ -482,7 +512,7 @@ pub(crate) mod tests {
         assert!((json["test_entity_f1"].as_f64().unwrap() - 0.35).abs() < 1e-12);
         assert_eq!(json["history"][0]["tokens"], 6000);
         assert_eq!(json["history"][0]["padding"], 400);
-        let back = JobSummary::from_json(&json.to_string()).unwrap();
+        let back: JobSummary = serde_json::from_value(json).unwrap();
         assert_eq!(back.history[0].tokens_per_s(), Some(3000.0));
         let text = s.to_string();
         assert!(
@@ -527,13 +557,13 @@ pub(crate) mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("{\n  \"job\": \"j\","), "{text}");
         assert!(text.ends_with("}\n"), "{text}");
-        let back = JobSummary::from_json(&text).unwrap();
+        let back: JobSummary = serde_json::from_str(&text).unwrap();
         assert_eq!((back.job_id.as_str(), back.executors), ("j-1", 2));
     }
 
     #[test]
     fn errors_name_the_summary_or_the_path_at_fault() {
-        let e = JobSummary::from_json("{\"job\": 3}").unwrap_err();
+        let e = JobSummary::from_payload("{\"job\": 3}").unwrap_err();
         assert_eq!(e.to_string(), "the driver sent an unreadable summary");
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("file");

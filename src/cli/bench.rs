@@ -12,8 +12,11 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use ringflow_core::pb;
+use ringflow_core::wire::payload;
+use ringflow_driver::BenchSummary;
 use ringflow_driver::observe::console;
 use ringflow_driver::scheduler::SchedulerConfig;
+use ringflow_driver::summary::SUMMARY_FIELD;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelSpec};
 use ringflow_ml::optim::{Optimizer, OptimizerSpec};
 use ringflow_ml::{Device, GradStore, Tensor, loss, rng};
@@ -66,13 +69,6 @@ pub struct AllreduceArgs {
     /// shared memory, the hierarchical all-reduce (within each host, then among the hosts).
     #[arg(long, value_name = "N", default_value_t = 1)]
     hosts: usize,
-}
-
-#[derive(serde::Deserialize)]
-struct BenchSummary {
-    status: String,
-    error: Option<String>,
-    seconds: Vec<f64>,
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -132,11 +128,11 @@ fn allreduce(args: AllreduceArgs) -> anyhow::Result<ExitCode> {
         cluster
             .shutdown(!matches!(watched, Ok(Watched::Summary(_))))
             .await;
-        let json = match watched? {
-            Watched::Summary(json) => json,
+        let text = match watched? {
+            Watched::Summary(text) => text,
             Watched::Stopped(sig) => return Ok(ExitCode::from(sig.exit_code())),
         };
-        let s: BenchSummary = serde_json::from_str(&json).context("unreadable benchmark summary")?;
+        let s: BenchSummary = payload::decode(SUMMARY_FIELD, &text)?;
         if s.status != "succeeded" {
             anyhow::bail!(s.error.unwrap_or_else(|| "the benchmark did not finish".into()));
         }

@@ -85,7 +85,7 @@ pub fn train_request(spec: &JobSpec, file: &Path) -> pb::SubmitRequest {
     pb::SubmitRequest {
         protocol_version: ringflow_core::PROTOCOL_VERSION,
         kind: pb::TaskKind::Train as i32,
-        spec_json: spec.to_json(),
+        spec: ringflow_core::wire::payload::encode(spec),
         spec_file: file.display().to_string(),
         ..Default::default()
     }
@@ -128,9 +128,10 @@ pub async fn watch(
     Ok(observe::follow(events, job_id, observers, shutdown_signal()).await?)
 }
 
-/// Prints a training job's summary, writes it where asked, and returns the exit code.
-pub fn finish(json: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
-    let summary = JobSummary::from_json(json)?;
+/// Prints a training job's summary (the payload the driver sent), writes it where asked, and
+/// returns the exit code.
+pub fn finish(text: &str, summary_path: Option<&PathBuf>) -> anyhow::Result<ExitCode> {
+    let summary = JobSummary::from_payload(text)?;
     if let Some(path) = summary_path {
         summary.write_json(path)?;
     }

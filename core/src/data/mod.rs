@@ -9,7 +9,7 @@
 //! - [`sql`]: DataFusion sessions, lookup tables, and the planning and streaming execution of a
 //!   job's `data.sql` over one partition at a time.
 //! - [`stats`]: the partial and merged whole-data statistics behind `normalize` and string
-//!   label classes.
+//!   label classes; [`prepare`]: the ranks' answers of the source phase before training.
 //! - [`vocab`]: token counts of string sequence columns and the vocabulary built from them.
 //! - [`paths`]: output paths joined below a directory with path and URL APIs, and the
 //!   file-system root that no job may write into.
@@ -23,6 +23,7 @@ pub mod local;
 pub mod location;
 pub mod partition;
 pub mod paths;
+pub mod prepare;
 pub mod runtime;
 mod sequence_error;
 pub mod sequences;

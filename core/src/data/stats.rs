@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts, VocabError, Vocabulary};
 use crate::spec::VocabSpec;
+use crate::wire::payload::Payload;
 
 /// Most distinct string labels a classification job may have.
 pub const MAX_CLASSES: usize = 100_000;
@@ -99,6 +100,10 @@ pub struct DataStats {
     pub tokens: Option<TokenCounts>,
 }
 
+impl Payload for DataStats {
+    const WHAT: &'static str = "statistics partial";
+}
+
 impl DataStats {
     /// Merges another executor's partial into this one; an error once the tokens counted
     /// together pass [`MAX_DISTINCT_TOKENS`].
@@ -126,11 +131,6 @@ pub struct Normalization {
     pub std: Vec<f32>,
 }
 
-/// A [`Preprocessing`] whose JSON form cannot be read (what the JSON reader said).
-#[derive(Debug, thiserror::Error)]
-#[error("unreadable preprocessing: {0}")]
-pub struct PreprocessingError(#[source] pub serde_json::Error);
-
 /// What the training data's statistics decided, applied identically in training, evaluation
 /// and prediction, and saved with the model (`preprocessing.json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -146,22 +146,11 @@ pub struct Preprocessing {
     pub vocabulary: Option<Vocabulary>,
 }
 
+impl Payload for Preprocessing {
+    const WHAT: &'static str = "preprocessing";
+}
+
 impl Preprocessing {
-    /// Reads the JSON form; `None` for an empty string.
-    pub fn from_json(json: &str) -> Result<Option<Preprocessing>, PreprocessingError> {
-        if json.trim().is_empty() {
-            return Ok(None);
-        }
-        serde_json::from_str(json)
-            .map(Some)
-            .map_err(PreprocessingError)
-    }
-
-    /// The JSON form.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("preprocessing serializes")
-    }
-
     /// Decides the preprocessing from merged statistics (`given_classes` are `label_classes`;
     /// `vocab` chooses the tokens that get ids).
     pub fn from_stats(
@@ -192,6 +181,7 @@ impl Preprocessing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::payload;
 
     fn exact(rows: &[[f32; 2]]) -> (Vec<f64>, Vec<f64>) {
         let n = rows.len() as f64;
@@ -297,7 +287,7 @@ mod tests {
         let v = p.vocabulary.as_ref().unwrap();
         // 東京 (3) first, then the ties in text order: に before へ; 行く has no room.
         assert_eq!(v.tokens(), ["<pad>", "<unk>", "東京", "に"]);
-        let back = Preprocessing::from_json(&p.to_json()).unwrap().unwrap();
+        let back: Preprocessing = payload::decode("f", &payload::encode(&p)).unwrap();
         assert_eq!(back, p);
     }
 }

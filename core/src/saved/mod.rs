@@ -184,14 +184,6 @@ impl SavedModel {
         checks.vocabulary()?;
         checks.normalization()
     }
-
-    /// The preprocessing as JSON, as executors receive it (empty when there is none).
-    pub fn preprocessing_json(&self) -> String {
-        self.preprocessing
-            .as_ref()
-            .map(Preprocessing::to_json)
-            .unwrap_or_default()
-    }
 }
 
 /// A job spec check's refusal, with the key below `extra.job`.

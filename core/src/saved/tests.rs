@@ -120,7 +120,7 @@ fn what_training_saves_reads_back() {
         let saved = read(&m).unwrap();
         assert_eq!(serde_json::to_value(&saved.spec).unwrap(), job);
         assert_eq!(
-            serde_json::from_str::<Value>(&saved.preprocessing_json()).unwrap(),
+            serde_json::to_value(saved.preprocessing.as_ref().unwrap()).unwrap(),
             pre
         );
     }
@@ -130,7 +130,6 @@ fn what_training_saves_reads_back() {
     job["train"]["loss"] = "mse".into();
     let saved = read(&meta(&job, &Value::Null)).unwrap();
     assert_eq!(saved.preprocessing, None);
-    assert_eq!(saved.preprocessing_json(), "");
 }
 
 /// Issue 39 item 4: classes shortened below the model's outputs made `predict` panic.

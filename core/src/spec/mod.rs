@@ -506,7 +506,7 @@ impl JobSpec {
         paths::join(&self.checkpoint_dir(), CHECKPOINT_DIR)
     }
 
-    /// Serializes the spec for an executor.
+    /// The spec as JSON (what a [`crate::wire::payload`] of it holds).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a job spec serializes")
     }
@@ -517,13 +517,8 @@ impl JobSpec {
     pub fn to_json_value(&self) -> serde_json::Value {
         serde_json::from_str(&self.to_json()).expect("a job spec's JSON reads back")
     }
+}
 
-    /// Reads a spec that the driver serialized with [`JobSpec::to_json`].
-    pub fn from_json(json: &str) -> Result<JobSpec, SpecError> {
-        serde_json::from_str(json).map_err(|e| SpecError::Invalid {
-            file: "<from the driver>".into(),
-            key: String::new(),
-            message: e.to_string(),
-        })
-    }
+impl crate::wire::payload::Payload for JobSpec {
+    const WHAT: &'static str = "job spec";
 }

@@ -7,22 +7,23 @@ use prost::Message;
 
 use super::*;
 use crate::data::Preprocessing;
+use crate::wire::payload;
 
 /// A training task whose spec and preprocessing are the given texts, listing `files`.
-fn task(spec_json: String, preprocessing_json: String, files: Vec<String>) -> pb::Task {
+fn task(job: String, preprocessing: String, files: Vec<String>) -> pb::Task {
     pb::Task {
         header: Some(pb::TaskHeader {
             job_id: "tagger-20250101000000-a1b2-0001".into(),
             rank: 1,
             ring: vec!["127.0.0.1:4000".into(), "127.0.0.1:4001".into()],
             secret: vec![7; 32],
-            spec_json,
+            job,
             ..Default::default()
         }),
         work: Some(pb::task::Work::Train(pb::TrainWork {
             data: Some(pb::DataAccess {
                 input_columns: vec!["tokens".into(), "tags".into()],
-                preprocessing_json,
+                preprocessing,
                 files,
                 ..Default::default()
             }),
@@ -207,7 +208,7 @@ proptest! {
     }
 
     /// A task's preprocessing, valid or damaged: read back equal, or refused by one sentence
-    /// starting "unreadable preprocessing".
+    /// naming the field.
     #[test]
     fn fuzz_preprocessing_json(
         tokens in prop::collection::vec("[a-z語]{1,6}", 0..8),
@@ -225,24 +226,24 @@ proptest! {
             vocabulary: Some(crate::data::vocab::Vocabulary::from_tokens(all).unwrap()),
             normalize: None,
         };
-        let mut text: Vec<char> = p.to_json().chars().collect();
+        let mut text: Vec<char> = payload::encode(&p).chars().collect();
         let damaged = !edits.is_empty();
         for (at, c) in edits {
             let i = at.index(text.len());
             text[i] = c;
         }
         let text: String = text.into_iter().collect();
-        match Preprocessing::from_json(&text) {
+        match payload::decode_optional::<Preprocessing>("DataAccess.preprocessing", &text) {
             Ok(Some(back)) => {
                 if !damaged {
                     prop_assert_eq!(back, p);
                 }
             }
-            Ok(None) => prop_assert!(text.trim().is_empty()),
+            Ok(None) => prop_assert!(text.is_empty()),
             Err(e) => {
                 prop_assert!(damaged);
                 let e = e.to_string();
-                prop_assert!(e.starts_with("unreadable preprocessing: "), "{}", e);
+                prop_assert!(e.starts_with("DataAccess.preprocessing "), "{}", e);
                 prop_assert!(!e.contains('\n'));
             }
         }

@@ -11,8 +11,8 @@ use crate::summary::JobSummary;
 /// How following a job ended, when it did not fail.
 #[derive(Debug, PartialEq)]
 pub enum Followed<S> {
-    /// The job ended: its summary as the driver sent it (JSON; a benchmark's summary has a
-    /// shape of its own, so the caller reads it).
+    /// The job ended: its summary as the driver sent it (a payload; a benchmark's summary has
+    /// a shape of its own, so the caller reads it).
     Summary(String),
     /// The `stop` future completed first, with this value (e.g. the signal that arrived).
     Stopped(S),
@@ -86,13 +86,13 @@ where
                 });
             }
         };
-        if let Some(json) = event.event.and_then(|e| deliver(observer, e)) {
-            return Ok(Followed::Summary(json));
+        if let Some(text) = event.event.and_then(|e| deliver(observer, e)) {
+            return Ok(Followed::Summary(text));
         }
     }
 }
 
-/// Hands `event` to the observer's method for it; returns the summary's JSON when it is the
+/// Hands `event` to the observer's method for it; returns the summary's payload when it is the
 /// job's last event.
 fn deliver(observer: &mut dyn Observer, event: Event) -> Option<String> {
     match event {
@@ -106,11 +106,11 @@ fn deliver(observer: &mut dyn Observer, event: Event) -> Option<String> {
         Event::Epoch(e) => observer.epoch(&e),
         Event::Test(t) => observer.test(&t),
         Event::Spans(s) => observer.spans(&s),
-        Event::SummaryJson(json) => {
-            if let Ok(summary) = serde_json::from_str::<JobSummary>(&json) {
+        Event::Summary(text) => {
+            if let Ok(summary) = JobSummary::from_payload(&text) {
                 observer.summary(&summary);
             }
-            return Some(json);
+            return Some(text);
         }
     }
     None
@@ -190,7 +190,7 @@ mod tests {
             cancelled: false,
         };
         let s = JobSummary::new(end, true, &JobProgress::new(1));
-        serde_json::to_string(&s).unwrap()
+        ringflow_core::wire::payload::encode(&s)
     }
 
     /// Every kind of event once (epochs twice), then the summary, then an event that must not
@@ -216,7 +216,7 @@ mod tests {
                 ..Default::default()
             }),
             epoch(1),
-            Event::SummaryJson(summary_json()),
+            Event::Summary(summary_json()),
             Event::Message("after the end".into()),
         ]
         .into_iter()
@@ -287,13 +287,20 @@ mod tests {
     #[test]
     fn a_summary_of_another_shape_ends_the_job_without_reaching_observers() {
         let log = Log::default();
-        let bench = r#"{"status":"succeeded","seconds":[0.5]}"#;
+        let bench = &ringflow_core::wire::payload::encode(&crate::summary::BenchSummary {
+            job_id: "j-1".into(),
+            status: "succeeded".into(),
+            error: None,
+            executors: 1,
+            floats: 4,
+            seconds: vec![0.5],
+        });
         let stream = futures::stream::iter([Ok(pb::JobEvent {
-            event: Some(Event::SummaryJson(bench.into())),
+            event: Some(Event::Summary(bench.clone())),
             ..Default::default()
         })]);
         let followed = run(stream, &mut Recorder(log.clone()), never());
-        assert_eq!(followed.unwrap(), Followed::Summary(bench.into()));
+        assert_eq!(followed.unwrap(), Followed::Summary(bench.clone()));
         assert_eq!(taken(&log), ["begin j-1", "finish"]);
     }
 

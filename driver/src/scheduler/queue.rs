@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use ringflow_core::pb;
 use ringflow_core::spec::{JobSpec, Metric, SpecAsWritten};
+use ringflow_core::wire::payload;
 use ringflow_ml::nn::ModelRegistry;
 use tracing::info;
 
@@ -176,11 +177,11 @@ impl Scheduler {
     /// directory.
     pub fn plan_job(
         registry: &ModelRegistry,
-        spec_json: &str,
+        spec: &str,
         resume: bool,
         written: Option<SpecAsWritten>,
     ) -> Result<JobPlan, DriverError> {
-        let spec = JobSpec::from_json(spec_json)?;
+        let spec: JobSpec = payload::decode("SubmitRequest.spec", spec)?;
         spec.validate(std::path::Path::new("<submitted spec>"))?;
         // Where the job writes must be usable before its data is even listed.
         crate::outputs::check_dir("cluster.checkpoint_dir", &spec.checkpoint_dir())?;
@@ -206,7 +207,7 @@ impl Scheduler {
 
     /// Checks and plans evaluation or prediction (`predict`: output and id column;
     /// `overwrite`: `--overwrite`) of the model saved in `model_dir` over `data`; returns the
-    /// plan and the model's preprocessing (JSON). A prediction's output that overlaps what the
+    /// plan and the model's preprocessing (a payload, empty for none). A prediction's output that overlaps what the
     /// job reads, or that holds anything without `overwrite`, is refused here.
     pub fn plan_inference(
         registry: &ModelRegistry,
@@ -225,7 +226,7 @@ impl Scheduler {
             prediction::check_inputs(output, &inputs)?;
             prediction::check_existing(output, overwrite)?;
         }
-        let preprocessing = saved.preprocessing_json();
+        let preprocessing = payload::encode_optional(saved.preprocessing.as_ref());
         let mut plan = JobPlan::inference(saved.spec, data, registry, predict.is_none())?;
         if preprocessing.is_empty()
             && let Some(what) = needed_preprocessing(&plan)

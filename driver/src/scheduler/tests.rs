@@ -171,9 +171,14 @@ label = "y"
 kind = "transformer"
 "#;
     let spec = JobSpec::parse(text, Path::new("j.toml"), &[]).unwrap();
-    let err = Scheduler::plan_job(s_registry(), &spec.to_json(), false, None)
-        .unwrap_err()
-        .to_string();
+    let err = Scheduler::plan_job(
+        s_registry(),
+        &ringflow_core::wire::payload::encode(&spec),
+        false,
+        None,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(
         err.contains("model.kind \"transformer\" is not known"),
         "{err}"

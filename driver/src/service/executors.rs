@@ -68,14 +68,14 @@ fn chunked(doc: Arc<str>) -> Chunks {
 fn prepare_reply(merged: Option<Arc<str>>, cancel: bool) -> pb::PrepareReply {
     let ready = merged.is_some();
     let merged = merged.unwrap_or_else(|| "".into());
-    let (merged_json, merged_bytes) = if travels_inline(merged.len()) {
+    let (merged, merged_bytes) = if travels_inline(merged.len()) {
         (merged.to_string(), 0)
     } else {
         (String::new(), merged.len() as u64)
     };
     pb::PrepareReply {
         ready,
-        merged_json,
+        merged,
         cancel,
         merged_bytes,
     }
@@ -209,7 +209,7 @@ impl Executors for ExecutorsService {
     ) -> Result<Response<pb::PrepareReply>, Status> {
         let req = req.into_inner();
         let deadline = Instant::now() + Duration::from_millis(req.wait_ms).min(MAX_POLL);
-        let mut partial = req.has_partial.then_some(req.partial_json.as_str());
+        let mut partial = req.has_partial.then_some(req.partial.as_str());
         loop {
             let notified = self.0.task_ready.notified();
             let (merged, cancel) = self

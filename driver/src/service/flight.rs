@@ -227,7 +227,13 @@ mod tests {
         .unwrap();
         let spec = JobSpec::load(&toml, &[]).unwrap();
         let registry = ModelRegistry::default();
-        let plan = Scheduler::plan_job(&registry, &spec.to_json(), false, None).unwrap();
+        let plan = Scheduler::plan_job(
+            &registry,
+            &ringflow_core::wire::payload::encode(&spec),
+            false,
+            None,
+        )
+        .unwrap();
         let shared = Arc::new(Shared::new(SchedulerConfig::default(), registry, None));
         let now = Instant::now();
         let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);
@@ -280,7 +286,13 @@ mod tests {
         .unwrap();
         let spec = JobSpec::load(&toml, &[]).unwrap();
         let registry = ModelRegistry::default();
-        let plan = Scheduler::plan_job(&registry, &spec.to_json(), false, None).unwrap();
+        let plan = Scheduler::plan_job(
+            &registry,
+            &ringflow_core::wire::payload::encode(&spec),
+            false,
+            None,
+        )
+        .unwrap();
         let shared = Arc::new(Shared::new(SchedulerConfig::default(), registry, None));
         let now = Instant::now();
         let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);

@@ -83,24 +83,24 @@ impl Jobs for JobsService {
                 .await
                 .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                let (plan, preprocessing_json, model_dir) = planned;
+                let (plan, preprocessing, model_dir) = planned;
                 JobKind::Infer {
                     plan: Box::new(plan),
                     executors,
                     model_dir,
                     predict,
                     overwrite,
-                    preprocessing_json,
+                    preprocessing,
                 }
             }
             _ => {
                 let registry = self.0.registry.clone();
-                let json = req.spec_json;
+                let spec = req.spec;
                 let resume = req.resume;
                 let written = req.written.map(SpecAsWritten::from);
                 // Planning reads Parquet footers: keep it off the async workers.
                 let plan = tokio::task::spawn_blocking(move || {
-                    Scheduler::plan_job(&registry, &json, resume, written)
+                    Scheduler::plan_job(&registry, &spec, resume, written)
                 })
                 .await
                 .map_err(|e| Status::internal(format!("planning stopped: {e}")))?
@@ -141,7 +141,7 @@ impl Jobs for JobsService {
                 };
                 seen += events.len();
                 for e in events {
-                    let last = matches!(e.event, Some(pb::job_event::Event::SummaryJson(_)));
+                    let last = matches!(e.event, Some(pb::job_event::Event::Summary(_)));
                     if tx.send(Ok(e)).await.is_err() || last {
                         return;
                     }

@@ -307,8 +307,8 @@ pub fn series(j: &Job) -> Series {
                     entity_recall: entities.map(|c| c.recall()),
                 });
             }
-            Some(Event::SummaryJson(json)) => {
-                if let Ok(summary) = serde_json::from_str::<JobSummary>(json) {
+            Some(Event::Summary(text)) => {
+                if let Ok(summary) = JobSummary::from_payload(text) {
                     summarized(&mut out, &summary, e.at_s);
                 }
             }

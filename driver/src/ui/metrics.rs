@@ -110,8 +110,8 @@ fn totals(job: &Job) -> JobTotals {
                     .and_then(figures::entities)
                     .map(|c| c.f1());
             }
-            Some(Event::SummaryJson(json)) => {
-                if let Ok(summary) = serde_json::from_str::<JobSummary>(json)
+            Some(Event::Summary(text)) => {
+                if let Ok(summary) = JobSummary::from_payload(text)
                     && summary.test_loss.is_some()
                 {
                     (t.test_accuracy, t.test_mse) = (summary.test_accuracy, summary.test_mse);

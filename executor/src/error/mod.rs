@@ -65,10 +65,10 @@ pub enum ExecutorError {
     /// The job spec (or a command's settings) cannot be run as given on this executor.
     #[error(transparent)]
     Unrunnable(#[from] Unrunnable),
-    /// The job spec the driver sent does not parse (boxed: the error is large, and every
-    /// result of a task carries this type).
-    #[error(transparent)]
-    JobSpec(Box<ringflow_core::spec::SpecError>),
+    /// A document the driver sent (the job spec, the preprocessing, a merged partial) cannot
+    /// be read; the message names the message field.
+    #[error("the driver sent what this executor cannot read: {0}")]
+    Payload(#[from] ringflow_core::wire::payload::PayloadError),
     /// The job's device is not usable on this executor.
     #[error("executor {executor} cannot use the job's cluster.device = \"{device}\": {source}")]
     DeviceUnusable {
@@ -82,10 +82,6 @@ pub enum ExecutorError {
     /// The driver sent something this executor cannot use; the text says what.
     #[error("the driver sent {0}")]
     Protocol(String),
-    /// The driver sent preprocessing (the job's normalization, classes or vocabulary) that this
-    /// executor cannot read.
-    #[error("the driver sent {0}")]
-    Preprocessing(#[source] ringflow_core::data::stats::PreprocessingError),
     /// The driver planned another number of steps for an epoch than the task was given.
     #[error("the driver planned {planned} steps for epoch {epoch}, the task {expected}")]
     StepPlan {

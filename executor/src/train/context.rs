@@ -1,5 +1,7 @@
 //! What the train loop needs from the driver, and what it reports back.
 
+use ringflow_core::data::prepare::{PartitionSource, ReadCheck};
+use ringflow_core::data::{DataStats, Preprocessing};
 use ringflow_core::metrics::entities::EntityCounts;
 use ringflow_core::pb::EpochPlan;
 
@@ -27,15 +29,6 @@ pub struct Recovered {
     pub comm: Box<dyn Collective>,
     /// Steps per epoch on the new ring.
     pub steps_per_epoch: u64,
-}
-
-/// The two-phase steps before training, merged by the driver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreparePhase {
-    /// Whether every rank can read the data (`data.source = "auto"`).
-    Source,
-    /// Whole-data statistics of the training split.
-    Stats,
 }
 
 /// One epoch of one rank.
@@ -163,9 +156,13 @@ pub trait TaskContext: Send {
     /// Reports progress.
     fn report(&mut self, event: TrainEvent) -> Result<()>;
 
-    /// Sends this rank's partial for `phase` (JSON, or a reason for the source phase) and waits
-    /// until the driver has merged every rank's: returns the merged result.
-    fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String>;
+    /// Tells the driver whether this rank can read every file of the job (`data.source =
+    /// "auto"`) and waits until every rank has: where every rank reads its partitions from.
+    fn prepare_source(&mut self, check: &ReadCheck) -> Result<PartitionSource>;
+
+    /// Sends this rank's statistics of the training split and waits until the driver has
+    /// merged every rank's: the preprocessing they decide.
+    fn prepare_stats(&mut self, partial: &DataStats) -> Result<Preprocessing>;
 
     /// The ring broke (`error`) in an elastic job: waits until the driver has re-formed it from
     /// the surviving executors and connects to it. `awaiting_state`: this executor joined the

@@ -25,9 +25,7 @@ pub mod sync;
 pub mod timeline;
 mod trainer;
 
-pub use context::{
-    EpochStats, EvalStats, PhaseTimes, PreparePhase, Recovered, Split, TaskContext, TrainEvent,
-};
+pub use context::{EpochStats, EvalStats, PhaseTimes, Recovered, Split, TaskContext, TrainEvent};
 pub use eval::evaluate;
 pub use numerics::task_numerics;
 pub use report::Report;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use ringflow_core::data::partition::{READ_BATCH_ROWS, unreadable};
+use ringflow_core::data::prepare::{PartitionSource, ReadCheck};
 use ringflow_core::data::sequences::SequenceRules;
 use ringflow_core::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_core::data::{DataStats, Preprocessing};
@@ -26,7 +27,7 @@ use crate::data::prep::SqlPrep;
 use crate::data::sequences::SequenceConverter;
 use crate::data::source::DriverSource;
 use crate::error::{ExecutorError, Result, Unrunnable};
-use crate::train::context::{PreparePhase, Split, TaskContext};
+use crate::train::context::{Split, TaskContext};
 
 /// The data part of a task, as the driver planned it.
 #[derive(Clone, Debug, Default)]
@@ -81,8 +82,10 @@ pub fn prepare_data(
     let data = &spec.data;
     let mut from_driver = options.source_driver;
     if let Some(files) = &options.probe_files {
-        let partial = unreadable(files).map(|e| e.to_string()).unwrap_or_default();
-        from_driver = ctx.prepare(PreparePhase::Source, partial)? == "driver";
+        let check = ReadCheck {
+            unreadable: unreadable(files).map(|e| e.to_string()),
+        };
+        from_driver = ctx.prepare_source(&check)? == PartitionSource::Driver;
     }
     let driver = if from_driver {
         Some(Arc::new(DriverSource::connect(
@@ -131,11 +134,7 @@ pub fn prepare_data(
             options.collect_moments,
             options.collect_labels.then_some(data.label.as_str()),
         )?;
-        let json = serde_json::to_string(&partial).expect("statistics serialize");
-        let merged = ctx.prepare(PreparePhase::Stats, json)?;
-        let merged = Preprocessing::from_json(&merged)
-            .map_err(ExecutorError::Preprocessing)?
-            .unwrap_or_default();
+        let merged = ctx.prepare_stats(&partial)?;
         if merged.classes.is_some() {
             preprocessing.classes = merged.classes;
         }

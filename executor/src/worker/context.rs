@@ -5,15 +5,18 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use ringflow_core::data::prepare::{PartitionSource, ReadCheck};
+use ringflow_core::data::{DataStats, Preprocessing};
 use ringflow_core::pb;
 use ringflow_core::wire::MAX_STATISTICS_BYTES;
+use ringflow_core::wire::payload::{self, Payload};
 use tokio::runtime::Handle;
 
 use super::client::DriverClient;
 use super::ring;
 use crate::collective::RingListener;
 use crate::error::{CommError, CommOp, ExecutorError, Peer, Result, Unrunnable};
-use crate::train::{PreparePhase, Recovered, Report, Split, TaskContext, TrainEvent};
+use crate::train::{Recovered, Report, Split, TaskContext, TrainEvent};
 
 /// How long one preparation call may wait at the driver for the other ranks.
 const PREPARE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -69,6 +72,57 @@ impl<'a> RemoteContext<'a> {
     fn reform_failed(&self, why: String) -> CommError {
         CommError::new(Peer::driver(self.client.url()), CommOp::Reform, why)
     }
+
+    /// Sends this rank's `partial` of `phase` once, then polls until the driver has merged
+    /// every rank's, and reads the merged result (fetched in chunks when it is too large for
+    /// the reply).
+    fn prepare<P: Payload, M: Payload>(
+        &mut self,
+        phase: pb::PreparePhase,
+        partial: &P,
+    ) -> Result<M> {
+        let partial = payload::encode(partial);
+        if partial.len() > MAX_STATISTICS_BYTES {
+            return Err(Unrunnable::StatisticsTooLarge {
+                rank: self.rank,
+                bytes: partial.len() as u64,
+            }
+            .into());
+        }
+        let mut req = pb::PrepareRequest {
+            job_id: self.job_id.clone(),
+            rank: self.rank,
+            phase: phase as i32,
+            partial,
+            has_partial: true,
+            wait_ms: PREPARE_POLL.as_millis() as u64,
+        };
+        loop {
+            let reply = self.rt.block_on(self.client.prepare(req.clone()))?;
+            if reply.cancel {
+                self.cancel.store(true, Ordering::Relaxed);
+                return Err(ExecutorError::Cancelled);
+            }
+            if reply.ready {
+                let merged = if reply.merged_bytes > 0 {
+                    let job = (self.job_id.as_str(), self.rank);
+                    let fetch = self
+                        .client
+                        .fetch_preprocessing(job, true, reply.merged_bytes);
+                    self.rt.block_on(fetch)?
+                } else {
+                    reply.merged
+                };
+                return Ok(payload::decode("PrepareReply.merged", &merged)?);
+            }
+            if self.cancelled() {
+                return Err(ExecutorError::Cancelled);
+            }
+            // Sent once; from now on only poll.
+            req.has_partial = false;
+            req.partial = String::new();
+        }
+    }
 }
 
 impl TaskContext for RemoteContext<'_> {
@@ -108,48 +162,12 @@ impl TaskContext for RemoteContext<'_> {
         Ok(())
     }
 
-    fn prepare(&mut self, phase: PreparePhase, partial: String) -> Result<String> {
-        if partial.len() > MAX_STATISTICS_BYTES {
-            return Err(Unrunnable::StatisticsTooLarge {
-                rank: self.rank,
-                bytes: partial.len() as u64,
-            }
-            .into());
-        }
-        let mut req = pb::PrepareRequest {
-            job_id: self.job_id.clone(),
-            rank: self.rank,
-            phase: match phase {
-                PreparePhase::Source => pb::PreparePhase::Source,
-                PreparePhase::Stats => pb::PreparePhase::Stats,
-            } as i32,
-            partial_json: partial,
-            has_partial: true,
-            wait_ms: PREPARE_POLL.as_millis() as u64,
-        };
-        loop {
-            let reply = self.rt.block_on(self.client.prepare(req.clone()))?;
-            if reply.cancel {
-                self.cancel.store(true, Ordering::Relaxed);
-                return Err(ExecutorError::Cancelled);
-            }
-            if reply.ready && reply.merged_bytes > 0 {
-                let job = (self.job_id.as_str(), self.rank);
-                let fetch = self
-                    .client
-                    .fetch_preprocessing(job, true, reply.merged_bytes);
-                return self.rt.block_on(fetch);
-            }
-            if reply.ready {
-                return Ok(reply.merged_json);
-            }
-            if self.cancelled() {
-                return Err(ExecutorError::Cancelled);
-            }
-            // Sent once; from now on only poll.
-            req.has_partial = false;
-            req.partial_json = String::new();
-        }
+    fn prepare_source(&mut self, check: &ReadCheck) -> Result<PartitionSource> {
+        self.prepare(pb::PreparePhase::Source, check)
+    }
+
+    fn prepare_stats(&mut self, partial: &DataStats) -> Result<Preprocessing> {
+        self.prepare(pb::PreparePhase::Stats, partial)
     }
 
     fn recover(&mut self, error: &str, awaiting_state: bool) -> Result<Recovered> {

@@ -3,9 +3,9 @@
 //! is fetched when it was too large to travel inside it, its work (train, evaluate or predict,
 //! benchmark) runs, and its end is reported.
 
-use ringflow_core::data::Preprocessing;
 use ringflow_core::pb;
 use ringflow_core::spec::JobSpec;
+use ringflow_core::wire::payload;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
 use tracing::{info, warn};
@@ -162,8 +162,7 @@ impl Worker<'_> {
     /// The job spec, and the device this executor runs it on: before any model is built, a
     /// GPU this executor cannot use fails the task with a sentence naming the executor.
     fn job_and_device(&self, header: &pb::TaskHeader, verb: &str) -> Result<(JobSpec, Device)> {
-        let spec = JobSpec::from_json(&header.spec_json)
-            .map_err(|e| ExecutorError::JobSpec(Box::new(e)))?;
+        let spec: JobSpec = payload::decode("TaskHeader.job", &header.job)?;
         let device = place_task(spec.cluster.device, header, verb, &self.info.executor_id)?;
         Ok((spec, device))
     }
@@ -197,7 +196,7 @@ impl Worker<'_> {
             let fetch = self
                 .client
                 .fetch_preprocessing(job, false, data.preprocessing_bytes);
-            data.preprocessing_json = self.rt.block_on(fetch)?;
+            data.preprocessing = self.rt.block_on(fetch)?;
             info!(
                 job = %header.job_id,
                 rank = header.rank,
@@ -205,8 +204,8 @@ impl Worker<'_> {
                 data.preprocessing_bytes
             );
         }
-        let preprocessing = Preprocessing::from_json(&data.preprocessing_json)
-            .map_err(ExecutorError::Preprocessing)?;
+        let preprocessing =
+            payload::decode_optional("DataAccess.preprocessing", &data.preprocessing)?;
         Ok(DataOptions {
             input_columns: data.input_columns,
             preprocessing,

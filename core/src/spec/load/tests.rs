@@ -317,7 +317,11 @@ fn sql_timeouts_have_a_default_and_a_range() {
 #[test]
 fn round_trips_through_json_for_executors() {
     let s = parse(MNIST, &[]).unwrap();
-    assert_eq!(JobSpec::from_json(&s.to_json()).unwrap(), s);
+    let text = crate::wire::payload::encode(&s);
+    assert_eq!(
+        crate::wire::payload::decode::<JobSpec>("f", &text).unwrap(),
+        s
+    );
 }
 
 /// `cluster.compression` defaults to f32 gradients, takes the codecs' words, refuses others

@@ -36,8 +36,8 @@ pub enum JobKind {
         /// For prediction (`--overwrite`): replace whatever the output holds, whole
         /// ([`crate::outputs::prediction`]).
         overwrite: bool,
-        /// The saved model's preprocessing (JSON).
-        preprocessing_json: String,
+        /// The saved model's preprocessing, as a payload (empty: none).
+        preprocessing: String,
     },
     /// Time ring all-reduces on `executors` executors.
     Bench {

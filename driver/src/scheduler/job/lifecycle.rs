@@ -11,33 +11,24 @@ use std::time::{Duration, Instant};
 
 use ringflow_core::pb::{self, JobState};
 use ringflow_core::spec::DataSource;
-use serde::Serialize;
+use ringflow_core::wire::payload::{self, Payload};
 use tracing::{info, warn};
 
 use super::{Job, JobKind};
 use crate::error::JobError;
 use crate::events::Event;
 use crate::outputs::DirLock;
-use crate::summary::{JobEnd, JobSummary};
+use crate::summary::{BenchSummary, JobEnd, JobSummary};
 
 /// How long ending a job waits for the lock on its output directory to be removed.
 const LOCK_RELEASE_WAIT: Duration = Duration::from_secs(5);
 
-/// The summary of a benchmark job.
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchSummary {
-    /// The job id.
-    pub job_id: String,
-    /// `"succeeded"` or `"failed"`.
-    pub status: String,
-    /// Why it failed.
-    pub error: Option<String>,
-    /// Ranks in the ring.
-    pub executors: usize,
-    /// Floats per all-reduce.
-    pub floats: u64,
-    /// Seconds of each timed all-reduce on rank 0.
-    pub seconds: Vec<f64>,
+/// `summary` as a payload and as JSON (read back from its text, so that numbers read as they
+/// were written).
+fn written<T: Payload>(summary: &T) -> (String, serde_json::Value) {
+    let text = serde_json::to_string(summary).expect("summaries serialize");
+    let value = serde_json::from_str(&text).expect("a summary's JSON reads back");
+    (payload::encode(summary), value)
 }
 
 /// How summaries and the event log name an ended job's state.
@@ -142,12 +133,12 @@ impl Job {
             self.abandon_output();
         }
         self.ended = Some(now);
-        let json = self.summary_json(state, now);
+        let (summary, value) = self.summary(state, now);
         if self.feed.has_log() {
             self.feed.log(Event::Finished {
                 state: ended_as(state).into(),
                 error: self.error.clone(),
-                summary: serde_json::from_str(&json).ok(),
+                summary: Some(value),
             });
             // The log is complete before watchers learn that the job ended.
             self.feed.close_log();
@@ -155,14 +146,14 @@ impl Job {
         // So is the output directory free for the next job.
         self.release_lock();
         self.set_state(state);
-        self.feed.push(pb::job_event::Event::SummaryJson(json));
+        self.feed.push(pb::job_event::Event::Summary(summary));
     }
 
-    /// The summary of the job ending in `state` at `now` (JSON): a [`JobSummary`] for
-    /// training and inference, a [`BenchSummary`] for benchmarks.
-    fn summary_json(&self, state: JobState, now: Instant) -> String {
+    /// The summary of the job ending in `state` at `now`, as a payload and as the event log's
+    /// JSON: a [`JobSummary`] for training and inference, a [`BenchSummary`] for benchmarks.
+    fn summary(&self, state: JobState, now: Instant) -> (String, serde_json::Value) {
         let wall_s = now.duration_since(self.submitted).as_secs_f64();
-        let json = match &self.kind {
+        match &self.kind {
             JobKind::Train(plan) | JobKind::Infer { plan, .. } => {
                 let end = JobEnd {
                     job: &self.kind.name(),
@@ -175,7 +166,7 @@ impl Job {
                 let classification = plan.spec.train.loss.is_classification();
                 let mut s = JobSummary::new(end, classification, self.progress.reports());
                 s.data_source = Some(match self.prepare.source() {
-                    Some(source) => source.to_string(),
+                    Some(source) => source.as_str().into(),
                     None if plan.spec.data.source == DataSource::Driver => "driver".into(),
                     None => "direct".into(),
                 });
@@ -194,9 +185,9 @@ impl Job {
                     s.output = predict.as_ref().map(|(o, _)| o.clone());
                     s.model_path = None;
                 }
-                serde_json::to_string(&s)
+                written(&s)
             }
-            JobKind::Bench { executors, spec } => serde_json::to_string(&BenchSummary {
+            JobKind::Bench { executors, spec } => written(&BenchSummary {
                 job_id: self.id.clone(),
                 status: ended_as(state).into(),
                 error: self.error.clone(),
@@ -204,8 +195,7 @@ impl Job {
                 floats: spec.floats,
                 seconds: self.progress.bench_seconds().to_vec(),
             }),
-        };
-        json.expect("summaries serialize")
+        }
     }
 
     /// Holds `lock`, the lock on the job's output directory, until the job ends; what it says

@@ -10,11 +10,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use ringflow_core::data::prepare::{PartitionSource, ReadCheck};
 use ringflow_core::data::stats::MAX_CLASSES;
 use ringflow_core::data::vocab::VocabError;
 use ringflow_core::data::{DataStats, Preprocessing};
 use ringflow_core::pb;
 use ringflow_core::wire::MAX_PREPROCESSING_BYTES;
+use ringflow_core::wire::payload::{self, Payload, PayloadError};
 
 use super::Job;
 use crate::error::JobError;
@@ -22,8 +24,8 @@ use crate::error::JobError;
 /// Partials of the two preparation phases, per rank, and their merged results.
 #[derive(Debug, Default)]
 pub(super) struct Prepare {
-    source: Vec<Option<String>>,
-    source_merged: Option<String>,
+    source: Vec<Option<ReadCheck>>,
+    source_merged: Option<PartitionSource>,
     stats: Vec<Option<DataStats>>,
     stats_merged: Option<Arc<str>>,
 }
@@ -38,21 +40,25 @@ impl Prepare {
         }
     }
 
-    /// The data source every rank uses (`"direct"` or `"driver"`), once decided.
-    pub fn source(&self) -> Option<&str> {
-        self.source_merged.as_deref()
+    /// Where every rank reads its partitions from, once decided.
+    pub fn source(&self) -> Option<PartitionSource> {
+        self.source_merged
     }
 
-    /// The merged preprocessing (JSON), once every rank sent its statistics.
+    /// The merged preprocessing (a payload), once every rank sent its statistics.
     pub fn statistics(&self) -> Option<&Arc<str>> {
         self.stats_merged.as_ref()
     }
 
-    /// Records what `rank` (which exists) says about reading the data (empty: it can). Once
-    /// every rank has said, and the first time only, returns the ranks that cannot, with why.
-    fn add_source(&mut self, rank: usize, partial: Option<&str>) -> Option<Vec<(usize, String)>> {
+    /// Records what `rank` (which exists) says about reading the data. Once every rank has
+    /// said, and the first time only, returns the ranks that cannot, with why.
+    fn add_source(
+        &mut self,
+        rank: usize,
+        partial: Option<ReadCheck>,
+    ) -> Option<Vec<(usize, String)>> {
         if let Some(p) = partial {
-            self.source[rank] = Some(p.to_string());
+            self.source[rank] = Some(p);
         }
         if self.source_merged.is_some() || !self.source.iter().all(Option::is_some) {
             return None;
@@ -61,7 +67,10 @@ impl Prepare {
             .source
             .iter()
             .enumerate()
-            .filter_map(|(r, p)| p.clone().filter(|p| !p.is_empty()).map(|p| (r, p)))
+            .filter_map(|(r, p)| {
+                let why = p.as_ref()?.unreadable.clone()?;
+                Some((r, why))
+            })
             .collect();
         Some(unreadable)
     }
@@ -94,8 +103,8 @@ impl Job {
         self.prepare.statistics().cloned()
     }
 
-    /// A rank's partial for a preparation phase (once), and the merged result when every rank
-    /// has sent its own.
+    /// A rank's partial for a preparation phase (once, a payload), and the merged result (a
+    /// payload) when every rank has sent its own.
     pub fn prepare(
         &mut self,
         rank: usize,
@@ -111,19 +120,17 @@ impl Job {
         }
         match phase {
             pb::PreparePhase::Source => {
-                if let Some(unreadable) = self.prepare.add_source(rank, partial) {
+                let check = self.partial::<ReadCheck>(rank, partial)?;
+                if let Some(unreadable) = self.prepare.add_source(rank, check) {
                     self.choose_source(unreadable);
                 }
-                Ok(self.prepare.source_merged.as_deref().map(Arc::from))
+                Ok(self
+                    .prepare
+                    .source_merged
+                    .map(|s| payload::encode(&s).into()))
             }
             pb::PreparePhase::Stats => {
-                let stats = partial
-                    .map(serde_json::from_str::<DataStats>)
-                    .transpose()
-                    .map_err(|e| JobError::UnreadableStatistics {
-                        rank: self.members.describe_rank(rank),
-                        reason: e.to_string(),
-                    })?;
+                let stats = self.partial::<DataStats>(rank, partial)?;
                 let merged = self.prepare.add_stats(rank, stats).map_err(|e| {
                     JobError::UnreadableStatistics {
                         rank: self.members.describe_rank(rank),
@@ -144,12 +151,23 @@ impl Job {
         }
     }
 
+    /// `rank`'s partial read from its payload.
+    fn partial<T: Payload>(&self, rank: usize, text: Option<&str>) -> Result<Option<T>, JobError> {
+        let read = |text| payload::decode("PrepareRequest.partial", text);
+        text.map(read)
+            .transpose()
+            .map_err(|source: PayloadError| JobError::UnreadablePartial {
+                rank: self.members.describe_rank(rank),
+                source,
+            })
+    }
+
     /// Decides how every rank reads the data, now that each has said whether it can: directly,
     /// or from the driver when any of them (`unreadable`: rank and why) cannot.
     fn choose_source(&mut self, unreadable: Vec<(usize, String)>) {
         let merged = if unreadable.is_empty() {
             self.message("every executor can read the data: reading it directly".into());
-            "direct"
+            PartitionSource::Direct
         } else {
             let why: Vec<String> = unreadable
                 .iter()
@@ -159,12 +177,12 @@ impl Job {
                 "serving the data from the driver over Arrow Flight, because {}",
                 why.join("; ")
             ));
-            "driver"
+            PartitionSource::Driver
         };
-        self.prepare.source_merged = Some(merged.into());
+        self.prepare.source_merged = Some(merged);
     }
 
-    /// The preprocessing of the merged statistics as JSON, checked against the model's outputs
+    /// The preprocessing of the merged statistics as a payload, checked against the model's outputs
     /// and the size a preprocessing may have; says what was learned in a message.
     fn merge_stats(&mut self, merged: &DataStats) -> Result<String, JobError> {
         let Some(plan) = self.plan() else {
@@ -194,7 +212,7 @@ impl Job {
                 m.count
             ));
         }
-        let json = p.to_json();
+        let json = payload::encode(&p);
         if json.len() as u64 > MAX_PREPROCESSING_BYTES {
             return Err(JobError::PreprocessingTooLarge {
                 what: lines.join(", "),

@@ -13,8 +13,10 @@
 use std::sync::Arc;
 
 use ringflow_core::data::Preprocessing;
+use ringflow_core::data::prepare::PartitionSource;
 use ringflow_core::pb;
 use ringflow_core::spec::DataSource;
+use ringflow_core::wire::payload;
 use ringflow_core::wire::travels_inline;
 
 use super::{Job, JobKind};
@@ -39,7 +41,7 @@ impl Job {
         };
         let work = match &self.kind {
             JobKind::Train(plan) => {
-                header.spec_json = plan.spec.to_json();
+                header.job = payload::encode(&plan.spec);
                 header.backup_workers = plan.spec.cluster.backup_workers as u32;
                 header.compression = plan.spec.cluster.compression.as_str().into();
                 header.shared_memory = plan.spec.cluster.shared_memory;
@@ -52,13 +54,13 @@ impl Job {
                 overwrite,
                 ..
             } => {
-                header.spec_json = plan.spec.to_json();
+                header.job = payload::encode(&plan.spec);
                 header.shared_memory = plan.spec.cluster.shared_memory;
-                let (preprocessing_json, preprocessing_bytes) = self.task_preprocessing();
+                let (preprocessing, preprocessing_bytes) = self.task_preprocessing();
                 pb::task::Work::Infer(pb::InferWork {
                     data: Some(pb::DataAccess {
                         input_columns: plan.input_columns.clone(),
-                        preprocessing_json,
+                        preprocessing,
                         preprocessing_bytes,
                         ..self.data_source(plan)
                     }),
@@ -82,7 +84,7 @@ impl Job {
         }
     }
 
-    /// The preprocessing every rank applies, as JSON (empty: none): the merged statistics
+    /// The preprocessing every rank applies, as a payload (empty: none): the merged statistics
     /// once the first ring computed them (a joiner gets those), else what was known before any
     /// data was read ([`planned_preprocessing`]). Executors fetch it when it is too large to
     /// travel inside their task.
@@ -93,7 +95,7 @@ impl Job {
         }
     }
 
-    /// The preprocessing as a task carries it: the JSON when it travels inside the task,
+    /// The preprocessing as a task carries it: the payload when it travels inside the task,
     /// else nothing and its length (`DataAccess.preprocessing_bytes`).
     fn task_preprocessing(&self) -> (String, u64) {
         let doc = self.preprocessing();
@@ -109,10 +111,10 @@ impl Job {
     fn training_work(&self, plan: &JobPlan, rank: u32) -> pb::TrainWork {
         let (moments, labels) = plan.needs_stats();
         let first_ring = self.members.generation() == 0;
-        let (preprocessing_json, preprocessing_bytes) = self.task_preprocessing();
+        let (preprocessing, preprocessing_bytes) = self.task_preprocessing();
         let data = pb::DataAccess {
             input_columns: plan.input_columns.clone(),
-            preprocessing_json,
+            preprocessing,
             preprocessing_bytes,
             collect_moments: moments && first_ring,
             collect_labels: labels && first_ring,
@@ -133,8 +135,8 @@ impl Job {
     fn data_source(&self, plan: &JobPlan) -> pb::DataAccess {
         let source = match self.prepare.source() {
             // Decided already (a re-formed ring): joiners read the same way.
-            Some("driver") => DataSource::Driver,
-            Some(_) => DataSource::Direct,
+            Some(PartitionSource::Driver) => DataSource::Driver,
+            Some(PartitionSource::Direct) => DataSource::Direct,
             None => plan.spec.data.source,
         };
         pb::DataAccess {
@@ -188,29 +190,27 @@ impl Job {
     }
 }
 
-/// The preprocessing of `kind`'s tasks known before any data is read, as JSON (empty: none):
-/// for training, [`training_preprocessing`]; for evaluation and prediction, the saved model's.
+/// The preprocessing of `kind`'s tasks known before any data is read, as a payload (empty:
+/// none): for training, [`training_preprocessing`]; for evaluation and prediction, the saved
+/// model's.
 pub(super) fn planned_preprocessing(kind: &JobKind) -> Arc<str> {
     match kind {
         JobKind::Train(plan) => training_preprocessing(plan).into(),
-        JobKind::Infer {
-            preprocessing_json, ..
-        } => preprocessing_json.as_str().into(),
+        JobKind::Infer { preprocessing, .. } => preprocessing.as_str().into(),
         JobKind::Bench { .. } => "".into(),
     }
 }
 
-/// The preprocessing a training job knows before any data is read, as JSON (empty: none): the
+/// The preprocessing a training job knows before any data is read, as a payload (empty: none): the
 /// vocabulary and tags the planner's pass over a sequence job decided, or the given
 /// `data.label_classes`.
 pub(crate) fn training_preprocessing(plan: &JobPlan) -> String {
     match (&plan.sequence, &plan.spec.data.label_classes) {
-        (Some(s), _) => s.preprocessing.to_json(),
-        (None, Some(classes)) => Preprocessing {
+        (Some(s), _) => payload::encode(&s.preprocessing),
+        (None, Some(classes)) => payload::encode(&Preprocessing {
             classes: Some(classes.clone()),
             ..Preprocessing::default()
-        }
-        .to_json(),
+        }),
         (None, None) => String::new(),
     }
 }

@@ -28,7 +28,7 @@ fn messages(job: &Job) -> Vec<String> {
 fn summaries(job: &Job) -> usize {
     job.events()
         .iter()
-        .filter(|e| matches!(e.event, Some(pb::job_event::Event::SummaryJson(_))))
+        .filter(|e| matches!(e.event, Some(pb::job_event::Event::Summary(_))))
         .count()
 }
 

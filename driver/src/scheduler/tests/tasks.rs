@@ -88,17 +88,17 @@ fn a_large_preprocessing_travels_by_its_length_and_is_served_whole() {
         let served = s.preprocessing(&id, false).unwrap();
         if name == "small" {
             assert_eq!(
-                (data.preprocessing_json.as_str(), data.preprocessing_bytes),
+                (data.preprocessing.as_str(), data.preprocessing_bytes),
                 ("", 0)
             );
             assert_eq!(&*served, "");
             continue;
         }
         // 2 MB of classes: only the length travels in the task, the whole is served apart.
-        assert!(data.preprocessing_json.is_empty());
+        assert!(data.preprocessing.is_empty());
         assert_eq!(data.preprocessing_bytes, served.len() as u64);
         assert!(served.len() > ringflow_core::wire::INLINE_PREPROCESSING_BYTES);
-        let back = Preprocessing::from_json(&served).unwrap().unwrap();
+        let back: Preprocessing = ringflow_core::wire::payload::decode("f", &served).unwrap();
         assert_eq!(back.classes.unwrap(), classes);
         assert!(ringflow_core::wire::check_task(&task).is_ok());
         // The merged statistics exist only once every rank sent its own.
