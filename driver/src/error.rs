@@ -41,7 +41,7 @@ pub enum DriverError {
     /// A token-sequence job that cannot be planned, or a row of its data that breaks the
     /// rules; the message names the file, row and column.
     #[error(transparent)]
-    Sequences(#[from] crate::planner::sequences::error::SequenceError),
+    Sequences(#[from] crate::planner::kinds::sequences::error::SequenceError),
     /// A split holds fewer rows than the executors that would share them.
     #[error(transparent)]
     TooFewRows(#[from] crate::planner::plan_error::TooFewRows),

@@ -20,7 +20,8 @@
 //! - **image decoding**: for `data.image`, what each thread that decodes images may hold at
 //!   once ([`ImageSpec::decoding_bytes`]: the largest image `data.image.max_pixels` allows as
 //!   decoded, a progressive JPEG's coefficients, the decoder's metadata and resizing), times
-//!   the threads that decode at once ([`decoding_threads`]);
+//!   the threads that decode at once ([`images::decoding_threads`]); the image kind's parts
+//!   of the estimate are in its folder, `kinds/images/`;
 //! - **runtime**: the process itself ([`RUNTIME_BYTES`]).
 //!
 //! Executors advertise host memory only, so a GPU job counts what stays on the host (one
@@ -29,16 +30,19 @@
 //! It leaves out allocator slack and short-lived copies, so it errs low: a job is refused only
 //! when the estimate itself exceeds the limit, i.e. when it certainly cannot fit, and a job
 //! that fits is never refused (see `docs/job-spec.md`, "Memory").
+//!
+//! [`ImageSpec::decoding_bytes`]: ringflow_core::spec::ImageSpec::decoding_bytes
 
 use ringflow_core::data::partition::{read_ahead_chunks, read_batch_rows};
 use ringflow_core::data::{BATCHES_AHEAD, EVAL_BATCH_ROWS, PREDICT_BATCH_ROWS};
 use ringflow_core::size::format_bytes;
-use ringflow_core::spec::{ImageSpec, JobSpec};
+use ringflow_core::spec::JobSpec;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelFootprint;
 use serde::{Deserialize, Serialize};
 
 use crate::planner::JobPlan;
+use crate::planner::kinds::images;
 use crate::planner::split::RowGroup;
 
 /// What an executor process needs before any job: code, runtime threads, DataFusion and the
@@ -272,25 +276,10 @@ impl MemoryEstimate {
     }
 }
 
-/// The threads of an executor that decode images at once: its compute threads,
-/// `cluster.threads`, or where that is not set, this machine's cores divided among the
-/// `world` executors (as `ringflow local` runs them).
-pub fn decoding_threads(spec: &JobSpec, world: usize) -> u64 {
-    let threads = spec.cluster.threads.unwrap_or_else(|| {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        (cores / world.max(1)).max(1)
-    });
-    threads.max(1) as u64
-}
-
-/// The image decoding part: [`ImageSpec::decoding_bytes`] for each decoding thread (none
+/// The image decoding part: what each decoding thread holds ([`images::decoding_bytes`]; none
 /// without `data.image`).
 fn image_decoding(spec: &JobSpec, world: usize) -> MemoryPart {
-    let bytes = spec.data.image.as_ref().map_or(0, |image: &ImageSpec| {
-        image
-            .decoding_bytes()
-            .saturating_mul(decoding_threads(spec, world))
-    });
+    let bytes = images::decoding_bytes(spec, world);
     MemoryPart::new("image decoding", bytes, Some("data.image.max_pixels"))
 }
 
@@ -312,19 +301,10 @@ impl Share {
         }
     }
 
-    /// What the share takes in the row-group cache: its decoded size, or, for a column of
-    /// encoded images that executors decode before caching (no `data.sql`), at least its
-    /// pixels (one byte per channel).
+    /// What the share takes in the row-group cache ([`images::cached_bytes`]: its decoded
+    /// size, or at least the pixels of images decoded before caching).
     fn cached_bytes(&self, spec: &JobSpec) -> u64 {
-        match &spec.data.image {
-            Some(image) if spec.data.sql.is_none() => {
-                let pixels = (image.channels as u64)
-                    .saturating_mul(image.size[0] as u64)
-                    .saturating_mul(image.size[1] as u64);
-                self.bytes.max(self.rows.saturating_mul(pixels))
-            }
-            _ => self.bytes,
-        }
+        images::cached_bytes(spec, self.rows, self.bytes)
     }
 }
 
@@ -623,7 +603,8 @@ optimizer = { kind = "adagrad", lr = 0.05 }
         assert_eq!(part(&e, "image decoding"), 8 * image.decoding_bytes());
         assert!(e.summary().contains("image decoding "), "{}", e.summary());
         // Without cluster.threads, this machine's cores shared by the executors.
-        let shared = decoding_threads(&plan(&images, 1, 1, 1).spec, 1);
+        let shared =
+            crate::planner::kinds::images::decoding_threads(&plan(&images, 1, 1, 1).spec, 1);
         let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
         assert_eq!(shared, cores);
         let plain_image = plan(&images, 1, 1, 1).spec.data.image.unwrap();

@@ -2,36 +2,39 @@
 //!
 //! The planner never reads data rows. It lists the files of each split ([`discover`]), reads
 //! only their Parquet footers ([`footer`]) to learn row groups, row counts, schemas and column
-//! statistics, completes the model spec with what they tell ([`model`]: a sequential model's
-//! input shape and classes), plans the job's `data.sql` (if any) against those schemas with
-//! DataFusion, checks the feature and label columns of the result against the model, and each
-//! epoch splits the row groups into per-rank partitions ([`assign`]). [`memory`] estimates
-//! what one executor needs for the job.
+//! statistics, and hands them to the planning step of the job's data kind ([`kinds`]: feature
+//! columns, images, token sequences), which tells what the data says of the model (a
+//! sequential model's input shape and classes). It completes the model spec with that, plans
+//! the job's `data.sql` (if any) against the files' schemas with DataFusion, checks the
+//! columns of the result against the model as the kind reads them, and each epoch splits the
+//! row groups into per-rank partitions ([`assign`]). [`memory`] estimates what one executor
+//! needs for the job.
 
 pub mod assign;
 pub mod count_error;
 pub mod counting;
 pub mod discover;
 pub mod footer;
+pub mod kinds;
 pub mod memory;
-mod model;
 pub mod plan_error;
 pub mod saved;
 pub mod saved_error;
 pub mod schema_error;
-pub mod sequences;
 pub mod split;
 pub mod sql_planner;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use ringflow_core::data::Location;
 use ringflow_core::data::runtime::block_on;
-use ringflow_core::data::{Location, Preprocessing};
 use ringflow_core::pb::EpochPlan;
 use ringflow_core::spec::{JobSpec, SpecAsWritten};
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
 
 use crate::error::{DriverError, Result};
-use footer::{check_schema, read_footers};
+use footer::read_footers;
+pub use kinds::sequences::PlannedSequences;
+use kinds::{KindInput, check_schema};
 use plan_error::{LabelMismatch, ResumeError};
 pub use saved::{SavedModel, saved_model};
 use split::{LabelType, RowGroup, Split};
@@ -204,6 +207,40 @@ fn count_rows(
     Ok(())
 }
 
+/// Checks the listed training and test splits against the spec and the resolved `model` (both
+/// with a label, of the same type), and counts their rows where `data.sql` may drop or multiply
+/// them (a line for each in the notes returned).
+fn check_splits(
+    (train, test): (ListedSplit, Option<ListedSplit>),
+    spec: &JobSpec,
+    model: &ModelShape,
+    prep: Option<&SqlPlanner>,
+) -> Result<(SplitPlan, Option<SplitPlan>, Vec<String>)> {
+    let check = |key, listed| check_split(key, listed, spec, model, true, prep);
+    let mut notes = Vec::new();
+    let mut train = check("data.train", train)?;
+    count_rows("data.train", &mut train, spec, &mut notes)?;
+    let test = match test {
+        Some(listed) => {
+            let mut test = check("data.test", listed)?;
+            count_rows("data.test", &mut test, spec, &mut notes)?;
+            Some(test)
+        }
+        None => None,
+    };
+    if let Some(t) = &test
+        && t.label != train.label
+    {
+        return Err(LabelMismatch::AcrossSplits {
+            label: spec.data.label.clone(),
+            test: kind_name(t.label),
+            train: kind_name(train.label),
+        }
+        .into());
+    }
+    Ok((train, test, notes))
+}
+
 /// A job's data, as the driver knows it after planning.
 #[derive(Clone, Debug)]
 pub struct JobPlan {
@@ -240,17 +277,6 @@ pub struct JobPlan {
     pub warnings: Vec<String>,
     /// What planning did that people should know: the rows `data.sql` was counted to yield.
     pub notes: Vec<String>,
-}
-
-/// What the planner decided for a job of token sequences.
-#[derive(Clone, Debug)]
-pub struct PlannedSequences {
-    /// The sequence column and the label's layout.
-    pub columns: sequences::SequenceColumns,
-    /// The vocabulary and label classes every rank applies (and the model saves).
-    pub preprocessing: Preprocessing,
-    /// What the statistics pass found, for the job's messages.
-    pub described: String,
 }
 
 /// The state a resumed job continues from: its last checkpoint.
@@ -321,56 +347,24 @@ impl JobPlan {
             Some(path) => Some(list_split("data.test", path)?),
             None => None,
         };
-        // The spec every executor, checkpoint, `eval` and `predict` sees is the completed one.
-        let mut facts = model::data_facts(
-            &spec,
-            &train.split,
-            test.as_ref().map(|t| &t.split),
-            prep.as_ref(),
-        );
-        let sequence = plan_sequences(&spec, &train.split)?;
-        if let Some((planned, counts)) = &sequence {
-            facts.sequence = Some(counts.facts(&spec, &planned.columns, &planned.preprocessing));
-            facts.outputs = counts
-                .outputs(&planned.preprocessing)
-                .map_err(ringflow_ml::nn::UnknownFact::because);
-        }
-        let longest = sequence.as_ref().map(|(_, counts)| counts.longest);
-        let sequence = sequence.map(|(planned, _)| planned);
-        spec.model = builder.resolve(&spec.model, &facts)?;
+        // The data kind's planning step tells what the data says of the model; the spec every
+        // executor, checkpoint, `eval` and `predict` sees is the one completed with it.
+        let kind = kinds::plan(&KindInput {
+            spec: &spec,
+            train: &train.split,
+            test: test.as_ref().map(|t| &t.split),
+            prep: prep.as_ref(),
+        })?;
+        spec.model = builder.resolve(&spec.model, kind.facts())?;
         let model = builder.shape(&spec.model)?;
-        if let (Some(planned), Some(test)) = (&sequence, &test) {
-            let (columns, preprocessing) = (&planned.columns, &planned.preprocessing);
-            sequences::check_test(&spec, &test.split, columns, preprocessing, model.outputs)?;
+        if let Some(test) = &test {
+            kind.check_test(&spec, &test.split, &model)?;
         }
-        let footprint = match longest {
-            // Batches are padded to their own longest sentence, at most the training split's.
-            Some(longest) => memory::footprint(registry, &at_most_steps(&spec, longest))?,
-            None => memory::footprint(registry, &spec)?,
-        };
+        let footprint = memory::footprint(registry, &kind.footprint_spec(&spec))?;
         let summary = builder.summary(&spec.model)?;
-        let check = |key, listed| check_split(key, listed, &spec, &model, true, prep.as_ref());
-        let mut notes = Vec::new();
-        let mut train = check("data.train", train)?;
-        count_rows("data.train", &mut train, &spec, &mut notes)?;
-        let test = match test {
-            Some(listed) => {
-                let mut test = check("data.test", listed)?;
-                count_rows("data.test", &mut test, &spec, &mut notes)?;
-                Some(test)
-            }
-            None => None,
-        };
-        if let Some(t) = &test
-            && t.label != train.label
-        {
-            return Err(LabelMismatch::AcrossSplits {
-                label: spec.data.label.clone(),
-                test: kind_name(t.label),
-                train: kind_name(train.label),
-            }
-            .into());
-        }
+        // Every split is checked against the resolved model, as its kind reads it; the training
+        // split must then give every rank rows.
+        let (train, test, notes) = check_splits((train, test), &spec, &model, prep.as_ref())?;
         let string_label = train.label == LabelType::String;
         check_label_classes(&spec, string_label, &model)?;
         let after_sql = train.count_columns.is_some();
@@ -396,7 +390,7 @@ impl JobPlan {
             test: test_groups,
             input_columns,
             string_label,
-            sequence,
+            sequence: kind.into_sequences(),
             files,
             resume: None,
             written: None,
@@ -496,44 +490,6 @@ impl JobPlan {
             self.string_label && self.spec.data.label_classes.is_none() && self.sequence.is_none();
         (moments, labels)
     }
-}
-
-/// `spec` with a sequence model's input shortened to `steps` (when shorter than
-/// `data.max_length`), for estimating the memory of batches no longer than that.
-fn at_most_steps(spec: &JobSpec, steps: usize) -> JobSpec {
-    let mut shorter = spec.clone();
-    let steps = steps.clamp(1, spec.data.max_length());
-    if shorter.model.params.get("sequence") == Some(&serde_json::Value::Bool(true)) {
-        let input = serde_json::json!([steps]);
-        shorter.model.params.insert("input".into(), input);
-    }
-    shorter
-}
-
-/// For a job whose feature is a token sequence (in the first training file's schema), the
-/// statistics pass over the training split and what it decides.
-fn plan_sequences(
-    spec: &JobSpec,
-    train: &Split,
-) -> Result<Option<(PlannedSequences, sequences::SequenceCounts)>> {
-    let Some((_, schema)) = train.schemas.first() else {
-        return Ok(None);
-    };
-    let Some(columns) = sequences::detect(spec, schema)? else {
-        let none = Preprocessing::default();
-        sequences::check_metrics(spec, None, &none)?;
-        return Ok(None);
-    };
-    let counts = sequences::count(spec, train, &columns)?;
-    let preprocessing = counts.preprocessing(spec);
-    sequences::check_metrics(spec, Some(&columns), &preprocessing)?;
-    let described = counts.describe(&preprocessing);
-    let planned = PlannedSequences {
-        columns,
-        preprocessing,
-        described,
-    };
-    Ok(Some((planned, counts)))
 }
 
 fn kind_name(l: LabelType) -> &'static str {

@@ -2,16 +2,20 @@
 //!
 //! - Partitions (a row range of a row group) are read by [`PartitionReader`] straight from
 //!   storage, or from the driver over Arrow Flight ([`source`]).
-//! - [`features`] turns a record batch into a row-major feature matrix and a label vector:
-//!   numeric columns of any width and list columns of numbers, concatenated in the order the
-//!   spec gives, scaled, with every null, non-finite value or out-of-range label reported by
-//!   file, column and row.
+//! - Each data kind has one converter ([`converter::BatchConverter`]) in a folder of its own,
+//!   picked once per task ([`kinds`]):
+//!   - [`features`] turns a record batch into a row-major feature matrix and a label vector:
+//!     numeric columns of any width and list columns of numbers, concatenated in the order the
+//!     spec gives, scaled, with every null, non-finite value or out-of-range label reported by
+//!     file, column and row;
+//!   - [`images`] decodes a column of PNG or JPEG images (`data.image`) into `[C, H, W]`
+//!     pixels as row groups are read, and converts the pixels as features;
+//!   - [`sequences`] reads token sequences (`list<string>`, `list<int>`) and their labels, and
+//!     pads each batch only to its own longest sequence, with length buckets.
 //! - [`batches`] streams an epoch's partitions on a background thread into a bounded shuffle
-//!   buffer and cuts mini-batches from it: memory stays bounded however large the data set;
-//!   [`batches_ahead`] draws the next batch on a thread of its own while the current trains.
-//! - [`sequences`] reads token sequences (`list<string>`, `list<int>`) and their labels, and
-//!   pads each batch only to its own longest sequence, with length buckets.
-//! - [`images`] decodes a column of PNG or JPEG images (`data.image`) into `[C, H, W]` pixels.
+//!   buffer and cuts mini-batches from it as the converter's layout says: memory stays bounded
+//!   however large the data set; [`batches_ahead`] draws the next batch on a thread of its own
+//!   while the current trains.
 //! - [`augment`] crops and flips training images at random (`data.augment`), in the batch.
 //! - [`cache`] keeps decoded row groups between epochs within a byte budget.
 //! - [`prep`] runs the job's `data.sql` on each partition as it streams.
@@ -25,11 +29,13 @@ pub mod background;
 pub mod batches;
 pub mod batches_ahead;
 pub mod cache;
+pub mod converter;
 pub mod error;
 pub mod features;
 #[cfg(test)]
 mod fuzz;
 pub mod images;
+pub mod kinds;
 pub mod partitions;
 pub mod prep;
 pub mod read_ahead;

@@ -41,7 +41,7 @@ use ringflow_core::data::partition::{
 use ringflow_core::pb::Partition;
 
 use crate::data::background::mark_as_batch_work;
-use crate::data::features::Converter;
+use crate::data::converter::BatchConverter;
 use crate::data::partitions::ReadContext;
 use crate::data::rows::Rows;
 use crate::error::{CommError, CommOp, Peer, Result};
@@ -107,7 +107,7 @@ impl ReadAhead {
     /// channels (see [`READ_AHEAD_BYTES`](ringflow_core::data::partition::READ_AHEAD_BYTES)).
     pub fn start(
         partitions: &[Partition],
-        converter: Arc<Converter>,
+        converter: Arc<dyn BatchConverter>,
         mut read: ReadContext,
         row_bytes: u64,
     ) -> ReadAhead {
@@ -203,7 +203,7 @@ impl ReadAhead {
     /// cross pages, record batches and row groups.
     pub(crate) fn start_in_chunks_of_7(
         partitions: &[Partition],
-        converter: &Converter,
+        converter: &crate::data::features::Converter,
         read: ReadContext,
     ) -> ReadAhead {
         let row_bytes = ringflow_core::data::partition::READ_CHUNK_BYTES / 7;
@@ -232,7 +232,7 @@ impl Drop for ReadAhead {
 fn spawn(
     k: usize,
     share: Vec<(Partition, u64)>,
-    converter: Arc<Converter>,
+    converter: Arc<dyn BatchConverter>,
     read: ReadContext,
     depth: usize,
     pool: Arc<ChunkPool>,
@@ -244,7 +244,7 @@ fn spawn(
         .name(format!("ringflow-reader-{k}"))
         .spawn(move || {
             mark_as_batch_work();
-            decode(&share, &converter, &read, &tx, &pool, &stop)
+            decode(&share, converter.as_ref(), &read, &tx, &pool, &stop)
         });
     let thread = match thread {
         Ok(t) => Some(t),
@@ -265,7 +265,7 @@ fn spawn(
 
 /// What a decoder needs besides its partitions.
 struct Work<'a> {
-    converter: &'a Converter,
+    converter: &'a dyn BatchConverter,
     read: &'a ReadContext,
     tx: &'a SyncSender<Result<Piece>>,
     pool: &'a ChunkPool,
@@ -276,7 +276,7 @@ struct Work<'a> {
 /// error (sent in its place), when the receiver is gone, or when `stop` is set.
 fn decode(
     share: &[(Partition, u64)],
-    converter: &Converter,
+    converter: &dyn BatchConverter,
     read: &ReadContext,
     tx: &SyncSender<Result<Piece>>,
     pool: &ChunkPool,
@@ -341,7 +341,7 @@ impl Work<'_> {
         let Some(mut direct) = self
             .read
             .direct_path(p)
-            .and_then(|path| self.converter.open_direct(&path, p))
+            .and_then(|path| self.converter.direct_rows(&path, p))
         else {
             return Some(0);
         };
@@ -355,7 +355,7 @@ impl Work<'_> {
             let to_edge = batch - start.wrapping_add(done) % batch;
             let n = (p.row_count - done).min(to_edge);
             let mut rows = self.pool.take();
-            if !direct.read(self.converter, n as usize, &mut rows) {
+            if !direct.read(n as usize, &mut rows) {
                 self.pool.give(rows);
                 break;
             }
@@ -374,7 +374,7 @@ mod tests {
 
     use super::*;
     use crate::data::batches::tests::{data, read_context};
-    use crate::data::features::LabelKind;
+    use crate::data::features::{Converter, LabelKind};
 
     fn start(partitions: &[Partition]) -> ReadAhead {
         let converter = Converter::new(&["x".into()], Some("y"), LabelKind::Regression, None, 1);

@@ -9,7 +9,7 @@ use ringflow_ml::nn::Model;
 use ringflow_ml::{Device, Tensor, no_grad};
 
 use crate::data::batches::EpochStream;
-use crate::data::features::Converter;
+use crate::data::converter::BatchConverter;
 use crate::data::partitions::ReadContext;
 use crate::error::Result;
 use crate::train::context::EvalStats;
@@ -24,7 +24,7 @@ pub fn evaluate(
     model: &Model,
     loss_kind: LossKind,
     plan: &EpochPlan,
-    (converter, read): (Arc<Converter>, ReadContext),
+    (converter, read): (Arc<dyn BatchConverter>, ReadContext),
     entities: Option<&TagScheme>,
 ) -> Result<EvalStats> {
     // Evaluation is deterministic: dropout is off, so its generator is never drawn from.

@@ -10,7 +10,6 @@ use std::sync::atomic::AtomicBool;
 
 use ringflow_core::data::partition::{READ_BATCH_ROWS, unreadable};
 use ringflow_core::data::prepare::{PartitionSource, ReadCheck};
-use ringflow_core::data::sequences::SequenceRules;
 use ringflow_core::data::stats::{FeatureMoments, MAX_CLASSES};
 use ringflow_core::data::{DataStats, Preprocessing};
 use ringflow_core::metrics::entities::TagScheme;
@@ -20,11 +19,11 @@ use ringflow_ml::nn::{ModelShape, SequenceOutput};
 
 use crate::data::augment::Augmenter;
 use crate::data::cache::RowGroupCache;
-use crate::data::features::{Converter, LabelKind, string_values};
-use crate::data::images::ImageColumn;
+use crate::data::converter::BatchConverter;
+use crate::data::features::{LabelKind, string_values};
+use crate::data::kinds;
 use crate::data::partitions::ReadContext;
 use crate::data::prep::SqlPrep;
-use crate::data::sequences::SequenceConverter;
 use crate::data::source::DriverSource;
 use crate::error::{ExecutorError, Result, Unrunnable};
 use crate::train::context::{Split, TaskContext};
@@ -59,8 +58,9 @@ pub struct DataOptions {
 pub struct TaskData {
     /// How partitions are read and prepared.
     pub read: ReadContext,
-    /// Batches to features and labels, with the preprocessing applied.
-    pub converter: Arc<Converter>,
+    /// Batches to features and labels, with the preprocessing applied: the converter of the
+    /// job's data kind.
+    pub converter: Arc<dyn BatchConverter>,
     /// The preprocessing (saved with the model).
     pub preprocessing: Preprocessing,
     /// Random crops and flips of training batches (`data.augment`); never applied by
@@ -101,7 +101,8 @@ pub fn prepare_data(
         Some(q) => Some(Arc::new(SqlPrep::new(q, &data.tables, data.sql_timeout())?)),
         None => None,
     };
-    let converter = converter(spec, shape, label)?;
+    // The job's data kind, chosen once: every reader, batch and pass below goes through it.
+    let converter = kinds::converter(spec, shape, label)?;
     let columns = if options.input_columns.is_empty() {
         converter.columns()
     } else {
@@ -113,12 +114,8 @@ pub fn prepare_data(
         // A budget, not an allocation: the cache holds only row groups really read.
         cache: RowGroupCache::new(data.cache_mb.saturating_mul(1 << 20)),
         driver,
-        // Decoding runs on as many threads as the task computes with (this runs inside its
-        // compute pool).
-        images: data
-            .image
-            .as_ref()
-            .map(|i| Arc::new(ImageColumn::new(i, rayon::current_num_threads()))),
+        // The image kind's column of encoded images, decoded as row groups are read.
+        images: converter.decoder(),
         // The read-ahead sizes its record batches to the converted row.
         batch_rows: READ_BATCH_ROWS,
         direct: true,
@@ -128,7 +125,7 @@ pub fn prepare_data(
         let plan = ctx.epoch_plan(Split::Stats, 0)?;
         let partial = collect_stats(
             &read,
-            &converter,
+            converter.as_ref(),
             &plan.partitions,
             shape.input_width(),
             options.collect_moments,
@@ -142,7 +139,7 @@ pub fn prepare_data(
             preprocessing.normalize = merged.normalize;
         }
     }
-    let converter = Arc::new(converter.with_preprocessing(&preprocessing)?);
+    let converter = Arc::from(converter.with_preprocessing(&preprocessing)?);
     Ok(TaskData {
         read,
         converter,
@@ -173,38 +170,10 @@ fn entity_tags(
         .map_err(|e| Unrunnable::NotIob2(e).into())
 }
 
-/// The converter of the job's features and label (`label`: what it must hold, `None` when
-/// prediction reads none): token sequences for a sequence model, numbers otherwise.
-fn converter(spec: &JobSpec, shape: &ModelShape, label: Option<LabelKind>) -> Result<Converter> {
-    let data = &spec.data;
-    let label_column = label.map(|_| data.label.as_str());
-    let Some(output) = shape.sequence else {
-        let kind = label.unwrap_or(LabelKind::Regression);
-        let c = Converter::new(
-            &data.feature_columns(),
-            label_column,
-            kind,
-            data.scale,
-            shape.input_width(),
-        );
-        return Ok(c.with_shape(data.shape.clone()));
-    };
-    let [column] = data.features.as_slice() else {
-        return Err(Unrunnable::SequenceFeatures {
-            features: data.features.len(),
-        }
-        .into());
-    };
-    let per_step = output == SequenceOutput::PerStep;
-    let rules = SequenceRules::of(data);
-    let sequences = SequenceConverter::new(column, label_column, per_step, shape.outputs, rules);
-    Ok(Converter::of_sequences(sequences))
-}
-
 /// This rank's partial statistics over `partitions`.
 fn collect_stats(
     read: &ReadContext,
-    converter: &Converter,
+    converter: &dyn BatchConverter,
     partitions: &[ringflow_core::pb::Partition],
     width: usize,
     moments: bool,

@@ -21,6 +21,7 @@ use ringflow_core::pb::Partition;
 use super::Converter;
 use super::pages::{Kind, PageColumn};
 use super::values::{copy_rows, may_be_non_finite};
+use crate::data::converter::DirectRows;
 
 /// One column being read: its pages, and the values of the chunk being read when the column
 /// does not fill whole rows alone.
@@ -45,7 +46,7 @@ impl Converter {
     /// row; `None` where this converter's columns or the file do not allow one (the caller
     /// then reads through Arrow).
     pub fn open_direct(&self, path: &Path, partition: &Partition) -> Option<DirectReader> {
-        if self.sequences.is_some() || self.classes.is_some() {
+        if self.classes.is_some() {
             return None;
         }
         // A regular file, opened without blocking (never a FIFO).
@@ -101,6 +102,25 @@ impl Converter {
             None => None,
         };
         Some(DirectReader { features, label })
+    }
+}
+
+/// A direct reader with the converter that opened it: the feature kind's [`DirectRows`].
+pub(super) struct DirectFeatures<'a> {
+    converter: &'a Converter,
+    reader: DirectReader,
+}
+
+impl<'a> DirectFeatures<'a> {
+    /// `reader`, opened by `converter`.
+    pub(super) fn new(converter: &'a Converter, reader: DirectReader) -> DirectFeatures<'a> {
+        DirectFeatures { converter, reader }
+    }
+}
+
+impl DirectRows for DirectFeatures<'_> {
+    fn read(&mut self, rows: usize, out: &mut super::Rows) -> bool {
+        self.reader.read(self.converter, rows, out)
     }
 }
 

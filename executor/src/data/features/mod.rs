@@ -11,10 +11,11 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::record_batch::RecordBatch;
 use ringflow_core::data::{Preprocessing, is_string};
+use ringflow_core::spec::JobSpec;
 
+use crate::data::converter::{BatchConverter, RowLayout};
 use crate::data::error::NotStrings;
 use crate::data::rows::Rows;
-use crate::data::sequences::SequenceConverter;
 use crate::error::{ExecutorError, Result, Unrunnable};
 use values::{AsF32, copy_rows, may_be_non_finite};
 
@@ -43,8 +44,43 @@ pub struct Converter {
     normalize: Option<(Vec<f32>, Vec<f32>)>,
     /// `data.shape`, when the spec gives one (named in width errors).
     shape: Option<Vec<usize>>,
-    /// For a model of token sequences: the converter of the sequence column, used instead.
-    sequences: Option<SequenceConverter>,
+}
+
+impl BatchConverter for Converter {
+    fn columns(&self) -> Vec<String> {
+        Converter::columns(self)
+    }
+
+    fn convert_into(
+        &self,
+        batch: &RecordBatch,
+        file: &str,
+        first_row: u64,
+        out: &mut Rows,
+    ) -> Result<()> {
+        Converter::convert_into(self, batch, file, first_row, out)
+    }
+
+    fn layout(&self) -> RowLayout {
+        RowLayout::Fixed
+    }
+
+    fn with_preprocessing(&self, p: &Preprocessing) -> Result<Box<dyn BatchConverter>> {
+        Ok(Box::new(Converter::with_preprocessing(self.clone(), p)?))
+    }
+
+    fn features_only(&self) -> Box<dyn BatchConverter> {
+        Box::new(Converter::features_only(self))
+    }
+
+    fn direct_rows(
+        &self,
+        path: &std::path::Path,
+        partition: &ringflow_core::pb::Partition,
+    ) -> Option<Box<dyn crate::data::converter::DirectRows + '_>> {
+        let reader = self.open_direct(path, partition)?;
+        Some(Box::new(direct::DirectFeatures::new(self, reader)))
+    }
 }
 
 /// The values of a string column (nulls as `None`).
@@ -185,21 +221,27 @@ impl Converter {
             classes: None,
             normalize: None,
             shape: None,
-            sequences: None,
         }
     }
 
-    /// A converter of token sequences (the features and label are read by `sequences`).
-    pub fn of_sequences(sequences: SequenceConverter) -> Converter {
-        Converter {
-            sequences: Some(sequences),
-            ..Converter::new(&[], None, LabelKind::Regression, None, 0)
-        }
-    }
-
-    /// For a sequence converter: whether its labels are one per token.
-    pub fn sequences(&self) -> Option<&SequenceConverter> {
-        self.sequences.as_ref()
+    /// The converter of `spec`'s feature columns (or its image column, once decoded) and
+    /// `label` (`None`: prediction reads none) holding `label_kind`, for a model with `inputs`
+    /// inputs: scaled by `data.scale`, read in the shape `data.shape`.
+    pub fn for_job(
+        spec: &JobSpec,
+        label: Option<&str>,
+        label_kind: LabelKind,
+        inputs: usize,
+    ) -> Converter {
+        let data = &spec.data;
+        Converter::new(
+            &data.feature_columns(),
+            label,
+            label_kind,
+            data.scale,
+            inputs,
+        )
+        .with_shape(data.shape.clone())
     }
 
     /// The same converter, naming `data.shape` (the shape each row's values make) in the
@@ -211,10 +253,6 @@ impl Converter {
 
     /// Applies the whole-data preprocessing: string label classes and standardization.
     pub fn with_preprocessing(mut self, p: &Preprocessing) -> Result<Converter> {
-        if let Some(s) = self.sequences.take() {
-            self.sequences = Some(s.with_preprocessing(p));
-            return Ok(self);
-        }
         if let Some(classes) = &p.classes {
             if let LabelKind::Classes(n) = self.label_kind
                 && n != classes.len()
@@ -244,9 +282,6 @@ impl Converter {
 
     /// The columns a reader must provide.
     pub fn columns(&self) -> Vec<String> {
-        if let Some(s) = &self.sequences {
-            return s.columns();
-        }
         let mut c = self.features.clone();
         c.extend(self.label.clone());
         c
@@ -280,10 +315,6 @@ impl Converter {
         first_row: u64,
         out: &mut Rows,
     ) -> Result<()> {
-        if let Some(s) = &self.sequences {
-            *out = s.convert(batch, file, first_row)?;
-            return Ok(());
-        }
         let rows = batch.num_rows();
         let (shapes, width) = self.shapes(batch, file, first_row)?;
         if width != self.inputs {

@@ -2,8 +2,9 @@
 //!
 //! An [`ImageColumn`] replaces the binary column of a record batch by a
 //! `fixed_size_list<uint8>` column of `channels × height × width` values per row, laid out
-//! `[C, H, W]` (NCHW once batched), which the [`Converter`] then reads like any list of numbers
-//! (so `data.scale` and `data.normalize` apply as to other features). Decoded batches go into
+//! `[C, H, W]` (NCHW once batched), which the kind's converter ([`converter`]) then reads as the
+//! [`Converter`] reads any list of numbers (so `data.scale` and `data.normalize` apply as to
+//! other features). Decoded batches go into
 //! the row-group cache, so later epochs do not decode again; pixels take one byte per channel
 //! there.
 //!
@@ -42,6 +43,7 @@ use self::limits::{Bounds, jpeg_coefficient_bytes, limit_error, limits, narrow_i
 use crate::data::background::mark_as_batch_work;
 use crate::error::{ExecutorError, Result};
 
+pub mod converter;
 pub mod error;
 #[cfg(test)]
 mod fuzz;

@@ -9,10 +9,13 @@
 //! the row and the lengths, before training starts. A second pass ([`check_test`]) holds the
 //! test split to the same rules and to the classes the model has outputs for, so that a bad
 //! test row stops the job before training rather than after it. The passes are in [`pass`],
-//! their errors ([`SequenceError`]) in `error.rs`.
+//! their errors ([`SequenceError`]) in `error.rs`, and the kind's planning step — the pass,
+//! what it tells the model, the test split's check and the memory estimate at the longest
+//! sequence — in [`plan`].
 
 pub mod error;
 mod pass;
+pub mod plan;
 #[cfg(test)]
 mod tests;
 
@@ -26,9 +29,10 @@ use ringflow_ml::nn::SequenceFacts;
 
 pub use error::SequenceError;
 pub use pass::{check_test, count};
+pub use plan::PlannedSequences;
 
-use super::split::LabelType;
 use crate::error::{DriverError, Result};
+use crate::planner::split::LabelType;
 
 /// A job's token sequence column and what its label is.
 #[derive(Clone, Debug, PartialEq, Eq)]

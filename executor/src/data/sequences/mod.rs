@@ -1,11 +1,14 @@
-//! Token sequences: record batches to token ids and labels ([`SequenceConverter`]), rows of
-//! different lengths ([`Sequence`]) padded into a batch only as far as its own longest
-//! ([`pad`]), and the length buckets that keep that padding small ([`BucketPool`]).
+//! Token sequences: record batches to token ids and labels ([`SequenceConverter`], the kind's
+//! converter), rows of different lengths ([`Sequence`]) padded into a batch only as far as its
+//! own longest ([`pad`]), the length buckets that keep that padding small ([`BucketPool`]), and
+//! how an epoch stream draws them ([`draw`]).
 //!
 //! A batch of sequences is `[n, T]` token ids with `T` its longest sequence; padding is id
 //! [`PAD`]. Its labels are those of the real tokens only (tagging), in order, with the flat
 //! index of each real token in `[n·T]` beside them, so the loss picks exactly the real
 //! tokens' outputs; or one label per sequence (classification).
+
+pub mod draw;
 
 use std::collections::HashMap;
 
@@ -14,11 +17,14 @@ use rand::seq::SliceRandom;
 use ringflow_core::data::Preprocessing;
 use ringflow_core::data::sequences::{Elements, ListColumn, SequenceRules};
 use ringflow_core::data::vocab::{PAD, Vocabulary};
+use ringflow_core::spec::JobSpec;
+use ringflow_ml::nn::SequenceOutput;
 use ringflow_ml::rng::Rng;
 
+use crate::data::converter::{BatchConverter, RowLayout};
 use crate::data::error::{LabelError, TokenError};
 use crate::data::rows::{Batch, Rows};
-use crate::error::{ExecutorError, Result};
+use crate::error::{ExecutorError, Result, Unrunnable};
 
 /// One row of a sequence column: its token ids and its labels (one per token, one for the
 /// sequence, or none when prediction reads no label).
@@ -61,6 +67,29 @@ impl SequenceConverter {
             vocabulary: None,
             class_ids: None,
         }
+    }
+
+    /// The converter of `spec`'s sequence column for a model whose `output` is per token or per
+    /// sequence, with `classes` outputs; `label` is the label column (`None`: prediction).
+    /// Fails unless the sequence is the job's only feature.
+    pub fn for_job(
+        spec: &JobSpec,
+        label: Option<&str>,
+        output: SequenceOutput,
+        classes: usize,
+    ) -> Result<SequenceConverter> {
+        let data = &spec.data;
+        let [column] = data.features.as_slice() else {
+            return Err(Unrunnable::SequenceFeatures {
+                features: data.features.len(),
+            }
+            .into());
+        };
+        let per_step = output == SequenceOutput::PerStep;
+        let rules = SequenceRules::of(data);
+        Ok(SequenceConverter::new(
+            column, label, per_step, classes, rules,
+        ))
     }
 
     /// Whether the labels are one per token.
@@ -226,6 +255,41 @@ impl SequenceConverter {
                 }
             }
         }
+    }
+}
+
+impl BatchConverter for SequenceConverter {
+    fn columns(&self) -> Vec<String> {
+        SequenceConverter::columns(self)
+    }
+
+    fn convert_into(
+        &self,
+        batch: &RecordBatch,
+        file: &str,
+        first_row: u64,
+        out: &mut Rows,
+    ) -> Result<()> {
+        *out = SequenceConverter::convert(self, batch, file, first_row)?;
+        Ok(())
+    }
+
+    fn layout(&self) -> RowLayout {
+        RowLayout::Sequences {
+            per_step: self.per_step,
+        }
+    }
+
+    fn with_preprocessing(&self, p: &Preprocessing) -> Result<Box<dyn BatchConverter>> {
+        Ok(Box::new(SequenceConverter::with_preprocessing(
+            self.clone(),
+            p,
+        )))
+    }
+
+    /// The same converter: the statistics pass reads sequences as training does.
+    fn features_only(&self) -> Box<dyn BatchConverter> {
+        Box::new(self.clone())
     }
 }
 

@@ -1,7 +1,8 @@
 //! What a job's data tells about its model ([`DataFacts`]), learned from the spec and the
 //! Parquet footers alone, with which the model's builder completes the job's model spec before
 //! anything else is planned (`kind = "sequential"` takes its input shape and its number of
-//! classes from here).
+//! classes from here). Every kind's planning step starts from these facts of the files' rows;
+//! token sequences replace the outputs and add what their statistics pass decided.
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use ringflow_core::data::is_string;
@@ -9,29 +10,26 @@ use ringflow_core::spec::JobSpec;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{DataFacts, UnknownFact};
 
-use super::footer::{column_max, feature_width};
-use super::schema_error::FactError;
-use super::split::Split;
-use super::sql_planner::SqlPlanner;
+use super::KindInput;
+use crate::planner::footer::{column_max, feature_width};
+use crate::planner::schema_error::FactError;
+use crate::planner::split::Split;
+use crate::planner::sql_planner::SqlPlanner;
 
-/// What the training split (and the test split, if any) tell about the model of `spec`: the
-/// examples' declared shape, the feature width of the first file (or of `data.sql`'s output)
-/// and the number of outputs the labels call for.
-pub(super) fn data_facts(
-    spec: &JobSpec,
-    train: &Split,
-    test: Option<&Split>,
-    prep: Option<&SqlPlanner>,
-) -> DataFacts {
-    let data = &spec.data;
-    let example_shape_from = if data.shape.is_some() {
-        "data.shape"
-    } else {
-        "data.image"
-    };
+/// What the training split (and the test split, if any) tell about the model of the job: the
+/// examples' declared shape (named by the key `example_shape_from` in messages), the feature
+/// width of the first file (or of `data.sql`'s output) and the number of outputs the labels
+/// call for.
+pub(super) fn data_facts(input: &KindInput<'_>, example_shape_from: &str) -> DataFacts {
+    let KindInput {
+        spec,
+        train,
+        test,
+        prep,
+    } = *input;
     let schema = first_schema(train, prep);
     DataFacts {
-        example_shape: data.example_shape(),
+        example_shape: spec.data.example_shape(),
         example_shape_from: example_shape_from.into(),
         // The model's builder takes the reasons as clauses (it is the ml crate's type).
         feature_width: schema
