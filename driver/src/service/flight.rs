@@ -207,69 +207,9 @@ mod tests {
         }
     }
 
-    /// Only a running job's own files, with its secret, are served.
-    #[test]
-    fn tickets_are_checked_against_running_jobs() {
-        let data = format!(
-            "{}/../examples/data/mnist/test.parquet",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let toml = dir.path().join("job.toml");
-        std::fs::write(
-            &toml,
-            format!(
-                "[data]\ntrain = \"{data}\"\nfeatures = [\"image\"]\nlabel = \"label\"\n\
-                 [model]\nkind = \"mlp\"\nlayers = [784, 10]\n[cluster]\ncheckpoint_dir = \"{}\"\n",
-                dir.path().display()
-            ),
-        )
-        .unwrap();
-        let spec = JobSpec::load(&toml, &[]).unwrap();
-        let registry = ModelRegistry::default();
-        let plan = Scheduler::plan_job(
-            &registry,
-            &ringflow_core::wire::payload::encode(&spec),
-            false,
-            None,
-        )
-        .unwrap();
-        let shared = Arc::new(Shared::new(SchedulerConfig::default(), registry, None));
-        let now = Instant::now();
-        let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);
-        let server = PartitionServer(shared.clone());
-        // Waiting for executors: nothing is served, whatever the ticket says.
-        let e = server.authorize(&ticket(&id, &[0; 32], &data)).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
-
-        let executor = pb::ExecutorInfo {
-            executor_id: "e0".into(),
-            host: "h".into(),
-            ring_address: "h:1".into(),
-            ..Default::default()
-        };
-        shared
-            .lock()
-            .job_mut(&id)
-            .unwrap()
-            .start(vec![executor], now);
-        let secret = shared.lock().job(&id).unwrap().secret().to_vec();
-        server.authorize(&ticket(&id, &secret, &data)).unwrap();
-        let e = server.authorize(&ticket(&id, &[7; 32], &data)).unwrap_err();
-        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
-        let e = server
-            .authorize(&ticket(&id, &secret, "/etc/passwd"))
-            .unwrap_err();
-        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
-        assert!(e.message().contains("is not a file of job"), "{e}");
-        let e = server
-            .authorize(&ticket("nope", &secret, &data))
-            .unwrap_err();
-        assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
-    }
-
-    /// A driver running one job on the MNIST test file, its id and its secret.
-    fn running_job(dir: &std::path::Path) -> (PartitionServer, String, Vec<u8>, String) {
+    /// A driver with one job on the MNIST test file waiting for its executor: the driver, the
+    /// job's id and the data file.
+    fn waiting_job(dir: &std::path::Path) -> (Arc<Shared>, String, String) {
         let data = format!(
             "{}/../examples/data/mnist/test.parquet",
             env!("CARGO_MANIFEST_DIR")
@@ -286,28 +226,58 @@ mod tests {
         .unwrap();
         let spec = JobSpec::load(&toml, &[]).unwrap();
         let registry = ModelRegistry::default();
-        let plan = Scheduler::plan_job(
-            &registry,
-            &ringflow_core::wire::payload::encode(&spec),
-            false,
-            None,
-        )
-        .unwrap();
+        let submitted = ringflow_core::wire::payload::encode(&spec);
+        let plan = Scheduler::plan_job(&registry, &submitted, false, None).unwrap();
         let shared = Arc::new(Shared::new(SchedulerConfig::default(), registry, None));
-        let now = Instant::now();
-        let id = shared.lock().submit(JobKind::Train(Box::new(plan)), now);
+        let id = shared
+            .lock()
+            .submit(JobKind::Train(Box::new(plan)), Instant::now());
+        (shared, id, data)
+    }
+
+    /// Starts job `id` on one executor; returns its secret.
+    fn start(shared: &Shared, id: &str) -> Vec<u8> {
         let executor = pb::ExecutorInfo {
             executor_id: "e0".into(),
             host: "h".into(),
             ring_address: "h:1".into(),
             ..Default::default()
         };
-        shared
-            .lock()
-            .job_mut(&id)
-            .unwrap()
-            .start(vec![executor], now);
-        let secret = shared.lock().job(&id).unwrap().secret().to_vec();
+        let mut scheduler = shared.lock();
+        let job = scheduler.job_mut(id).unwrap();
+        job.start(vec![executor], Instant::now());
+        job.secret().to_vec()
+    }
+
+    /// Only a running job's own files, with its secret, are served.
+    #[test]
+    fn tickets_are_checked_against_running_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, id, data) = waiting_job(dir.path());
+        let server = PartitionServer(shared.clone());
+        // Waiting for executors: nothing is served, whatever the ticket says.
+        let e = server.authorize(&ticket(&id, &[0; 32], &data)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e}");
+
+        let secret = start(&shared, &id);
+        server.authorize(&ticket(&id, &secret, &data)).unwrap();
+        let e = server.authorize(&ticket(&id, &[7; 32], &data)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+        let e = server
+            .authorize(&ticket(&id, &secret, "/etc/passwd"))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e}");
+        assert!(e.message().contains("is not a file of job"), "{e}");
+        let e = server
+            .authorize(&ticket("nope", &secret, &data))
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    }
+
+    /// A driver running one job on the MNIST test file, its id and its secret.
+    fn running_job(dir: &std::path::Path) -> (PartitionServer, String, Vec<u8>, String) {
+        let (shared, id, data) = waiting_job(dir);
+        let secret = start(&shared, &id);
         (PartitionServer(shared), id, secret, data)
     }
 
