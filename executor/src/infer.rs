@@ -15,7 +15,7 @@ use ringflow_core::data::location::download_dir;
 use ringflow_core::data::paths;
 use ringflow_core::data::runtime::block_on;
 use ringflow_core::saved::SavedModel;
-use ringflow_core::spec::JobSpec;
+use ringflow_core::spec::ResolvedSpec;
 use ringflow_ml::checkpoint;
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, SequenceOutput};
@@ -36,8 +36,8 @@ const PREDICT_BATCH: usize = ringflow_core::data::PREDICT_BATCH_ROWS;
 pub struct InferTask {
     /// The job's id.
     pub job_id: String,
-    /// The saved model's job spec.
-    pub spec: JobSpec,
+    /// The saved model's job spec (resolved when it was trained).
+    pub spec: ResolvedSpec,
     /// The saved model's directory (a path or URL).
     pub model_dir: String,
     /// How the task reads its data (the model's preprocessing included).

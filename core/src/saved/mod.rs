@@ -32,7 +32,7 @@ use ringflow_ml::nn::{ModelRegistry, ModelShape, ModelSpec};
 use serde_json::Value;
 
 use crate::data::Preprocessing;
-use crate::spec::{JobSpec, SpecError};
+use crate::spec::{JobSpec, ResolvedSpec, SpecError};
 
 /// What ends a refusal of a `checkpoint.json` whose parts disagree.
 const DAMAGED: &str = "checkpoint.json no longer describes the model its tensors were saved \
@@ -87,8 +87,9 @@ pub enum SavedModelError {
 /// A saved model's job spec and preprocessing, as checked by [`SavedModel::read`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct SavedModel {
-    /// The job spec it was trained with (`extra.job`), whose `model` is the model's spec.
-    pub spec: JobSpec,
+    /// The job spec it was trained with (`extra.job`), as the driver resolved it: its
+    /// `model` is the model's spec.
+    pub spec: ResolvedSpec,
     /// The preprocessing its data went through (`extra.preprocessing`), if any.
     pub preprocessing: Option<Preprocessing>,
 }
@@ -116,7 +117,7 @@ impl SavedModel {
                 ));
             }
         };
-        let spec: JobSpec = serde_path_to_error::deserialize(job).map_err(|e| {
+        let spec: ResolvedSpec = serde_path_to_error::deserialize(job).map_err(|e| {
             let at = e.path().to_string();
             let name = if at == "." {
                 "extra.job".to_string()

@@ -13,6 +13,7 @@ mod fuzz;
 mod images;
 mod load;
 mod overrides;
+mod resolved;
 mod sequences;
 mod written;
 
@@ -26,6 +27,7 @@ pub use images::{
     MAX_EXAMPLE_VALUES, MAX_IMAGE_METADATA_BYTES, MAX_IMAGE_SIDE, MAX_SHAPE_DIMS,
 };
 pub use overrides::Override;
+pub use resolved::ResolvedSpec;
 pub use sequences::{
     DEFAULT_MAX_LENGTH, DEFAULT_MAX_TOKEN_BYTES, MAX_SEQUENCE_LENGTH, MAX_TOKEN_BYTES, MAX_VOCAB,
     Metric, OnTooLong, VocabSpec,

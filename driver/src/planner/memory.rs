@@ -372,6 +372,7 @@ pub fn footprint(
 mod tests {
     use std::path::Path;
 
+    use ringflow_core::spec::ResolvedSpec;
     use ringflow_ml::nn::{ModelRegistry, ModelShape};
 
     use super::*;
@@ -412,7 +413,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             .collect();
         JobPlan {
             footprint: footprint(&registry, &spec).unwrap(),
-            spec,
+            spec: ResolvedSpec::as_given(spec),
             model: shape,
             train,
             test: Vec::new(),
@@ -607,7 +608,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             crate::planner::kinds::images::decoding_threads(&plan(&images, 1, 1, 1).spec, 1);
         let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
         assert_eq!(shared, cores);
-        let plain_image = plan(&images, 1, 1, 1).spec.data.image.unwrap();
+        let plain_image = plan(&images, 1, 1, 1).spec.data.image.clone().unwrap();
         assert_eq!(
             part(&plain, "image decoding"),
             shared * plain_image.decoding_bytes()

@@ -28,7 +28,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use ringflow_core::data::Location;
 use ringflow_core::data::runtime::block_on;
 use ringflow_core::pb::EpochPlan;
-use ringflow_core::spec::{JobSpec, SpecAsWritten};
+use ringflow_core::spec::{JobSpec, ResolvedSpec, SpecAsWritten};
 use ringflow_ml::nn::{ModelFootprint, ModelRegistry, ModelShape, ModelSummary};
 
 use crate::error::{DriverError, Result};
@@ -244,8 +244,9 @@ fn check_splits(
 /// A job's data, as the driver knows it after planning.
 #[derive(Clone, Debug)]
 pub struct JobPlan {
-    /// The checked spec.
-    pub spec: JobSpec,
+    /// The spec, checked and with its model completed from the data: what executors,
+    /// checkpoints and the saved model see.
+    pub spec: ResolvedSpec,
     /// The model's input and output widths.
     pub model: ModelShape,
     /// Row groups of the training split, in file order.
@@ -290,7 +291,7 @@ pub struct ResumePoint {
 
 /// Reads the last checkpoint of `spec`'s job (`<checkpoint_dir>/checkpoint/checkpoint.json`) and
 /// checks that the spec can continue from it.
-pub fn resume_point(spec: &JobSpec) -> Result<ResumePoint> {
+pub fn resume_point(spec: &ResolvedSpec) -> Result<ResumePoint> {
     let dir = spec.checkpoint_path();
     let meta = Location::parse(&dir)
         .map_err(ResumeError::Location)?
@@ -332,8 +333,8 @@ pub fn resume_point(spec: &JobSpec) -> Result<ResumePoint> {
 
 impl JobPlan {
     /// Plans `spec`: checks the model against `registry`, lists and inspects the data, and
-    /// plans `data.sql`.
-    pub fn new(mut spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
+    /// plans `data.sql`. It is where a spec becomes a [`ResolvedSpec`].
+    pub fn new(spec: JobSpec, registry: &ModelRegistry) -> Result<JobPlan> {
         // `cluster.device` is not checked here: the driver needs no GPU. Executors advertise
         // theirs, the scheduler places the job only on executors that have its device, and
         // each executor checks the device it is given.
@@ -355,7 +356,8 @@ impl JobPlan {
             test: test.as_ref().map(|t| &t.split),
             prep: prep.as_ref(),
         })?;
-        spec.model = builder.resolve(&spec.model, kind.facts())?;
+        let completed = builder.resolve(&spec.model, kind.facts())?;
+        let spec = ResolvedSpec::completed(spec, completed);
         let model = builder.shape(&spec.model)?;
         if let Some(test) = &test {
             kind.check_test(&spec, &test.split, &model)?;
@@ -404,7 +406,7 @@ impl JobPlan {
     /// Plans evaluation (`label_required`) or prediction of the saved model's `spec` over the
     /// data at `path`, which the plan holds as its test split.
     pub fn inference(
-        spec: JobSpec,
+        spec: ResolvedSpec,
         path: &str,
         registry: &ModelRegistry,
         label_required: bool,

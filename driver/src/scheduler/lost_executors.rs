@@ -307,7 +307,7 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{bench, info, sched, train_on};
+    use super::super::tests::{bench, info, sched, train_with};
     use super::*;
     use crate::scheduler::JobKind;
     use pb::finish_task_request::Result as R;
@@ -522,10 +522,7 @@ mod tests {
     #[test]
     fn an_elastic_recovery_names_the_lost_executor_as_its_cause() {
         let now = Instant::now();
-        let mut kind = train_on("cpu", 2);
-        if let JobKind::Train(plan) = &mut kind {
-            plan.spec.cluster.min_executors = Some(1);
-        }
+        let kind = train_with("cpu", 2, &["cluster.min_executors=1"]);
         let (mut s, id) = running(kind, now);
         let req = pb::RecoverRequest {
             job_id: id.clone(),

@@ -144,17 +144,13 @@ mod tests {
 
     use ringflow_core::pb::JobState;
 
-    use super::super::tests::{info, sched, train_on};
-    use crate::scheduler::JobKind;
+    use super::super::tests::{info, sched, train_with};
 
     #[test]
     fn a_job_waits_for_its_executors_until_its_rendezvous_timeout_and_no_longer() {
         let t0 = Instant::now();
         let mut s = sched();
-        let mut kind = train_on("cpu", 2);
-        if let JobKind::Train(plan) = &mut kind {
-            plan.spec.cluster.rendezvous_timeout_s = 10;
-        }
+        let kind = train_with("cpu", 2, &["cluster.rendezvous_timeout_s=10"]);
         let id = s.submit(kind, t0);
         s.register(info("e1", "h1", 1), t0).unwrap();
         let limit = t0 + Duration::from_secs(10);

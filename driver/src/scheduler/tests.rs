@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use ringflow_core::spec::JobSpec;
+use ringflow_core::spec::{JobSpec, Override, ResolvedSpec};
 
 use super::*;
 use crate::planner::JobPlan;
@@ -188,6 +188,12 @@ kind = "transformer"
 /// A planned training job on `executors` executors with `cluster.device = device` (the plan
 /// is made up: no data is read).
 pub(crate) fn train_on(device: &str, executors: usize) -> JobKind {
+    train_with(device, executors, &[])
+}
+
+/// [`train_on`]'s job with the `--set` overrides `sets` (`"train.epochs=1"`) applied to its
+/// spec before it is planned.
+pub(crate) fn train_with(device: &str, executors: usize, sets: &[&str]) -> JobKind {
     let text = format!(
         r#"
 [data]
@@ -202,7 +208,8 @@ executors = {executors}
 device = "{device}"
 "#
     );
-    let spec = JobSpec::parse(&text, Path::new("j.toml"), &[]).unwrap();
+    let sets: Vec<Override> = sets.iter().map(|s| s.parse().unwrap()).collect();
+    let spec = JobSpec::parse(&text, Path::new("j.toml"), &sets).unwrap();
     let train = (0..4)
         .map(|i| crate::planner::split::RowGroup {
             path: "x.parquet".into(),
@@ -214,7 +221,7 @@ device = "{device}"
         })
         .collect();
     JobKind::Train(Box::new(JobPlan {
-        spec,
+        spec: ResolvedSpec::as_given(spec),
         model: ringflow_ml::nn::ModelShape::flat(1, 2),
         train,
         test: Vec::new(),
@@ -241,11 +248,8 @@ fn a_training_job_writes_its_event_log_and_forwards_step_spans() {
     let mut s = Scheduler::new(SchedulerConfig::default(), ModelRegistry::default());
     s.register(info("e1", "h1", 1), now).unwrap();
     s.register(info("e2", "h1", 2), now).unwrap();
-    let mut kind = train_on("cpu", 2);
-    if let JobKind::Train(plan) = &mut kind {
-        plan.spec.cluster.checkpoint_dir = Some(dir.path().display().to_string());
-        plan.spec.train.epochs = 1;
-    }
+    let checkpoint_dir = format!("cluster.checkpoint_dir={}", dir.path().display());
+    let kind = train_with("cpu", 2, &[&checkpoint_dir, "train.epochs=1"]);
     let id = s.submit(kind, now);
     s.tick(now);
     assert!(
@@ -358,12 +362,8 @@ fn report_one_epoch_and_finish(s: &mut Scheduler, id: &str, now: Instant) {
 /// A training job on `device` with 2 ranks that survives lost executors (`min_executors = 1`)
 /// and grows up to `max` executors.
 pub(super) fn elastic_on(device: &str, max: usize) -> JobKind {
-    let mut kind = train_on(device, 2);
-    if let JobKind::Train(plan) = &mut kind {
-        plan.spec.cluster.min_executors = Some(1);
-        plan.spec.cluster.max_executors = Some(max);
-    }
-    kind
+    let max = format!("cluster.max_executors={max}");
+    train_with(device, 2, &["cluster.min_executors=1", &max])
 }
 
 /// Submits `kind` at `now` and hands its tasks to `executors`; returns the job's id.
@@ -383,10 +383,16 @@ fn elastic_pair_running(dir: &Path) -> (Scheduler, String, Instant) {
     let mut s = Scheduler::new(SchedulerConfig::default(), ModelRegistry::default());
     s.register(info("e1", "h1", 1), start).unwrap();
     s.register(info("e2", "h2", 1), start).unwrap();
-    let mut kind = elastic_on("cpu", 2);
-    if let JobKind::Train(plan) = &mut kind {
-        plan.spec.cluster.checkpoint_dir = Some(dir.display().to_string());
-    }
+    let checkpoint_dir = format!("cluster.checkpoint_dir={}", dir.display());
+    let kind = train_with(
+        "cpu",
+        2,
+        &[
+            "cluster.min_executors=1",
+            "cluster.max_executors=2",
+            &checkpoint_dir,
+        ],
+    );
     let id = self::start(&mut s, kind, &["e1", "e2"], start);
     (s, id, start)
 }

@@ -4,7 +4,7 @@
 //! benchmark) runs, and its end is reported.
 
 use ringflow_core::pb;
-use ringflow_core::spec::JobSpec;
+use ringflow_core::spec::ResolvedSpec;
 use ringflow_core::wire::payload;
 use ringflow_ml::Device;
 use ringflow_ml::nn::ModelRegistry;
@@ -161,8 +161,12 @@ impl Worker<'_> {
 
     /// The job spec, and the device this executor runs it on: before any model is built, a
     /// GPU this executor cannot use fails the task with a sentence naming the executor.
-    fn job_and_device(&self, header: &pb::TaskHeader, verb: &str) -> Result<(JobSpec, Device)> {
-        let spec: JobSpec = payload::decode("TaskHeader.job", &header.job)?;
+    fn job_and_device(
+        &self,
+        header: &pb::TaskHeader,
+        verb: &str,
+    ) -> Result<(ResolvedSpec, Device)> {
+        let spec: ResolvedSpec = payload::decode("TaskHeader.job", &header.job)?;
         let device = place_task(spec.cluster.device, header, verb, &self.info.executor_id)?;
         Ok((spec, device))
     }

@@ -74,12 +74,10 @@ fn a_failed_poll_that_held_no_task_changes_nothing() {
 fn a_large_preprocessing_travels_by_its_length_and_is_served_whole() {
     let now = Instant::now();
     let small = train_on("cpu", 1);
-    let mut large = train_on("cpu", 1);
-    let JobKind::Train(plan) = &mut large else {
-        unreachable!()
-    };
     let classes: Vec<String> = (0..20_000).map(|i| format!("{i:0>100}")).collect();
-    plan.spec.data.label_classes = Some(classes.clone());
+    let quoted: Vec<String> = classes.iter().map(|c| format!("{c:?}")).collect();
+    let set = format!("data.label_classes=[{}]", quoted.join(","));
+    let large = train_with("cpu", 1, &[&set]);
     let mut kinds = vec![("small", small), ("large", large)];
     for (name, kind) in kinds.drain(..) {
         let (mut s, id) = running(kind, now);

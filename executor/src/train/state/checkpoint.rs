@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use ringflow_core::data::location::upload_dir;
 use ringflow_core::data::{Location, Preprocessing};
-use ringflow_core::spec::{JobSpec, SpecAsWritten};
+use ringflow_core::spec::{JobSpec, ResolvedSpec, SpecAsWritten};
 use ringflow_ml::checkpoint::{self, TrainingState};
 use ringflow_ml::nn::Model;
 use ringflow_ml::optim::Optimizer;
@@ -18,8 +18,8 @@ use crate::train::context::TrainEvent;
 pub struct Checkpoints<'a> {
     /// The job's id.
     pub job_id: &'a str,
-    /// The job spec, saved with the model.
-    pub spec: &'a JobSpec,
+    /// The job spec as the driver resolved it, saved with the model (`extra.job`).
+    pub spec: &'a ResolvedSpec,
     /// The spec as its user wrote it, saved beside `spec` when the driver had it.
     pub written: Option<&'a SpecAsWritten>,
     /// The preprocessing the data went through, saved with the model.

@@ -13,7 +13,7 @@ mod ring;
 
 use std::time::Duration;
 
-use ringflow_core::spec::{JobSpec, SpecAsWritten};
+use ringflow_core::spec::{JobSpec, ResolvedSpec, SpecAsWritten};
 use ringflow_ml::loss::LossKind;
 use ringflow_ml::nn::{Model, ModelRegistry, ModelShape};
 use ringflow_ml::optim::Optimizer;
@@ -39,8 +39,8 @@ use ring::Ring;
 pub struct TrainTask {
     /// The job's id (for logs and checkpoints).
     pub job_id: String,
-    /// The job spec, as checked by the driver.
-    pub spec: JobSpec,
+    /// The job spec, as the driver resolved it.
+    pub spec: ResolvedSpec,
     /// Optimizer steps in every epoch (identical on every rank).
     pub steps_per_epoch: u64,
     /// Where rank 0 saves the trained model (`<checkpoint_dir>/model`, a path or URL).
