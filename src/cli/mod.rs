@@ -3,6 +3,7 @@
 mod bench;
 mod bench_ingest;
 mod daemons;
+mod export;
 mod history;
 mod infer;
 mod local;
@@ -54,6 +55,8 @@ enum Command {
     Eval(infer::EvalArgs),
     /// Write a saved model's predictions for a data set as Parquet, on executors in parallel.
     Predict(infer::PredictArgs),
+    /// Export a saved model for other runtimes: `--format onnx`.
+    Export(export::ExportArgs),
     /// Summarize the jobs of a checkpoint directory from their event log (`events.jsonl`).
     History(history::HistoryArgs),
     /// Measure ringflow: `bench allreduce`, `bench train`, `bench ingest`.
@@ -190,6 +193,7 @@ pub fn main(registry: ModelRegistry) -> ExitCode {
         Command::Sql(args) => sql::run(args),
         Command::Eval(args) => infer::eval(args, registry),
         Command::Predict(args) => infer::predict(args, registry),
+        Command::Export(args) => export::run(args, registry),
         Command::History(args) => history::run(args),
         Command::Bench(cmd) => bench::run(cmd),
     };

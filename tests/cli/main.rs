@@ -12,6 +12,7 @@ mod data_limits;
 mod deploy;
 mod distributed;
 mod errors;
+mod export;
 mod fusion;
 mod helpers;
 mod history;

@@ -132,7 +132,7 @@ pub struct Normalization {
 }
 
 /// What the training data's statistics decided, applied identically in training, evaluation
-/// and prediction, and saved with the model (`preprocessing.json`).
+/// and prediction, and saved with the model (`extra.preprocessing` in `checkpoint.json`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Preprocessing {
     /// Standardization of the features, when `normalize = "standard"`.

@@ -27,6 +27,9 @@ pub enum UnaryOp {
     Sqrt,
     /// `x²`
     Square,
+    /// GELU, exact: `x·Φ(x)` with the error function (PyTorch's `nn.GELU()`, Keras's
+    /// default)
+    GeluExact,
 }
 
 /// Elementwise functions of two arguments, with broadcasting.

@@ -1,4 +1,4 @@
-//! Elementwise functions: neg, exp, log, relu, tanh, sigmoid, gelu, sqrt, square.
+//! Elementwise functions: neg, exp, log, relu, tanh, sigmoid, gelu (both forms), sqrt, square.
 
 use crate::autodiff::{Backward, GradSink};
 use crate::backend::{Storage, UnaryOp};
@@ -61,6 +61,11 @@ impl Tensor {
     /// GELU in its tanh approximation, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
     pub fn gelu(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Gelu)
+    }
+
+    /// GELU, exact: `0.5·x·(1 + erf(x/√2))` (PyTorch's `nn.GELU()`).
+    pub fn gelu_exact(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::GeluExact)
     }
 
     /// Square root.

@@ -110,6 +110,7 @@ pub fn unary_ops(device: Device) -> Outputs {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
+        UnaryOp::GeluExact,
         UnaryOp::Square,
     ]
     .into_iter()

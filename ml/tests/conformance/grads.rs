@@ -134,7 +134,7 @@ fn grad_unary(device: Device) -> TestResult {
     let positive = param(&[3, 4], 0.5, 2.0, 41, device);
     let off_zero = param_away_from_zero(&[3, 4], 0.1, 1.5, 42, device);
     type Unary = fn(&Tensor) -> ringflow_ml::Result<Tensor>;
-    let cases: [(&str, &Tensor, Unary); 9] = [
+    let cases: [(&str, &Tensor, Unary); 10] = [
         ("neg", &general, Tensor::neg),
         ("exp", &general, Tensor::exp),
         ("log", &positive, Tensor::log),
@@ -142,6 +142,7 @@ fn grad_unary(device: Device) -> TestResult {
         ("tanh", &general, Tensor::tanh),
         ("sigmoid", &general, Tensor::sigmoid),
         ("gelu", &general, Tensor::gelu),
+        ("gelu_exact", &general, Tensor::gelu_exact),
         ("sqrt", &positive, Tensor::sqrt),
         ("square", &general, Tensor::square),
     ];
@@ -360,7 +361,7 @@ fn grad_layer_norm(device: Device) -> TestResult {
 }
 
 fn grad_mlp_parameters(device: Device) -> TestResult {
-    for activation in ["tanh", "gelu", "sigmoid"] {
+    for activation in ["tanh", "gelu", "gelu_exact", "sigmoid"] {
         let model = Model::build(
             &ModelSpec::mlp(&[3, 5, 4, 2], activation),
             &ModelRegistry::default(),

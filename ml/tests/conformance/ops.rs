@@ -184,6 +184,13 @@ fn elementwise_values(device: Device) -> TestResult {
         1e-5,
         "gelu",
     )?;
+    // 0.5·x·(1 + erf(x/√2)), from Python's math.erf in float64.
+    assert_close(
+        &x.gelu_exact()?.to_vec(),
+        &[-0.158_655_25, 0., 0.345_731_23, 1.954_499_7],
+        1e-6,
+        "gelu_exact",
+    )?;
     assert_close(
         &x.affine(3.0, 1.0)?.to_vec(),
         &[-2., 1., 2.5, 7.],

@@ -9,6 +9,9 @@ use crate::error::Result;
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044_715;
+const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+/// `1/√(2π)`, the standard normal density at 0.
+const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
 /// The scalar function behind a [`UnaryOp`].
 #[inline(always)]
@@ -24,6 +27,7 @@ pub fn apply_unary(op: UnaryOp, x: f32) -> f32 {
             let u = SQRT_2_OVER_PI * (x + GELU_CUBIC * x * x * x);
             0.5 * x * (1.0 + u.tanh())
         }
+        UnaryOp::GeluExact => 0.5 * x * (1.0 + libm::erff(x * FRAC_1_SQRT_2)),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Square => x * x,
     }
@@ -62,6 +66,10 @@ fn derivative(op: UnaryOp, x: f32, y: f32) -> f32 {
             0.5 * (1.0 + t)
                 + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_CUBIC * x * x)
         }
+        // Φ(x) + x·φ(x), with Φ and φ the standard normal's distribution and density.
+        UnaryOp::GeluExact => {
+            0.5 * (1.0 + libm::erff(x * FRAC_1_SQRT_2)) + x * FRAC_1_SQRT_2PI * (-0.5 * x * x).exp()
+        }
         UnaryOp::Sqrt => 0.5 / y,
         UnaryOp::Square => 2.0 * x,
     }
@@ -84,6 +92,7 @@ fn unary_slice(op: UnaryOp, out: &mut [f32], x: &[f32]) {
         UnaryOp::Tanh => each!(UnaryOp::Tanh),
         UnaryOp::Sigmoid => each!(UnaryOp::Sigmoid),
         UnaryOp::Gelu => each!(UnaryOp::Gelu),
+        UnaryOp::GeluExact => each!(UnaryOp::GeluExact),
         UnaryOp::Sqrt => each!(UnaryOp::Sqrt),
         UnaryOp::Square => each!(UnaryOp::Square),
     }

@@ -23,6 +23,7 @@ fn unary_code(op: UnaryOp) -> i32 {
         UnaryOp::Gelu => 6,
         UnaryOp::Sqrt => 7,
         UnaryOp::Square => 8,
+        UnaryOp::GeluExact => 9,
     }
 }
 

@@ -28,6 +28,8 @@ __device__ __forceinline__ float sigmoid_f(float x) {
 
 #define SQRT_2_OVER_PI 0.7978846f
 #define GELU_CUBIC 0.044715f
+#define FRAC_1_SQRT_2 0.70710677f
+#define FRAC_1_SQRT_2PI 0.3989423f
 
 // Operation codes: the order of UnaryOp in backend/mod.rs.
 __device__ __forceinline__ float unary_f(int op, float x) {
@@ -43,7 +45,8 @@ __device__ __forceinline__ float unary_f(int op, float x) {
             return 0.5f * x * (1.0f + tanhf(u));
         }
         case 7: return sqrtf(x);
-        default: return x * x;
+        case 8: return x * x;
+        default: return 0.5f * x * (1.0f + erff(x * FRAC_1_SQRT_2));  // 9: GELU, exact
     }
 }
 
@@ -62,7 +65,10 @@ __device__ __forceinline__ float derivative_f(int op, float x, float y) {
                    0.5f * x * (1.0f - t * t) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * x * x);
         }
         case 7: return 0.5f / y;
-        default: return 2.0f * x;
+        case 8: return 2.0f * x;
+        default:  // 9: GELU, exact: Φ(x) + x·φ(x)
+            return 0.5f * (1.0f + erff(x * FRAC_1_SQRT_2)) +
+                   x * FRAC_1_SQRT_2PI * expf(-0.5f * x * x);
     }
 }
 

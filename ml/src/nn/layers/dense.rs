@@ -119,23 +119,29 @@ pub enum ActivationKind {
     Tanh,
     /// logistic
     Sigmoid,
-    /// GELU (tanh approximation)
+    /// GELU, tanh approximation (PyTorch's `nn.GELU(approximate="tanh")`)
     Gelu,
+    /// GELU, exact with the error function (PyTorch's `nn.GELU()`, Keras's `gelu`)
+    GeluExact,
 }
 
 impl ActivationKind {
-    /// True for ReLU and GELU, whose layers start best from He initialization.
+    /// True for ReLU and both GELUs, whose layers start best from He initialization.
     pub fn is_relu_like(self) -> bool {
-        matches!(self, ActivationKind::Relu | ActivationKind::Gelu)
+        matches!(
+            self,
+            ActivationKind::Relu | ActivationKind::Gelu | ActivationKind::GeluExact
+        )
     }
 
-    /// The name a spec uses: `"relu"`, `"tanh"`, `"sigmoid"`, `"gelu"`.
+    /// The name a spec uses: `"relu"`, `"tanh"`, `"sigmoid"`, `"gelu"`, `"gelu_exact"`.
     pub fn name(self) -> &'static str {
         match self {
             ActivationKind::Relu => "relu",
             ActivationKind::Tanh => "tanh",
             ActivationKind::Sigmoid => "sigmoid",
             ActivationKind::Gelu => "gelu",
+            ActivationKind::GeluExact => "gelu_exact",
         }
     }
 }
@@ -150,6 +156,7 @@ impl Module for Activation {
             ActivationKind::Tanh => x.tanh(),
             ActivationKind::Sigmoid => x.sigmoid(),
             ActivationKind::Gelu => x.gelu(),
+            ActivationKind::GeluExact => x.gelu_exact(),
         }
     }
 }

@@ -72,6 +72,7 @@ fn following_activation(
         match spec {
             LayerSpec::Relu => return Some(ActivationKind::Relu),
             LayerSpec::Gelu => return Some(ActivationKind::Gelu),
+            LayerSpec::GeluExact => return Some(ActivationKind::GeluExact),
             LayerSpec::Tanh => return Some(ActivationKind::Tanh),
             LayerSpec::Sigmoid => return Some(ActivationKind::Sigmoid),
             LayerSpec::BatchNorm(_)
@@ -116,6 +117,7 @@ fn infer_layer(at: &At<'_>, spec: &LayerSpec) -> Result<PlannedLayer> {
         }
         LayerSpec::Relu => activation(at, ActivationKind::Relu),
         LayerSpec::Gelu => activation(at, ActivationKind::Gelu),
+        LayerSpec::GeluExact => activation(at, ActivationKind::GeluExact),
         LayerSpec::Tanh => activation(at, ActivationKind::Tanh),
         LayerSpec::Sigmoid => activation(at, ActivationKind::Sigmoid),
         LayerSpec::MaxPool2d(p) => {

@@ -3,13 +3,13 @@
 //! pooling over the steps, attention, Transformer encoder blocks and position embeddings.
 
 use crate::error::Result;
+use crate::nn::PositionKind;
 use crate::nn::sequential::planned::{
     At, PlannedLayer, RecurrentCell, Resolved, batch_shape, check_sizes,
 };
 use crate::nn::sequential::spec::{
     AttentionSpec, PositionSpec, RecurrentSpec, SequencePoolSpec, TransformerSpec,
 };
-use crate::nn::{ActivationKind, PositionKind};
 
 /// The most layers one recurrent entry may stack.
 const MAX_STACK: usize = 64;
@@ -118,8 +118,8 @@ pub(super) fn transformer(at: &At<'_>, t: &TransformerSpec) -> Result<PlannedLay
     let [steps, dim] = steps_and_features(at)?;
     check_heads(at, dim, t.heads, t.dropout)?;
     check_sizes(at, &[("ff", t.ff)], 1)?;
-    if !matches!(t.activation, ActivationKind::Relu | ActivationKind::Gelu) {
-        return Err(at.error("has an activation other than \"relu\" or \"gelu\""));
+    if !t.activation.is_relu_like() {
+        return Err(at.error("has an activation other than \"relu\", \"gelu\" or \"gelu_exact\""));
     }
     let (d, ff) = (dim as u64, t.ff as u64);
     // Attention, the two feed-forward layers with biases, two layer norms.

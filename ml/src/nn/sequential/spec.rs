@@ -365,6 +365,8 @@ pub enum LayerSpec {
     Relu,
     /// GELU (tanh approximation).
     Gelu,
+    /// GELU, exact (with the error function).
+    GeluExact,
     /// Hyperbolic tangent.
     Tanh,
     /// Logistic sigmoid.
@@ -407,6 +409,7 @@ pub const LAYER_TYPES: &[&str] = &[
     "batch_norm",
     "relu",
     "gelu",
+    "gelu_exact",
     "tanh",
     "sigmoid",
     "max_pool2d",
@@ -434,6 +437,7 @@ impl LayerSpec {
             LayerSpec::BatchNorm(_) => "batch_norm",
             LayerSpec::Relu => "relu",
             LayerSpec::Gelu => "gelu",
+            LayerSpec::GeluExact => "gelu_exact",
             LayerSpec::Tanh => "tanh",
             LayerSpec::Sigmoid => "sigmoid",
             LayerSpec::MaxPool2d(_) => "max_pool2d",
@@ -497,6 +501,7 @@ impl LayerSpec {
             "batch_norm" => LayerSpec::BatchNorm(read((path, kind.as_str()), &keys)?),
             "relu" => fields().map(|_| LayerSpec::Relu)?,
             "gelu" => fields().map(|_| LayerSpec::Gelu)?,
+            "gelu_exact" => fields().map(|_| LayerSpec::GeluExact)?,
             "tanh" => fields().map(|_| LayerSpec::Tanh)?,
             "sigmoid" => fields().map(|_| LayerSpec::Sigmoid)?,
             "max_pool2d" => LayerSpec::MaxPool2d(read((path, kind.as_str()), &keys)?),

@@ -663,3 +663,36 @@ fn only_max_pooling_trades_places_with_a_relu() {
         "average pooling traded places with the ReLU"
     );
 }
+
+#[test]
+fn the_two_gelus_are_layers_of_their_own_with_the_same_initialization() {
+    let with = |activation: &str| {
+        let fields = json!({
+            "input": [4],
+            "classes": 3,
+            "layers": [
+                { "type": "linear", "out": 8 },
+                { "type": activation },
+                { "type": "linear" },
+            ],
+        });
+        let planned = plan(fields.clone()).unwrap();
+        assert_eq!(planned.layers[1].kind, activation);
+        Model::build(&spec(fields), &ModelRegistry::default(), 5, Device::Cpu).unwrap()
+    };
+    let (tanh_form, exact) = (with("gelu"), with("gelu_exact"));
+    // Both start from He initialization: the same seed gives the same weights.
+    let w = |m: &Model| m.params().get("layers.0.weight").unwrap().to_vec();
+    assert_eq!(w(&tanh_form), w(&exact));
+    let values: Vec<f32> = (0..12).map(|i| i as f32 * 0.7 - 4.0).collect();
+    let x = Tensor::from_vec(values, &[3, 4], Device::Cpu).unwrap();
+    let mut r = rng::seeded(1, rng::streams::DROPOUT);
+    let a = tanh_form.forward(&x, false, &mut r).unwrap().to_vec();
+    let b = exact.forward(&x, false, &mut r).unwrap().to_vec();
+    let gap = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(gap > 0.0 && gap < 0.05, "the two GELUs differ by {gap}");
+}

@@ -1,0 +1,188 @@
+//! A saved model as an ONNX model ([`export`]), opset [`OPSET`].
+//!
+//! The graph takes `features`, `[batch, width]` float32: the model's feature columns read as
+//! the data has them, in `data.features` order (a list column's values in place), before
+//! `data.scale` and normalization, which the graph applies as the executors do. It gives
+//! `logits` and `probabilities` (softmax over the classes) for `cross_entropy`, `logits` and
+//! `probability` (sigmoid) for `binary_cross_entropy`, and `prediction` for `mse`, each with a
+//! first axis of any size (`batch`).
+//!
+//! The model's `metadata_props` and the JSON sidecar ([`Exported::sidecar`]) carry the
+//! resolved spec, the class names, the vocabulary and the preprocessing, so a server can name
+//! a prediction as `ringflow predict` does.
+
+mod features;
+mod graph;
+mod mlp;
+mod ops;
+pub mod proto;
+mod sequential;
+
+use std::path::{Path, PathBuf};
+
+use ringflow_ml::loss::LossKind;
+use serde_json::json;
+
+use crate::error::ExportError;
+use crate::saved::SavedModelDir;
+use graph::{Attr, Dim, Graph};
+use proto::{ModelProto, OperatorSetIdProto, StringStringEntryProto};
+
+/// The ONNX operator set the graphs use (every operator in them is in opset 17).
+pub const OPSET: i64 = 17;
+/// The IR version of opset 17 (ONNX 1.12).
+const IR_VERSION: i64 = 8;
+/// The name of the graph's input.
+pub const INPUT: &str = "features";
+
+/// An exported model.
+pub struct Exported {
+    /// The ONNX model, serialized.
+    pub model: Vec<u8>,
+    /// What the model's metadata holds, as one JSON document: inputs, outputs, classes,
+    /// vocabulary, preprocessing and the resolved spec.
+    pub sidecar: serde_json::Value,
+}
+
+impl Exported {
+    /// Where the sidecar of a model written to `path` goes: `path` with `.json` added.
+    pub fn sidecar_path(path: &Path) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".json");
+        PathBuf::from(name)
+    }
+
+    /// Writes the model to `path` and its sidecar beside it, each to a temporary name first
+    /// and renamed into place, so a reader never sees half a file; refuses to replace either
+    /// unless `overwrite`.
+    pub fn write(&self, path: &Path, overwrite: bool) -> Result<(), ExportError> {
+        let sidecar = Exported::sidecar_path(path);
+        for p in [path, sidecar.as_path()] {
+            if !overwrite && p.exists() {
+                return Err(ExportError::Exists {
+                    path: p.display().to_string(),
+                });
+            }
+        }
+        let text = serde_json::to_vec_pretty(&self.sidecar).expect("a sidecar serializes");
+        write_atomic(&sidecar, &text)?;
+        write_atomic(path, &self.model)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
+    let fail = |source| ExportError::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).map_err(fail)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        fail(e)
+    })
+}
+
+/// `saved` as an ONNX model; an error naming the model kind, layer or setting it cannot
+/// express.
+pub fn export(saved: &SavedModelDir) -> Result<Exported, ExportError> {
+    let spec = &saved.saved.spec;
+    let shape = saved.model.shape();
+    if shape.sequence.is_some() {
+        return Err(ExportError::Unsupported {
+            format: "ONNX",
+            what: "a model of token sequences".into(),
+            why: "this ringflow exports models of fixed-shape examples so far".into(),
+        });
+    }
+    let width = shape.input_width();
+    let mut g = Graph::default();
+    g.input(INPUT, &[Dim::Named("batch"), Dim::Fixed(width)]);
+    let x = features::preprocess(&mut g, saved, INPUT, width)?;
+    let out = match spec.model.kind.as_str() {
+        "mlp" => mlp::lower(&mut g, saved, &x)?,
+        "sequential" => sequential::lower(&mut g, saved, &x)?,
+        kind => {
+            return Err(ExportError::Unsupported {
+                format: "ONNX",
+                what: format!("model.kind = {kind:?}"),
+                why: "a model kind of your own cannot describe its graph to ringflow yet; \
+                      export mlp and sequential models"
+                    .into(),
+            });
+        }
+    };
+    let outputs = heads(&mut g, &out, shape.outputs, spec.train.loss);
+    let sidecar = sidecar(saved, width, &outputs);
+    let model = ModelProto {
+        ir_version: Some(IR_VERSION),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(OPSET),
+        }],
+        producer_name: Some("ringflow".into()),
+        producer_version: Some(env!("CARGO_PKG_VERSION").into()),
+        graph: Some(g.finish(&spec.name)),
+        metadata_props: metadata(&sidecar),
+        ..Default::default()
+    };
+    Ok(Exported {
+        model: prost::Message::encode_to_vec(&model),
+        sidecar,
+    })
+}
+
+/// The graph outputs for `loss` on the model's output `out` (`[batch, outputs]`): their names.
+fn heads(g: &mut Graph, out: &str, outputs: usize, loss: LossKind) -> Vec<&'static str> {
+    let shape = [Dim::Named("batch"), Dim::Fixed(outputs)];
+    match loss {
+        LossKind::CrossEntropy => {
+            let p = g.op("Softmax", &[out], vec![Attr::Int("axis", -1)]);
+            g.output(out, "logits", &shape);
+            g.output(&p, "probabilities", &shape);
+            vec!["logits", "probabilities"]
+        }
+        LossKind::BinaryCrossEntropy => {
+            let p = g.op("Sigmoid", &[out], Vec::new());
+            g.output(out, "logits", &shape);
+            g.output(&p, "probability", &shape);
+            vec!["logits", "probability"]
+        }
+        LossKind::Mse => {
+            g.output(out, "prediction", &shape);
+            vec!["prediction"]
+        }
+    }
+}
+
+/// The sidecar document: what a program serving the model needs besides the graph.
+fn sidecar(saved: &SavedModelDir, width: usize, outputs: &[&str]) -> serde_json::Value {
+    let pre = saved.saved.preprocessing.as_ref();
+    json!({
+        "format": "ringflow onnx export",
+        "opset": OPSET,
+        "input": { "name": INPUT, "shape": ["batch", width], "features": saved.saved.spec.data.features },
+        "outputs": outputs,
+        "classes": pre.and_then(|p| p.classes.as_ref()),
+        "vocabulary": pre.and_then(|p| p.vocabulary.as_ref()).map(|v| v.tokens()),
+        "preprocessing": pre,
+        "job": saved.saved.spec.to_json_value(),
+    })
+}
+
+/// The sidecar's top-level fields as `metadata_props` (`ringflow.<field>`, JSON values).
+fn metadata(sidecar: &serde_json::Value) -> Vec<StringStringEntryProto> {
+    let Some(fields) = sidecar.as_object() else {
+        return Vec::new();
+    };
+    fields
+        .iter()
+        .map(|(k, v)| StringStringEntryProto {
+            key: Some(format!("ringflow.{k}")),
+            value: Some(v.to_string()),
+        })
+        .collect()
+}

@@ -1,0 +1,50 @@
+//! `ringflow export`: a saved model in another framework's format.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use ringflow_interop::{SavedModelDir, onnx};
+use ringflow_ml::nn::ModelRegistry;
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The saved model's directory (`<checkpoint_dir>/model`), on this machine.
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+
+    /// The format to write.
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+
+    /// The file to write (`model.onnx`); its metadata also goes beside it as `<PATH>.json`.
+    #[arg(long, value_name = "PATH")]
+    output: PathBuf,
+
+    /// Replace an output (and its `.json`) that already exists.
+    #[arg(long)]
+    overwrite: bool,
+}
+
+/// The formats `--format` takes.
+#[derive(Clone, Copy, ValueEnum)]
+enum ExportFormat {
+    /// ONNX (opset 17), for onnxruntime, TensorRT, Triton.
+    Onnx,
+}
+
+pub fn run(args: ExportArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
+    let saved = SavedModelDir::open(&args.model, &registry)?;
+    let exported = match args.format {
+        ExportFormat::Onnx => onnx::export(&saved)?,
+    };
+    exported.write(&args.output, args.overwrite)?;
+    println!(
+        "exported {} to {} ({} bytes; metadata in {})",
+        args.model.display(),
+        args.output.display(),
+        exported.model.len(),
+        onnx::Exported::sidecar_path(&args.output).display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
