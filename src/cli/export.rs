@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use ringflow_interop::{SavedModelDir, onnx};
+use ringflow_interop::{SavedModelDir, onnx, torch};
 use ringflow_ml::nn::ModelRegistry;
 
 #[derive(Args)]
@@ -17,7 +17,8 @@ pub struct ExportArgs {
     #[arg(long, value_enum)]
     format: ExportFormat,
 
-    /// The file to write (`model.onnx`); its metadata also goes beside it as `<PATH>.json`.
+    /// The file to write: `model.onnx` (its metadata also goes beside it as `<PATH>.json`), or
+    /// for `torch` the state_dict, `model.safetensors` (its module beside it, `model.py`).
     #[arg(long, value_name = "PATH")]
     output: PathBuf,
 
@@ -31,20 +32,33 @@ pub struct ExportArgs {
 enum ExportFormat {
     /// ONNX (opset 17), for onnxruntime, TensorRT, Triton.
     Onnx,
+    /// PyTorch: a state_dict (safetensors) in PyTorch's names and layouts, and `model.py`.
+    Torch,
 }
 
 pub fn run(args: ExportArgs, registry: ModelRegistry) -> anyhow::Result<ExitCode> {
     let saved = SavedModelDir::open(&args.model, &registry)?;
-    let exported = match args.format {
-        ExportFormat::Onnx => onnx::export(&saved)?,
+    let (bytes, beside) = match args.format {
+        ExportFormat::Onnx => {
+            let exported = onnx::export(&saved)?;
+            exported.write(&args.output, args.overwrite)?;
+            (
+                exported.model.len(),
+                onnx::Exported::sidecar_path(&args.output),
+            )
+        }
+        ExportFormat::Torch => {
+            let exported = torch::export(&saved)?;
+            exported.write(&args.output, args.overwrite)?;
+            let module = torch::TorchExport::module_path(&args.output);
+            (exported.state_dict.len(), module)
+        }
     };
-    exported.write(&args.output, args.overwrite)?;
     println!(
-        "exported {} to {} ({} bytes; metadata in {})",
+        "exported {} to {} ({bytes} bytes; and {})",
         args.model.display(),
         args.output.display(),
-        exported.model.len(),
-        onnx::Exported::sidecar_path(&args.output).display()
+        beside.display()
     );
     Ok(ExitCode::SUCCESS)
 }

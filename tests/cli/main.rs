@@ -27,6 +27,7 @@ mod memory;
 mod models;
 mod observe;
 mod outputs;
+mod parity;
 mod precision;
 mod predict_outputs;
 mod process;

@@ -57,33 +57,13 @@ impl Exported {
     /// unless `overwrite`.
     pub fn write(&self, path: &Path, overwrite: bool) -> Result<(), ExportError> {
         let sidecar = Exported::sidecar_path(path);
-        for p in [path, sidecar.as_path()] {
-            if !overwrite && p.exists() {
-                return Err(ExportError::Exists {
-                    path: p.display().to_string(),
-                });
-            }
-        }
         let text = serde_json::to_vec_pretty(&self.sidecar).expect("a sidecar serializes");
-        write_atomic(&sidecar, &text)?;
-        write_atomic(path, &self.model)
+        let files = [
+            (path, self.model.as_slice()),
+            (sidecar.as_path(), text.as_slice()),
+        ];
+        crate::files::write_new(&files, overwrite)
     }
-}
-
-/// Writes `bytes` to `path` through a temporary file beside it.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ExportError> {
-    let fail = |source| ExportError::Write {
-        path: path.display().to_string(),
-        source,
-    };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(fail)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        fail(e)
-    })
 }
 
 /// `saved` as an ONNX model; an error naming the model kind, layer or setting it cannot

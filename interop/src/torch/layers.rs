@@ -1,0 +1,134 @@
+//! Each layer of a fixed-shape model as a PyTorch module constructor, with its tensors added
+//! to the state_dict under the name the module gives them (ringflow's own names: the
+//! generated model keeps its layers in `layers`, a block's in `layers` and `shortcut`).
+
+use ringflow_ml::Pool2dOptions;
+use ringflow_ml::nn::ActivationKind;
+use ringflow_ml::nn::sequential::{PlannedLayer, Resolved};
+
+use super::state::StateDict;
+use crate::error::ExportError;
+use crate::saved::SavedModelDir;
+
+/// The module of one planned layer (`nn.Conv2d(…)`), its tensors added to `state`.
+pub fn module(
+    saved: &SavedModelDir,
+    l: &PlannedLayer,
+    state: &mut StateDict,
+) -> Result<String, ExportError> {
+    let layer = format!("{} ({})", l.name, l.kind);
+    let name = |what: &str| format!("{}.{what}", l.name);
+    Ok(match &l.layer {
+        Resolved::Conv2d(c) => {
+            let o = &c.options;
+            state.copy(saved, &name("weight"), &layer)?;
+            if c.bias {
+                state.copy(saved, &name("bias"), &layer)?;
+            }
+            format!(
+                "nn.Conv2d({}, {}, {}, stride={}, padding={}, dilation={}, groups={}, bias={})",
+                c.in_channels,
+                c.out_channels,
+                pair(c.kernel),
+                pair(o.stride),
+                pair(o.padding),
+                pair(o.dilation),
+                o.groups,
+                py_bool(c.bias)
+            )
+        }
+        Resolved::BatchNorm {
+            channels,
+            eps,
+            momentum,
+        } => {
+            for what in ["weight", "bias", "running_mean", "running_var"] {
+                state.copy(saved, &name(what), &layer)?;
+            }
+            // PyTorch counts the batches it trained on; ringflow's steps are those batches.
+            state.i64_scalar(&name("num_batches_tracked"), saved.meta.step as i64);
+            let dims = if l.output.len() == 3 { "2d" } else { "1d" };
+            format!("nn.BatchNorm{dims}({channels}, eps={eps:?}, momentum={momentum:?})")
+        }
+        Resolved::Activation(kind) => activation(*kind).to_string(),
+        Resolved::MaxPool2d(p) => format!("nn.MaxPool2d({})", pool(p)),
+        Resolved::AvgPool2d(p) => {
+            format!("nn.AvgPool2d({}, count_include_pad=False)", pool(p))
+        }
+        Resolved::GlobalAvgPool2d => "GlobalAvgPool2d()".into(),
+        Resolved::Flatten => "nn.Flatten()".into(),
+        Resolved::Linear {
+            inputs,
+            outputs,
+            bias,
+            ..
+        } => {
+            state.transposed(saved, &name("weight"), &layer)?;
+            if *bias {
+                state.copy(saved, &name("bias"), &layer)?;
+            }
+            format!("nn.Linear({inputs}, {outputs}, bias={})", py_bool(*bias))
+        }
+        Resolved::Dropout(p) => format!("nn.Dropout({p:?})"),
+        Resolved::LayerNorm { dim, eps } => {
+            state.copy(saved, &name("weight"), &layer)?;
+            state.copy(saved, &name("bias"), &layer)?;
+            format!("nn.LayerNorm({dim}, eps={eps:?})")
+        }
+        Resolved::Residual { body, shortcut } => {
+            let body = modules(saved, body, state)?;
+            let shortcut = match shortcut {
+                Some(s) => format!("[{}]", modules(saved, s, state)?.join(", ")),
+                None => "None".into(),
+            };
+            format!("Residual([{}], {shortcut})", body.join(", "))
+        }
+        _ => {
+            return Err(ExportError::Unsupported {
+                format: "PyTorch",
+                what: format!("{} ({})", l.path, l.kind),
+                why: "this ringflow exports the layers of fixed-shape examples so far, not the \
+                      layers of token sequences"
+                    .into(),
+            });
+        }
+    })
+}
+
+/// The modules of `layers`, in order.
+pub fn modules(
+    saved: &SavedModelDir,
+    layers: &[PlannedLayer],
+    state: &mut StateDict,
+) -> Result<Vec<String>, ExportError> {
+    layers.iter().map(|l| module(saved, l, state)).collect()
+}
+
+/// The module of an activation; each GELU as what it is.
+pub fn activation(kind: ActivationKind) -> &'static str {
+    match kind {
+        ActivationKind::Relu => "nn.ReLU()",
+        ActivationKind::Tanh => "nn.Tanh()",
+        ActivationKind::Sigmoid => "nn.Sigmoid()",
+        ActivationKind::Gelu => "nn.GELU(approximate=\"tanh\")",
+        ActivationKind::GeluExact => "nn.GELU()",
+    }
+}
+
+fn pool(p: &Pool2dOptions) -> String {
+    let stride = p.stride.unwrap_or(p.kernel);
+    format!(
+        "{}, stride={}, padding={}",
+        pair(p.kernel),
+        pair(stride),
+        pair(p.padding)
+    )
+}
+
+fn pair([a, b]: [usize; 2]) -> String {
+    format!("({a}, {b})")
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}

@@ -1,0 +1,202 @@
+//! What the export tests compare against: a model trained a few steps, `ringflow predict`'s
+//! class and probability of every test row, and the same rows' features as the data holds
+//! them. Shared by the ONNX checks (`tests/cli/export.rs`) and the PyTorch checks
+//! (`tests/interop/`, run by `testing/interop.sh`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::{DataType, Float32Type, Int64Type};
+use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use crate::helpers::{job, mnist_data, repo, ringflow, s};
+
+/// How long one training, prediction or export may take.
+pub const LIMIT: Duration = Duration::from_secs(600);
+
+/// A model trained a few steps, with `predict`'s answers on its test rows.
+pub struct Trained {
+    /// Holds everything the run wrote.
+    pub dir: tempfile::TempDir,
+    /// The saved model's directory.
+    pub model: PathBuf,
+    /// Each test row's features, by its `id`.
+    pub rows: BTreeMap<i64, Vec<f32>>,
+    /// `predict`'s class (its name, or its index as text) and probability, by row `id`.
+    pub predicted: BTreeMap<i64, (String, f32)>,
+}
+
+impl Trained {
+    /// Trains `spec` with the `--set`s `sets` on one executor and predicts `data` (relative
+    /// to the repository) with it; `columns` are the feature columns, in the spec's order.
+    pub fn new(spec: &str, sets: &[&str], data: &str, columns: &[&str]) -> Trained {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let mut args = vec!["local", spec, "--executors", "1", "--ui", "off"];
+        let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
+        for set in sets.iter().copied().chain([ckpt.as_str()]) {
+            args.extend(["--set", set]);
+        }
+        ringflow(&args, LIMIT).assert_success();
+        let model = run.join("model");
+        let preds = dir.path().join("preds");
+        let (m, p) = (s(&model), s(&preds));
+        let predict = [
+            "predict", "--model", &m, "--data", data, "--output", &p, "--id", "id",
+        ];
+        ringflow(&predict, LIMIT).assert_success();
+        Trained {
+            rows: feature_rows(&read_all(&repo().join(data)), columns),
+            predicted: predictions(&read_all(&preds)),
+            dir,
+            model,
+        }
+    }
+
+    /// Writes the rows' features, in `id` order, as a JSON list of lists to `path`.
+    pub fn write_rows(&self, path: &Path) {
+        let values: Vec<&Vec<f32>> = self.rows.values().collect();
+        std::fs::write(path, serde_json::to_vec(&values).unwrap()).unwrap();
+    }
+
+    /// Checks `other` — `[class index, probability]` of each row in `id` order, with class
+    /// `names` when the model has them — against `predict`: every class equal, probabilities
+    /// within 1e-5. Returns the largest probability difference.
+    pub fn check(&self, what: &str, other: &serde_json::Value, names: &serde_json::Value) -> f64 {
+        assert_eq!(
+            self.predicted.len(),
+            self.rows.len(),
+            "{what}: every row predicted once"
+        );
+        let mut largest = 0f64;
+        for (i, id) in self.rows.keys().enumerate() {
+            let row = &other[i];
+            let index = row[0].as_u64().unwrap() as usize;
+            let want = match names {
+                serde_json::Value::Array(names) => names[index].as_str().unwrap().to_string(),
+                _ => index.to_string(),
+            };
+            let (class, probability) = &self.predicted[id];
+            assert_eq!(class, &want, "{what}: the class of row id {id}");
+            let gap = (row[1].as_f64().unwrap() - f64::from(*probability)).abs();
+            largest = largest.max(gap);
+        }
+        assert!(
+            largest <= 1e-5,
+            "{what}: probabilities differ by up to {largest}"
+        );
+        eprintln!("{what}: largest probability difference {largest:e}");
+        largest
+    }
+}
+
+/// Every row of the Parquet files at `path` (a file or a directory of parts) as one batch.
+fn read_all(path: &Path) -> RecordBatch {
+    let files: Vec<_> = if path.is_dir() {
+        let mut f: Vec<_> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .collect();
+        f.sort();
+        f
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let batches: Vec<RecordBatch> = files
+        .iter()
+        .flat_map(|f| {
+            let file = std::fs::File::open(f).unwrap();
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+            reader.build().unwrap().map(|b| b.unwrap())
+        })
+        .collect();
+    concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+/// The `columns` of `batch` as rows of f32 features (a list column's values in place), by
+/// the `id` column.
+fn feature_rows(batch: &RecordBatch, columns: &[&str]) -> BTreeMap<i64, Vec<f32>> {
+    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
+    let ids = ids.as_primitive::<Int64Type>();
+    let mut rows: BTreeMap<i64, Vec<f32>> = BTreeMap::new();
+    for name in columns {
+        let col = batch.column_by_name(name).unwrap();
+        for (i, id) in ids.values().iter().enumerate() {
+            let values = match col.data_type() {
+                DataType::FixedSizeList(..) => col.as_fixed_size_list().value(i),
+                DataType::List(_) => col.as_list::<i32>().value(i),
+                _ => col.slice(i, 1),
+            };
+            let values = cast(&values, &DataType::Float32).unwrap();
+            let values = values.as_primitive::<Float32Type>();
+            rows.entry(*id).or_default().extend(values.values().iter());
+        }
+    }
+    rows
+}
+
+/// `predict`'s `(class, probability)` of each row, by `id`.
+fn predictions(batch: &RecordBatch) -> BTreeMap<i64, (String, f32)> {
+    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
+    let ids = ids.as_primitive::<Int64Type>();
+    let probability = batch.column_by_name("probability").unwrap();
+    let probability = probability.as_primitive::<Float32Type>();
+    let class = cast(batch.column_by_name("prediction").unwrap(), &DataType::Utf8).unwrap();
+    let class = class.as_string::<i32>();
+    (0..batch.num_rows())
+        .map(|i| {
+            (
+                ids.value(i),
+                (class.value(i).to_string(), probability.value(i)),
+            )
+        })
+        .collect()
+}
+
+/// Writes `<dir>/cnn.toml`: a small CNN on the committed MNIST features (`data.shape`) with
+/// every layer of fixed-shape examples — convolutions with stride, padding, dilation and
+/// groups, batch norm, both poolings with padding, residual blocks with and without a
+/// shortcut, layer norm, every activation, dropout, flatten, linear. Returns its path.
+pub fn every_image_layer_job(dir: &Path) -> String {
+    let toml = format!(
+        r#"name = "cnn-layers"
+{data}shape = [1, 28, 28]
+[model]
+kind = "sequential"
+layers = [
+  {{ type = "conv2d", out_channels = 8, kernel = 3, padding = 1 }},
+  {{ type = "batch_norm" }},
+  {{ type = "relu" }},
+  {{ type = "max_pool2d", kernel = 3, stride = 2, padding = 1 }},
+  {{ type = "residual", layers = [
+      {{ type = "conv2d", out_channels = 8, kernel = 3, padding = 2, dilation = 2, groups = 2 }},
+      {{ type = "batch_norm" }},
+      {{ type = "gelu" }},
+  ] }},
+  {{ type = "residual", layers = [
+      {{ type = "conv2d", out_channels = 12, kernel = 3, stride = 2, padding = 1 }},
+      {{ type = "gelu_exact" }},
+  ], shortcut = [ {{ type = "conv2d", out_channels = 12, kernel = 1, stride = 2 }} ] }},
+  {{ type = "avg_pool2d", kernel = 3, stride = 1, padding = 1 }},
+  {{ type = "conv2d", out_channels = 16, kernel = 3 }},
+  {{ type = "tanh" }},
+  {{ type = "global_avg_pool2d" }},
+  {{ type = "layer_norm" }},
+  {{ type = "dropout", p = 0.1 }},
+  {{ type = "linear", out = 32 }},
+  {{ type = "sigmoid" }},
+  {{ type = "flatten" }},
+  {{ type = "linear" }},
+]
+[train]
+batch_size = 64
+optimizer = {{ kind = "adam", lr = 0.003 }}
+"#,
+        data = mnist_data()
+    );
+    job(dir, "cnn", &toml)
+}

@@ -1,0 +1,159 @@
+//! The PyTorch checks of `ringflow export --format torch`, which need torch (about 2 GB with
+//! the CUDA libraries PyPI's wheel brings): `testing/interop.sh` installs it once into
+//! `target/interop-python` and runs this target (`cargo test --test interop`), which
+//! `cargo test --workspace` leaves out. For every example model of fixed-shape examples, the
+//! exported state_dict loads into the generated module with `load_state_dict(strict=True)`
+//! and its forward gives `ringflow predict`'s classes and probabilities (1e-5).
+
+#[allow(dead_code)]
+#[path = "../cli/helpers.rs"]
+mod helpers;
+#[allow(dead_code)]
+#[path = "../cli/parity.rs"]
+mod parity;
+
+use std::path::Path;
+use std::process::Command;
+
+use helpers::{ringflow, s};
+use parity::{LIMIT, Trained, every_image_layer_job};
+
+/// Loads the module `module` with the state_dict `state`, strictly, and runs it on `rows`:
+/// `[class, probability]` of each row, the module's `CLASSES`, and the state_dict's names and
+/// shapes. Fails the test when torch cannot be imported (testing/interop.sh installs it).
+fn torch_predictions(module: &Path, state: &Path, rows: &Path) -> serde_json::Value {
+    const SCRIPT: &str = r#"
+import importlib.util, json, sys
+try:
+    import torch, safetensors.torch
+except ImportError as e:
+    print(f"NO_TORCH: {e}")
+    sys.exit(3)
+module, state, rows = sys.argv[1:4]
+spec = importlib.util.spec_from_file_location("exported", module)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+model = m.Model()
+tensors = safetensors.torch.load_file(state)
+model.load_state_dict(tensors, strict=True)
+model.eval()
+with torch.no_grad():
+    p = model(torch.tensor(json.load(open(rows)), dtype=torch.float32)).softmax(-1)
+best = p.max(dim=-1)
+print(json.dumps({
+    "classes": m.CLASSES,
+    "rows": [[int(i), float(v)] for v, i in zip(best.values, best.indices)],
+    "tensors": {k: [str(t.dtype), list(t.shape)] for k, t in tensors.items()},
+}))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT, &s(module), &s(state), &s(rows)])
+        .output()
+        .unwrap_or_else(|e| panic!("python3 cannot be started: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stdout.starts_with("NO_TORCH"),
+        "torch is needed: run these checks with testing/interop.sh, which installs it: {stdout}"
+    );
+    assert!(
+        out.status.success(),
+        "the exported module failed in torch:\n{stdout}\n{stderr}"
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("the check printed no JSON ({e}):\n{stdout}\n{stderr}"))
+}
+
+/// Trains, predicts, exports for PyTorch and compares; returns torch's answer.
+fn parity(
+    name: &str,
+    spec: &str,
+    sets: &[&str],
+    data: &str,
+    columns: &[&str],
+) -> serde_json::Value {
+    let trained = Trained::new(spec, sets, data, columns);
+    let state = trained.dir.path().join(format!("{name}.safetensors"));
+    let m = s(&trained.model);
+    let export = [
+        "export",
+        "--model",
+        &m,
+        "--format",
+        "torch",
+        "--output",
+        &s(&state),
+    ];
+    ringflow(&export, LIMIT).assert_success();
+    let module = state.with_extension("py");
+    let rows = trained.dir.path().join("rows.json");
+    trained.write_rows(&rows);
+    let torch = torch_predictions(&module, &state, &rows);
+    trained.check(
+        &format!("{name} in PyTorch"),
+        &torch["rows"],
+        &torch["classes"],
+    );
+    torch
+}
+
+#[test]
+fn iris_exports_to_pytorch_with_its_normalization_and_classes() {
+    let columns = ["sepal_length", "sepal_width", "petal_length", "petal_width"];
+    let data = "examples/data/iris/test.parquet";
+    let torch = parity(
+        "iris",
+        "examples/iris.toml",
+        &["train.epochs=3"],
+        data,
+        &columns,
+    );
+    // PyTorch's layout: Linear.weight is [out, in].
+    assert_eq!(
+        torch["tensors"]["layers.0.weight"],
+        serde_json::json!(["torch.float32", [16, 4]])
+    );
+    assert_eq!(
+        torch["classes"].as_array().map(Vec::len),
+        Some(3),
+        "{torch}"
+    );
+}
+
+#[test]
+fn the_mnist_mlp_exports_to_pytorch() {
+    let data = "examples/data/mnist/test.parquet";
+    parity(
+        "mnist",
+        "examples/mnist.toml",
+        &["train.epochs=1"],
+        data,
+        &["image"],
+    );
+}
+
+#[test]
+fn the_mnist_cnn_exports_to_pytorch() {
+    let data = "examples/data/mnist/test.parquet";
+    parity(
+        "lenet",
+        "examples/mnist_cnn.toml",
+        &["train.epochs=1"],
+        data,
+        &["image"],
+    );
+}
+
+/// Batch norms carry `num_batches_tracked` (int64), as PyTorch's do.
+#[test]
+fn a_cnn_of_every_image_layer_exports_to_pytorch() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = every_image_layer_job(dir.path());
+    let data = "examples/data/mnist/test.parquet";
+    let torch = parity("cnn", &spec, &["train.epochs=1"], data, &["image"]);
+    assert_eq!(
+        torch["tensors"]["layers.1.num_batches_tracked"],
+        serde_json::json!(["torch.int64", []]),
+        "{torch}"
+    );
+}
