@@ -63,3 +63,27 @@ pub enum ExportError {
         layer: String,
     },
 }
+
+impl ExportError {
+    /// A model kind registered by a binary of its own.
+    pub(crate) fn custom_kind(format: &'static str, kind: &str) -> ExportError {
+        ExportError::Unsupported {
+            format,
+            what: format!("model.kind = {kind:?}"),
+            why: "a model kind of your own cannot describe itself to ringflow's export yet; \
+                  export mlp and sequential models"
+                .into(),
+        }
+    }
+
+    /// A layer of token sequences inside a sequential model (`path` and `kind` name it).
+    pub(crate) fn sequence_layer(format: &'static str, path: &str, kind: &str) -> ExportError {
+        ExportError::Unsupported {
+            format,
+            what: format!("{path} ({kind})"),
+            why: "this ringflow exports the layers of fixed-shape examples so far, not the \
+                  layers of token sequences"
+                .into(),
+        }
+    }
+}

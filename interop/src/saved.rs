@@ -49,6 +49,31 @@ impl SavedModelDir {
         })
     }
 
+    /// Refuses, for `format`, a model whose examples are not rows of numeric features: a
+    /// model of token sequences, or one of a column of encoded images (`data.image`), whose
+    /// decoding no exported model holds.
+    pub(crate) fn check_fixed_features(&self, format: &'static str) -> Result<(), ExportError> {
+        let unsupported = |what: &str, why: &str| ExportError::Unsupported {
+            format,
+            what: what.into(),
+            why: why.into(),
+        };
+        if self.model.shape().sequence.is_some() {
+            return Err(unsupported(
+                "a model of token sequences",
+                "this ringflow exports models of fixed-shape examples so far",
+            ));
+        }
+        if self.saved.spec.data.image.is_some() {
+            return Err(unsupported(
+                "data.image (a column of encoded images)",
+                "decoding images is not part of an exported model; this ringflow exports \
+                 models of numeric feature columns",
+            ));
+        }
+        Ok(())
+    }
+
     /// The saved parameter or buffer `name`, as its shape and row-major values; `layer`
     /// names who needs it in the error when it is missing.
     pub fn tensor(&self, name: &str, layer: &str) -> Result<(Vec<usize>, Vec<f32>), ExportError> {

@@ -3,10 +3,9 @@
 //! cannot be exported is refused by name.
 
 use std::path::Path;
-use std::process::Command;
 
 use crate::helpers::{ringflow, s};
-use crate::parity::{LIMIT, Trained, every_image_layer_job};
+use crate::parity::{LIMIT, Trained, every_image_layer_job, python_json};
 
 /// Checks `model` with `onnx.checker.check_model(full_check=True)` and runs it with
 /// onnxruntime on `rows` (JSON: a list of feature rows); returns `[class, probability]` of
@@ -18,7 +17,7 @@ import json, sys
 try:
     import numpy as np, onnx, onnxruntime as ort
 except ImportError as e:
-    print(f"NO_ONNX: {e}")
+    print(f"MISSING: {e}")
     sys.exit(3)
 path, rows = sys.argv[1], json.load(open(sys.argv[2]))
 m = onnx.load(path)
@@ -32,23 +31,12 @@ print(json.dumps({
     "rows": [[int(p.argmax()), float(p.max())] for p in probabilities],
 }))
 "#;
-    let out = Command::new("python3")
-        .args(["-c", SCRIPT, &s(model), &s(rows)])
-        .output()
-        .unwrap_or_else(|e| panic!("python3 cannot be started: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stdout.starts_with("NO_ONNX"),
+    python_json(
+        SCRIPT,
+        &[s(model), s(rows)],
         "the onnx and onnxruntime Python packages are needed (testing/run-tests.sh installs \
-         them; or python3 -m pip install onnx==1.23.2 onnxruntime==1.31.1): {stdout}"
-    );
-    assert!(
-        out.status.success(),
-        "onnx or onnxruntime failed:\n{stdout}\n{stderr}"
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("the check printed no JSON ({e}):\n{stdout}\n{stderr}"))
+         them; or python3 -m pip install onnx==1.23.2 onnxruntime==1.31.1)",
+    )
 }
 
 /// Trains `spec` for a few steps (`sets`), predicts its test split, exports it to ONNX and

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
@@ -199,4 +200,25 @@ optimizer = {{ kind = "adam", lr = 0.003 }}
         data = mnist_data()
     );
     job(dir, "cnn", &toml)
+}
+
+/// Runs the Python `script` with `args` (python3 from PATH) and reads the JSON it prints. A
+/// script whose imports fail prints `MISSING: …` and exits 3, and the test fails with
+/// `missing`, the sentence saying how to install them.
+pub fn python_json(script: &str, args: &[String], missing: &str) -> serde_json::Value {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("python3 cannot be started: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.starts_with("MISSING"), "{missing}: {stdout}");
+    assert!(
+        out.status.success(),
+        "the Python check failed:\n{stdout}\n{stderr}"
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("the check printed no JSON ({e}):\n{stdout}\n{stderr}"))
 }

@@ -13,10 +13,9 @@ mod helpers;
 mod parity;
 
 use std::path::Path;
-use std::process::Command;
 
 use helpers::{ringflow, s};
-use parity::{LIMIT, Trained, every_image_layer_job};
+use parity::{LIMIT, Trained, every_image_layer_job, python_json};
 
 /// Loads the module `module` with the state_dict `state`, strictly, and runs it on `rows`:
 /// `[class, probability]` of each row, the module's `CLASSES`, and the state_dict's names and
@@ -27,7 +26,7 @@ import importlib.util, json, sys
 try:
     import torch, safetensors.torch
 except ImportError as e:
-    print(f"NO_TORCH: {e}")
+    print(f"MISSING: {e}")
     sys.exit(3)
 module, state, rows = sys.argv[1:4]
 spec = importlib.util.spec_from_file_location("exported", module)
@@ -46,22 +45,11 @@ print(json.dumps({
     "tensors": {k: [str(t.dtype), list(t.shape)] for k, t in tensors.items()},
 }))
 "#;
-    let out = Command::new("python3")
-        .args(["-c", SCRIPT, &s(module), &s(state), &s(rows)])
-        .output()
-        .unwrap_or_else(|e| panic!("python3 cannot be started: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stdout.starts_with("NO_TORCH"),
-        "torch is needed: run these checks with testing/interop.sh, which installs it: {stdout}"
-    );
-    assert!(
-        out.status.success(),
-        "the exported module failed in torch:\n{stdout}\n{stderr}"
-    );
-    serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("the check printed no JSON ({e}):\n{stdout}\n{stderr}"))
+    python_json(
+        SCRIPT,
+        &[s(module), s(state), s(rows)],
+        "torch is needed: run these checks with testing/interop.sh, which installs it",
+    )
 }
 
 /// Trains, predicts, exports for PyTorch and compares; returns torch's answer.

@@ -14,15 +14,6 @@ pub fn preprocess(
     width: usize,
 ) -> Result<String, ExportError> {
     let data = &saved.saved.spec.data;
-    if data.image.is_some() {
-        return Err(ExportError::Unsupported {
-            format: "ONNX",
-            what: "data.image (a column of encoded images)".into(),
-            why: "decoding images is not part of an ONNX graph; this ringflow exports models \
-                  of numeric feature columns"
-                .into(),
-        });
-    }
     let mut h = x.to_string();
     if let Some(scale) = data.scale {
         // The executors multiply by the reciprocal, so the graph does too.

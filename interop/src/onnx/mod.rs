@@ -71,13 +71,7 @@ impl Exported {
 pub fn export(saved: &SavedModelDir) -> Result<Exported, ExportError> {
     let spec = &saved.saved.spec;
     let shape = saved.model.shape();
-    if shape.sequence.is_some() {
-        return Err(ExportError::Unsupported {
-            format: "ONNX",
-            what: "a model of token sequences".into(),
-            why: "this ringflow exports models of fixed-shape examples so far".into(),
-        });
-    }
+    saved.check_fixed_features("ONNX")?;
     let width = shape.input_width();
     let mut g = Graph::default();
     g.input(INPUT, &[Dim::Named("batch"), Dim::Fixed(width)]);
@@ -85,15 +79,7 @@ pub fn export(saved: &SavedModelDir) -> Result<Exported, ExportError> {
     let out = match spec.model.kind.as_str() {
         "mlp" => mlp::lower(&mut g, saved, &x)?,
         "sequential" => sequential::lower(&mut g, saved, &x)?,
-        kind => {
-            return Err(ExportError::Unsupported {
-                format: "ONNX",
-                what: format!("model.kind = {kind:?}"),
-                why: "a model kind of your own cannot describe its graph to ringflow yet; \
-                      export mlp and sequential models"
-                    .into(),
-            });
-        }
+        kind => return Err(ExportError::custom_kind("ONNX", kind)),
     };
     let outputs = heads(&mut g, &out, shape.outputs, spec.train.loss);
     let sidecar = sidecar(saved, width, &outputs);

@@ -122,15 +122,7 @@ fn layer(
             };
             g.op("Add", &[&out, &skip], Vec::new())
         }
-        _ => {
-            return Err(ExportError::Unsupported {
-                format: "ONNX",
-                what: format!("{} ({})", l.path, l.kind),
-                why: "this ringflow exports the layers of fixed-shape examples so far, not the \
-                      layers of token sequences"
-                    .into(),
-            });
-        }
+        _ => return Err(ExportError::sequence_layer("ONNX", &l.path, l.kind)),
     })
 }
 

@@ -83,15 +83,7 @@ pub fn module(
             };
             format!("Residual([{}], {shortcut})", body.join(", "))
         }
-        _ => {
-            return Err(ExportError::Unsupported {
-                format: "PyTorch",
-                what: format!("{} ({})", l.path, l.kind),
-                why: "this ringflow exports the layers of fixed-shape examples so far, not the \
-                      layers of token sequences"
-                    .into(),
-            });
-        }
+        _ => return Err(ExportError::sequence_layer("PyTorch", &l.path, l.kind)),
     })
 }
 

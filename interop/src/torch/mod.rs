@@ -45,14 +45,7 @@ impl TorchExport {
 /// `saved` as a PyTorch state_dict and module; an error naming the model kind or layer it
 /// cannot express.
 pub fn export(saved: &SavedModelDir) -> Result<TorchExport, ExportError> {
-    let shape = saved.model.shape();
-    if shape.sequence.is_some() {
-        return Err(ExportError::Unsupported {
-            format: "PyTorch",
-            what: "a model of token sequences".into(),
-            why: "this ringflow exports models of fixed-shape examples so far".into(),
-        });
-    }
+    saved.check_fixed_features("PyTorch")?;
     let load = |source| ExportError::Load {
         dir: saved.dir.display().to_string(),
         source,
@@ -83,15 +76,7 @@ pub fn export(saved: &SavedModelDir) -> Result<TorchExport, ExportError> {
             let modules = layers::modules(saved, &plan.layers, &mut state)?;
             (modules, python::Forward::Layers)
         }
-        kind => {
-            return Err(ExportError::Unsupported {
-                format: "PyTorch",
-                what: format!("model.kind = {kind:?}"),
-                why: "a model kind of your own cannot describe its module to ringflow yet; \
-                      export mlp and sequential models"
-                    .into(),
-            });
-        }
+        kind => return Err(ExportError::custom_kind("PyTorch", kind)),
     };
     let model_py = python::source(saved, &modules, &forward);
     Ok(TorchExport {
