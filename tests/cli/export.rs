@@ -164,3 +164,43 @@ fn what_cannot_be_exported_is_named() {
     );
     assert!(!out.exists());
 }
+
+/// A model of token sequences is refused by both formats in one sentence that says so, and
+/// nothing is written.
+#[test]
+fn a_tagger_is_refused_by_name_for_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
+    let train = [
+        "local",
+        "examples/ner_bilstm.toml",
+        "--executors",
+        "1",
+        "--ui",
+        "off",
+    ];
+    let sets = ["--set", "train.epochs=1", "--set", &ckpt];
+    let args: Vec<&str> = train.iter().chain(sets.iter()).copied().collect();
+    ringflow(&args, LIMIT).assert_success();
+    let model = s(&run.join("model"));
+    for (format, file, name) in [
+        ("onnx", "m.onnx", "ONNX"),
+        ("torch", "m.safetensors", "PyTorch"),
+    ] {
+        let out = dir.path().join(file);
+        let export = [
+            "export",
+            "--model",
+            &model,
+            "--format",
+            format,
+            "--output",
+            &s(&out),
+        ];
+        let err = ringflow(&export, LIMIT).assert_clean_failure().to_string();
+        let want = format!("a model of token sequences cannot be exported to {name}");
+        assert!(err.contains(&want), "{err}");
+        assert!(!out.exists(), "{format}: nothing is written");
+    }
+}
