@@ -84,3 +84,35 @@ pub fn export(saved: &SavedModelDir) -> Result<TorchExport, ExportError> {
         model_py,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_goes_beside_the_state_dict() {
+        let path = Path::new("out/iris.safetensors");
+        assert_eq!(TorchExport::module_path(path), Path::new("out/iris.py"));
+    }
+
+    #[test]
+    fn an_existing_output_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        std::fs::write(&path, b"before").unwrap();
+        let export = TorchExport {
+            state_dict: b"after".to_vec(),
+            model_py: "# module".into(),
+        };
+        let err = export.write(&path, false).unwrap_err();
+        assert!(matches!(err, ExportError::Exists { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"before");
+        assert!(!TorchExport::module_path(&path).exists());
+        export.write(&path, true).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"after");
+        assert_eq!(
+            std::fs::read_to_string(TorchExport::module_path(&path)).unwrap(),
+            "# module"
+        );
+    }
+}
