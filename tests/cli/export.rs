@@ -5,7 +5,10 @@
 use std::path::Path;
 
 use crate::helpers::{ringflow, s};
-use crate::parity::{LIMIT, Trained, every_image_layer_job, python_json};
+use crate::parity::{
+    Example, IRIS, LENET, LIMIT, MNIST_MLP, Trained, every_image_layer, every_image_layer_job,
+    python_json,
+};
 
 /// Checks `model` with `onnx.checker.check_model(full_check=True)` and runs it with
 /// onnxruntime on `rows` (JSON: a list of feature rows); returns `[class, probability]` of
@@ -42,8 +45,9 @@ print(json.dumps({
 /// Trains `spec` for a few steps (`sets`), predicts its test split, exports it to ONNX and
 /// checks onnxruntime's class and probability of every row against `predict`'s; exporting
 /// again is refused without `--overwrite`, leaving the file as it was.
-fn parity(name: &str, spec: &str, sets: &[&str], data: &str, columns: &[&str]) {
-    let trained = Trained::new(spec, sets, data, columns);
+fn parity(example: &Example<'_>) {
+    let name = example.name;
+    let trained = Trained::new(example);
     let m = s(&trained.model);
     let onnx = trained.dir.path().join(format!("{name}.onnx"));
     let export = [
@@ -87,28 +91,20 @@ fn parity(name: &str, spec: &str, sets: &[&str], data: &str, columns: &[&str]) {
 /// Iris: normalization and class names inside the exported model.
 #[test]
 fn an_exported_iris_model_predicts_as_ringflow_does_in_onnxruntime() {
-    let data = "examples/data/iris/test.parquet";
-    let columns = ["sepal_length", "sepal_width", "petal_length", "petal_width"];
-    parity(
-        "iris",
-        "examples/iris.toml",
-        &["train.epochs=3"],
-        data,
-        &columns,
-    );
+    parity(&IRIS);
 }
 
 /// MNIST: `data.scale` inside the exported model, 784 values of a list column per row.
 #[test]
 fn an_exported_mnist_mlp_predicts_as_ringflow_does_in_onnxruntime() {
-    let data = "examples/data/mnist/test.parquet";
-    parity(
-        "mnist",
-        "examples/mnist.toml",
-        &["train.epochs=1"],
-        data,
-        &["image"],
-    );
+    parity(&MNIST_MLP);
+}
+
+/// The shipped LeNet (`examples/mnist_cnn.toml`): convolutions and pooling after the
+/// `data.shape` reshape.
+#[test]
+fn an_exported_lenet_predicts_as_ringflow_does_in_onnxruntime() {
+    parity(&LENET);
 }
 
 /// Every layer of a fixed-shape `sequential` model (convolutions with stride, padding,
@@ -119,8 +115,7 @@ fn an_exported_mnist_mlp_predicts_as_ringflow_does_in_onnxruntime() {
 fn an_exported_cnn_of_every_image_layer_predicts_as_ringflow_does_in_onnxruntime() {
     let dir = tempfile::tempdir().unwrap();
     let spec = every_image_layer_job(dir.path());
-    let data = "examples/data/mnist/test.parquet";
-    parity("cnn", &spec, &["train.epochs=1"], data, &["image"]);
+    parity(&every_image_layer(&spec));
 }
 
 /// What cannot be exported fails with one sentence naming it, and writes nothing: a missing
@@ -130,39 +125,28 @@ fn what_cannot_be_exported_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.onnx");
     let missing = dir.path().join("nothing");
-    let run = ringflow(
-        &[
-            "export",
-            "--model",
-            &s(&missing),
-            "--format",
-            "onnx",
-            "--output",
-            &s(&out),
-        ],
-        LIMIT,
-    );
-    let err = run.assert_clean_failure();
-    assert!(err.contains(&s(&missing)), "{err}");
-    assert!(!out.exists());
-    let run = ringflow(
-        &[
-            "export",
-            "--model",
+    let missing_dir = s(&missing);
+    let cases = [
+        (missing_dir.as_str(), missing_dir.clone()),
+        (
             "s3://bucket/model",
+            "s3://bucket/model is not a local directory".to_string(),
+        ),
+    ];
+    for (model, want) in cases {
+        let export = [
+            "export",
+            "--model",
+            model,
             "--format",
             "onnx",
             "--output",
             &s(&out),
-        ],
-        LIMIT,
-    );
-    let err = run.assert_clean_failure();
-    assert!(
-        err.contains("s3://bucket/model is not a local directory"),
-        "{err}"
-    );
-    assert!(!out.exists());
+        ];
+        let err = ringflow(&export, LIMIT).assert_clean_failure().to_string();
+        assert!(err.contains(&want), "{err}");
+        assert!(!out.exists());
+    }
 }
 
 /// A model of token sequences is refused by both formats in one sentence that says so, and

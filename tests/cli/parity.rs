@@ -18,6 +18,57 @@ use crate::helpers::{job, mnist_data, repo, ringflow, s};
 /// How long one training, prediction or export may take.
 pub const LIMIT: Duration = Duration::from_secs(600);
 
+/// A model the export tests train: a name for files and messages, its spec, the `--set`s that
+/// keep its training short, the test data (relative to the repository) and its feature
+/// columns in the spec's order.
+pub struct Example<'a> {
+    pub name: &'a str,
+    pub spec: &'a str,
+    pub sets: &'a [&'a str],
+    pub data: &'a str,
+    pub columns: &'a [&'a str],
+}
+
+const MNIST_TEST: &str = "examples/data/mnist/test.parquet";
+
+/// `examples/iris.toml`: normalization and class names.
+pub const IRIS: Example<'static> = Example {
+    name: "iris",
+    spec: "examples/iris.toml",
+    sets: &["train.epochs=3"],
+    data: "examples/data/iris/test.parquet",
+    columns: &["sepal_length", "sepal_width", "petal_length", "petal_width"],
+};
+
+/// `examples/mnist.toml`: `data.scale`, a list column of 784 values per row.
+pub const MNIST_MLP: Example<'static> = Example {
+    name: "mnist",
+    spec: "examples/mnist.toml",
+    sets: &["train.epochs=1"],
+    data: MNIST_TEST,
+    columns: &["image"],
+};
+
+/// `examples/mnist_cnn.toml`: LeNet, `data.shape`.
+pub const LENET: Example<'static> = Example {
+    name: "lenet",
+    spec: "examples/mnist_cnn.toml",
+    sets: &["train.epochs=1"],
+    data: MNIST_TEST,
+    columns: &["image"],
+};
+
+/// The CNN of [`every_image_layer_job`] written at `spec`.
+pub fn every_image_layer(spec: &str) -> Example<'_> {
+    Example {
+        name: "cnn",
+        spec,
+        sets: &["train.epochs=1"],
+        data: MNIST_TEST,
+        columns: &["image"],
+    }
+}
+
 /// A model trained a few steps, with `predict`'s answers on its test rows.
 pub struct Trained {
     /// Holds everything the run wrote.
@@ -31,9 +82,15 @@ pub struct Trained {
 }
 
 impl Trained {
-    /// Trains `spec` with the `--set`s `sets` on one executor and predicts `data` (relative
-    /// to the repository) with it; `columns` are the feature columns, in the spec's order.
-    pub fn new(spec: &str, sets: &[&str], data: &str, columns: &[&str]) -> Trained {
+    /// Trains `example` on one executor and predicts its test data with it.
+    pub fn new(example: &Example<'_>) -> Trained {
+        let Example {
+            spec,
+            sets,
+            data,
+            columns,
+            ..
+        } = *example;
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
         let mut args = vec!["local", spec, "--executors", "1", "--ui", "off"];

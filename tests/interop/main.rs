@@ -15,7 +15,10 @@ mod parity;
 use std::path::Path;
 
 use helpers::{ringflow, s};
-use parity::{LIMIT, Trained, every_image_layer_job, python_json};
+use parity::{
+    Example, IRIS, LENET, LIMIT, MNIST_MLP, Trained, every_image_layer, every_image_layer_job,
+    python_json,
+};
 
 /// Loads the module `module` with the state_dict `state`, strictly, and runs it on `rows`:
 /// `[class, probability]` of each row, the module's `CLASSES`, and the state_dict's names and
@@ -53,14 +56,9 @@ print(json.dumps({
 }
 
 /// Trains, predicts, exports for PyTorch and compares; returns torch's answer.
-fn parity(
-    name: &str,
-    spec: &str,
-    sets: &[&str],
-    data: &str,
-    columns: &[&str],
-) -> serde_json::Value {
-    let trained = Trained::new(spec, sets, data, columns);
+fn parity(example: &Example<'_>) -> serde_json::Value {
+    let name = example.name;
+    let trained = Trained::new(example);
     let state = trained.dir.path().join(format!("{name}.safetensors"));
     let m = s(&trained.model);
     let export = [
@@ -87,15 +85,7 @@ fn parity(
 
 #[test]
 fn iris_exports_to_pytorch_with_its_normalization_and_classes() {
-    let columns = ["sepal_length", "sepal_width", "petal_length", "petal_width"];
-    let data = "examples/data/iris/test.parquet";
-    let torch = parity(
-        "iris",
-        "examples/iris.toml",
-        &["train.epochs=3"],
-        data,
-        &columns,
-    );
+    let torch = parity(&IRIS);
     // PyTorch's layout: Linear.weight is [out, in].
     assert_eq!(
         torch["tensors"]["layers.0.weight"],
@@ -110,26 +100,12 @@ fn iris_exports_to_pytorch_with_its_normalization_and_classes() {
 
 #[test]
 fn the_mnist_mlp_exports_to_pytorch() {
-    let data = "examples/data/mnist/test.parquet";
-    parity(
-        "mnist",
-        "examples/mnist.toml",
-        &["train.epochs=1"],
-        data,
-        &["image"],
-    );
+    parity(&MNIST_MLP);
 }
 
 #[test]
 fn the_mnist_cnn_exports_to_pytorch() {
-    let data = "examples/data/mnist/test.parquet";
-    parity(
-        "lenet",
-        "examples/mnist_cnn.toml",
-        &["train.epochs=1"],
-        data,
-        &["image"],
-    );
+    parity(&LENET);
 }
 
 /// Batch norms carry `num_batches_tracked` (int64), as PyTorch's do.
@@ -137,8 +113,7 @@ fn the_mnist_cnn_exports_to_pytorch() {
 fn a_cnn_of_every_image_layer_exports_to_pytorch() {
     let dir = tempfile::tempdir().unwrap();
     let spec = every_image_layer_job(dir.path());
-    let data = "examples/data/mnist/test.parquet";
-    let torch = parity("cnn", &spec, &["train.epochs=1"], data, &["image"]);
+    let torch = parity(&every_image_layer(&spec));
     assert_eq!(
         torch["tensors"]["layers.1.num_batches_tracked"],
         serde_json::json!(["torch.int64", []]),

@@ -20,11 +20,11 @@ pub fn preprocess(
         let k = g.scalar(1.0 / scale);
         h = g.op("Mul", &[&h, &k], Vec::new());
     }
-    if let Some(n) = &saved
+    if let Some(n) = saved
         .saved
         .preprocessing
         .as_ref()
-        .and_then(|p| p.normalize.clone())
+        .and_then(|p| p.normalize.as_ref())
     {
         let mean = g.constant("mean", &[width], &n.mean);
         let inv: Vec<f32> = n.std.iter().map(|s| 1.0 / s).collect();

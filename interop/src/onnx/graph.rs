@@ -54,13 +54,19 @@ impl Graph {
         self.outputs.push(value_info(name, shape));
     }
 
-    /// A float32 constant of `shape` named after `hint` (a parameter's name keeps its own).
+    /// A float32 constant of `shape` with a fresh name starting with `hint`.
     pub fn constant(&mut self, hint: &str, shape: &[usize], values: &[f32]) -> String {
-        let name = if hint.contains('.') {
-            hint.to_string()
-        } else {
-            self.fresh(hint)
-        };
+        let name = self.fresh(hint);
+        self.initializer(name, shape, values)
+    }
+
+    /// A model parameter of `shape`, under its own name (`layers.0.weight`).
+    pub fn parameter(&mut self, name: &str, shape: &[usize], values: &[f32]) -> String {
+        self.initializer(name.to_string(), shape, values)
+    }
+
+    /// The float32 initializer `name`.
+    fn initializer(&mut self, name: String, shape: &[usize], values: &[f32]) -> String {
         let raw: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.initializers.push(TensorProto {
             name: Some(name.clone()),

@@ -11,6 +11,17 @@ use crate::saved::SavedModelDir;
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_CUBIC: f32 = 0.044_715;
 
+/// The saved parameter `name` as an initializer of the graph; `layer` names who needs it.
+pub fn parameter(
+    g: &mut Graph,
+    saved: &SavedModelDir,
+    name: &str,
+    layer: &str,
+) -> Result<String, ExportError> {
+    let (shape, values) = saved.tensor(name, layer)?;
+    Ok(g.parameter(name, &shape, &values))
+}
+
 /// `x·W + b` of the `linear` layer whose parameters are `<name>.weight` (`[in, out]`, as
 /// ringflow stores it) and `<name>.bias` (when it has one).
 pub fn linear(
@@ -20,15 +31,13 @@ pub fn linear(
     name: &str,
 ) -> Result<String, ExportError> {
     let layer = format!("{name} (linear)");
-    let (shape, w) = saved.tensor(&format!("{name}.weight"), &layer)?;
-    let weight = g.constant(&format!("{name}.weight"), &shape, &w);
+    let weight = parameter(g, saved, &format!("{name}.weight"), &layer)?;
     let product = g.op("MatMul", &[x, &weight], Vec::new());
     let bias_name = format!("{name}.bias");
     if saved.model.params().get(&bias_name).is_none() {
         return Ok(product);
     }
-    let (shape, b) = saved.tensor(&bias_name, &layer)?;
-    let bias = g.constant(&bias_name, &shape, &b);
+    let bias = parameter(g, saved, &bias_name, &layer)?;
     Ok(g.op("Add", &[&product, &bias], Vec::new()))
 }
 

@@ -5,7 +5,7 @@ use ringflow_ml::nn::SequentialSpec;
 use ringflow_ml::nn::sequential::{PlannedLayer, Resolved};
 
 use super::graph::{Attr, Graph};
-use super::ops::{activation, linear};
+use super::ops::{activation, linear, parameter};
 use crate::error::ExportError;
 use crate::saved::SavedModelDir;
 
@@ -50,11 +50,9 @@ fn layer(
     x: &str,
     l: &PlannedLayer,
 ) -> Result<String, ExportError> {
-    let param = |g: &mut Graph, what: &str| -> Result<String, ExportError> {
-        let name = format!("{}.{what}", l.name);
-        let (shape, values) = saved.tensor(&name, &format!("{} ({})", l.name, l.kind))?;
-        Ok(g.constant(&name, &shape, &values))
-    };
+    let layer = format!("{} ({})", l.name, l.kind);
+    let param =
+        |g: &mut Graph, what: &str| parameter(g, saved, &format!("{}.{what}", l.name), &layer);
     Ok(match &l.layer {
         Resolved::Conv2d(c) => {
             let o = &c.options;
