@@ -79,8 +79,7 @@ impl SavedModelDir {
     pub fn tensor(&self, name: &str, layer: &str) -> Result<(Vec<usize>, Vec<f32>), ExportError> {
         let params = self.model.params();
         let t: &Tensor = params
-            .get(name)
-            .or_else(|| params.get_buffer(name))
+            .get_named(name)
             .ok_or_else(|| ExportError::MissingParameter {
                 name: name.to_string(),
                 layer: layer.to_string(),

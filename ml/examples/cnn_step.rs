@@ -87,6 +87,7 @@ fn adam() -> OptimizerSpec {
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 0.0,
+        groups: Vec::new(),
     }
 }
 
@@ -98,6 +99,7 @@ fn sgd() -> OptimizerSpec {
         dampening: 0.0,
         nesterov: false,
         weight_decay: 0.0,
+        groups: Vec::new(),
     }
 }
 

@@ -118,9 +118,8 @@ pub fn save(
 
     let store = model.params();
     let params: Vec<(String, Vec<usize>, Vec<f32>)> = store
-        .iter()
-        .chain(store.buffers())
-        .map(|p| {
+        .named()
+        .map(|(_, p)| {
             let values = p.tensor.try_to_vec()?;
             Ok((p.name.clone(), p.tensor.shape().to_vec(), values))
         })
@@ -275,6 +274,13 @@ impl Loaded {
         self.dir.join(self.meta.model_file().unwrap_or(MODEL_ROLE))
     }
 
+    /// The saved parameters and buffers by name, as shape and row-major values.
+    pub fn model_tensors(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> {
+        self.params
+            .iter()
+            .map(|(name, (shape, values))| (name.as_str(), shape.as_slice(), values.as_slice()))
+    }
+
     /// Values the saved parameters and buffers hold together.
     pub fn saved_values(&self) -> u64 {
         self.params
@@ -319,10 +325,7 @@ impl Loaded {
         let file = self.model_path();
         // Check everything before changing anything, so a mismatch leaves the model untouched.
         let store = model.params();
-        let wanted = store
-            .iter()
-            .map(|p| ("parameter", p))
-            .chain(store.buffers().map(|p| ("buffer", p)));
+        let wanted = store.named();
         let mut sources = Vec::with_capacity(store.len());
         for (what, p) in wanted {
             let (shape, values) = self
@@ -345,7 +348,7 @@ impl Loaded {
             let extra: Vec<&String> = self
                 .params
                 .keys()
-                .filter(|k| store.get(k).is_none() && store.get_buffer(k).is_none())
+                .filter(|k| store.get_named(k).is_none())
                 .collect();
             return Err(MlError::checkpoint(
                 file,

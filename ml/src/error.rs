@@ -43,6 +43,14 @@ pub enum MlError {
         /// What is wrong with it.
         message: String,
     },
+    /// `model.init_from` names weights that cannot be read or do not fit the model.
+    #[error("model.init_from {origin}: {message}")]
+    InitFrom {
+        /// The file or directory the weights come from.
+        origin: String,
+        /// What is wrong, naming the tensor at fault.
+        message: String,
+    },
     /// `backward` was called on something it cannot start from.
     #[error("backward: {0}")]
     Backward(String),
@@ -63,6 +71,14 @@ impl MlError {
     /// Shorthand for an [`MlError::Spec`].
     pub fn spec(message: impl Into<String>) -> Self {
         MlError::Spec(message.into())
+    }
+
+    /// Shorthand for an [`MlError::InitFrom`].
+    pub fn init_from(origin: impl Into<String>, message: impl Into<String>) -> Self {
+        MlError::InitFrom {
+            origin: origin.into(),
+            message: message.into(),
+        }
     }
 
     /// Shorthand for an [`MlError::Checkpoint`].

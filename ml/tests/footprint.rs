@@ -209,6 +209,7 @@ fn estimate_and_peak(spec: &ModelSpec, registry: &ModelRegistry, batch: Batch) -
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 0.0,
+        groups: Vec::new(),
     };
     let mut opt = Optimizer::new(adam, model.params()).unwrap();
     (estimate, step_peak(&model, &mut opt, batch) as f64)

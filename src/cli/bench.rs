@@ -374,6 +374,7 @@ fn bench_optimizer(args: &TrainArgs) -> (OptimizerSpec, f32) {
                 dampening: 0.0,
                 nesterov: false,
                 weight_decay: 0.0,
+                groups: Vec::new(),
             };
             (spec, lr)
         }
@@ -385,6 +386,7 @@ fn bench_optimizer(args: &TrainArgs) -> (OptimizerSpec, f32) {
                 beta2: 0.999,
                 eps: 1e-8,
                 weight_decay: 0.0,
+                groups: Vec::new(),
             };
             (spec, lr)
         }

@@ -73,6 +73,7 @@ pub fn absolutize(spec: &mut JobSpec) -> anyhow::Result<()> {
     for path in spec.data.tables.values_mut() {
         *path = absolute_if_here(path);
     }
+    spec.model.init_from = spec.model.init_from.as_deref().map(absolute_if_here);
     let dir = spec.checkpoint_dir();
     if !dir.contains("://") && !Path::new(&dir).is_absolute() {
         spec.cluster.checkpoint_dir = Some(cwd.join(dir).display().to_string());

@@ -13,6 +13,7 @@ mod deploy;
 mod distributed;
 mod errors;
 mod export;
+mod finetune;
 mod fusion;
 mod helpers;
 mod history;

@@ -152,7 +152,7 @@ impl Trained {
 }
 
 /// Every row of the Parquet files at `path` (a file or a directory of parts) as one batch.
-fn read_all(path: &Path) -> RecordBatch {
+pub fn read_all(path: &Path) -> RecordBatch {
     let files: Vec<_> = if path.is_dir() {
         let mut f: Vec<_> = std::fs::read_dir(path)
             .unwrap()
@@ -177,7 +177,7 @@ fn read_all(path: &Path) -> RecordBatch {
 
 /// The `columns` of `batch` as rows of f32 features (a list column's values in place), by
 /// the `id` column.
-fn feature_rows(batch: &RecordBatch, columns: &[&str]) -> BTreeMap<i64, Vec<f32>> {
+pub fn feature_rows(batch: &RecordBatch, columns: &[&str]) -> BTreeMap<i64, Vec<f32>> {
     let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
     let ids = ids.as_primitive::<Int64Type>();
     let mut rows: BTreeMap<i64, Vec<f32>> = BTreeMap::new();

@@ -23,6 +23,7 @@ pub mod saved_error;
 pub mod schema_error;
 pub mod split;
 pub mod sql_planner;
+pub mod start;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use ringflow_core::data::Location;
@@ -363,10 +364,14 @@ impl JobPlan {
             kind.check_test(&spec, &test.split, &model)?;
         }
         let footprint = memory::footprint(registry, &kind.footprint_spec(&spec))?;
-        let summary = builder.summary(&spec.model)?;
+        let mut summary = builder.summary(&spec.model)?;
         // Every split is checked against the resolved model, as its kind reads it; the training
         // split must then give every rank rows.
-        let (train, test, notes) = check_splits((train, test), &spec, &model, prep.as_ref())?;
+        let (train, test, mut notes) = check_splits((train, test), &spec, &model, prep.as_ref())?;
+        if let Some(start) = start::check(&spec, registry)? {
+            notes.extend(start.loaded.map(|l| l.to_string()));
+            summary = Some(start.summary);
+        }
         let string_label = train.label == LabelType::String;
         check_label_classes(&spec, string_label, &model)?;
         let after_sql = train.count_columns.is_some();

@@ -34,7 +34,7 @@ pub fn linear(
     let weight = parameter(g, saved, &format!("{name}.weight"), &layer)?;
     let product = g.op("MatMul", &[x, &weight], Vec::new());
     let bias_name = format!("{name}.bias");
-    if saved.model.params().get(&bias_name).is_none() {
+    if saved.model.params().get_named(&bias_name).is_none() {
         return Ok(product);
     }
     let bias = parameter(g, saved, &bias_name, &layer)?;

@@ -16,10 +16,12 @@
 //! table of a model's layers.
 
 mod footprint;
+pub mod init;
 pub mod layers;
 mod mlp;
 mod model;
 mod params;
+pub mod pattern;
 mod registry;
 pub mod sequential;
 mod summary;
@@ -33,7 +35,8 @@ pub use layers::{
 };
 pub use mlp::MlpSpec;
 pub use model::{Model, ModelSpec};
-pub use params::{Param, ParamBuilder, ParamStore};
+pub use params::{Param, ParamBuilder, ParamStore, TorchLayout};
+pub use pattern::NamePattern;
 pub use registry::{
     DataFacts, ModelBuilder, ModelRegistry, ModelShape, SequenceFacts, SequenceOutput, UnknownFact,
 };

@@ -2,16 +2,33 @@
 
 use crate::device::Device;
 use crate::error::{MlError, Result};
+use crate::nn::pattern::{NamePattern, any_matches};
 use crate::rng::Rng;
 use crate::tensor::Tensor;
 
-/// One named tensor of a model: a trainable parameter, or a buffer.
+/// One named tensor of a model: a trainable parameter, a frozen one, or a buffer.
 #[derive(Clone, Debug)]
 pub struct Param {
     /// Dotted path, e.g. `layers.0.weight`.
     pub name: String,
-    /// The values: for a parameter a leaf that requires gradients, for a buffer a plain tensor.
+    /// The values: for a trainable parameter a leaf that requires gradients, for a frozen one
+    /// or a buffer a plain tensor.
     pub tensor: Tensor,
+    /// True when `model.freeze` names it: it keeps its values while the model trains.
+    pub frozen: bool,
+    /// How PyTorch's module for the layer stores it, relative to ringflow's layout.
+    pub torch: TorchLayout,
+}
+
+/// How PyTorch (and an ONNX `Gemm` with `transB = 1`) stores a tensor, relative to ringflow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TorchLayout {
+    /// The same shape and order of values.
+    #[default]
+    Same,
+    /// The transpose of ringflow's matrix: `nn.Linear.weight` is `[out, in]` where ringflow
+    /// keeps `[in, out]`.
+    Transposed,
 }
 
 /// All parameters of a model, in creation order, and its buffers.
@@ -21,10 +38,19 @@ pub struct Param {
 /// and gradient all-reduce leaves them out, but checkpoints save and restore them with the
 /// parameters and [`ParamStore::checksum`] covers them, so two replicas compare equal only when
 /// their buffers are equal too.
+///
+/// **Frozen parameters** (`model.freeze`) are kept apart from the trainable ones: they are
+/// plain tensors that autodiff never differentiates, so they get no gradient, no optimizer
+/// state and no all-reduce, and [`ParamStore::iter`], [`ParamStore::len`] and
+/// [`ParamStore::numel`] leave them out; checkpoints save them like the rest
+/// ([`ParamStore::named`]). A buffer under a frozen name is frozen too (a frozen batch norm
+/// keeps its running statistics).
 #[derive(Clone, Debug, Default)]
 pub struct ParamStore {
     params: Vec<Param>,
+    frozen: Vec<Param>,
     buffers: Vec<Param>,
+    freeze: Vec<NamePattern>,
 }
 
 impl ParamStore {
@@ -33,7 +59,61 @@ impl ParamStore {
         Self::default()
     }
 
-    /// The parameters in creation order.
+    /// An empty store whose parameters and buffers named by any of `freeze` are registered
+    /// frozen.
+    pub fn with_freeze(freeze: Vec<NamePattern>) -> Self {
+        ParamStore {
+            freeze,
+            ..Self::default()
+        }
+    }
+
+    /// True when a tensor called `name` is (or would be) registered frozen.
+    pub fn is_frozen(&self, name: &str) -> bool {
+        any_matches(&self.freeze, name)
+    }
+
+    /// An error naming the first `model.freeze` pattern that names no tensor of the model (a
+    /// misspelt pattern would otherwise freeze nothing and go unnoticed).
+    pub fn check_freeze_used(&self) -> Result<()> {
+        let unused = self
+            .freeze
+            .iter()
+            .find(|p| !self.named().any(|(_, t)| p.matches(&t.name)));
+        match unused {
+            Some(p) => Err(MlError::spec(format!(
+                "model.freeze entry {:?} names no parameter of the model; its parameters are \
+                 {}",
+                p.as_str(),
+                name_sample(self.named().map(|(_, t)| t.name.as_str()))
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The frozen parameters in creation order.
+    pub fn frozen(&self) -> impl Iterator<Item = &Param> {
+        self.frozen.iter()
+    }
+
+    /// Every named tensor a checkpoint holds, with what it is (`"parameter"`, `"frozen
+    /// parameter"` or `"buffer"`): the trainable parameters, the frozen ones, then the buffers.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, &Param)> {
+        let params = self.params.iter().map(|p| ("parameter", p));
+        let frozen = self.frozen.iter().map(|p| ("frozen parameter", p));
+        params
+            .chain(frozen)
+            .chain(self.buffers.iter().map(|p| ("buffer", p)))
+    }
+
+    /// The tensor called `name`, whatever it is.
+    pub fn get_named(&self, name: &str) -> Option<&Tensor> {
+        self.named()
+            .find(|(_, p)| p.name == name)
+            .map(|(_, p)| &p.tensor)
+    }
+
+    /// The trainable parameters in creation order.
     pub fn iter(&self) -> impl Iterator<Item = &Param> + Clone {
         self.params.iter()
     }
@@ -87,7 +167,7 @@ impl ParamStore {
     /// An error unless `name` is still free (parameters and buffers share one namespace, as
     /// they share a checkpoint file).
     fn check_free(&self, name: &str) -> Result<()> {
-        if self.get(name).is_some() || self.get_buffer(name).is_some() {
+        if self.get_named(name).is_some() {
             return Err(MlError::spec(format!(
                 "parameter name {name:?} is used twice"
             )));
@@ -106,101 +186,153 @@ impl ParamStore {
             tensor
         };
         self.buffers.push(Param {
+            frozen: self.is_frozen(&name),
             name,
             tensor: tensor.clone(),
+            torch: TorchLayout::Same,
         });
         Ok(tensor)
     }
 
-    /// Registers a parameter; names must be unique.
+    /// Registers a parameter; names must be unique. A name `model.freeze` names is registered
+    /// frozen: the returned tensor then requires no gradient.
     pub fn insert(&mut self, name: String, tensor: Tensor) -> Result<Tensor> {
+        self.insert_as(name, tensor, TorchLayout::Same)
+    }
+
+    /// [`ParamStore::insert`], recording how PyTorch lays the tensor out.
+    pub fn insert_as(
+        &mut self,
+        name: String,
+        tensor: Tensor,
+        torch: TorchLayout,
+    ) -> Result<Tensor> {
         self.check_free(&name)?;
-        let tensor = if tensor.requires_grad() && tensor.is_leaf() {
-            tensor
-        } else {
-            tensor.into_parameter()?
+        let frozen = self.is_frozen(&name);
+        let tensor = match (frozen, tensor.requires_grad()) {
+            (true, true) => tensor.detach()?,
+            (true, false) => tensor,
+            (false, true) if tensor.is_leaf() => tensor,
+            (false, _) => tensor.into_parameter()?,
         };
-        self.params.push(Param {
+        let param = Param {
             name,
             tensor: tensor.clone(),
-        });
+            frozen,
+            torch,
+        };
+        match frozen {
+            true => self.frozen.push(param),
+            false => self.params.push(param),
+        }
         Ok(tensor)
     }
 
     /// All parameter values concatenated in store order.
     pub fn flatten_values(&self) -> Result<Vec<f32>> {
-        let mut out = vec![0.0; self.numel()];
-        let mut at = 0;
-        for p in &self.params {
-            let n = p.tensor.numel();
-            p.tensor.copy_to_slice(&mut out[at..at + n])?;
-            at += n;
-        }
-        Ok(out)
+        flatten(self.params.iter())
     }
 
     /// Overwrites all parameter values from a flat buffer in store order.
     pub fn load_flat_values(&self, flat: &[f32]) -> Result<()> {
-        if flat.len() != self.numel() {
-            return Err(MlError::invalid(
-                "load_flat_values",
-                format!("{} values for {} weights", flat.len(), self.numel()),
-            ));
-        }
-        let mut at = 0;
-        for p in &self.params {
-            let n = p.tensor.numel();
-            p.tensor.copy_from_slice(&flat[at..at + n])?;
-            at += n;
-        }
-        Ok(())
+        load_flat("load_flat_values", self.params.iter(), flat)
     }
 
     /// All buffer values concatenated in creation order.
     pub fn flatten_buffers(&self) -> Result<Vec<f32>> {
-        let mut out = vec![0.0; self.buffer_numel()];
-        let mut at = 0;
-        for p in &self.buffers {
-            let n = p.tensor.numel();
-            p.tensor.copy_to_slice(&mut out[at..at + n])?;
-            at += n;
-        }
-        Ok(out)
+        flatten(self.buffers.iter())
     }
 
     /// Overwrites all buffer values from a flat buffer in creation order.
     pub fn load_flat_buffers(&self, flat: &[f32]) -> Result<()> {
-        if flat.len() != self.buffer_numel() {
-            return Err(MlError::invalid(
-                "load_flat_buffers",
-                format!(
-                    "{} values for {} buffer values",
-                    flat.len(),
-                    self.buffer_numel()
-                ),
-            ));
-        }
-        let mut at = 0;
-        for p in &self.buffers {
-            let n = p.tensor.numel();
-            p.tensor.copy_from_slice(&flat[at..at + n])?;
-            at += n;
-        }
-        Ok(())
+        load_flat("load_flat_buffers", self.buffers.iter(), flat)
     }
 
-    /// A 64-bit FNV-1a checksum of the bits of all parameter values, then all buffer values,
-    /// to compare replicas cheaply.
+    /// The values of the buffers that training updates (every buffer but the frozen ones),
+    /// concatenated in creation order: what replicas average.
+    pub fn flatten_trained_buffers(&self) -> Result<Vec<f32>> {
+        flatten(self.buffers.iter().filter(|p| !p.frozen))
+    }
+
+    /// Overwrites the values of the buffers that training updates from a flat buffer, the
+    /// inverse of [`ParamStore::flatten_trained_buffers`].
+    pub fn load_trained_buffers(&self, flat: &[f32]) -> Result<()> {
+        let trained = self.buffers.iter().filter(|p| !p.frozen);
+        load_flat("load_trained_buffers", trained, flat)
+    }
+
+    /// The frozen parameters' values concatenated in creation order.
+    pub fn flatten_frozen(&self) -> Result<Vec<f32>> {
+        flatten(self.frozen.iter())
+    }
+
+    /// Overwrites the frozen parameters' values from a flat buffer in creation order.
+    pub fn load_flat_frozen(&self, flat: &[f32]) -> Result<()> {
+        load_flat("load_flat_frozen", self.frozen.iter(), flat)
+    }
+
+    /// A 64-bit FNV-1a checksum of the bits of all parameter values (trainable, then frozen),
+    /// then all buffer values, to compare replicas cheaply.
     pub fn checksum(&self) -> Result<u64> {
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         let values = self.flatten_values()?;
-        for v in values.into_iter().chain(self.flatten_buffers()?) {
+        let frozen = self.flatten_frozen()?;
+        for v in values
+            .into_iter()
+            .chain(frozen)
+            .chain(self.flatten_buffers()?)
+        {
             for b in v.to_bits().to_le_bytes() {
                 hash ^= b as u64;
                 hash = hash.wrapping_mul(0x0100_0000_01b3);
             }
         }
         Ok(hash)
+    }
+}
+
+/// The values of `params` concatenated.
+fn flatten<'p>(params: impl Iterator<Item = &'p Param> + Clone) -> Result<Vec<f32>> {
+    let mut out = vec![0.0; params.clone().map(|p| p.tensor.numel()).sum()];
+    let mut at = 0;
+    for p in params {
+        let n = p.tensor.numel();
+        p.tensor.copy_to_slice(&mut out[at..at + n])?;
+        at += n;
+    }
+    Ok(out)
+}
+
+/// Overwrites the values of `params` from `flat`, which must hold exactly as many.
+fn load_flat<'p>(
+    what: &'static str,
+    params: impl Iterator<Item = &'p Param> + Clone,
+    flat: &[f32],
+) -> Result<()> {
+    let wanted: usize = params.clone().map(|p| p.tensor.numel()).sum();
+    if flat.len() != wanted {
+        return Err(MlError::invalid(
+            what,
+            format!("{} values for {wanted} values", flat.len()),
+        ));
+    }
+    let mut at = 0;
+    for p in params {
+        let n = p.tensor.numel();
+        p.tensor.copy_from_slice(&flat[at..at + n])?;
+        at += n;
+    }
+    Ok(())
+}
+
+/// Up to eight of `names`, quoted, and how many more there are.
+fn name_sample<'n>(names: impl Iterator<Item = &'n str>) -> String {
+    let names: Vec<&str> = names.collect();
+    let shown: Vec<String> = names.iter().take(8).map(|n| format!("{n:?}")).collect();
+    match names.len() {
+        0 => "none".into(),
+        n if n > 8 => format!("{} and {} more", shown.join(", "), n - 8),
+        _ => shown.join(", "),
     }
 }
 
@@ -251,10 +383,22 @@ impl<'a> ParamBuilder<'a> {
         self.rng
     }
 
-    /// Registers `init` as the parameter `<prefix>.<name>` and returns it.
+    /// Registers `init` as the parameter `<prefix>.<name>` and returns it (frozen, needing no
+    /// gradient, when `model.freeze` names it).
     pub fn param(&mut self, name: &str, init: Tensor) -> Result<Tensor> {
+        self.param_as(name, init, TorchLayout::Same)
+    }
+
+    /// [`ParamBuilder::param`] for a tensor PyTorch lays out as `torch` says (what the
+    /// PyTorch export writes and `model.init_from` reads).
+    pub fn param_as(&mut self, name: &str, init: Tensor, torch: TorchLayout) -> Result<Tensor> {
         let full = self.full_name(name);
-        self.store.insert(full, init)
+        self.store.insert_as(full, init, torch)
+    }
+
+    /// True when `model.freeze` names the tensor `<prefix>.<name>`.
+    pub fn is_frozen(&self, name: &str) -> bool {
+        self.store.is_frozen(&self.full_name(name))
     }
 
     /// A parameter drawn uniformly from `[-bound, bound)`.

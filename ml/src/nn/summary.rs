@@ -58,7 +58,7 @@ impl ModelSummary {
     /// module (the names' prefix before the last dot), in creation order, without shapes.
     pub fn from_params(store: &ParamStore) -> ModelSummary {
         let mut rows: Vec<SummaryRow> = Vec::new();
-        for p in store.iter().chain(store.buffers()) {
+        for (_, p) in store.named() {
             let module = p.name.rsplit_once('.').map_or("", |(m, _)| m).to_string();
             let n = p.tensor.numel() as u64;
             match rows.iter_mut().find(|r| r.name == module) {

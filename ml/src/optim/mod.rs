@@ -6,8 +6,10 @@
 //! ones, except that Adagrad's initial accumulator defaults to 0.1 as in TensorFlow's
 //! `AdagradOptimizer`, so ports of TensorFlow examples train the same way.
 
+mod groups;
 mod optimizer;
 mod schedule;
 
+pub use groups::{GroupParams, ParamGroup, ParamHyper};
 pub use optimizer::{NamedValues, Optimizer, OptimizerSpec};
 pub use schedule::Schedule;

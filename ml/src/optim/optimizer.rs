@@ -7,6 +7,7 @@ use crate::backend::cpu;
 use crate::backend::{AdagradStep, AdamStep, SgdStep, Storage};
 use crate::error::{MlError, Result};
 use crate::nn::ParamStore;
+use crate::optim::groups::{self, ParamGroup, ParamHyper};
 use crate::tensor::Tensor;
 
 /// `train.optimizer` in the job spec, e.g. `{ kind = "adagrad", lr = 0.05 }`.
@@ -30,6 +31,9 @@ pub enum OptimizerSpec {
         /// L2 penalty (default 0).
         #[serde(default)]
         weight_decay: f32,
+        /// Parameter groups with their own learning rate and weight decay (default none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        groups: Vec<ParamGroup>,
     },
     /// Adagrad.
     Adagrad {
@@ -45,6 +49,9 @@ pub enum OptimizerSpec {
         /// L2 penalty (default 0).
         #[serde(default)]
         weight_decay: f32,
+        /// Parameter groups with their own learning rate and weight decay (default none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        groups: Vec<ParamGroup>,
     },
     /// Adam with bias correction; `weight_decay` is an L2 term in the gradient.
     Adam {
@@ -63,6 +70,9 @@ pub enum OptimizerSpec {
         /// L2 penalty (default 0).
         #[serde(default)]
         weight_decay: f32,
+        /// Parameter groups with their own learning rate and weight decay (default none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        groups: Vec<ParamGroup>,
     },
     /// AdamW: Adam with decoupled weight decay.
     Adamw {
@@ -81,6 +91,9 @@ pub enum OptimizerSpec {
         /// Decoupled weight decay (default 0.01).
         #[serde(default = "defaults::adamw_decay")]
         weight_decay: f32,
+        /// Parameter groups with their own learning rate and weight decay (default none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        groups: Vec<ParamGroup>,
     },
 }
 
@@ -119,6 +132,7 @@ impl Default for OptimizerSpec {
             dampening: 0.0,
             nesterov: false,
             weight_decay: 0.0,
+            groups: Vec::new(),
         }
     }
 }
@@ -131,6 +145,26 @@ impl OptimizerSpec {
             | OptimizerSpec::Adagrad { lr, .. }
             | OptimizerSpec::Adam { lr, .. }
             | OptimizerSpec::Adamw { lr, .. } => lr,
+        }
+    }
+
+    /// The weight decay of parameters in no group.
+    pub fn weight_decay(&self) -> f32 {
+        match *self {
+            OptimizerSpec::Sgd { weight_decay, .. }
+            | OptimizerSpec::Adagrad { weight_decay, .. }
+            | OptimizerSpec::Adam { weight_decay, .. }
+            | OptimizerSpec::Adamw { weight_decay, .. } => weight_decay,
+        }
+    }
+
+    /// The parameter groups (`train.optimizer.groups`).
+    pub fn groups(&self) -> &[ParamGroup] {
+        match self {
+            OptimizerSpec::Sgd { groups, .. }
+            | OptimizerSpec::Adagrad { groups, .. }
+            | OptimizerSpec::Adam { groups, .. }
+            | OptimizerSpec::Adamw { groups, .. } => groups,
         }
     }
 
@@ -155,6 +189,9 @@ impl OptimizerSpec {
         let lr = self.lr();
         if !(lr.is_finite() && lr > 0.0) {
             return bad("lr", &format!("must be a positive number, not {lr}"));
+        }
+        for (i, group) in self.groups().iter().enumerate() {
+            group.validate(i)?;
         }
         match *self {
             OptimizerSpec::Sgd {
@@ -221,13 +258,17 @@ pub struct Optimizer {
     params: Vec<(String, Tensor)>,
     /// `slots[i][j]`: state buffer `j` of parameter `i`.
     slots: Vec<Vec<Storage>>,
+    /// Parameter `i`'s learning-rate factor and weight decay (`train.optimizer.groups`).
+    hyper: Vec<ParamHyper>,
     steps: u64,
 }
 
 impl Optimizer {
-    /// Creates the optimizer and its state buffers for every parameter in `params`.
+    /// Creates the optimizer and its state buffers for every trainable parameter in `params`
+    /// (frozen ones get none); errors name a parameter group that does not fit the model.
     pub fn new(spec: OptimizerSpec, params: &ParamStore) -> Result<Optimizer> {
         spec.validate()?;
+        let hyper = groups::resolve(spec.groups(), spec.lr(), spec.weight_decay(), params)?;
         let mut slots = Vec::with_capacity(params.len());
         for p in params.iter() {
             let mut bufs = Vec::new();
@@ -251,6 +292,7 @@ impl Optimizer {
                 .map(|p| (p.name.clone(), p.tensor.clone()))
                 .collect(),
             slots,
+            hyper,
             steps: 0,
         })
     }
@@ -268,7 +310,8 @@ impl Optimizer {
     /// Whether [`Optimizer::backward`] updates weights inside the backward pass: plain SGD, no
     /// momentum and no weight decay (the step then needs nothing but the gradient).
     pub fn updates_in_backward(&self) -> bool {
-        matches!(self.spec, OptimizerSpec::Sgd { momentum, weight_decay, .. }
+        self.spec.groups().is_empty()
+            && matches!(self.spec, OptimizerSpec::Sgd { momentum, weight_decay, .. }
             if momentum == 0.0 && weight_decay == 0.0)
     }
 
@@ -307,10 +350,13 @@ impl Optimizer {
         let first = self.steps == 1;
         let step_no = self.steps;
         let spec = self.spec.clone();
-        for ((_, param), slots) in self.params.iter().zip(self.slots.iter_mut()) {
+        let each = self.params.iter().zip(self.slots.iter_mut());
+        for (((_, param), slots), hyper) in each.zip(&self.hyper) {
             if grads.applied(param) {
                 continue;
             }
+            let lr = lr * hyper.lr_factor;
+            let weight_decay = hyper.weight_decay;
             grads.with_buffer(param, |grad| {
                 let value = &mut *param.write();
                 let mut bufs = slots.iter_mut();
@@ -319,7 +365,6 @@ impl Optimizer {
                         momentum,
                         dampening,
                         nesterov,
-                        weight_decay,
                         ..
                     } => Storage::sgd_update(
                         value,
@@ -334,9 +379,7 @@ impl Optimizer {
                             first,
                         },
                     ),
-                    OptimizerSpec::Adagrad {
-                        eps, weight_decay, ..
-                    } => {
+                    OptimizerSpec::Adagrad { eps, .. } => {
                         let acc = bufs.next().ok_or_else(|| missing_slot("sum"))?;
                         Storage::adagrad_update(
                             value,
@@ -350,18 +393,10 @@ impl Optimizer {
                         )
                     }
                     OptimizerSpec::Adam {
-                        beta1,
-                        beta2,
-                        eps,
-                        weight_decay,
-                        ..
+                        beta1, beta2, eps, ..
                     }
                     | OptimizerSpec::Adamw {
-                        beta1,
-                        beta2,
-                        eps,
-                        weight_decay,
-                        ..
+                        beta1, beta2, eps, ..
                     } => {
                         let m = bufs.next().ok_or_else(|| missing_slot("exp_avg"))?;
                         let v = bufs.next().ok_or_else(|| missing_slot("exp_avg_sq"))?;

@@ -30,6 +30,7 @@ fn adam() -> OptimizerSpec {
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 1e-4,
+        groups: Vec::new(),
     }
 }
 

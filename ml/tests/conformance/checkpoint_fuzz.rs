@@ -32,6 +32,7 @@ fn adam() -> OptimizerSpec {
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 0.0,
+        groups: Vec::new(),
     }
 }
 

@@ -294,6 +294,7 @@ pub fn optimizers(device: Device) -> Outputs {
             dampening: 0.0,
             nesterov: false,
             weight_decay: 0.01,
+            groups: Vec::new(),
         },
         OptimizerSpec::Sgd {
             lr: 0.05,
@@ -301,6 +302,7 @@ pub fn optimizers(device: Device) -> Outputs {
             dampening: 0.1,
             nesterov: false,
             weight_decay: 0.0,
+            groups: Vec::new(),
         },
         OptimizerSpec::Sgd {
             lr: 0.05,
@@ -308,6 +310,7 @@ pub fn optimizers(device: Device) -> Outputs {
             dampening: 0.0,
             nesterov: true,
             weight_decay: 0.01,
+            groups: Vec::new(),
         },
     ];
     let mut out = Vec::new();

@@ -51,6 +51,7 @@ fn sgd(momentum: f32, dampening: f32, nesterov: bool, weight_decay: f32) -> Opti
         dampening,
         nesterov,
         weight_decay,
+        groups: Vec::new(),
     }
 }
 
@@ -98,6 +99,7 @@ fn adagrad_defaults_and_steps(device: Device) -> TestResult {
         initial_accumulator: 0.1,
         eps: 1e-10,
         weight_decay: 0.0,
+        groups: Vec::new(),
     };
     ensure(
         spec == want,
@@ -126,6 +128,7 @@ fn adam(weight_decay: f32, decoupled: bool) -> OptimizerSpec {
             beta2,
             eps,
             weight_decay,
+            groups: Vec::new(),
         }
     } else {
         OptimizerSpec::Adam {
@@ -134,6 +137,7 @@ fn adam(weight_decay: f32, decoupled: bool) -> OptimizerSpec {
             beta2,
             eps,
             weight_decay,
+            groups: Vec::new(),
         }
     }
 }
@@ -178,6 +182,7 @@ fn adamw_decoupled_decay(device: Device) -> TestResult {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.01,
+            groups: Vec::new(),
         },
         format!("adamw defaults: {spec:?}"),
     )

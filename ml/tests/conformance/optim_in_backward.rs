@@ -20,6 +20,7 @@ fn sgd(momentum: f32) -> OptimizerSpec {
         dampening: 0.0,
         nesterov: false,
         weight_decay: 0.0,
+        groups: Vec::new(),
     }
 }
 

@@ -410,15 +410,16 @@ impl Trainer<'_> {
     /// every replica holds the same ones. Each rank updates its own from its own batches during
     /// the epoch (they are statistics of the data, not gradients); this runs on every rank at
     /// the end of each epoch and before each mid-epoch checkpoint, so evaluation, checkpoints
-    /// and the saved model see the ring's average. A model without buffers sends nothing.
+    /// and the saved model see the ring's average. Frozen buffers (`model.freeze`) keep their
+    /// values; a model with no other buffers sends nothing.
     fn sync_buffers(&mut self) -> Result<()> {
         let params = self.model.params();
-        if params.buffer_numel() == 0 || self.position.world == 1 {
+        let mut flat = params.flatten_trained_buffers()?;
+        if flat.is_empty() || self.position.world == 1 {
             return Ok(());
         }
-        let mut flat = params.flatten_buffers()?;
         self.ring.get().all_reduce(&mut flat, ReduceOp::Average)?;
-        Ok(params.load_flat_buffers(&flat)?)
+        Ok(params.load_trained_buffers(&flat)?)
     }
 
     /// Rank 0 writes the job's checkpoint as of `epochs_done` and reports it.

@@ -201,6 +201,11 @@ impl<'a> Trainer<'a> {
         let model = Model::build(&spec.model, registry, spec.train.seed, task.device)?;
         let shape = model.shape().clone();
         check_outputs(spec.train.loss, &shape)?;
+        // `model.init_from` (checked by the driver when it planned the job) gives every rank
+        // the same weights, frozen ones included; a resumed job takes the checkpoint's.
+        if !task.resume {
+            ringflow_interop::weights::init_model(&spec.model, &model)?;
+        }
         // Every replica starts from rank 0's weights (a joiner gets them, and the rest of the
         // state, in `restore`).
         if !task.join {

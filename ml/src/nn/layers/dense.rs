@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MlError, Result};
-use crate::nn::{Forward, Module, ParamBuilder};
+use crate::nn::{Forward, Module, ParamBuilder, TorchLayout};
 use crate::tensor::Tensor;
 
 /// How a layer's weights are initialized.
@@ -73,7 +73,10 @@ impl Linear {
         }
         let relu_like = activation.is_some_and(ActivationKind::is_relu_like);
         let bound = init.bound(inputs, outputs, relu_like);
-        let weight = b.uniform("weight", &[inputs, outputs], bound)?;
+        let device = b.device();
+        let init = Tensor::uniform(&[inputs, outputs], -bound, bound, b.rng(), device)?;
+        // PyTorch's `nn.Linear.weight` is `[out, in]`.
+        let weight = b.param_as("weight", init, TorchLayout::Transposed)?;
         let bias = if bias {
             Some(b.constant("bias", &[outputs], 0.0)?)
         } else {

@@ -44,7 +44,9 @@ impl Module for LayerNorm {
 /// the running statistics, `running ← (1 − momentum)·running + momentum·batch` (the variance
 /// term unbiased, `n/(n − 1)`, like PyTorch); in evaluation it normalizes with the running
 /// statistics. The running statistics are buffers (`running_mean`, `running_var`): saved in
-/// checkpoints, never trained.
+/// checkpoints, never trained. When `model.freeze` names them, the layer normalizes with them
+/// while training too and leaves them as they are (PyTorch's `module.eval()` on a frozen
+/// layer).
 pub struct BatchNorm {
     /// Scale `[C]`, starts at 1 (`weight`).
     pub gamma: Tensor,
@@ -58,6 +60,8 @@ pub struct BatchNorm {
     pub eps: f32,
     /// Weight of each batch in the running statistics.
     pub momentum: f32,
+    /// True when the running statistics are frozen: training uses them, as evaluation does.
+    pub frozen: bool,
 }
 
 impl BatchNorm {
@@ -85,6 +89,7 @@ impl BatchNorm {
         Ok(BatchNorm {
             gamma: b.constant("weight", &[channels], 1.0)?,
             beta: b.constant("bias", &[channels], 0.0)?,
+            frozen: b.is_frozen("running_mean") && b.is_frozen("running_var"),
             running_mean: b.buffer("running_mean", &[channels], 0.0)?,
             running_var: b.buffer("running_var", &[channels], 1.0)?,
             eps,
@@ -142,7 +147,8 @@ fn assign(dst: &Tensor, src: &Tensor) -> Result<()> {
 
 impl Module for BatchNorm {
     fn forward(&self, x: &Tensor, ctx: &mut Forward<'_>) -> Result<Tensor> {
-        if ctx.train {
+        // Frozen running statistics are used as in evaluation (PyTorch's `module.eval()`).
+        if ctx.train && !self.frozen {
             let (y, stats) =
                 x.batch_norm(&self.gamma, &self.beta, BatchNormMode::Train, self.eps)?;
             if let Some(stats) = stats {
@@ -170,6 +176,31 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
         }
+    }
+
+    #[test]
+    fn a_frozen_batch_norm_trains_with_its_running_statistics_and_keeps_them() {
+        let patterns = vec![crate::nn::NamePattern::parse("model.freeze", "bn").unwrap()];
+        let mut store = ParamStore::with_freeze(patterns);
+        let mut init = rng::seeded(1, rng::streams::INIT);
+        let mut b = ParamBuilder::new(&mut store, &mut init, Device::Cpu);
+        let bn = BatchNorm::new(&mut b.sub("bn"), 2, 1e-5, 0.1).unwrap();
+        assert!(bn.frozen && !bn.gamma.requires_grad());
+        bn.running_mean.copy_from_slice(&[1.0, -1.0]).unwrap();
+        let x =
+            Tensor::from_vec(vec![1., 0., 2., 0., 3., 2., 4., 2.], &[4, 2], Device::Cpu).unwrap();
+        let mut r = rng::seeded(0, 0);
+        let trained = bn
+            .forward(&x, &mut Forward::new(true, &mut r))
+            .unwrap()
+            .to_vec();
+        let evaluated = bn
+            .forward(&x, &mut Forward::new(false, &mut r))
+            .unwrap()
+            .to_vec();
+        assert_eq!(trained, evaluated);
+        assert_eq!(bn.running_mean.to_vec(), [1.0, -1.0]);
+        assert_eq!(bn.running_var.to_vec(), [1.0, 1.0]);
     }
 
     #[test]

@@ -134,6 +134,7 @@ fn a_tagger_learns_from_padded_batches() {
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 0.0,
+        groups: Vec::new(),
     };
     let mut opt = crate::optim::Optimizer::new(adam, model.params()).unwrap();
     let mut data = rng::seeded(5, 0);

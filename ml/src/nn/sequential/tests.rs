@@ -530,6 +530,7 @@ fn a_sequential_cnn_learns_a_tiny_image_task() {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
+            groups: Vec::new(),
         },
         model.params(),
     )
