@@ -38,6 +38,9 @@ pub enum DriverError {
     /// names the file and the field.
     #[error(transparent)]
     SavedModel(#[from] ringflow_core::saved::SavedModelError),
+    /// The label pass refused the data's labels; the message names the column and file.
+    #[error(transparent)]
+    Labels(#[from] crate::planner::kinds::label_error::LabelError),
     /// A token-sequence job that cannot be planned, or a row of its data that breaks the
     /// rules; the message names the file, row and column.
     #[error(transparent)]

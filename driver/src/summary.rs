@@ -135,6 +135,10 @@ pub struct JobSummary {
     /// token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_tokens: Option<u64>,
+    /// String token sequences: the share of the test split's tokens outside the training
+    /// split's vocabulary (they reach the model as `<unk>`), as the planner counted them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_unknown_token_rate: Option<f64>,
     /// An IOB2 tagger (`train.metrics` has "entity_f1"): entity-level F1 on the test split.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_entity_f1: Option<f64>,
@@ -285,6 +289,7 @@ impl JobSummary {
             test_loss: eval.map(|e| e.loss_sum / e.rows.max(1) as f64),
             test_rows: eval.map(|e| e.rows),
             test_tokens: eval.filter(|e| e.tokens).map(|e| e.rows),
+            test_unknown_token_rate: None,
             test_entity_f1: entities.map(|c| c.f1()),
             test_entity_precision: entities.map(|c| c.precision()),
             test_entity_recall: entities.map(|c| c.recall()),

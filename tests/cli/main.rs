@@ -2,6 +2,7 @@
 
 mod backup;
 mod chaos;
+mod classes;
 mod cnn;
 mod compression;
 #[cfg(feature = "cuda")]
@@ -45,3 +46,4 @@ mod test_split;
 mod train;
 mod ui;
 mod ui_hosts;
+mod unknown_tokens;

@@ -144,6 +144,11 @@ pub struct Preprocessing {
     /// Token ids of a string sequence column, as `data.vocab` chose them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vocabulary: Option<Vocabulary>,
+    /// The first id of the vocabulary's tokens that the training split holds only once: ids
+    /// from it to the end (the vocabulary is ordered by count). Training replaces each of them
+    /// by `<unk>` with probability `data.vocab.singleton_unk`. `None`: no such token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub singletons_from: Option<u32>,
 }
 
 impl Payload for Preprocessing {
@@ -170,10 +175,15 @@ impl Preprocessing {
             .tokens
             .as_ref()
             .map(|t| Vocabulary::build(t, vocab.max_size, vocab.min_count));
+        let singletons_from = match (&vocabulary, &stats.tokens) {
+            (Some(v), Some(counts)) => v.first_with_count(counts, 1),
+            _ => None,
+        };
         Preprocessing {
             normalize,
             classes,
             vocabulary,
+            singletons_from,
         }
     }
 }

@@ -128,6 +128,17 @@ impl Vocabulary {
         Ok(Vocabulary { tokens, ids })
     }
 
+    /// The first id (past the reserved ones) whose token `counts` counts `count` times or fewer:
+    /// in a vocabulary built from `counts`, ordered by count, every id from it on is as rare.
+    pub fn first_with_count(&self, counts: &TokenCounts, count: u64) -> Option<u32> {
+        self.tokens
+            .iter()
+            .enumerate()
+            .skip(RESERVED.len())
+            .find(|(_, t)| counts.count(t) <= count)
+            .map(|(id, _)| id as u32)
+    }
+
     /// The id of `token`: its own, or [`UNK`].
     pub fn id(&self, token: &str) -> u32 {
         self.ids.get(token).copied().unwrap_or(UNK)

@@ -18,9 +18,9 @@ use crate::data::vocab::{MAX_DISTINCT_TOKENS, RESERVED};
 ///
 /// ```toml
 /// [data]
-/// vocab = { max_size = 50000, min_count = 1, max_token_bytes = 1024 }
+/// vocab = { max_size = 50000, min_count = 1, max_token_bytes = 1024, singleton_unk = 0.5 }
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VocabSpec {
     /// The most ids, the padding and unknown-token ids included (default 50,000): the most
@@ -36,6 +36,11 @@ pub struct VocabSpec {
     /// the memory of the statistics pass and the size of the vocabulary every executor gets.
     #[serde(default = "default_max_token_bytes")]
     pub max_token_bytes: usize,
+    /// The chance that a training token the training split holds only once reaches the model
+    /// as the unknown token instead, drawn afresh each epoch (default 0.5; 0: never). It trains
+    /// the unknown token's row, which test tokens outside the vocabulary take.
+    #[serde(default = "default_singleton_unk")]
+    pub singleton_unk: f32,
 }
 
 impl Default for VocabSpec {
@@ -44,6 +49,7 @@ impl Default for VocabSpec {
             max_size: default_max_size(),
             min_count: default_min_count(),
             max_token_bytes: default_max_token_bytes(),
+            singleton_unk: default_singleton_unk(),
         }
     }
 }
@@ -58,6 +64,10 @@ fn default_min_count() -> u64 {
 
 fn default_max_token_bytes() -> usize {
     DEFAULT_MAX_TOKEN_BYTES
+}
+
+fn default_singleton_unk() -> f32 {
+    0.5
 }
 
 /// Default of `data.vocab.max_token_bytes`.
@@ -125,6 +135,13 @@ impl DataSpec {
         }
         if self.vocab.min_count == 0 {
             return Err(("data.vocab.min_count", "must be at least 1".into()));
+        }
+        let unk = self.vocab.singleton_unk;
+        if !(0.0..=1.0).contains(&unk) {
+            return Err((
+                "data.vocab.singleton_unk",
+                format!("must be a probability between 0 and 1, not {unk}"),
+            ));
         }
         if let Some(n) = self.max_length
             && !(1..=MAX_SEQUENCE_LENGTH).contains(&n)

@@ -225,6 +225,7 @@ proptest! {
             classes: (!classes.is_empty()).then_some(classes),
             vocabulary: Some(crate::data::vocab::Vocabulary::from_tokens(all).unwrap()),
             normalize: None,
+            singletons_from: None,
         };
         let mut text: Vec<char> = payload::encode(&p).chars().collect();
         let damaged = !edits.is_empty();

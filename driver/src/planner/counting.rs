@@ -11,10 +11,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::prelude::SessionContext;
 use ringflow_core::data::deadline::block_on_timeout;
 use ringflow_core::data::partition::PartitionReader;
@@ -22,6 +23,7 @@ use ringflow_core::data::sql;
 use ringflow_core::spec::JobSpec;
 
 pub use super::count_error::CountError;
+use super::parallel::{each_group, lock};
 use super::split::RowGroup;
 use super::sql_planner::{SqlPlanError, timed_out};
 use crate::error::{DriverError, Result};
@@ -50,7 +52,8 @@ impl Counted {
     }
 }
 
-/// A job's query, ready to count rows: its lookup tables read once into memory.
+/// A job's query, ready to run over row groups on the driver (to count the rows it yields, or,
+/// as a [`sql::distinct_query`], to list its labels): its lookup tables read once into memory.
 pub struct RowCounter {
     ctx: SessionContext,
     query: String,
@@ -108,45 +111,10 @@ impl RowCounter {
 
     /// The count of every group, in order, from as many threads as the driver has cores.
     fn count_each(&self, key: &str, groups: &[RowGroup], read: &Read<'_>) -> Result<Vec<u64>> {
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
-        let counts: Vec<Mutex<Option<u64>>> = groups.iter().map(|_| Mutex::new(None)).collect();
-        let failure: Mutex<Option<DriverError>> = Mutex::new(None);
-        let workers = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(groups.len().max(1));
-        std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(group) = groups.get(i) else {
-                            break;
-                        };
-                        match self.count_group(group, read) {
-                            Ok(n) => *lock(&counts[i]) = Some(n),
-                            Err(source) => {
-                                stop.store(true, Ordering::Relaxed);
-                                let site =
-                                    format!("{key}: {} (row group {})", group.path, group.index);
-                                *lock(&failure) = Some(DriverError::RowCount { site, source });
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        if let Some(e) = lock(&failure).take() {
-            return Err(e);
-        }
-        Ok(counts
-            .into_iter()
-            .map(|c| {
-                c.into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .unwrap_or(0)
-            })
-            .collect())
+        each_group(groups, |group| self.count_group(group, read)).map_err(|(source, group)| {
+            let site = format!("{key}: {} (row group {})", group.path, group.index);
+            DriverError::RowCount { site, source }
+        })
     }
 
     /// The rows the query yields over the whole of `group`, or why it could not say.
@@ -155,6 +123,55 @@ impl RowCounter {
         group: &RowGroup,
         read: &Read<'_>,
     ) -> std::result::Result<u64, CountError> {
+        let (counting, left) = self.start(group, read, true)?;
+        let over = |_| CountError::TimedOut {
+            seconds: self.timeout.as_secs(),
+        };
+        Ok(block_on_timeout(left, sql::read_count(counting)).map_err(over)??)
+    }
+
+    /// Runs the query over the whole of `group`, reading `columns` (those it reads) of a file
+    /// of one of `schemas`, within `data.sql_timeout_s`: the first column of its output, in
+    /// batches, up to `limit` values (the rest is not read).
+    pub fn first_column(
+        &self,
+        group: &RowGroup,
+        (columns, schemas): (&[String], &[(String, SchemaRef)]),
+        limit: usize,
+    ) -> std::result::Result<Vec<ArrayRef>, CountError> {
+        let read = Read { columns, schemas };
+        let (mut stream, left) = self.start(group, &read, false)?;
+        let over = |_| CountError::TimedOut {
+            seconds: self.timeout.as_secs(),
+        };
+        let reading = async move {
+            use futures::StreamExt;
+            let (mut out, mut values) = (Vec::new(), 0usize);
+            while values <= limit
+                && let Some(batch) = stream.next().await
+            {
+                let batch = batch.map_err(|e| {
+                    let why = sql::df_message(&e);
+                    CountError::Data(ringflow_core::data::DataError::new("data.sql", why))
+                })?;
+                if let Some(column) = batch.columns().first() {
+                    values += column.len();
+                    out.push(column.clone());
+                }
+            }
+            Ok::<_, CountError>(out)
+        };
+        block_on_timeout(left, reading).map_err(over)?
+    }
+
+    /// Starts the query (counting its rows when `count`) over the whole of `group`; returns
+    /// its output and the time left of `data.sql_timeout_s`.
+    fn start(
+        &self,
+        group: &RowGroup,
+        read: &Read<'_>,
+        count: bool,
+    ) -> std::result::Result<(SendableRecordBatchStream, Duration), CountError> {
         let full = read
             .schemas
             .iter()
@@ -168,13 +185,17 @@ impl RowCounter {
             seconds: self.timeout.as_secs(),
         };
         let started = Instant::now();
-        let counting = {
+        let stream = {
             let _planning = lock(&self.planning);
-            let counting = async move { sql::run_count(&ctx, &query, full, rows).await };
-            block_on_timeout(self.timeout, counting).map_err(over)??
+            let started = async move {
+                match count {
+                    true => sql::run_count(&ctx, &query, full, rows).await,
+                    false => sql::run_pruned(&ctx, &query, full, rows).await,
+                }
+            };
+            block_on_timeout(self.timeout, started).map_err(over)??
         };
-        let left = self.timeout.saturating_sub(started.elapsed());
-        Ok(block_on_timeout(left, sql::read_count(counting)).map_err(over)??)
+        Ok((stream, self.timeout.saturating_sub(started.elapsed())))
     }
 }
 
@@ -183,9 +204,4 @@ impl RowCounter {
 struct Read<'a> {
     columns: &'a [String],
     schemas: &'a [(String, SchemaRef)],
-}
-
-/// `m` locked, poisoned or not (a panicking thread leaves nothing half-written here).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -426,6 +426,7 @@ optimizer = { kind = "adagrad", lr = 0.05 }
             summary: None,
             warnings: Vec::new(),
             notes: Vec::new(),
+            test_tokens: None,
         }
     }
 

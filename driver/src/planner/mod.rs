@@ -17,6 +17,7 @@ pub mod discover;
 pub mod footer;
 pub mod kinds;
 pub mod memory;
+pub mod parallel;
 pub mod plan_error;
 pub mod saved;
 pub mod saved_error;
@@ -160,12 +161,25 @@ fn check_split(
     })
 }
 
-/// Checks `data.label_classes`, where given, against the label (`string_label`: it holds class
-/// names) and the model's outputs.
-fn check_label_classes(spec: &JobSpec, string_label: bool, model: &ModelShape) -> Result<()> {
+/// Checks `data.label_classes`, where given (or `counted` by the label pass), against the label
+/// (`string_label`: it holds class names) and the model's outputs.
+fn check_label_classes(
+    spec: &JobSpec,
+    string_label: bool,
+    model: &ModelShape,
+    counted: bool,
+) -> Result<()> {
     let Some(classes) = &spec.data.label_classes else {
         return Ok(());
     };
+    if counted && classes.len() != model.outputs {
+        return Err(kinds::labels::LabelError::NotOutputs {
+            column: spec.data.label.clone(),
+            classes: classes.len(),
+            outputs: model.outputs,
+        }
+        .into());
+    }
     if !string_label {
         return Err(LabelMismatch::ClassesOfNumbers {
             label: spec.data.label.clone(),
@@ -279,6 +293,9 @@ pub struct JobPlan {
     pub warnings: Vec<String>,
     /// What planning did that people should know: the rows `data.sql` was counted to yield.
     pub notes: Vec<String>,
+    /// For string token sequences with a test split: its tokens, and those the vocabulary
+    /// lacks.
+    pub test_tokens: Option<kinds::TestTokens>,
 }
 
 /// The state a resumed job continues from: its last checkpoint.
@@ -356,24 +373,34 @@ impl JobPlan {
             train: &train.split,
             test: test.as_ref().map(|t| &t.split),
             prep: prep.as_ref(),
+            labels: None,
         })?;
         let completed = builder.resolve(&spec.model, kind.facts())?;
+        // Class names the label pass counted are the resolved spec's classes.
+        let counted = kind.counted_labels().cloned();
+        let mut spec = spec;
+        if let Some(names) = counted.as_ref().and_then(|c| c.names.clone()) {
+            spec.data.label_classes = Some(names);
+        }
         let spec = ResolvedSpec::completed(spec, completed);
         let model = builder.shape(&spec.model)?;
-        if let Some(test) = &test {
-            kind.check_test(&spec, &test.split, &model)?;
-        }
+        let test_tokens = match &test {
+            Some(test) => kind.check_test(&spec, &test.split, &model)?,
+            None => None,
+        };
         let footprint = memory::footprint(registry, &kind.footprint_spec(&spec))?;
         let mut summary = builder.summary(&spec.model)?;
         // Every split is checked against the resolved model, as its kind reads it; the training
         // split must then give every rank rows.
         let (train, test, mut notes) = check_splits((train, test), &spec, &model, prep.as_ref())?;
+        notes.extend(counted.as_ref().map(|c| c.described.clone()));
+        notes.extend(test_tokens.map(|t| t.describe()));
         if let Some(start) = start::check(&spec, registry)? {
             notes.extend(start.loaded.map(|l| l.to_string()));
             summary = Some(start.summary);
         }
         let string_label = train.label == LabelType::String;
-        check_label_classes(&spec, string_label, &model)?;
+        check_label_classes(&spec, string_label, &model, counted.is_some())?;
         let after_sql = train.count_columns.is_some();
         let world = spec.cluster.executors;
         assign::check_enough_rows("data.train", &train.groups, world, after_sql)?;
@@ -405,6 +432,7 @@ impl JobPlan {
             summary,
             warnings,
             notes,
+            test_tokens,
         })
     }
 
@@ -449,6 +477,7 @@ impl JobPlan {
             summary,
             warnings,
             notes,
+            test_tokens: None,
         })
     }
 

@@ -63,6 +63,17 @@ impl SqlPlanner {
         }))
     }
 
+    /// A planner of `query` (one made from the job's, such as its distinct labels) over the same
+    /// tables.
+    pub(crate) fn with_query(&self, query: &str) -> SqlPlanner {
+        SqlPlanner {
+            ctx: self.ctx.clone(),
+            query: query.to_string(),
+            timeout: self.timeout,
+            warnings: Vec::new(),
+        }
+    }
+
     /// Plans the query with `input` of the given schema.
     pub(crate) fn plan(&self, input: SchemaRef) -> Result<sql::PlannedQuery, SqlPlanError> {
         let (ctx, query) = (self.ctx.clone(), self.query.clone());

@@ -238,6 +238,7 @@ device = "{device}"
         summary: None,
         warnings: Vec::new(),
         notes: Vec::new(),
+        test_tokens: None,
     }))
 }
 

@@ -30,6 +30,9 @@ pub enum RowLayout {
     Sequences {
         /// The labels are one per token (tagging).
         per_step: bool,
+        /// The first token id of those the training split holds once (see
+        /// [`crate::data::sequences::unknown`]).
+        singletons_from: Option<u32>,
     },
 }
 

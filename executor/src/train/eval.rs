@@ -32,7 +32,14 @@ pub fn evaluate(
     let shape = model.shape();
     let device = model.params().iter().next().map(|p| p.tensor.device());
     let device = device.unwrap_or(ringflow_ml::Device::Cpu);
-    let mut stream = EpochStream::start(plan, converter, shape.input_width(), None, false, read);
+    let mut stream = EpochStream::start(
+        plan,
+        converter,
+        shape.input_width(),
+        (None, false),
+        None,
+        read,
+    );
     let mut stats = EvalStats::default();
     no_grad(|| -> Result<()> {
         while let Some(mut batch) = stream.next_batch(EVAL_BATCH)? {

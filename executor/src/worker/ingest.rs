@@ -77,7 +77,8 @@ pub fn measure(spec: &IngestSpec) -> Result<IngestReport> {
         reform: false,
     };
     let start = Instant::now();
-    let mut stream = EpochStream::start(&plan, Arc::new(converter), width, None, false, read);
+    let mut stream =
+        EpochStream::start(&plan, Arc::new(converter), width, (None, false), None, read);
     let (mut rows, mut batches) = (0u64, 0u64);
     while let Some(batch) = stream.next_batch(spec.batch)? {
         rows += batch.rows as u64;

@@ -1,6 +1,7 @@
 //! Counting the rows a job's query yields over one row group, reading only the columns the
 //! count depends on ([`run_count`], [`read_count`]): the driver's counting pass where
-//! `data.sql` may drop or multiply rows.
+//! `data.sql` may drop or multiply rows. The driver's label pass runs a query over such a
+//! row group too ([`run_pruned`], with [`distinct_query`]: the query's distinct labels).
 
 use std::sync::Arc;
 
@@ -24,6 +25,41 @@ pub async fn run_count(
     full: SchemaRef,
     rows: SendableRecordBatchStream,
 ) -> Result<SendableRecordBatchStream> {
+    let df = pruned(ctx, query, full, rows).await?;
+    let counted = df
+        .aggregate(vec![], vec![count_all()])
+        .map_err(sql_failed)?;
+    counted.execute_stream().await.map_err(sql_failed)
+}
+
+/// Starts running `query` with `input` of schema `full` streaming from `rows` (a row group),
+/// which holds only the columns the query reads (its `input_columns` as planned against
+/// `full`). The output streams, never held.
+pub async fn run_pruned(
+    ctx: &SessionContext,
+    query: &str,
+    full: SchemaRef,
+    rows: SendableRecordBatchStream,
+) -> Result<SendableRecordBatchStream> {
+    let df = pruned(ctx, query, full, rows).await?;
+    df.execute_stream().await.map_err(sql_failed)
+}
+
+/// The query of the distinct values of `column` in the output of `query`.
+pub fn distinct_query(query: &str, column: &str) -> String {
+    let query = query.trim().trim_end_matches(';');
+    let column = column.replace('"', "\"\"");
+    format!("SELECT DISTINCT \"{column}\" FROM ({query}) AS labelled")
+}
+
+/// `query` planned with `input` of schema `full` reading from `rows`, which holds some of its
+/// columns.
+async fn pruned(
+    ctx: &SessionContext,
+    query: &str,
+    full: SchemaRef,
+    rows: SendableRecordBatchStream,
+) -> Result<datafusion::dataframe::DataFrame> {
     let read = rows.schema();
     let table = streaming_table(rows)?;
     let positions = full
@@ -37,11 +73,7 @@ pub async fn run_count(
         positions,
     };
     register_input(ctx, Arc::new(input))?;
-    let df = ctx.sql(query).await.map_err(sql_failed)?;
-    let counted = df
-        .aggregate(vec![], vec![count_all()])
-        .map_err(sql_failed)?;
-    counted.execute_stream().await.map_err(sql_failed)
+    ctx.sql(query).await.map_err(sql_failed)
 }
 
 /// The table `input` of a count: the schema of the whole input, the values of the columns read
@@ -78,7 +110,7 @@ impl datafusion::catalog::TableProvider for SomeColumns {
             .map(|&i| {
                 self.positions.get(i).copied().flatten().ok_or_else(|| {
                     DataFusionError::Plan(format!(
-                        "counting the query's rows needs the column `{}`, which was not read",
+                        "the query over a row group needs the column `{}`, which was not read",
                         self.full.field(i).name()
                     ))
                 })

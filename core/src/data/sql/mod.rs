@@ -37,7 +37,7 @@ mod count;
 #[cfg(test)]
 mod tests;
 
-pub use count::{read_count, run_count};
+pub use count::{distinct_query, read_count, run_count, run_pruned};
 
 /// The name of the table that holds the current partition in a job's `data.sql`.
 pub const INPUT_TABLE: &str = "input";

@@ -26,6 +26,7 @@ pub(super) fn data_facts(input: &KindInput<'_>, example_shape_from: &str) -> Dat
         train,
         test,
         prep,
+        labels,
     } = *input;
     let schema = first_schema(train, prep);
     DataFacts {
@@ -37,8 +38,11 @@ pub(super) fn data_facts(input: &KindInput<'_>, example_shape_from: &str) -> Dat
             .map_err(Clone::clone)
             .and_then(|s| width(spec, s))
             .map_err(UnknownFact::because),
-        outputs: outputs(spec, schema.as_deref().ok(), train, test, prep.is_some())
-            .map_err(UnknownFact::because),
+        outputs: match labels {
+            Some(counted) => Ok(counted.outputs),
+            None => outputs(spec, schema.as_deref().ok(), train, test, prep.is_some())
+                .map_err(UnknownFact::because),
+        },
         sequence: None,
     }
 }

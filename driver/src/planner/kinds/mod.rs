@@ -21,6 +21,8 @@ mod columns;
 mod facts;
 pub mod features;
 pub mod images;
+pub mod label_error;
+pub mod labels;
 pub mod sequences;
 #[cfg(test)]
 mod tests;
@@ -48,6 +50,36 @@ pub(crate) struct KindInput<'a> {
     pub test: Option<&'a Split>,
     /// The job's `data.sql`, planned.
     pub prep: Option<&'a SqlPlanner>,
+    /// What the label pass found, once it ran ([`labels::pass`]).
+    pub labels: Option<&'a labels::CountedLabels>,
+}
+
+/// The tokens of a test split of string token sequences, and those outside the training
+/// split's vocabulary (which reach the model as `<unk>`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TestTokens {
+    /// Tokens kept (after truncation).
+    pub tokens: u64,
+    /// Those the vocabulary lacks.
+    pub unknown: u64,
+}
+
+impl TestTokens {
+    /// The share of the test split's tokens outside the vocabulary (0 without tokens).
+    pub fn unknown_rate(&self) -> f64 {
+        self.unknown as f64 / self.tokens.max(1) as f64
+    }
+
+    /// The line of the job's messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "data.test: {} of its {} tokens ({:.1}%) are not in the vocabulary and reach the \
+             model as <unk>",
+            self.unknown,
+            self.tokens,
+            100.0 * self.unknown_rate()
+        )
+    }
 }
 
 /// One data kind's part of planning a training job, as its planning step left it.
@@ -58,15 +90,27 @@ pub(crate) trait KindPlan: std::fmt::Debug {
     fn facts(&self) -> &DataFacts;
 
     /// Checks the test split against the resolved `model` before training, beyond the schema
-    /// check every split gets. Nothing more by default.
-    fn check_test(&self, spec: &JobSpec, test: &Split, model: &ModelShape) -> Result<()> {
+    /// check every split gets; says how many of its tokens the vocabulary lacks, for kinds
+    /// with one. Nothing more by default.
+    fn check_test(
+        &self,
+        spec: &JobSpec,
+        test: &Split,
+        model: &ModelShape,
+    ) -> Result<Option<TestTokens>> {
         let _ = (spec, test, model);
-        Ok(())
+        Ok(None)
     }
 
     /// The spec whose model the memory estimate sizes: the job's by default.
     fn footprint_spec<'a>(&self, spec: &'a JobSpec) -> Cow<'a, JobSpec> {
         Cow::Borrowed(spec)
+    }
+
+    /// What the label pass found (the class names the resolved spec lists, and the line for
+    /// the job's messages); `None` when it did not run.
+    fn counted_labels(&self) -> Option<&labels::CountedLabels> {
+        None
     }
 
     /// What the job keeps of the plan for its tasks: the vocabulary and classes of token
@@ -82,10 +126,18 @@ pub(crate) fn plan(input: &KindInput<'_>) -> Result<Box<dyn KindPlan>> {
     if let Some(planned) = sequences::plan::plan(input)? {
         return Ok(Box::new(planned));
     }
+    let counted = labels::pass(input)?;
+    let input = &KindInput {
+        labels: counted.as_ref(),
+        ..*input
+    };
     if input.spec.data.image.is_some() {
-        return Ok(Box::new(images::ImagesPlan::new(input)));
+        return Ok(Box::new(images::ImagesPlan::new(input, counted.clone())));
     }
-    Ok(Box::new(features::FeaturesPlan::new(input)))
+    Ok(Box::new(features::FeaturesPlan::new(
+        input,
+        counted.clone(),
+    )))
 }
 
 /// Checks `schema` (a file's, or the output of `data.sql`; `what` names it in errors) against

@@ -176,6 +176,7 @@ impl Job {
                     s.trainable_parameters = Some(model.trainable);
                 }
                 if let JobKind::Train(plan) = &self.kind {
+                    s.test_unknown_token_rate = plan.test_tokens.map(|t| t.unknown_rate());
                     s.compression = Some(plan.spec.cluster.compression.as_str().into());
                     s.matmul_precision = Some(plan.spec.train.matmul_precision.as_str().into());
                     s.winograd = Some(plan.spec.train.winograd);

@@ -29,6 +29,7 @@ use crate::data::partitions::ReadContext;
 use crate::data::read_ahead::ReadAhead;
 use crate::data::rows::Batch;
 use crate::data::sequences::draw::SequenceDraw;
+use crate::data::sequences::unknown::SingletonUnk;
 use crate::error::Result;
 use chunks::Chunks;
 use fixed::FixedDraw;
@@ -61,20 +62,30 @@ impl EpochStream {
     /// Starts reading `plan` with `converter`, for a model of `width` inputs. With
     /// `shuffle = Some((buffer_rows, rng))` batches draw from a shuffle buffer; with `None`
     /// rows come in plan order. A stream of token sequences groups the buffer's rows into
-    /// length buckets when `bucket_by_length` (and shuffling).
+    /// length buckets when `bucket_by_length` (and shuffling), and, with `unknown` (training),
+    /// replaces the tokens the training split holds once by `<unk>` as it chooses.
     pub fn start(
         plan: &EpochPlan,
         converter: Arc<dyn BatchConverter>,
         width: usize,
-        shuffle: Option<(usize, Rng)>,
-        bucket_by_length: bool,
+        (shuffle, bucket_by_length): (Option<(usize, Rng)>, bool),
+        unknown: Option<SingletonUnk>,
         read: ReadContext,
     ) -> EpochStream {
         let draw = match converter.layout() {
             RowLayout::Fixed => Draw::Fixed(FixedDraw::new(width, shuffle, plan.rows)),
             // Sequences are kept as rows of their own length, not in a fixed-width buffer.
-            RowLayout::Sequences { per_step } => {
-                Draw::Sequences(SequenceDraw::new(per_step, bucket_by_length, shuffle))
+            RowLayout::Sequences {
+                per_step,
+                singletons_from,
+            } => {
+                let unknown = singletons_from.zip(unknown);
+                Draw::Sequences(SequenceDraw::new(
+                    per_step,
+                    bucket_by_length,
+                    shuffle,
+                    unknown,
+                ))
             }
         };
         // A converted row: its features (a sequence's tokens: at most the model's input width)

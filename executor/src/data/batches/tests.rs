@@ -79,7 +79,7 @@ pub(crate) fn stream(plan: &EpochPlan, shuffle: Option<usize>) -> EpochStream {
     );
     let read = read_context();
     let shuffle = shuffle.map(|rows| (rows, ringflow_ml::rng::seeded(7, 0)));
-    EpochStream::start(plan, Arc::new(converter), 1, shuffle, false, read)
+    EpochStream::start(plan, Arc::new(converter), 1, (shuffle, false), None, read)
 }
 
 /// Every row of the batch, checked against its label.

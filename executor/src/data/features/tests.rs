@@ -156,6 +156,7 @@ fn string_labels_map_to_classes_and_features_are_standardized() {
         }),
         classes: Some(vec!["a".into(), "b".into()]),
         vocabulary: None,
+        singletons_from: None,
     };
     let c = conv(&["x"], LabelKind::Classes(2), None, 1)
         .with_preprocessing(&p)

@@ -6,6 +6,7 @@
 use rand::RngExt;
 use ringflow_ml::rng::Rng;
 
+use super::unknown::SingletonUnk;
 use super::{BucketPool, Sequence, pad};
 use crate::data::batches::chunks::Chunks;
 use crate::data::rows::Batch;
@@ -24,19 +25,28 @@ pub struct SequenceDraw {
     buffer: Vec<Sequence>,
     /// Batches cut from the buffer, ready.
     pool: BucketPool,
+    /// While training: the first id of the tokens seen once, and their replacement by `<unk>`.
+    unknown: Option<(u32, SingletonUnk)>,
 }
 
 impl SequenceDraw {
     /// Draws sequences (with labels per token when `per_step`) from a shuffle buffer of
     /// `shuffle = Some((rows, rng))`, in length buckets when `bucket`, or in plan order with
-    /// `None`.
-    pub fn new(per_step: bool, bucket: bool, shuffle: Option<(usize, Rng)>) -> SequenceDraw {
+    /// `None`; with `unknown = Some((from, unk))` (training), token ids `from` and above become
+    /// `<unk>` as `unk` chooses.
+    pub fn new(
+        per_step: bool,
+        bucket: bool,
+        shuffle: Option<(usize, Rng)>,
+        unknown: Option<(u32, SingletonUnk)>,
+    ) -> SequenceDraw {
         SequenceDraw {
             per_step,
             bucket,
             shuffle: shuffle.map(|(capacity, rng)| (capacity.max(1), rng)),
             buffer: Vec::new(),
             pool: BucketPool::default(),
+            unknown,
         }
     }
 
@@ -48,7 +58,7 @@ impl SequenceDraw {
             (false, _) => {
                 let mut rows = Vec::new();
                 while rows.len() < max_rows && chunks.ensure_rows()? {
-                    rows.push(take_sequence(chunks, self.per_step));
+                    rows.push(take_sequence(chunks, self.per_step, self.unknown));
                 }
                 rows
             }
@@ -66,7 +76,7 @@ impl SequenceDraw {
     /// Fills the shuffle buffer up to `capacity` rows from the stream.
     fn top_up(&mut self, chunks: &mut Chunks, capacity: usize) -> Result<()> {
         while self.buffer.len() < capacity && chunks.ensure_rows()? {
-            let row = take_sequence(chunks, self.per_step);
+            let row = take_sequence(chunks, self.per_step, self.unknown);
             self.buffer.push(row);
         }
         Ok(())
@@ -103,12 +113,20 @@ impl SequenceDraw {
     }
 }
 
-/// The next unread row of the current chunk, labels per token when `per_step`.
-fn take_sequence(chunks: &mut Chunks, per_step: bool) -> Sequence {
-    let row = chunks
+/// The next unread row of the current chunk, labels per token when `per_step`, its rare tokens
+/// replaced as `unknown` says.
+fn take_sequence(
+    chunks: &mut Chunks,
+    per_step: bool,
+    unknown: Option<(u32, SingletonUnk)>,
+) -> Sequence {
+    let mut row = chunks
         .current
         .sequence(chunks.cursor, chunks.offset, per_step);
     chunks.offset += chunks.current.lengths[chunks.cursor];
     chunks.cursor += 1;
+    if let Some((from, unk)) = unknown {
+        unk.apply(from, &mut row.tokens);
+    }
     row
 }

@@ -9,6 +9,7 @@
 //! tokens' outputs; or one label per sequence (classification).
 
 pub mod draw;
+pub mod unknown;
 
 use std::collections::HashMap;
 
@@ -45,6 +46,7 @@ pub struct SequenceConverter {
     classes: usize,
     rules: SequenceRules,
     vocabulary: Option<Vocabulary>,
+    singletons_from: Option<u32>,
     class_ids: Option<HashMap<String, usize>>,
 }
 
@@ -65,6 +67,7 @@ impl SequenceConverter {
             classes,
             rules,
             vocabulary: None,
+            singletons_from: None,
             class_ids: None,
         }
     }
@@ -100,6 +103,7 @@ impl SequenceConverter {
     /// Applies the vocabulary of string tokens and the classes of string labels.
     pub fn with_preprocessing(mut self, p: &Preprocessing) -> SequenceConverter {
         self.vocabulary = p.vocabulary.clone();
+        self.singletons_from = p.singletons_from;
         self.class_ids = p
             .classes
             .as_ref()
@@ -277,6 +281,7 @@ impl BatchConverter for SequenceConverter {
     fn layout(&self) -> RowLayout {
         RowLayout::Sequences {
             per_step: self.per_step,
+            singletons_from: self.singletons_from,
         }
     }
 

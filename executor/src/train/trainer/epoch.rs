@@ -1,6 +1,7 @@
 //! One epoch of a [`Trainer`]: its steps (forward, backward, gradient sync, optimizer), the
 //! progress reports, the mid-epoch checkpoints, and what ends it ([`EpochEnd`]).
 
+use crate::data::sequences::unknown::SingletonUnk;
 use std::fmt;
 use std::time::Instant;
 
@@ -244,12 +245,15 @@ impl Trainer<'_> {
             spec.train.seed ^ epoch.wrapping_mul(0x9E37_79B9_7F4A_7C15),
             streams::SHUFFLE + ((self.position.rank as u64) << 32),
         );
+        let shuffle = Some((spec.data.shuffle_buffer, shuffle_rng));
+        let unknown =
+            SingletonUnk::for_epoch(spec.data.vocab.singleton_unk, spec.train.seed, epoch);
         let stream = EpochStream::start(
             plan,
             self.data.converter.clone(),
             self.shape.input_width(),
-            Some((spec.data.shuffle_buffer, shuffle_rng)),
-            spec.data.buckets_by_length(),
+            (shuffle, spec.data.buckets_by_length()),
+            unknown,
             self.data.read.clone(),
         );
         BatchesAhead::start(stream, spec.train.batch_size)

@@ -9,6 +9,7 @@ use ringflow_ml::nn::{DataFacts, ModelShape};
 
 use super::columns::{check_example_shape, check_label, no_column};
 use super::facts::data_facts;
+use super::labels::CountedLabels;
 use super::{KindInput, KindPlan};
 use crate::planner::schema_error::SchemaError;
 use crate::planner::split::LabelType;
@@ -18,13 +19,15 @@ use crate::planner::split::LabelType;
 #[derive(Debug)]
 pub(crate) struct ImagesPlan {
     facts: DataFacts,
+    labels: Option<CountedLabels>,
 }
 
 impl ImagesPlan {
     /// Plans the image column of `input`'s job.
-    pub(crate) fn new(input: &KindInput<'_>) -> ImagesPlan {
+    pub(crate) fn new(input: &KindInput<'_>, labels: Option<CountedLabels>) -> ImagesPlan {
         ImagesPlan {
             facts: data_facts(input, "data.image"),
+            labels,
         }
     }
 }
@@ -32,6 +35,10 @@ impl ImagesPlan {
 impl KindPlan for ImagesPlan {
     fn facts(&self) -> &DataFacts {
         &self.facts
+    }
+
+    fn counted_labels(&self) -> Option<&CountedLabels> {
+        self.labels.as_ref()
     }
 }
 

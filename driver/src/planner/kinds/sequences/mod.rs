@@ -121,6 +121,8 @@ pub struct SequenceCounts {
     pub tokens: u64,
     /// The longest sequence kept.
     pub longest: usize,
+    /// String tokens outside the vocabulary (counted by the test split's check).
+    pub unknown_tokens: u64,
 }
 
 impl SequenceCounts {
@@ -134,6 +136,7 @@ impl SequenceCounts {
         self.sequences += other.sequences;
         self.tokens += other.tokens;
         self.longest = self.longest.max(other.longest);
+        self.unknown_tokens += other.unknown_tokens;
         Ok(())
     }
 

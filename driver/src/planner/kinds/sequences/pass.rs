@@ -12,7 +12,7 @@ use ringflow_core::data::Preprocessing;
 use ringflow_core::data::partition::PartitionReader;
 use ringflow_core::data::sequences::{Elements, ListColumn, ListColumnError, SequenceRules};
 use ringflow_core::data::stats::MAX_CLASSES;
-use ringflow_core::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts};
+use ringflow_core::data::vocab::{MAX_DISTINCT_TOKENS, TokenCounts, UNK, Vocabulary};
 use ringflow_core::spec::JobSpec;
 use ringflow_core::wire::MAX_CLASS_NAME_BYTES;
 
@@ -25,8 +25,9 @@ enum Pass<'a> {
     /// The training split's statistics pass: counts the tokens and the classes.
     Count,
     /// Another split checked against what training decided: every row by the training
-    /// split's rules, every class one the model has an output for.
-    Check(&'a Outputs),
+    /// split's rules, every class one the model has an output for; with the vocabulary, the
+    /// string tokens it lacks are counted.
+    Check(&'a Outputs, Option<&'a Vocabulary>),
 }
 
 /// The classes a model has outputs for.
@@ -50,19 +51,21 @@ pub fn count(
 /// Checks every row of the test split `split` before training, as [`count`] checks the
 /// training split's (lengths, empty and null sequences, token and class name lengths), and
 /// that each of its classes is one of the model's `outputs`: one of the classes of
-/// `preprocessing` (string labels), or an integer below `outputs`.
+/// `preprocessing` (string labels), or an integer below `outputs`. Returns the split's
+/// counts, its tokens outside the vocabulary among them.
 pub fn check_test(
     spec: &JobSpec,
     split: &Split,
     columns: &SequenceColumns,
     preprocessing: &Preprocessing,
     outputs: usize,
-) -> Result<(), SequenceError> {
+) -> Result<SequenceCounts, SequenceError> {
     let outputs = match &preprocessing.classes {
         Some(names) => Outputs::Names(names.iter().cloned().collect()),
         None => Outputs::Count(outputs),
     };
-    read_split("data.test", spec, split, columns, Pass::Check(&outputs)).map(|_| ())
+    let pass = Pass::Check(&outputs, preprocessing.vocabulary.as_ref());
+    read_split("data.test", spec, split, columns, pass)
 }
 
 /// The pass `pass` over every row group of split `key`, on every core of the driver.
@@ -155,12 +158,11 @@ fn count_batch(
             .map_err(SequenceError::Rules)?;
         let kept = tokens.range(row).start..tokens.range(row).start + steps;
         let max_token = data.vocab.max_token_bytes;
-        let counted = matches!(pass, Pass::Count);
         add_tokens(
             tokens.elements(),
             kept,
             (at, &columns.column),
-            (max_token, counted),
+            (max_token, pass),
             into,
         )?;
         if let Some(t) = &tags {
@@ -177,18 +179,27 @@ fn count_batch(
     Ok(())
 }
 
-/// Counts (`counted`; else only checks) the string tokens of `range` (of row `row` of
-/// `column`), each at most `max_token` bytes (`data.vocab.max_token_bytes`), or notes the
-/// largest integer id.
+/// Counts (the training split's pass; another split's counts those the vocabulary lacks) the
+/// string tokens of `range` (of row `row` of `column`), each at most `max_token` bytes
+/// (`data.vocab.max_token_bytes`), or notes the largest integer id.
 fn add_tokens(
     elements: &Elements,
     range: std::ops::Range<usize>,
     (row, column): (u64, &str),
-    (max_token, counted): (usize, bool),
+    (max_token, pass): (usize, Pass),
     into: &mut SequenceCounts,
 ) -> Result<(), SequenceError> {
     match elements {
         Elements::Strings(s) => {
+            if let Pass::Check(_, Some(vocabulary)) = pass {
+                let unknown = s[range.clone()]
+                    .iter()
+                    .flatten()
+                    .filter(|t| vocabulary.id(t) == UNK)
+                    .count();
+                into.unknown_tokens += unknown as u64;
+            }
+            let counted = matches!(pass, Pass::Count);
             let mut counts =
                 counted.then(|| into.stats.tokens.get_or_insert_with(TokenCounts::default));
             for t in &s[range] {
@@ -223,7 +234,7 @@ fn add_labels(
     pass: Pass,
     into: &mut SequenceCounts,
 ) -> Result<(), SequenceError> {
-    if let Pass::Check(outputs) = pass {
+    if let Pass::Check(outputs, _) = pass {
         return check_labels(elements, range, (row, column), outputs);
     }
     match elements {

@@ -13,7 +13,7 @@ use ringflow_ml::nn::{DataFacts, ModelShape, UnknownFact};
 use super::{SequenceColumns, SequenceCounts, check_metrics, check_test, count, detect};
 use crate::error::Result;
 use crate::planner::kinds::facts::data_facts;
-use crate::planner::kinds::{KindInput, KindPlan};
+use crate::planner::kinds::{KindInput, KindPlan, TestTokens};
 use crate::planner::split::Split;
 
 /// What the planner decided for a job of token sequences.
@@ -87,10 +87,18 @@ impl KindPlan for SequencesPlan {
 
     /// Holds every row of the test split to the training split's rules and to the classes the
     /// model has outputs for.
-    fn check_test(&self, spec: &JobSpec, test: &Split, model: &ModelShape) -> Result<()> {
+    fn check_test(
+        &self,
+        spec: &JobSpec,
+        test: &Split,
+        model: &ModelShape,
+    ) -> Result<Option<TestTokens>> {
         let (columns, preprocessing) = (&self.planned.columns, &self.planned.preprocessing);
-        check_test(spec, test, columns, preprocessing, model.outputs)?;
-        Ok(())
+        let counts = check_test(spec, test, columns, preprocessing, model.outputs)?;
+        Ok(preprocessing.vocabulary.as_ref().map(|_| TestTokens {
+            tokens: counts.tokens,
+            unknown: counts.unknown_tokens,
+        }))
     }
 
     /// The model at the longest sequence of the training split: batches are padded to their
