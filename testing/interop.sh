@@ -10,8 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=target/interop-python
-PY_PACKAGES=("torch==2.15.0" "safetensors==0.8.0" numpy)
-PY_CHECK="import torch, safetensors.torch, numpy"
+PY_PACKAGES=("torch==2.15.0" "safetensors==0.8.0" "onnx==1.23.2" numpy)
+PY_CHECK="import torch, safetensors.torch, onnx, numpy"
 
 echo "== Python packages (${VENV}): ${PY_PACKAGES[*]}"
 if ! "$VENV/bin/python3" -c "$PY_CHECK" 2>/dev/null; then

@@ -162,7 +162,7 @@ fn weights_that_do_not_fit_are_refused_before_any_executor_starts() {
         text.replace("out_channels = 32", "out_channels = 48"),
     )
     .unwrap();
-    let cases: [(&str, &[String], &[&str]); 5] = [
+    let cases: [(&str, &[String], &[&str]); 6] = [
         (
             &wider,
             &[format!("model.init_from={model}")],
@@ -185,6 +185,15 @@ fn weights_that_do_not_fit_are_refused_before_any_executor_starts() {
             &base,
             &["model.freeze=[\"layers.99\"]".into()],
             &["model.freeze", "\"layers.99\""],
+        ),
+        (
+            &base,
+            &["model.freeze=[\"*\"]".into()],
+            &[
+                "model.freeze",
+                "freezes every parameter",
+                "would train nothing",
+            ],
         ),
         (
             &base,

@@ -20,6 +20,7 @@ mod helpers;
 mod history;
 mod image_memory;
 mod images;
+mod imported;
 mod ingest;
 mod large_tasks;
 mod listeners;

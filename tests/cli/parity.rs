@@ -198,7 +198,7 @@ pub fn feature_rows(batch: &RecordBatch, columns: &[&str]) -> BTreeMap<i64, Vec<
 }
 
 /// `predict`'s `(class, probability)` of each row, by `id`.
-fn predictions(batch: &RecordBatch) -> BTreeMap<i64, (String, f32)> {
+pub fn predictions(batch: &RecordBatch) -> BTreeMap<i64, (String, f32)> {
     let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
     let ids = ids.as_primitive::<Int64Type>();
     let probability = batch.column_by_name("probability").unwrap();

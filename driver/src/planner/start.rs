@@ -30,6 +30,16 @@ pub fn check(spec: &ResolvedSpec, registry: &ModelRegistry) -> Result<Option<Sta
         return Ok(None);
     }
     let model = Model::build(model_spec, registry, spec.train.seed, Device::Cpu)?;
+    if model.params().is_empty() {
+        return Err(ringflow_ml::MlError::spec(format!(
+            "model.freeze = {:?} freezes every parameter of the model ({} tensors), so the \
+             job would train nothing: freeze fewer, or evaluate the weights with `ringflow \
+             eval` on a saved model",
+            model_spec.freeze,
+            model.params().frozen().count()
+        ))
+        .into());
+    }
     Optimizer::new(spec.train.optimizer.clone(), model.params())?;
     if model_spec.init_from.is_none() && !model_spec.init_skip.is_empty() {
         return Err(ringflow_ml::MlError::spec(
