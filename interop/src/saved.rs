@@ -49,9 +49,9 @@ impl SavedModelDir {
         })
     }
 
-    /// Refuses, for `format`, a model whose examples are not rows of numeric features: a
-    /// model of token sequences, or one of a column of encoded images (`data.image`), whose
-    /// decoding no exported model holds.
+    /// Refuses, for `format`, a model whose examples are not fixed-shape: a model of token
+    /// sequences. (A model of a column of encoded images, `data.image`, takes the decoded
+    /// pixels: decoding is not part of an exported model.)
     pub(crate) fn check_fixed_features(&self, format: &'static str) -> Result<(), ExportError> {
         let unsupported = |what: &str, why: &str| ExportError::Unsupported {
             format,
@@ -62,13 +62,6 @@ impl SavedModelDir {
             return Err(unsupported(
                 "a model of token sequences",
                 "this ringflow exports models of fixed-shape examples so far",
-            ));
-        }
-        if self.saved.spec.data.image.is_some() {
-            return Err(unsupported(
-                "data.image (a column of encoded images)",
-                "decoding images is not part of an exported model; this ringflow exports \
-                 models of numeric feature columns",
             ));
         }
         Ok(())

@@ -58,6 +58,18 @@ pub const LENET: Example<'static> = Example {
     columns: &["image"],
 };
 
+/// `examples/mnist_png_cnn.toml` (`data.image`: PNG files) with `sets` (its data among them)
+/// and its test split at `data`; the rows are the raw pixels beside each PNG.
+pub fn png_cnn<'a>(sets: &'a [&'a str], data: &'a str) -> Example<'a> {
+    Example {
+        name: "png-cnn",
+        spec: "examples/mnist_png_cnn.toml",
+        sets,
+        data,
+        columns: &["image"],
+    }
+}
+
 /// The CNN of [`every_image_layer_job`] written at `spec`.
 pub fn every_image_layer(spec: &str) -> Example<'_> {
     Example {

@@ -2,7 +2,9 @@
 //!
 //! The graph takes `features`, `[batch, width]` float32: the model's feature columns read as
 //! the data has them, in `data.features` order (a list column's values in place), before
-//! `data.scale` and normalization, which the graph applies as the executors do. It gives
+//! `data.scale` and normalization, which the graph applies as the executors do. For a model of
+//! encoded images (`data.image`) they are the decoded pixels, resized to `data.image.size` and
+//! converted to its channels, channels first (`[C, H, W]` flattened), values 0 to 255. It gives
 //! `logits` and `probabilities` (softmax over the classes) for `cross_entropy`, `logits` and
 //! `probability` (sigmoid) for `binary_cross_entropy`, and `prediction` for `mse`, each with a
 //! first axis of any size (`batch`).
@@ -130,7 +132,12 @@ fn sidecar(saved: &SavedModelDir, width: usize, outputs: &[&str]) -> serde_json:
     json!({
         "format": "ringflow onnx export",
         "opset": OPSET,
-        "input": { "name": INPUT, "shape": ["batch", width], "features": saved.saved.spec.data.features },
+        "input": {
+            "name": INPUT,
+            "shape": ["batch", width],
+            "features": saved.saved.spec.data.features,
+            "image": saved.saved.spec.data.image,
+        },
         "outputs": outputs,
         "classes": pre.and_then(|p| p.classes.as_ref()),
         "vocabulary": pre.and_then(|p| p.vocabulary.as_ref()).map(|v| v.tokens()),
