@@ -67,6 +67,21 @@ impl SavedModelDir {
         Ok(())
     }
 
+    /// Refuses, for `format`, a model of token sequences that is not a tagger (one output per
+    /// token): a sequence classifier's pooling is not exported yet.
+    pub(crate) fn check_tagger(&self, format: &'static str) -> Result<(), ExportError> {
+        match self.model.shape().sequence {
+            Some(ringflow_ml::nn::SequenceOutput::PerSequence) => Err(ExportError::Unsupported {
+                format,
+                what: "a sequence classifier (one output per sequence)".into(),
+                why: "this ringflow exports taggers of token sequences (one output per token) \
+                      so far"
+                    .into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// The saved parameter or buffer `name`, as its shape and row-major values; `layer`
     /// names who needs it in the error when it is missing.
     pub fn tensor(&self, name: &str, layer: &str) -> Result<(Vec<usize>, Vec<f32>), ExportError> {

@@ -14,6 +14,7 @@ mod deploy;
 mod distributed;
 mod errors;
 mod export;
+mod export_taggers;
 mod finetune;
 mod fusion;
 mod helpers;

@@ -32,6 +32,8 @@ pub enum Attr<'a> {
     Float(&'a str, f32),
     /// A list of integers.
     Ints(&'a str, Vec<i64>),
+    /// A string.
+    Str(&'a str, &'a str),
 }
 
 impl Graph {
@@ -44,6 +46,19 @@ impl Graph {
     /// A float32 graph input `name` of `shape`.
     pub fn input(&mut self, name: &str, shape: &[Dim]) {
         self.inputs.push(value_info(name, shape));
+    }
+
+    /// An int64 graph input `name` of `shape` (token ids, lengths).
+    pub fn int64_input(&mut self, name: &str, shape: &[Dim]) {
+        let mut info = value_info(name, shape);
+        if let Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(t)),
+            ..
+        }) = info.r#type.as_mut()
+        {
+            t.elem_type = Some(tensor_proto::DataType::Int64 as i32);
+        }
+        self.inputs.push(info);
     }
 
     /// Marks the value `value` as the graph output `name` of `shape` (through an `Identity`
@@ -150,6 +165,14 @@ fn attribute(a: Attr<'_>) -> AttributeProto {
             AttributeProto {
                 r#type: Some(AttributeType::Ints as i32),
                 ints,
+                ..Default::default()
+            },
+        ),
+        Attr::Str(name, text) => (
+            name,
+            AttributeProto {
+                r#type: Some(AttributeType::String as i32),
+                s: Some(text.as_bytes().to_vec()),
                 ..Default::default()
             },
         ),

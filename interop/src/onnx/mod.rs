@@ -1,6 +1,7 @@
 //! A saved model as an ONNX model ([`export`]), opset [`OPSET`].
 //!
-//! The graph takes `features`, `[batch, width]` float32: the model's feature columns read as
+//! A tagger of token sequences takes `tokens` and `lengths` instead and gives one output per
+//! token ([`sequences`]). Otherwise the graph takes `features`, `[batch, width]` float32: the model's feature columns read as
 //! the data has them, in `data.features` order (a list column's values in place), before
 //! `data.scale` and normalization, which the graph applies as the executors do. For a model of
 //! encoded images (`data.image`) they are the decoded pixels, resized to `data.image.size` and
@@ -18,6 +19,7 @@ mod graph;
 mod mlp;
 mod ops;
 pub mod proto;
+mod sequences;
 mod sequential;
 
 use std::path::{Path, PathBuf};
@@ -73,18 +75,36 @@ impl Exported {
 pub fn export(saved: &SavedModelDir) -> Result<Exported, ExportError> {
     let spec = &saved.saved.spec;
     let shape = saved.model.shape();
-    saved.check_fixed_features("ONNX")?;
-    let width = shape.input_width();
     let mut g = Graph::default();
-    g.input(INPUT, &[Dim::Named("batch"), Dim::Fixed(width)]);
-    let x = features::preprocess(&mut g, saved, INPUT, width)?;
-    let out = match spec.model.kind.as_str() {
-        "mlp" => mlp::lower(&mut g, saved, &x)?,
-        "sequential" => sequential::lower(&mut g, saved, &x)?,
-        kind => return Err(ExportError::custom_kind("ONNX", kind)),
+    let (out, dims, input) = match shape.sequence {
+        Some(_) => {
+            saved.check_tagger("ONNX")?;
+            let length = [Dim::Named("batch"), Dim::Named("length")];
+            g.int64_input(sequences::TOKENS, &length);
+            g.int64_input(sequences::LENGTHS, &[Dim::Named("batch")]);
+            let out = sequences::lower(&mut g, saved)?;
+            let dims = vec![
+                length[0].clone(),
+                length[1].clone(),
+                Dim::Fixed(shape.outputs),
+            ];
+            (out, dims, tokens_input())
+        }
+        None => {
+            let width = shape.input_width();
+            g.input(INPUT, &[Dim::Named("batch"), Dim::Fixed(width)]);
+            let x = features::preprocess(&mut g, saved, INPUT, width)?;
+            let out = match spec.model.kind.as_str() {
+                "mlp" => mlp::lower(&mut g, saved, &x)?,
+                "sequential" => sequential::lower(&mut g, saved, &x)?,
+                kind => return Err(ExportError::custom_kind("ONNX", kind)),
+            };
+            let dims = vec![Dim::Named("batch"), Dim::Fixed(shape.outputs)];
+            (out, dims, features_input(saved, width))
+        }
     };
-    let outputs = heads(&mut g, &out, shape.outputs, spec.train.loss);
-    let sidecar = sidecar(saved, width, &outputs);
+    let outputs = heads(&mut g, &out, &dims, spec.train.loss);
+    let sidecar = sidecar(saved, input, &outputs);
     let model = ModelProto {
         ir_version: Some(IR_VERSION),
         opset_import: vec![OperatorSetIdProto {
@@ -103,41 +123,55 @@ pub fn export(saved: &SavedModelDir) -> Result<Exported, ExportError> {
     })
 }
 
-/// The graph outputs for `loss` on the model's output `out` (`[batch, outputs]`): their names.
-fn heads(g: &mut Graph, out: &str, outputs: usize, loss: LossKind) -> Vec<&'static str> {
-    let shape = [Dim::Named("batch"), Dim::Fixed(outputs)];
+/// The graph outputs for `loss` on the model's output `out` (of `shape`: `[batch, outputs]`,
+/// or `[batch, length, outputs]` for a tagger): their names.
+fn heads(g: &mut Graph, out: &str, shape: &[Dim], loss: LossKind) -> Vec<&'static str> {
     match loss {
         LossKind::CrossEntropy => {
             let p = g.op("Softmax", &[out], vec![Attr::Int("axis", -1)]);
-            g.output(out, "logits", &shape);
-            g.output(&p, "probabilities", &shape);
+            g.output(out, "logits", shape);
+            g.output(&p, "probabilities", shape);
             vec!["logits", "probabilities"]
         }
         LossKind::BinaryCrossEntropy => {
             let p = g.op("Sigmoid", &[out], Vec::new());
-            g.output(out, "logits", &shape);
-            g.output(&p, "probability", &shape);
+            g.output(out, "logits", shape);
+            g.output(&p, "probability", shape);
             vec!["logits", "probability"]
         }
         LossKind::Mse => {
-            g.output(out, "prediction", &shape);
+            g.output(out, "prediction", shape);
             vec!["prediction"]
         }
     }
 }
 
+/// The sidecar's `input` of a model of feature columns (or an image column) `width` wide.
+fn features_input(saved: &SavedModelDir, width: usize) -> serde_json::Value {
+    json!({
+        "name": INPUT,
+        "shape": ["batch", width],
+        "features": saved.saved.spec.data.features,
+        "image": saved.saved.spec.data.image,
+    })
+}
+
+/// The sidecar's `input` of a tagger: token ids and lengths.
+fn tokens_input() -> serde_json::Value {
+    json!({
+        "tokens": { "name": sequences::TOKENS, "shape": ["batch", "length"], "type": "int64",
+                    "ids": "the vocabulary's (id 1 for a token it lacks), any id past a row's length" },
+        "lengths": { "name": sequences::LENGTHS, "shape": ["batch"], "type": "int64" },
+    })
+}
+
 /// The sidecar document: what a program serving the model needs besides the graph.
-fn sidecar(saved: &SavedModelDir, width: usize, outputs: &[&str]) -> serde_json::Value {
+fn sidecar(saved: &SavedModelDir, input: serde_json::Value, outputs: &[&str]) -> serde_json::Value {
     let pre = saved.saved.preprocessing.as_ref();
     json!({
         "format": "ringflow onnx export",
         "opset": OPSET,
-        "input": {
-            "name": INPUT,
-            "shape": ["batch", width],
-            "features": saved.saved.spec.data.features,
-            "image": saved.saved.spec.data.image,
-        },
+        "input": input,
         "outputs": outputs,
         "classes": pre.and_then(|p| p.classes.as_ref()),
         "vocabulary": pre.and_then(|p| p.vocabulary.as_ref()).map(|v| v.tokens()),

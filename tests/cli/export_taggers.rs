@@ -1,0 +1,215 @@
+//! `ringflow export --format onnx` of taggers of token sequences: a BiLSTM and a stacked
+//! bidirectional GRU trained a few steps on the shipped corpus give, in onnxruntime (token ids
+//! from the sidecar's vocabulary, rows padded to the batch's longest with their lengths as an
+//! input), `ringflow predict`'s tag and probability of every token; PyTorch's format refuses
+//! them by name for now.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Float32Type, Int64Type};
+
+use crate::helpers::{repo, ringflow, s};
+use crate::parity::{LIMIT, python_json, read_all};
+
+const TEST: &str = "examples/data/hironsan-ner/test.parquet";
+
+/// Runs the exported tagger at `model` in onnxruntime on the rows of tokens at `rows` (JSON,
+/// a list of lists of strings): each token's `[class, probability]`, row by row.
+fn onnxruntime_tags(model: &Path, rows: &Path) -> serde_json::Value {
+    const SCRIPT: &str = r#"
+import json, sys
+try:
+    import numpy as np, onnx, onnxruntime as ort
+except ImportError as e:
+    print(f"MISSING: {e}")
+    sys.exit(3)
+path, rows = sys.argv[1], json.load(open(sys.argv[2]))
+onnx.checker.check_model(onnx.load(path), full_check=True)
+sidecar = json.load(open(path + ".json"))
+ids = {t: i for i, t in enumerate(sidecar["vocabulary"])}
+longest = max(len(r) for r in rows)
+tokens = np.zeros((len(rows), longest), dtype=np.int64)
+for i, r in enumerate(rows):
+    tokens[i, :len(r)] = [ids.get(t, 1) for t in r]
+lengths = np.asarray([len(r) for r in rows], dtype=np.int64)
+session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+(p,) = session.run(["probabilities"], {"tokens": tokens, "lengths": lengths})
+print(json.dumps({
+    "classes": sidecar["classes"],
+    "rows": [[[int(t.argmax()), float(t.max())] for t in p[i, :len(r)]] for i, r in enumerate(rows)],
+}))
+"#;
+    python_json(
+        SCRIPT,
+        &[s(model), s(rows)],
+        "the onnx and onnxruntime Python packages are needed (testing/run-tests.sh installs \
+         them; or python3 -m pip install onnx==1.23.2 onnxruntime==1.31.1)",
+    )
+}
+
+/// The `tokens` of every row of `batch`, by `id`.
+fn token_rows(batch: &RecordBatch) -> BTreeMap<i64, Vec<String>> {
+    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
+    let tokens = batch.column_by_name("tokens").unwrap().as_list::<i32>();
+    let mut out = BTreeMap::new();
+    for (i, id) in ids.as_primitive::<Int64Type>().values().iter().enumerate() {
+        let row = tokens.value(i);
+        let row = row.as_string::<i32>();
+        out.insert(
+            *id,
+            (0..row.len()).map(|j| row.value(j).to_string()).collect(),
+        );
+    }
+    out
+}
+
+/// `predict`'s tag names and probabilities of every row's tokens, by `id`.
+fn predicted_tags(batch: &RecordBatch) -> BTreeMap<i64, Vec<(String, f32)>> {
+    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
+    let tags = batch.column_by_name("prediction").unwrap().as_list::<i32>();
+    let probs = batch
+        .column_by_name("probability")
+        .unwrap()
+        .as_list::<i32>();
+    let mut out = BTreeMap::new();
+    for (i, id) in ids.as_primitive::<Int64Type>().values().iter().enumerate() {
+        let (t, p) = (tags.value(i), probs.value(i));
+        let (t, p) = (t.as_string::<i32>(), p.as_primitive::<Float32Type>());
+        let row = (0..t.len())
+            .map(|j| (t.value(j).to_string(), p.value(j)))
+            .collect();
+        out.insert(*id, row);
+    }
+    out
+}
+
+/// Trains `examples/ner_bilstm.toml` with `sets` for an epoch, predicts the test split,
+/// exports to ONNX and compares every token; returns the largest probability difference.
+fn tagger_parity(dir: &Path, name: &str, sets: &[&str]) -> f64 {
+    let run = dir.join(name);
+    let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
+    let mut args = vec![
+        "local",
+        "examples/ner_bilstm.toml",
+        "--executors",
+        "1",
+        "--ui",
+        "off",
+    ];
+    for set in ["train.epochs=1", ckpt.as_str()].iter().chain(sets) {
+        args.extend(["--set", set]);
+    }
+    ringflow(&args, LIMIT).assert_success();
+    let model = s(&run.join("model"));
+    let preds = dir.join(format!("{name}.preds"));
+    let predict = [
+        "predict",
+        "--model",
+        &model,
+        "--data",
+        TEST,
+        "--output",
+        &s(&preds),
+        "--id",
+        "id",
+    ];
+    ringflow(&predict, LIMIT).assert_success();
+    let onnx = dir.join(format!("{name}.onnx"));
+    let export = [
+        "export",
+        "--model",
+        &model,
+        "--format",
+        "onnx",
+        "--output",
+        &s(&onnx),
+    ];
+    ringflow(&export, LIMIT).assert_success();
+
+    let rows = token_rows(&read_all(&repo().join(TEST)));
+    let json = dir.join(format!("{name}.rows.json"));
+    let listed: Vec<&Vec<String>> = rows.values().collect();
+    std::fs::write(&json, serde_json::to_string(&listed).unwrap()).unwrap();
+    let ort = onnxruntime_tags(&onnx, &json);
+    let predicted = predicted_tags(&read_all(&preds));
+    let classes = ort["classes"].as_array().unwrap();
+    let mut largest = 0f64;
+    for (i, (id, tokens)) in rows.iter().enumerate() {
+        let theirs = ort["rows"][i].as_array().unwrap();
+        let ours = &predicted[id];
+        assert_eq!(
+            theirs.len(),
+            tokens.len(),
+            "{name}: row {id} has a tag per token"
+        );
+        assert_eq!(ours.len(), tokens.len(), "{name}: row {id}");
+        for (j, (tag, p)) in ours.iter().enumerate() {
+            let class = theirs[j][0].as_u64().unwrap() as usize;
+            assert_eq!(
+                classes[class].as_str().unwrap(),
+                tag,
+                "{name}: row {id}, token {j}"
+            );
+            largest = largest.max((theirs[j][1].as_f64().unwrap() - f64::from(*p)).abs());
+        }
+    }
+    eprintln!("{name} in onnxruntime: largest probability difference {largest:e}");
+    assert!(
+        largest <= 1e-5,
+        "{name}: probabilities differ by up to {largest}"
+    );
+    largest
+}
+
+#[test]
+fn an_exported_bilstm_tagger_tags_as_ringflow_does_in_onnxruntime() {
+    let dir = tempfile::tempdir().unwrap();
+    tagger_parity(dir.path(), "bilstm", &[]);
+}
+
+/// Two bidirectional GRU layers with dropout between them (the identity at inference).
+#[test]
+fn an_exported_stacked_bidirectional_gru_tagger_tags_as_ringflow_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let layers = "model.layers=[{ type = \"embedding\", dim = 32 }, { type = \"gru\", hidden = \
+                  24, layers = 2, bidirectional = true, dropout = 0.2 }, { type = \"relu\" }, \
+                  { type = \"linear\" }]";
+    tagger_parity(dir.path(), "gru", &[layers]);
+}
+
+/// PyTorch's format refuses a tagger in one sentence that says so, and nothing is written.
+#[test]
+fn a_tagger_is_refused_by_name_by_the_pytorch_format_for_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
+    let train = [
+        "local",
+        "examples/ner_bilstm.toml",
+        "--executors",
+        "1",
+        "--ui",
+        "off",
+    ];
+    let sets = ["--set", "train.epochs=1", "--set", &ckpt];
+    let args: Vec<&str> = train.iter().chain(sets.iter()).copied().collect();
+    ringflow(&args, LIMIT).assert_success();
+    let out = dir.path().join("m.safetensors");
+    let model = s(&run.join("model"));
+    let export = [
+        "export",
+        "--model",
+        &model,
+        "--format",
+        "torch",
+        "--output",
+        &s(&out),
+    ];
+    let err = ringflow(&export, LIMIT).assert_clean_failure().to_string();
+    let want = "a model of token sequences cannot be exported to PyTorch";
+    assert!(err.contains(want), "{err}");
+    assert!(!out.exists(), "nothing is written");
+}
