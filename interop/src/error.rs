@@ -76,13 +76,14 @@ impl ExportError {
         }
     }
 
-    /// A layer of token sequences inside a sequential model (`path` and `kind` name it).
+    /// A layer (`path` and `kind` name it) that `format`'s lowering of its kind of model does
+    /// not express yet.
     pub(crate) fn sequence_layer(format: &'static str, path: &str, kind: &str) -> ExportError {
         ExportError::Unsupported {
             format,
             what: format!("{path} ({kind})"),
-            why: "this ringflow exports the layers of fixed-shape examples so far, not the \
-                  layers of token sequences"
+            why: "this ringflow exports the layers of fixed-shape examples and, of token \
+                  sequences, embedding, lstm, gru and the per-token layers so far"
                 .into(),
         }
     }

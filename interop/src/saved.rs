@@ -49,24 +49,6 @@ impl SavedModelDir {
         })
     }
 
-    /// Refuses, for `format`, a model whose examples are not fixed-shape: a model of token
-    /// sequences. (A model of a column of encoded images, `data.image`, takes the decoded
-    /// pixels: decoding is not part of an exported model.)
-    pub(crate) fn check_fixed_features(&self, format: &'static str) -> Result<(), ExportError> {
-        let unsupported = |what: &str, why: &str| ExportError::Unsupported {
-            format,
-            what: what.into(),
-            why: why.into(),
-        };
-        if self.model.shape().sequence.is_some() {
-            return Err(unsupported(
-                "a model of token sequences",
-                "this ringflow exports models of fixed-shape examples so far",
-            ));
-        }
-        Ok(())
-    }
-
     /// Refuses, for `format`, a model of token sequences that is not a tagger (one output per
     /// token): a sequence classifier's pooling is not exported yet.
     pub(crate) fn check_tagger(&self, format: &'static str) -> Result<(), ExportError> {

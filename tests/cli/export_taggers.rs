@@ -1,18 +1,13 @@
 //! `ringflow export --format onnx` of taggers of token sequences: a BiLSTM and a stacked
 //! bidirectional GRU trained a few steps on the shipped corpus give, in onnxruntime (token ids
 //! from the sidecar's vocabulary, rows padded to the batch's longest with their lengths as an
-//! input), `ringflow predict`'s tag and probability of every token; PyTorch's format refuses
-//! them by name for now.
+//! input), `ringflow predict`'s tag and probability of every token (the PyTorch checks are in
+//! `tests/interop/taggers.rs`); attention layers are refused by name for now.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Float32Type, Int64Type};
-
 use crate::helpers::{repo, ringflow, s};
-use crate::parity::{LIMIT, python_json, read_all};
+use crate::parity::{LIMIT, predicted_tags, python_json, read_all, token_rows};
 
 const TEST: &str = "examples/data/hironsan-ner/test.parquet";
 
@@ -48,42 +43,6 @@ print(json.dumps({
         "the onnx and onnxruntime Python packages are needed (testing/run-tests.sh installs \
          them; or python3 -m pip install onnx==1.23.2 onnxruntime==1.31.1)",
     )
-}
-
-/// The `tokens` of every row of `batch`, by `id`.
-fn token_rows(batch: &RecordBatch) -> BTreeMap<i64, Vec<String>> {
-    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
-    let tokens = batch.column_by_name("tokens").unwrap().as_list::<i32>();
-    let mut out = BTreeMap::new();
-    for (i, id) in ids.as_primitive::<Int64Type>().values().iter().enumerate() {
-        let row = tokens.value(i);
-        let row = row.as_string::<i32>();
-        out.insert(
-            *id,
-            (0..row.len()).map(|j| row.value(j).to_string()).collect(),
-        );
-    }
-    out
-}
-
-/// `predict`'s tag names and probabilities of every row's tokens, by `id`.
-fn predicted_tags(batch: &RecordBatch) -> BTreeMap<i64, Vec<(String, f32)>> {
-    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
-    let tags = batch.column_by_name("prediction").unwrap().as_list::<i32>();
-    let probs = batch
-        .column_by_name("probability")
-        .unwrap()
-        .as_list::<i32>();
-    let mut out = BTreeMap::new();
-    for (i, id) in ids.as_primitive::<Int64Type>().values().iter().enumerate() {
-        let (t, p) = (tags.value(i), probs.value(i));
-        let (t, p) = (t.as_string::<i32>(), p.as_primitive::<Float32Type>());
-        let row = (0..t.len())
-            .map(|j| (t.value(j).to_string(), p.value(j)))
-            .collect();
-        out.insert(*id, row);
-    }
-    out
 }
 
 /// Trains `examples/ner_bilstm.toml` with `sets` for an epoch, predicts the test split,
@@ -180,15 +139,16 @@ fn an_exported_stacked_bidirectional_gru_tagger_tags_as_ringflow_does() {
     tagger_parity(dir.path(), "gru", &[layers]);
 }
 
-/// PyTorch's format refuses a tagger in one sentence that says so, and nothing is written.
+/// A tagger with attention layers is refused by both formats in one sentence naming the
+/// layer, and nothing is written.
 #[test]
-fn a_tagger_is_refused_by_name_by_the_pytorch_format_for_now() {
+fn a_transformer_tagger_is_refused_by_name_for_now() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
     let train = [
         "local",
-        "examples/ner_bilstm.toml",
+        "examples/ner_transformer.toml",
         "--executors",
         "1",
         "--ui",
@@ -197,19 +157,24 @@ fn a_tagger_is_refused_by_name_by_the_pytorch_format_for_now() {
     let sets = ["--set", "train.epochs=1", "--set", &ckpt];
     let args: Vec<&str> = train.iter().chain(sets.iter()).copied().collect();
     ringflow(&args, LIMIT).assert_success();
-    let out = dir.path().join("m.safetensors");
     let model = s(&run.join("model"));
-    let export = [
-        "export",
-        "--model",
-        &model,
-        "--format",
-        "torch",
-        "--output",
-        &s(&out),
-    ];
-    let err = ringflow(&export, LIMIT).assert_clean_failure().to_string();
-    let want = "a model of token sequences cannot be exported to PyTorch";
-    assert!(err.contains(want), "{err}");
-    assert!(!out.exists(), "nothing is written");
+    for (format, file, name) in [
+        ("onnx", "m.onnx", "ONNX"),
+        ("torch", "m.safetensors", "PyTorch"),
+    ] {
+        let out = dir.path().join(file);
+        let export = [
+            "export",
+            "--model",
+            &model,
+            "--format",
+            format,
+            "--output",
+            &s(&out),
+        ];
+        let err = ringflow(&export, LIMIT).assert_clean_failure().to_string();
+        let want = format!("model.layers[1] (position_embedding) cannot be exported to {name}");
+        assert!(err.contains(&want), "{err}");
+        assert!(!out.exists(), "{format}: nothing is written");
+    }
 }

@@ -291,3 +291,39 @@ pub fn python_json(script: &str, args: &[String], missing: &str) -> serde_json::
     serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("the check printed no JSON ({e}):\n{stdout}\n{stderr}"))
 }
+
+/// The `tokens` of every row of `batch`, by `id`.
+pub fn token_rows(batch: &RecordBatch) -> BTreeMap<i64, Vec<String>> {
+    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
+    let tokens = batch.column_by_name("tokens").unwrap().as_list::<i32>();
+    let mut out = BTreeMap::new();
+    for (i, id) in ids.as_primitive::<Int64Type>().values().iter().enumerate() {
+        let row = tokens.value(i);
+        let row = row.as_string::<i32>();
+        out.insert(
+            *id,
+            (0..row.len()).map(|j| row.value(j).to_string()).collect(),
+        );
+    }
+    out
+}
+
+/// `predict`'s tag names and probabilities of every row's tokens, by `id`.
+pub fn predicted_tags(batch: &RecordBatch) -> BTreeMap<i64, Vec<(String, f32)>> {
+    let ids = cast(batch.column_by_name("id").unwrap(), &DataType::Int64).unwrap();
+    let tags = batch.column_by_name("prediction").unwrap().as_list::<i32>();
+    let probs = batch
+        .column_by_name("probability")
+        .unwrap()
+        .as_list::<i32>();
+    let mut out = BTreeMap::new();
+    for (i, id) in ids.as_primitive::<Int64Type>().values().iter().enumerate() {
+        let (t, p) = (tags.value(i), probs.value(i));
+        let (t, p) = (t.as_string::<i32>(), p.as_primitive::<Float32Type>());
+        let row = (0..t.len())
+            .map(|j| (t.value(j).to_string(), p.value(j)))
+            .collect();
+        out.insert(*id, row);
+    }
+    out
+}

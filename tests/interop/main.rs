@@ -11,6 +11,7 @@ mod helpers;
 #[allow(dead_code)]
 #[path = "../cli/parity.rs"]
 mod parity;
+mod taggers;
 mod weights;
 
 use std::path::Path;

@@ -4,7 +4,7 @@
 
 use ringflow_ml::Pool2dOptions;
 use ringflow_ml::nn::ActivationKind;
-use ringflow_ml::nn::sequential::{PlannedLayer, Resolved};
+use ringflow_ml::nn::sequential::{PlannedLayer, RecurrentCell, Resolved};
 
 use super::state::StateDict;
 use crate::error::ExportError;
@@ -83,8 +83,68 @@ pub fn module(
             };
             format!("Residual([{}], {shortcut})", body.join(", "))
         }
+        Resolved::Embedding { vocab, dim } => {
+            state.copy(saved, &name("weight"), &layer)?;
+            format!("nn.Embedding({vocab}, {dim})")
+        }
+        Resolved::Recurrent {
+            cell,
+            inputs,
+            hidden,
+            layers,
+            bidirectional,
+            dropout,
+        } => {
+            recurrent_state(saved, l, (*cell, *layers, *bidirectional), state)?;
+            let class = match cell {
+                RecurrentCell::Lstm => "PackedLSTM",
+                RecurrentCell::Gru => "PackedGRU",
+            };
+            format!(
+                "{class}({inputs}, {hidden}, num_layers={layers}, bidirectional={}, \
+                 dropout={dropout:?}, batch_first=True)",
+                py_bool(*bidirectional)
+            )
+        }
         _ => return Err(ExportError::sequence_layer("PyTorch", &l.path, l.kind)),
     })
+}
+
+/// The tensors of a recurrent stack under PyTorch's names: `weight_ih_l{k}` (`[gates·H,
+/// in]`), `weight_hh_l{k}`, `bias_ih_l{k}` and `bias_hh_l{k}`, `_reverse` for the backward
+/// direction. The gates are in PyTorch's order already; an LSTM's one bias goes to
+/// `bias_ih`, with a zero `bias_hh`.
+fn recurrent_state(
+    saved: &SavedModelDir,
+    l: &PlannedLayer,
+    (cell, layers, bidirectional): (RecurrentCell, usize, bool),
+    state: &mut StateDict,
+) -> Result<(), ExportError> {
+    let what = format!("{} ({})", l.name, l.kind);
+    let directions: &[(&str, &str)] = match bidirectional {
+        true => &[("forward.", ""), ("backward.", "_reverse")],
+        false => &[("", "")],
+    };
+    for k in 0..layers {
+        for (dir, suffix) in directions {
+            let ours = |what: &str| format!("{}.{k}.{dir}{what}", l.name);
+            let theirs = |what: &str| format!("{}.{what}_l{k}{suffix}", l.name);
+            state.transposed_as(saved, &ours("w_input"), &theirs("weight_ih"), &what)?;
+            state.transposed_as(saved, &ours("w_hidden"), &theirs("weight_hh"), &what)?;
+            match cell {
+                RecurrentCell::Lstm => {
+                    let (shape, bias) = saved.tensor(&ours("bias"), &what)?;
+                    state.f32(&theirs("bias_ih"), shape.clone(), &bias);
+                    state.f32(&theirs("bias_hh"), shape, &vec![0.0; bias.len()]);
+                }
+                RecurrentCell::Gru => {
+                    state.copy_as(saved, &ours("bias_input"), &theirs("bias_ih"), &what)?;
+                    state.copy_as(saved, &ours("bias_hidden"), &theirs("bias_hh"), &what)?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The modules of `layers`, in order.

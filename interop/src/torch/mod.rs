@@ -45,7 +45,8 @@ impl TorchExport {
 /// `saved` as a PyTorch state_dict and module; an error naming the model kind or layer it
 /// cannot express.
 pub fn export(saved: &SavedModelDir) -> Result<TorchExport, ExportError> {
-    saved.check_fixed_features("PyTorch")?;
+    let tagger = saved.model.shape().sequence.is_some();
+    saved.check_tagger("PyTorch")?;
     let load = |source| ExportError::Load {
         dir: saved.dir.display().to_string(),
         source,
@@ -74,7 +75,10 @@ pub fn export(saved: &SavedModelDir) -> Result<TorchExport, ExportError> {
                 .and_then(|s| s.plan())
                 .map_err(load)?;
             let modules = layers::modules(saved, &plan.layers, &mut state)?;
-            (modules, python::Forward::Layers)
+            match tagger {
+                true => (modules, python::Forward::Tagger),
+                false => (modules, python::Forward::Layers),
+            }
         }
         kind => return Err(ExportError::custom_kind("PyTorch", kind)),
     };

@@ -20,8 +20,19 @@ impl StateDict {
         name: &str,
         layer: &str,
     ) -> Result<(), ExportError> {
+        self.copy_as(saved, name, name, layer)
+    }
+
+    /// The saved tensor `name` as it is, under PyTorch's name `as_name`.
+    pub fn copy_as(
+        &mut self,
+        saved: &SavedModelDir,
+        name: &str,
+        as_name: &str,
+        layer: &str,
+    ) -> Result<(), ExportError> {
         let (shape, values) = saved.tensor(name, layer)?;
-        self.f32(name, shape, &values);
+        self.f32(as_name, shape, &values);
         Ok(())
     }
 
@@ -30,6 +41,17 @@ impl StateDict {
         &mut self,
         saved: &SavedModelDir,
         name: &str,
+        layer: &str,
+    ) -> Result<(), ExportError> {
+        self.transposed_as(saved, name, name, layer)
+    }
+
+    /// The saved `[in, out]` weight `name` as PyTorch's `[out, in]`, under `as_name`.
+    pub fn transposed_as(
+        &mut self,
+        saved: &SavedModelDir,
+        name: &str,
+        as_name: &str,
         layer: &str,
     ) -> Result<(), ExportError> {
         let (shape, values) = saved.tensor(name, layer)?;
@@ -46,7 +68,7 @@ impl StateDict {
                 t[c * rows + r] = values[r * cols + c];
             }
         }
-        self.f32(name, vec![cols, rows], &t);
+        self.f32(as_name, vec![cols, rows], &t);
         Ok(())
     }
 

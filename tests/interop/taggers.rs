@@ -1,0 +1,152 @@
+//! `ringflow export --format torch` of taggers: the state_dict in `nn.LSTM`'s and `nn.GRU`'s
+//! names (`weight_ih_l0`, `weight_hh_l0_reverse`, both biases) loads into the generated module
+//! strictly, and its forward over packed sequences gives `ringflow predict`'s tag and
+//! probability of every token of the shipped corpus.
+
+use std::path::Path;
+
+use crate::helpers::{repo, ringflow, s};
+use crate::parity::{LIMIT, predicted_tags, python_json, read_all, token_rows};
+
+const TEST: &str = "examples/data/hironsan-ner/test.parquet";
+
+/// Loads the module `module` with `state` strictly and tags the rows of tokens at `rows`:
+/// each token's `[class, probability]`, the module's tag names and the state_dict's names.
+fn torch_tags(module: &Path, state: &Path, rows: &Path) -> serde_json::Value {
+    const SCRIPT: &str = r#"
+import importlib.util, json, sys
+try:
+    import torch, safetensors.torch
+except ImportError as e:
+    print(f"MISSING: {e}")
+    sys.exit(3)
+module, state, rows = sys.argv[1:4]
+spec = importlib.util.spec_from_file_location("exported", module)
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+model = m.Model()
+tensors = safetensors.torch.load_file(state)
+model.load_state_dict(tensors, strict=True)
+model.eval()
+rows = json.load(open(rows))
+ids = {t: i for i, t in enumerate(m.VOCABULARY)}
+longest = max(len(r) for r in rows)
+tokens = torch.zeros(len(rows), longest, dtype=torch.int64)
+for i, r in enumerate(rows):
+    tokens[i, :len(r)] = torch.tensor([ids.get(t, 1) for t in r])
+lengths = torch.tensor([len(r) for r in rows])
+with torch.no_grad():
+    p = model(tokens, lengths).softmax(-1)
+print(json.dumps({
+    "classes": m.CLASSES,
+    "rows": [[[int(t.argmax()), float(t.max())] for t in p[i, :len(r)]] for i, r in enumerate(rows)],
+    "tensors": sorted(tensors),
+}))
+"#;
+    python_json(
+        SCRIPT,
+        &[s(module), s(state), s(rows)],
+        "torch is needed: run these checks with testing/interop.sh, which installs it",
+    )
+}
+
+/// Trains `examples/ner_bilstm.toml` with `sets` an epoch, exports it for PyTorch and
+/// compares every token; returns torch's answer.
+fn parity(dir: &Path, name: &str, sets: &[&str]) -> serde_json::Value {
+    let run = dir.join(name);
+    let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
+    let mut args = vec![
+        "local",
+        "examples/ner_bilstm.toml",
+        "--executors",
+        "1",
+        "--ui",
+        "off",
+    ];
+    for set in ["train.epochs=1", ckpt.as_str()].iter().chain(sets) {
+        args.extend(["--set", set]);
+    }
+    ringflow(&args, LIMIT).assert_success();
+    let model = s(&run.join("model"));
+    let preds = dir.join(format!("{name}.preds"));
+    let predict = [
+        "predict",
+        "--model",
+        &model,
+        "--data",
+        TEST,
+        "--output",
+        &s(&preds),
+        "--id",
+        "id",
+    ];
+    ringflow(&predict, LIMIT).assert_success();
+    let state = dir.join(format!("{name}.safetensors"));
+    let export = [
+        "export",
+        "--model",
+        &model,
+        "--format",
+        "torch",
+        "--output",
+        &s(&state),
+    ];
+    ringflow(&export, LIMIT).assert_success();
+
+    let rows = token_rows(&read_all(&repo().join(TEST)));
+    let json = dir.join(format!("{name}.rows.json"));
+    let listed: Vec<&Vec<String>> = rows.values().collect();
+    std::fs::write(&json, serde_json::to_string(&listed).unwrap()).unwrap();
+    let torch = torch_tags(&state.with_extension("py"), &state, &json);
+    let predicted = predicted_tags(&read_all(&preds));
+    let classes = torch["classes"].as_array().unwrap();
+    let mut largest = 0f64;
+    for (i, (id, tokens)) in rows.iter().enumerate() {
+        let theirs = torch["rows"][i].as_array().unwrap();
+        let ours = &predicted[id];
+        assert_eq!(theirs.len(), tokens.len(), "{name}: row {id}");
+        for (j, (tag, p)) in ours.iter().enumerate() {
+            let class = theirs[j][0].as_u64().unwrap() as usize;
+            assert_eq!(
+                classes[class].as_str().unwrap(),
+                tag,
+                "{name}: row {id}, token {j}"
+            );
+            largest = largest.max((theirs[j][1].as_f64().unwrap() - f64::from(*p)).abs());
+        }
+    }
+    eprintln!("{name} in PyTorch: largest probability difference {largest:e}");
+    assert!(
+        largest <= 1e-5,
+        "{name}: probabilities differ by up to {largest}"
+    );
+    torch
+}
+
+#[test]
+fn a_bilstm_tagger_exports_to_pytorch() {
+    let dir = tempfile::tempdir().unwrap();
+    let torch = parity(dir.path(), "bilstm", &[]);
+    let names = torch["tensors"].as_array().unwrap();
+    for name in [
+        "layers.1.weight_ih_l0",
+        "layers.1.weight_hh_l0_reverse",
+        "layers.1.bias_hh_l0",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+    }
+}
+
+#[test]
+fn a_stacked_bidirectional_gru_tagger_exports_to_pytorch() {
+    let dir = tempfile::tempdir().unwrap();
+    let layers = "model.layers=[{ type = \"embedding\", dim = 32 }, { type = \"gru\", hidden = \
+                  24, layers = 2, bidirectional = true, dropout = 0.2 }, { type = \"relu\" }, \
+                  { type = \"linear\" }]";
+    let torch = parity(dir.path(), "gru", &[layers]);
+    let names = torch["tensors"].as_array().unwrap();
+    assert!(
+        names.iter().any(|n| n == "layers.1.weight_ih_l1_reverse"),
+        "{names:?}"
+    );
+}
