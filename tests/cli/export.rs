@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use crate::helpers::{ringflow, s, write_image_mnist};
+use crate::helpers::{ringflow, s};
 use crate::parity::{
     Example, IRIS, LENET, LIMIT, MNIST_MLP, Trained, every_image_layer, every_image_layer_job,
-    png_cnn, python_json,
+    png_cnn, png_mnist, python_json,
 };
 
 /// Checks `model` with `onnx.checker.check_model(full_check=True)` and runs it with
@@ -126,19 +126,8 @@ fn an_exported_cnn_of_every_image_layer_predicts_as_ringflow_does_in_onnxruntime
 #[test]
 fn an_exported_image_column_model_takes_the_decoded_pixels() {
     let dir = tempfile::tempdir().unwrap();
-    let (train, test) = (
-        dir.path().join("train.parquet"),
-        dir.path().join("test.parquet"),
-    );
-    write_image_mnist(&train, "train", 2000, 500, None);
-    write_image_mnist(&test, "test", 300, 300, None);
-    let sets = [
-        "train.epochs=1".to_string(),
-        format!("data.train={}", s(&train)),
-        format!("data.test={}", s(&test)),
-    ];
+    let (sets, test) = png_mnist(dir.path());
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    let test = s(&test);
     parity(&png_cnn(&sets, &test));
 }
 

@@ -6,10 +6,8 @@
 
 use std::path::Path;
 
-use crate::helpers::{repo, ringflow, s};
-use crate::parity::{LIMIT, predicted_tags, python_json, read_all, token_rows};
-
-const TEST: &str = "examples/data/hironsan-ner/test.parquet";
+use crate::helpers::{ringflow, s};
+use crate::parity::{LIMIT, TrainedTagger, python_json};
 
 /// Runs the exported tagger at `model` in onnxruntime on the rows of tokens at `rows` (JSON,
 /// a list of lists of strings): each token's `[class, probability]`, row by row.
@@ -45,82 +43,12 @@ print(json.dumps({
     )
 }
 
-/// Trains `examples/ner_bilstm.toml` with `sets` for an epoch, predicts the test split,
-/// exports to ONNX and compares every token; returns the largest probability difference.
+/// Trains, predicts and exports the BiLSTM tagger with `sets`, and compares onnxruntime's
+/// tags with `predict`'s.
 fn tagger_parity(dir: &Path, name: &str, sets: &[&str]) -> f64 {
-    let run = dir.join(name);
-    let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
-    let mut args = vec![
-        "local",
-        "examples/ner_bilstm.toml",
-        "--executors",
-        "1",
-        "--ui",
-        "off",
-    ];
-    for set in ["train.epochs=1", ckpt.as_str()].iter().chain(sets) {
-        args.extend(["--set", set]);
-    }
-    ringflow(&args, LIMIT).assert_success();
-    let model = s(&run.join("model"));
-    let preds = dir.join(format!("{name}.preds"));
-    let predict = [
-        "predict",
-        "--model",
-        &model,
-        "--data",
-        TEST,
-        "--output",
-        &s(&preds),
-        "--id",
-        "id",
-    ];
-    ringflow(&predict, LIMIT).assert_success();
-    let onnx = dir.join(format!("{name}.onnx"));
-    let export = [
-        "export",
-        "--model",
-        &model,
-        "--format",
-        "onnx",
-        "--output",
-        &s(&onnx),
-    ];
-    ringflow(&export, LIMIT).assert_success();
-
-    let rows = token_rows(&read_all(&repo().join(TEST)));
-    let json = dir.join(format!("{name}.rows.json"));
-    let listed: Vec<&Vec<String>> = rows.values().collect();
-    std::fs::write(&json, serde_json::to_string(&listed).unwrap()).unwrap();
-    let ort = onnxruntime_tags(&onnx, &json);
-    let predicted = predicted_tags(&read_all(&preds));
-    let classes = ort["classes"].as_array().unwrap();
-    let mut largest = 0f64;
-    for (i, (id, tokens)) in rows.iter().enumerate() {
-        let theirs = ort["rows"][i].as_array().unwrap();
-        let ours = &predicted[id];
-        assert_eq!(
-            theirs.len(),
-            tokens.len(),
-            "{name}: row {id} has a tag per token"
-        );
-        assert_eq!(ours.len(), tokens.len(), "{name}: row {id}");
-        for (j, (tag, p)) in ours.iter().enumerate() {
-            let class = theirs[j][0].as_u64().unwrap() as usize;
-            assert_eq!(
-                classes[class].as_str().unwrap(),
-                tag,
-                "{name}: row {id}, token {j}"
-            );
-            largest = largest.max((theirs[j][1].as_f64().unwrap() - f64::from(*p)).abs());
-        }
-    }
-    eprintln!("{name} in onnxruntime: largest probability difference {largest:e}");
-    assert!(
-        largest <= 1e-5,
-        "{name}: probabilities differ by up to {largest}"
-    );
-    largest
+    let trained = TrainedTagger::new(dir, name, sets, "onnx");
+    let ort = onnxruntime_tags(&trained.exported, &trained.rows_json);
+    trained.check(&format!("{name} in onnxruntime"), &ort)
 }
 
 #[test]

@@ -327,3 +327,110 @@ pub fn predicted_tags(batch: &RecordBatch) -> BTreeMap<i64, Vec<(String, f32)>> 
     }
     out
 }
+
+/// The shipped corpus's test split, which the tagger checks predict.
+pub const TAGGER_TEST: &str = "examples/data/hironsan-ner/test.parquet";
+
+/// `examples/ner_bilstm.toml` trained an epoch with `sets`, exported to `format` (`onnx`,
+/// `torch`): the exported file, `predict`'s tags of the test split, and the split's rows of
+/// tokens (also as JSON, for the Python runners, at `rows_json`).
+pub struct TrainedTagger {
+    /// The exported model (`.onnx`, or the `.safetensors` with its `.py` beside it).
+    pub exported: PathBuf,
+    /// The test split's tokens, by `id`.
+    pub rows: BTreeMap<i64, Vec<String>>,
+    /// The rows of tokens in `id` order, as JSON.
+    pub rows_json: PathBuf,
+    /// `predict`'s tag and probability of every token, by `id`.
+    pub predicted: BTreeMap<i64, Vec<(String, f32)>>,
+}
+
+impl TrainedTagger {
+    /// Trains, predicts and exports in `dir`, files named `name`.
+    pub fn new(dir: &Path, name: &str, sets: &[&str], format: &str) -> TrainedTagger {
+        let run = dir.join(name);
+        let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
+        let mut args = vec!["local", "examples/ner_bilstm.toml", "--executors", "1"];
+        args.extend(["--ui", "off"]);
+        for set in ["train.epochs=1", ckpt.as_str()].iter().chain(sets) {
+            args.extend(["--set", set]);
+        }
+        ringflow(&args, LIMIT).assert_success();
+        let model = s(&run.join("model"));
+        let preds = dir.join(format!("{name}.preds"));
+        let (p, data) = (s(&preds), TAGGER_TEST);
+        let predict = [
+            "predict", "--model", &model, "--data", data, "--output", &p, "--id", "id",
+        ];
+        ringflow(&predict, LIMIT).assert_success();
+        let ext = if format == "onnx" {
+            "onnx"
+        } else {
+            "safetensors"
+        };
+        let exported = dir.join(format!("{name}.{ext}"));
+        let out = s(&exported);
+        let export = [
+            "export", "--model", &model, "--format", format, "--output", &out,
+        ];
+        ringflow(&export, LIMIT).assert_success();
+        let rows = token_rows(&read_all(&repo().join(TAGGER_TEST)));
+        let rows_json = dir.join(format!("{name}.rows.json"));
+        let listed: Vec<&Vec<String>> = rows.values().collect();
+        std::fs::write(&rows_json, serde_json::to_string(&listed).unwrap()).unwrap();
+        TrainedTagger {
+            exported,
+            rows,
+            rows_json,
+            predicted: predicted_tags(&read_all(&preds)),
+        }
+    }
+
+    /// Checks another runtime's answer (`rows`: each row's `[class, probability]` per token;
+    /// `classes`: the tag names) against `predict`'s: every tag equal, probabilities within
+    /// 1e-5. Returns the largest difference.
+    pub fn check(&self, what: &str, other: &serde_json::Value) -> f64 {
+        let classes = other["classes"].as_array().unwrap();
+        let mut largest = 0f64;
+        for (i, (id, tokens)) in self.rows.iter().enumerate() {
+            let theirs = other["rows"][i].as_array().unwrap();
+            let ours = &self.predicted[id];
+            assert_eq!(
+                theirs.len(),
+                tokens.len(),
+                "{what}: row {id} has a tag per token"
+            );
+            assert_eq!(ours.len(), tokens.len(), "{what}: row {id}");
+            for (j, (tag, p)) in ours.iter().enumerate() {
+                let class = theirs[j][0].as_u64().unwrap() as usize;
+                assert_eq!(
+                    classes[class].as_str().unwrap(),
+                    tag,
+                    "{what}: row {id}, token {j}"
+                );
+                largest = largest.max((theirs[j][1].as_f64().unwrap() - f64::from(*p)).abs());
+            }
+        }
+        eprintln!("{what}: largest probability difference {largest:e}");
+        assert!(
+            largest <= 1e-5,
+            "{what}: probabilities differ by up to {largest}"
+        );
+        largest
+    }
+}
+
+/// MNIST's first 2,000 training and 300 test rows as PNG files in `dir` (with the raw pixels
+/// beside them), and the `--set`s that point `examples/mnist_png_cnn.toml` at them for an
+/// epoch; the test split's path.
+pub fn png_mnist(dir: &Path) -> (Vec<String>, String) {
+    let (train, test) = (dir.join("train.parquet"), dir.join("test.parquet"));
+    crate::helpers::write_image_mnist(&train, "train", 2000, 500, None);
+    crate::helpers::write_image_mnist(&test, "test", 300, 300, None);
+    let sets = vec![
+        "train.epochs=1".to_string(),
+        format!("data.train={}", s(&train)),
+        format!("data.test={}", s(&test)),
+    ];
+    (sets, s(&test))
+}

@@ -16,10 +16,10 @@ mod weights;
 
 use std::path::Path;
 
-use helpers::{ringflow, s, write_image_mnist};
+use helpers::{ringflow, s};
 use parity::{
     Example, IRIS, LENET, LIMIT, MNIST_MLP, Trained, every_image_layer, every_image_layer_job,
-    png_cnn, python_json,
+    png_cnn, png_mnist, python_json,
 };
 
 /// Loads the module `module` with the state_dict `state`, strictly, and runs it on `rows`:
@@ -127,18 +127,7 @@ fn a_cnn_of_every_image_layer_exports_to_pytorch() {
 #[test]
 fn an_image_column_model_exports_to_pytorch() {
     let dir = tempfile::tempdir().unwrap();
-    let (train, test) = (
-        dir.path().join("train.parquet"),
-        dir.path().join("test.parquet"),
-    );
-    write_image_mnist(&train, "train", 2000, 500, None);
-    write_image_mnist(&test, "test", 300, 300, None);
-    let sets = [
-        "train.epochs=1".to_string(),
-        format!("data.train={}", s(&train)),
-        format!("data.test={}", s(&test)),
-    ];
+    let (sets, test) = png_mnist(dir.path());
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-    let test = s(&test);
     parity(&png_cnn(&sets, &test));
 }

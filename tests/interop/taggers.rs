@@ -5,10 +5,8 @@
 
 use std::path::Path;
 
-use crate::helpers::{repo, ringflow, s};
-use crate::parity::{LIMIT, predicted_tags, python_json, read_all, token_rows};
-
-const TEST: &str = "examples/data/hironsan-ner/test.parquet";
+use crate::helpers::s;
+use crate::parity::{TrainedTagger, python_json};
 
 /// Loads the module `module` with `state` strictly and tags the rows of tokens at `rows`:
 /// each token's `[class, probability]`, the module's tag names and the state_dict's names.
@@ -50,76 +48,13 @@ print(json.dumps({
     )
 }
 
-/// Trains `examples/ner_bilstm.toml` with `sets` an epoch, exports it for PyTorch and
-/// compares every token; returns torch's answer.
+/// Trains, predicts and exports the BiLSTM tagger with `sets` for PyTorch, and compares
+/// PyTorch's tags with `predict`'s; returns torch's answer.
 fn parity(dir: &Path, name: &str, sets: &[&str]) -> serde_json::Value {
-    let run = dir.join(name);
-    let ckpt = format!("cluster.checkpoint_dir={}", s(&run));
-    let mut args = vec![
-        "local",
-        "examples/ner_bilstm.toml",
-        "--executors",
-        "1",
-        "--ui",
-        "off",
-    ];
-    for set in ["train.epochs=1", ckpt.as_str()].iter().chain(sets) {
-        args.extend(["--set", set]);
-    }
-    ringflow(&args, LIMIT).assert_success();
-    let model = s(&run.join("model"));
-    let preds = dir.join(format!("{name}.preds"));
-    let predict = [
-        "predict",
-        "--model",
-        &model,
-        "--data",
-        TEST,
-        "--output",
-        &s(&preds),
-        "--id",
-        "id",
-    ];
-    ringflow(&predict, LIMIT).assert_success();
-    let state = dir.join(format!("{name}.safetensors"));
-    let export = [
-        "export",
-        "--model",
-        &model,
-        "--format",
-        "torch",
-        "--output",
-        &s(&state),
-    ];
-    ringflow(&export, LIMIT).assert_success();
-
-    let rows = token_rows(&read_all(&repo().join(TEST)));
-    let json = dir.join(format!("{name}.rows.json"));
-    let listed: Vec<&Vec<String>> = rows.values().collect();
-    std::fs::write(&json, serde_json::to_string(&listed).unwrap()).unwrap();
-    let torch = torch_tags(&state.with_extension("py"), &state, &json);
-    let predicted = predicted_tags(&read_all(&preds));
-    let classes = torch["classes"].as_array().unwrap();
-    let mut largest = 0f64;
-    for (i, (id, tokens)) in rows.iter().enumerate() {
-        let theirs = torch["rows"][i].as_array().unwrap();
-        let ours = &predicted[id];
-        assert_eq!(theirs.len(), tokens.len(), "{name}: row {id}");
-        for (j, (tag, p)) in ours.iter().enumerate() {
-            let class = theirs[j][0].as_u64().unwrap() as usize;
-            assert_eq!(
-                classes[class].as_str().unwrap(),
-                tag,
-                "{name}: row {id}, token {j}"
-            );
-            largest = largest.max((theirs[j][1].as_f64().unwrap() - f64::from(*p)).abs());
-        }
-    }
-    eprintln!("{name} in PyTorch: largest probability difference {largest:e}");
-    assert!(
-        largest <= 1e-5,
-        "{name}: probabilities differ by up to {largest}"
-    );
+    let trained = TrainedTagger::new(dir, name, sets, "torch");
+    let state = &trained.exported;
+    let torch = torch_tags(&state.with_extension("py"), state, &trained.rows_json);
+    trained.check(&format!("{name} in PyTorch"), &torch);
     torch
 }
 
