@@ -12,12 +12,14 @@ pub enum CountError {
     /// Reading the row group, or running the query over it, failed.
     #[error(transparent)]
     Data(#[from] DataError),
-    /// The count ran past `data.sql_timeout_s`.
+    /// The count (or the label pass's query) ran past `data.sql_timeout_s`.
     #[error(
-        "data.sql: counting the query's rows ran longer than data.sql_timeout_s = {seconds} s \
-         and was stopped; raise data.sql_timeout_s if it needs longer"
+        "data.sql: {what} ran longer than data.sql_timeout_s = {seconds} s and was stopped; \
+         raise data.sql_timeout_s if it needs longer"
     )]
     TimedOut {
+        /// What the driver ran the query for ("counting the query's rows").
+        what: &'static str,
         /// `data.sql_timeout_s`.
         seconds: u64,
     },

@@ -124,9 +124,7 @@ impl RowCounter {
         read: &Read<'_>,
     ) -> std::result::Result<u64, CountError> {
         let (counting, left) = self.start(group, read, true)?;
-        let over = |_| CountError::TimedOut {
-            seconds: self.timeout.as_secs(),
-        };
+        let over = |_| self.timed_out(true);
         Ok(block_on_timeout(left, sql::read_count(counting)).map_err(over)??)
     }
 
@@ -141,9 +139,7 @@ impl RowCounter {
     ) -> std::result::Result<Vec<ArrayRef>, CountError> {
         let read = Read { columns, schemas };
         let (mut stream, left) = self.start(group, &read, false)?;
-        let over = |_| CountError::TimedOut {
-            seconds: self.timeout.as_secs(),
-        };
+        let over = |_| self.timed_out(false);
         let reading = async move {
             use futures::StreamExt;
             let (mut out, mut values) = (Vec::new(), 0usize);
@@ -164,6 +160,18 @@ impl RowCounter {
         block_on_timeout(left, reading).map_err(over)?
     }
 
+    /// The error of a query that ran past `data.sql_timeout_s`, counting rows (`count`) or
+    /// listing labels.
+    fn timed_out(&self, count: bool) -> CountError {
+        CountError::TimedOut {
+            what: match count {
+                true => "counting the query's rows",
+                false => "reading the labels the query makes",
+            },
+            seconds: self.timeout.as_secs(),
+        }
+    }
+
     /// Starts the query (counting its rows when `count`) over the whole of `group`; returns
     /// its output and the time left of `data.sql_timeout_s`.
     fn start(
@@ -181,9 +189,7 @@ impl RowCounter {
         let partition = group.file_rows();
         let rows = PartitionReader::open(&partition, read.columns)?.into_stream();
         let (ctx, query) = (self.ctx.clone(), self.query.clone());
-        let over = |_| CountError::TimedOut {
-            seconds: self.timeout.as_secs(),
-        };
+        let over = |_| self.timed_out(count);
         let started = Instant::now();
         let stream = {
             let _planning = lock(&self.planning);
