@@ -9,6 +9,7 @@
 
 mod onnx;
 mod safetensors;
+mod torch_names;
 
 use std::path::Path;
 

@@ -28,7 +28,7 @@ pub fn tensors(bytes: &[u8]) -> Result<BTreeMap<String, SourceTensor>, String> {
         };
         out.insert(name, tensor);
     }
-    Ok(out)
+    Ok(super::torch_names::to_ringflow(out))
 }
 
 /// Little-endian `data` of `dtype` as `f32` (64-bit values rounded), or `None` for a dtype
