@@ -22,11 +22,10 @@ use parity::{
     png_cnn, png_mnist, python_json,
 };
 
-/// Loads the module `module` with the state_dict `state`, strictly, and runs it on `rows`:
-/// `[class, probability]` of each row, the module's `CLASSES`, and the state_dict's names and
-/// shapes. Fails the test when torch cannot be imported (testing/interop.sh installs it).
-fn torch_predictions(module: &Path, state: &Path, rows: &Path) -> serde_json::Value {
-    const SCRIPT: &str = r#"
+/// The start of the Python scripts of these checks: imports torch (exit 3 when it is missing),
+/// loads the generated module `argv[1]` and the state_dict `argv[2]` strictly (`m`, `model`,
+/// `tensors`; `rows` is `argv[3]`), in evaluation mode.
+pub(crate) const LOAD_EXPORTED: &str = r#"
 import importlib.util, json, sys
 try:
     import torch, safetensors.torch
@@ -41,6 +40,17 @@ model = m.Model()
 tensors = safetensors.torch.load_file(state)
 model.load_state_dict(tensors, strict=True)
 model.eval()
+"#;
+
+/// What a check that finds no torch says.
+pub(crate) const NEED_TORCH: &str =
+    "torch is needed: run these checks with testing/interop.sh, which installs it";
+
+/// Loads the module `module` with the state_dict `state`, strictly, and runs it on `rows`:
+/// `[class, probability]` of each row, the module's `CLASSES`, and the state_dict's names and
+/// shapes. Fails the test when torch cannot be imported (testing/interop.sh installs it).
+fn torch_predictions(module: &Path, state: &Path, rows: &Path) -> serde_json::Value {
+    const REST: &str = r#"
 with torch.no_grad():
     p = model(torch.tensor(json.load(open(rows)), dtype=torch.float32)).softmax(-1)
 best = p.max(dim=-1)
@@ -51,9 +61,9 @@ print(json.dumps({
 }))
 "#;
     python_json(
-        SCRIPT,
+        &format!("{LOAD_EXPORTED}{REST}"),
         &[s(module), s(state), s(rows)],
-        "torch is needed: run these checks with testing/interop.sh, which installs it",
+        NEED_TORCH,
     )
 }
 

@@ -7,25 +7,12 @@ use std::path::Path;
 
 use crate::helpers::{ringflow, s};
 use crate::parity::{LIMIT, TAGGER_TEST, TrainedTagger, predicted_tags, python_json, read_all};
+use crate::{LOAD_EXPORTED, NEED_TORCH};
 
 /// Loads the module `module` with `state` strictly and tags the rows of tokens at `rows`:
 /// each token's `[class, probability]`, the module's tag names and the state_dict's names.
 fn torch_tags(module: &Path, state: &Path, rows: &Path) -> serde_json::Value {
-    const SCRIPT: &str = r#"
-import importlib.util, json, sys
-try:
-    import torch, safetensors.torch
-except ImportError as e:
-    print(f"MISSING: {e}")
-    sys.exit(3)
-module, state, rows = sys.argv[1:4]
-spec = importlib.util.spec_from_file_location("exported", module)
-m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-model = m.Model()
-tensors = safetensors.torch.load_file(state)
-model.load_state_dict(tensors, strict=True)
-model.eval()
+    const REST: &str = r#"
 rows = json.load(open(rows))
 ids = {t: i for i, t in enumerate(m.VOCABULARY)}
 longest = max(len(r) for r in rows)
@@ -42,9 +29,9 @@ print(json.dumps({
 }))
 "#;
     python_json(
-        SCRIPT,
+        &format!("{LOAD_EXPORTED}{REST}"),
         &[s(module), s(state), s(rows)],
-        "torch is needed: run these checks with testing/interop.sh, which installs it",
+        NEED_TORCH,
     )
 }
 

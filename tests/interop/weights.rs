@@ -85,11 +85,7 @@ fn a_state_dict_trained_in_pytorch_is_fine_tuned_with_its_first_layers_frozen() 
     let rows = dir.path().join("rows.json");
     write_rows(&rows, 3000);
     let state = dir.path().join("torch.safetensors");
-    let torch = python_json(
-        TRAIN,
-        &[s(&rows), s(&state)],
-        "torch is needed: run these checks with testing/interop.sh, which installs it",
-    );
+    let torch = python_json(TRAIN, &[s(&rows), s(&state)], crate::NEED_TORCH);
     let spec = job(
         dir.path(),
         "tuned",

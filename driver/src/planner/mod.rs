@@ -368,7 +368,7 @@ impl JobPlan {
         };
         // The data kind's planning step tells what the data says of the model; the spec every
         // executor, checkpoint, `eval` and `predict` sees is the one completed with it.
-        let kind = kinds::plan(&KindInput {
+        let (kind, counted) = kinds::plan(&KindInput {
             spec: &spec,
             train: &train.split,
             test: test.as_ref().map(|t| &t.split),
@@ -377,10 +377,9 @@ impl JobPlan {
         })?;
         let completed = builder.resolve(&spec.model, kind.facts())?;
         // Class names the label pass counted are the resolved spec's classes.
-        let counted = kind.counted_labels().cloned();
         let mut spec = spec;
-        if let Some(names) = counted.as_ref().and_then(|c| c.names.clone()) {
-            spec.data.label_classes = Some(names);
+        if let Some(names) = counted.as_ref().and_then(|c| c.names()) {
+            spec.data.label_classes = Some(names.to_vec());
         }
         let spec = ResolvedSpec::completed(spec, completed);
         let model = builder.shape(&spec.model)?;

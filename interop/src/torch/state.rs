@@ -62,12 +62,7 @@ impl StateDict {
                 why: "a linear layer's weight has two dimensions".into(),
             });
         };
-        let mut t = vec![0f32; values.len()];
-        for r in 0..rows {
-            for c in 0..cols {
-                t[c * rows + r] = values[r * cols + c];
-            }
-        }
+        let t = ringflow_ml::nn::init::transpose(&values, rows, cols);
         self.f32(as_name, vec![cols, rows], &t);
         Ok(())
     }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use ringflow_ml::nn::init::{SourceLayout, SourceTensor};
+use ringflow_ml::nn::init::{SourceLayout, SourceTensor, transpose};
 
 /// `tensors` with every recurrent layer's tensors under ringflow's names, in ringflow's layout.
 pub fn to_ringflow(mut tensors: BTreeMap<String, SourceTensor>) -> BTreeMap<String, SourceTensor> {
@@ -90,15 +90,9 @@ fn transposed(t: SourceTensor) -> SourceTensor {
     let [rows, cols] = t.shape[..] else {
         return t;
     };
-    let mut values = vec![0f32; t.values.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            values[c * rows + r] = t.values[r * cols + c];
-        }
-    }
     SourceTensor {
         shape: vec![cols, rows],
-        values,
+        values: transpose(&t.values, rows, cols),
         layout: SourceLayout::Ringflow,
     }
 }

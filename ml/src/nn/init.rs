@@ -181,17 +181,22 @@ fn fitted(what: &str, p: &Param, source: &SourceTensor) -> std::result::Result<V
             p.name, source.shape
         ));
     }
-    if !transposed {
-        return Ok(source.values.clone());
+    match transposed {
+        true => Ok(transpose(&source.values, expected[0], expected[1])),
+        false => Ok(source.values.clone()),
     }
-    let (rows, cols) = (expected[0], expected[1]);
-    let mut out = vec![0.0; source.values.len()];
+}
+
+/// The row-major `[rows, cols]` matrix `values` as its transpose, `[cols, rows]`: how PyTorch's
+/// `[out, in]` weights and ringflow's `[in, out]` ones turn into each other.
+pub fn transpose(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; values.len()];
     for r in 0..rows {
         for c in 0..cols {
-            out[c * rows + r] = source.values[r * cols + c];
+            out[c * rows + r] = values[r * cols + c];
         }
     }
-    Ok(out)
+    out
 }
 
 /// The sentence for tensors of the model that the weights lack.

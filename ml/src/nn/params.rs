@@ -266,11 +266,6 @@ impl ParamStore {
         flatten(self.frozen.iter())
     }
 
-    /// Overwrites the frozen parameters' values from a flat buffer in creation order.
-    pub fn load_flat_frozen(&self, flat: &[f32]) -> Result<()> {
-        load_flat("load_flat_frozen", self.frozen.iter(), flat)
-    }
-
     /// A 64-bit FNV-1a checksum of the bits of all parameter values (trainable, then frozen),
     /// then all buffer values, to compare replicas cheaply.
     pub fn checksum(&self) -> Result<u64> {

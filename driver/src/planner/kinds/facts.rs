@@ -39,7 +39,7 @@ pub(super) fn data_facts(input: &KindInput<'_>, example_shape_from: &str) -> Dat
             .and_then(|s| width(spec, s))
             .map_err(UnknownFact::because),
         outputs: match labels {
-            Some(counted) => Ok(counted.outputs),
+            Some(counted) => Ok(counted.outputs()),
             None => outputs(spec, schema.as_deref().ok(), train, test, prep.is_some())
                 .map_err(UnknownFact::because),
         },

@@ -19,6 +19,14 @@ pub enum LabelError {
         /// Why.
         source: CountError,
     },
+    /// The query of the distinct labels could not be planned against a file's schema.
+    #[error("{file}: planning the query of the distinct labels: {source}")]
+    Plan {
+        /// The file.
+        file: String,
+        /// Why.
+        source: crate::planner::sql_planner::SqlPlanError,
+    },
     /// More distinct classes than a model may have.
     #[error(
         "data.label: column `{column}` has more than {MAX_CLASSES} distinct values (counted \

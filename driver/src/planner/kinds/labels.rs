@@ -12,7 +12,7 @@
 //! of the test split that training never sees is refused by name; so are more than
 //! [`MAX_CLASSES`] classes and a name longer than [`MAX_CLASS_NAME_BYTES`].
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -38,12 +38,28 @@ use crate::planner::split::{RowGroup, Split};
 /// What the label pass found over the training split (and checked of the test split).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct CountedLabels {
-    /// Class names, sorted (`None`: the label holds class indices).
-    pub names: Option<Vec<String>>,
-    /// The outputs the classes call for.
-    pub outputs: usize,
+    /// The classes.
+    pub classes: Classes,
     /// The line the job's messages show.
     pub described: String,
+}
+
+impl CountedLabels {
+    /// The outputs the classes call for.
+    pub fn outputs(&self) -> usize {
+        match &self.classes {
+            Classes::Names(names) => names.len(),
+            Classes::Indices(n) => *n,
+        }
+    }
+
+    /// The class names, sorted (`None`: the label holds class indices).
+    pub fn names(&self) -> Option<&[String]> {
+        match &self.classes {
+            Classes::Names(names) => Some(names),
+            Classes::Indices(_) => None,
+        }
+    }
 }
 
 /// The label pass of `input`'s job, when its labels need one (see the module docs).
@@ -76,46 +92,36 @@ pub(crate) fn pass(input: &KindInput<'_>) -> Result<Option<CountedLabels>> {
         Some(test) => Some(reader.read("data.test", test)?),
         None => None,
     };
-    let names = decide(label, train, test)?;
+    let classes = decide(label, train, test)?;
     let what = match spec.data.sql.is_some() {
         true => "of the labels data.sql makes",
         false => "in the label column",
     };
     let took = started.elapsed().as_secs_f64();
-    let (outputs, described) = match &names {
+    let described = match &classes {
         Classes::Names(names) => {
             let shown: Vec<&str> = names.iter().take(8).map(String::as_str).collect();
             let more = match names.len().saturating_sub(8) {
                 0 => String::new(),
                 n => format!(" and {n} more"),
             };
-            let line = format!(
+            format!(
                 "data.label: {} classes {what}, counted on the driver in {took:.1} s: {}{more}",
                 names.len(),
                 shown.join(", ")
-            );
-            (names.len(), line)
+            )
         }
-        Classes::Indices(outputs) => {
-            let line = format!(
-                "data.label: {outputs} outputs (the largest class index + 1) {what}, counted \
-                 on the driver in {took:.1} s"
-            );
-            (*outputs, line)
-        }
+        Classes::Indices(outputs) => format!(
+            "data.label: {outputs} outputs (the largest class index + 1) {what}, counted on \
+             the driver in {took:.1} s"
+        ),
     };
-    Ok(Some(CountedLabels {
-        outputs,
-        names: match names {
-            Classes::Names(names) => Some(names),
-            Classes::Indices(_) => None,
-        },
-        described,
-    }))
+    Ok(Some(CountedLabels { classes, described }))
 }
 
 /// The classes the label pass decided.
-enum Classes {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Classes {
     /// Class names, sorted.
     Names(Vec<String>),
     /// Outputs for class indices `0..n`.
@@ -131,7 +137,10 @@ fn decide(
     let column = column.to_string();
     if !train.names.is_empty() {
         if let Some(test) = &test
-            && let Some((class, site)) = test.sites.iter().find(|(c, _)| !train.names.contains(c))
+            && let Some((class, site)) = test
+                .names
+                .iter()
+                .find(|(c, _)| !train.names.contains_key(*c))
         {
             let (class, site) = (class.clone(), site.clone());
             return Err(LabelError::Unseen {
@@ -140,7 +149,7 @@ fn decide(
                 site,
             });
         }
-        return Ok(Classes::Names(train.names.into_iter().collect()));
+        return Ok(Classes::Names(train.names.into_keys().collect()));
     }
     let max = train.max.max(test.and_then(|t| t.max));
     let Some(max) = max else {
@@ -158,10 +167,9 @@ fn decide(
 /// The labels found in some row groups.
 #[derive(Default)]
 struct Found {
-    /// Class names.
-    names: BTreeSet<String>,
-    /// Each name with the first row group that holds it (for the test split's check).
-    sites: Vec<(String, String)>,
+    /// Class names, each with the first row group that holds it (named in the test split's
+    /// check).
+    names: BTreeMap<String, String>,
     /// The largest class index.
     max: Option<i64>,
 }
@@ -219,12 +227,9 @@ impl<'a> LabelReader<'a> {
         let mut out = Vec::new();
         for (file, schema) in &split.schemas {
             let planned = prep.with_query(distinct).plan(schema.clone());
-            let planned = planned.map_err(|e| LabelError::Read {
-                site: file.clone(),
-                source: CountError::Data(ringflow_core::data::DataError::new(
-                    "data.sql",
-                    e.to_string(),
-                )),
+            let planned = planned.map_err(|source| LabelError::Plan {
+                file: file.clone(),
+                source,
             })?;
             out.push((file.clone(), planned.input_columns));
         }
@@ -279,8 +284,13 @@ fn add(
     found: &mut Found,
 ) -> std::result::Result<(), LabelError> {
     let data_type = array.data_type();
+    let not_a_class = || LabelError::NotAClass {
+        column: column.into(),
+        site: site.into(),
+        data_type: data_type.clone(),
+    };
     if is_string(data_type) {
-        let names = cast(array, &DataType::Utf8).expect("strings cast to Utf8");
+        let names = cast(array, &DataType::Utf8).map_err(|_| not_a_class())?;
         for name in names.as_string::<i32>().iter().flatten() {
             if name.len() > MAX_CLASS_NAME_BYTES {
                 let (column, site, bytes) = (column.into(), site.into(), name.len());
@@ -290,8 +300,8 @@ fn add(
                     bytes,
                 });
             }
-            if found.names.insert(name.to_string()) {
-                found.sites.push((name.to_string(), site.to_string()));
+            if !found.names.contains_key(name) {
+                found.names.insert(name.to_string(), site.to_string());
                 if found.names.len() > MAX_CLASSES {
                     let (column, site) = (column.into(), site.into());
                     return Err(LabelError::TooMany { column, site });
@@ -301,14 +311,10 @@ fn add(
         return Ok(());
     }
     if data_type.is_integer() {
-        let values = cast(array, &DataType::Int64).expect("integers cast to Int64");
+        let values = cast(array, &DataType::Int64).map_err(|_| not_a_class())?;
         let max = values.as_primitive::<Int64Type>().iter().flatten().max();
         found.max = found.max.max(max);
         return Ok(());
     }
-    Err(LabelError::NotAClass {
-        column: column.into(),
-        site: site.into(),
-        data_type: data_type.clone(),
-    })
+    Err(not_a_class())
 }

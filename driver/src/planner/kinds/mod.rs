@@ -107,12 +107,6 @@ pub(crate) trait KindPlan: std::fmt::Debug {
         Cow::Borrowed(spec)
     }
 
-    /// What the label pass found (the class names the resolved spec lists, and the line for
-    /// the job's messages); `None` when it did not run.
-    fn counted_labels(&self) -> Option<&labels::CountedLabels> {
-        None
-    }
-
     /// What the job keeps of the plan for its tasks: the vocabulary and classes of token
     /// sequences; `None` for kinds whose tasks need only the spec.
     fn into_sequences(self: Box<Self>) -> Option<PlannedSequences> {
@@ -121,23 +115,25 @@ pub(crate) trait KindPlan: std::fmt::Debug {
 }
 
 /// The planning step of the job's data kind: token sequences when the first training file's
-/// feature is one, images with `data.image`, feature columns otherwise.
-pub(crate) fn plan(input: &KindInput<'_>) -> Result<Box<dyn KindPlan>> {
+/// feature is one, images with `data.image`, feature columns otherwise; with what the label
+/// pass found for the latter two (the class names the resolved spec lists, and the line for
+/// the job's messages), `None` when it did not run.
+pub(crate) fn plan(
+    input: &KindInput<'_>,
+) -> Result<(Box<dyn KindPlan>, Option<labels::CountedLabels>)> {
     if let Some(planned) = sequences::plan::plan(input)? {
-        return Ok(Box::new(planned));
+        return Ok((Box::new(planned), None));
     }
     let counted = labels::pass(input)?;
     let input = &KindInput {
         labels: counted.as_ref(),
         ..*input
     };
-    if input.spec.data.image.is_some() {
-        return Ok(Box::new(images::ImagesPlan::new(input, counted.clone())));
-    }
-    Ok(Box::new(features::FeaturesPlan::new(
-        input,
-        counted.clone(),
-    )))
+    let plan: Box<dyn KindPlan> = match input.spec.data.image.is_some() {
+        true => Box::new(images::ImagesPlan::new(input)),
+        false => Box::new(features::FeaturesPlan::new(input)),
+    };
+    Ok((plan, counted))
 }
 
 /// Checks `schema` (a file's, or the output of `data.sql`; `what` names it in errors) against

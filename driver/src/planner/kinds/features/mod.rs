@@ -9,7 +9,6 @@ use ringflow_ml::nn::{DataFacts, ModelShape};
 
 use super::columns::{check_example_shape, check_label, no_column};
 use super::facts::data_facts;
-use super::labels::CountedLabels;
 use super::{KindInput, KindPlan};
 use crate::planner::footer::feature_width;
 use crate::planner::schema_error::SchemaError;
@@ -19,15 +18,13 @@ use crate::planner::split::LabelType;
 #[derive(Debug)]
 pub(crate) struct FeaturesPlan {
     facts: DataFacts,
-    labels: Option<CountedLabels>,
 }
 
 impl FeaturesPlan {
     /// Plans the feature columns of `input`'s job.
-    pub(crate) fn new(input: &KindInput<'_>, labels: Option<CountedLabels>) -> FeaturesPlan {
+    pub(crate) fn new(input: &KindInput<'_>) -> FeaturesPlan {
         FeaturesPlan {
             facts: data_facts(input, "data.shape"),
-            labels,
         }
     }
 }
@@ -35,10 +32,6 @@ impl FeaturesPlan {
 impl KindPlan for FeaturesPlan {
     fn facts(&self) -> &DataFacts {
         &self.facts
-    }
-
-    fn counted_labels(&self) -> Option<&CountedLabels> {
-        self.labels.as_ref()
     }
 }
 

@@ -9,7 +9,6 @@ use ringflow_ml::nn::{DataFacts, ModelShape};
 
 use super::columns::{check_example_shape, check_label, no_column};
 use super::facts::data_facts;
-use super::labels::CountedLabels;
 use super::{KindInput, KindPlan};
 use crate::planner::schema_error::SchemaError;
 use crate::planner::split::LabelType;
@@ -19,15 +18,13 @@ use crate::planner::split::LabelType;
 #[derive(Debug)]
 pub(crate) struct ImagesPlan {
     facts: DataFacts,
-    labels: Option<CountedLabels>,
 }
 
 impl ImagesPlan {
     /// Plans the image column of `input`'s job.
-    pub(crate) fn new(input: &KindInput<'_>, labels: Option<CountedLabels>) -> ImagesPlan {
+    pub(crate) fn new(input: &KindInput<'_>) -> ImagesPlan {
         ImagesPlan {
             facts: data_facts(input, "data.image"),
-            labels,
         }
     }
 }
@@ -35,10 +32,6 @@ impl ImagesPlan {
 impl KindPlan for ImagesPlan {
     fn facts(&self) -> &DataFacts {
         &self.facts
-    }
-
-    fn counted_labels(&self) -> Option<&CountedLabels> {
-        self.labels.as_ref()
     }
 }
 
